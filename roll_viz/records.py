@@ -1,0 +1,185 @@
+"""Frozen records passed between the stages of roll-viz.
+
+Dimension letters used everywhere: P prompts, G samples per prompt (group size), B = P*G sequences,
+T response tokens (right-padded), K top-k alternatives, F probe features.
+
+Stage functions never modify a tensor in place; a record is built once and then only read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class RunningMoments:
+    """Running mean/variance of response-level scores, carried from batch to batch (ROLL's
+    ``RunningMoments``, adapted from Stable-Baselines3).
+
+    Starts at mean 0, var 1, count 1e-24. ``var`` is the biased (population) variance of all values
+    seen; ``std`` applies Bessel's correction with the total count.
+    """
+
+    mean: float = 0.0
+    var: float = 1.0
+    count: float = 1e-24
+
+    @property
+    def std(self) -> float:
+        """Bessel-corrected running std, sqrt(var * N / (N - 1)); NaN while N <= 1."""
+        if self.count <= 1.0:
+            return math.nan
+        return math.sqrt(self.var * self.count / (self.count - 1.0))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Input of the reward -> advantage calculator (one training batch, after sampling and scoring).
+
+    Attributes:
+        scores: (B,) raw response-level scores from the reward function.
+        response_mask: (B, T) float, 1.0 on response tokens (incl. EOS), 0.0 on padding.
+        group_ids: (B,) long, index of the prompt each sample answers (0..P-1).
+        group_labels: (P,) the caller's original prompt ids, in index order.
+        logprobs: (B, T) log-prob of each sampled token under the policy (old/rollout policy), or None.
+        ref_logprobs: (B, T) log-prob of the same tokens under the reference model, or None.
+        values: (B, T) critic values V(s_t), needed by GAE, or None.
+        baseline_scores: (B,) score of the greedy response of each sample's prompt (ReMax), or None.
+    """
+
+    scores: Tensor
+    response_mask: Tensor
+    group_ids: Tensor
+    group_labels: tuple = ()
+    logprobs: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    values: Tensor | None = None
+    baseline_scores: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every intermediate of one pipeline run in one framework dialect, for charts, CLI and tests.
+
+    Masked positions are exactly 0 in every (B, T) tensor.
+
+    Attributes:
+        framework: dialect that produced it: "roll", "verl", "openrlhf" or "trl".
+        config: the resolved config (framework keys, shipped defaults filled in), as sorted pairs.
+        scores: (B,) raw response-level scores.
+        rewards: (B,) response-level rewards after the framework's response-level processing.
+        baseline: (B,) the response-level baseline subtracted from the score (group mean,
+            leave-one-out mean, greedy score, ...; 0 where the estimator has none).
+        scale: (B,) the divisor applied after the baseline (group/batch std + eps; 1 where none).
+        clip_frac: fraction of response-level rewards changed by clipping (0.0 when no clip).
+        kl: (B, T) per-token KL estimate (the estimator the config selects).
+        kl_coef: KL coefficient beta used for this batch.
+        next_kl_coef: beta after the controller's update (equals kl_coef for a fixed controller).
+        kl_in_reward: whether -beta * kl was added to the token rewards.
+        kl_loss: masked mean of the KL loss term (k3 etc.) when KL goes into the loss, else None.
+        token_rewards: (B, T) token-level rewards fed to the estimator.
+        advantages: (B, T) final advantages.
+        returns: (B, T) returns (value targets / reward-to-go as the framework defines them).
+        running: running reward statistics after this batch (None when not used).
+        notes: human-readable conventions applied, in order ("group std: unbiased, eps 1e-6", ...).
+    """
+
+    framework: str
+    config: tuple
+    scores: Tensor
+    rewards: Tensor
+    baseline: Tensor
+    scale: Tensor
+    clip_frac: float
+    kl: Tensor
+    kl_coef: float
+    next_kl_coef: float
+    kl_in_reward: bool
+    kl_loss: float | None
+    token_rewards: Tensor
+    advantages: Tensor
+    returns: Tensor
+    running: RunningMoments | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One sampled batch from the policy, scored token by token under policy and reference.
+
+    Row b answers prompt ``group_ids[b]``; rows of one prompt are contiguous.
+
+    Attributes:
+        prompts: (P,) the user's prompts (before the chat template).
+        group_ids: (B,) long, prompt index of each sample.
+        responses: (B,) decoded response texts (untrusted model output: escape before display).
+        token_ids: (B, T) long, sampled token ids, 0 on padding.
+        tokens: (B,) tuples of display strings of each sampled token, one per valid position.
+        response_mask: (B, T) float, 1.0 on generated tokens incl. EOS.
+        logprobs: (B, T) log pi(y_t | x, y_<t) under the policy (at the stated temperature).
+        ref_logprobs: (B, T) same tokens under the reference model.
+        exact_kl: (B, T) KL(policy || ref) over the full vocabulary at each position.
+        entropy: (B, T) entropy of the policy's next-token distribution.
+        topk_ids: (B, T, K) long, the policy's top-K next tokens.
+        topk_logprobs: (B, T, K) their log-probs under the policy.
+        topk_ref_logprobs: (B, T, K) log-probs of the same K tokens under the reference.
+        finish_reasons: (B,) "eos" or "length".
+        greedy_responses: (P,) greedy (temperature 0) answer per prompt, for ReMax's baseline.
+        features: (B, T, F) reference-model features per response position for a value probe, or None.
+        vocab: id -> display string for every id in token_ids and topk_ids.
+        meta: sorted (key, value) pairs: model, seed, temperature, top_p, max_new_tokens,
+            policy mode, instruction, device, dtype, logprob temperature.
+    """
+
+    prompts: tuple[str, ...]
+    group_ids: Tensor
+    responses: tuple[str, ...]
+    token_ids: Tensor
+    tokens: tuple[tuple[str, ...], ...]
+    response_mask: Tensor
+    logprobs: Tensor
+    ref_logprobs: Tensor
+    exact_kl: Tensor
+    entropy: Tensor
+    topk_ids: Tensor
+    topk_logprobs: Tensor
+    topk_ref_logprobs: Tensor
+    finish_reasons: tuple[str, ...]
+    greedy_responses: tuple[str, ...] = ()
+    features: Tensor | None = None
+    vocab: dict = field(default_factory=dict)
+    meta: tuple = ()
+
+    @property
+    def group_size(self) -> int:
+        """Samples per prompt G (rows of one prompt are contiguous)."""
+        return len(self.responses) // max(len(self.prompts), 1)
+
+
+def meta_dict(record: Rollout | Trace) -> dict:
+    """The (key, value) pairs of ``Rollout.meta`` or ``Trace.config`` as a dict."""
+    pairs = record.meta if isinstance(record, Rollout) else record.config
+    return dict(pairs)
+
+
+
+def batch_from_rollout(
+    rollout: Rollout,
+    scores: Tensor,
+    values: Tensor | None = None,
+    baseline_scores: Tensor | None = None,
+) -> Batch:
+    """The calculator's input for a sampled rollout and its (B,) raw scores."""
+    return Batch(
+        scores=scores,
+        response_mask=rollout.response_mask,
+        group_ids=rollout.group_ids,
+        group_labels=tuple(range(len(rollout.prompts))),
+        logprobs=rollout.logprobs,
+        ref_logprobs=rollout.ref_logprobs,
+        values=values,
+        baseline_scores=baseline_scores,
+    )
