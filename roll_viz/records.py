@@ -165,7 +165,6 @@ def meta_dict(record: Rollout | Trace) -> dict:
     return dict(pairs)
 
 
-
 def batch_from_rollout(
     rollout: Rollout,
     scores: Tensor,

@@ -1,0 +1,265 @@
+"""``python -m roll_viz compute CASES.json|-``: the reward -> advantage calculator as a CLI.
+
+Input: one object ``{"batch": {...}, "config": {...}}`` or a list of them. ``batch`` has
+``scores`` (B,), ``response_mask`` (B, T) of 0/1, ``group`` (B,) prompt ids (strings or ints),
+and optionally ``logprobs``, ``ref_logprobs``, ``values`` (B, T) and ``baseline_scores`` (B,).
+``config`` has ``framework`` (roll | verl | openrlhf | trl, default roll) plus that framework's
+own keys; missing keys take the framework's shipped defaults.
+
+Output (stdout): one JSON object per case (a list for a list), in input order, with ``rewards``
+(B,), ``kl``, ``token_rewards``, ``advantages``, ``returns`` (B, T) (masked positions 0) and the
+rest of the Trace (baseline, scale, clip_frac, kl_coef, next_kl_coef, kl_in_reward, kl_loss,
+running, notes, resolved config).
+
+Bad input exits with status 2 and one line on stderr naming the field; every case is computed
+before anything is printed, so stdout is either complete or empty.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+import torch
+
+from roll_viz.pipeline import FRAMEWORKS, run
+from roll_viz.records import Batch, Trace
+
+BATCH_KEYS = (
+    "scores",
+    "response_mask",
+    "group",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "baseline_scores",
+)
+USAGE = "usage: python -m roll_viz compute CASES.json|-"
+
+
+class InputError(ValueError):
+    """Bad calculator input; the message names the field."""
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _vector(obj: dict, key: str, length: int | None) -> list[float]:
+    value = obj[key]
+    if not isinstance(value, list):
+        raise InputError(f"batch.{key}: expected a list of numbers")
+    if length is not None and len(value) != length:
+        raise InputError(f"batch.{key}: has {len(value)} entries, expected {length}")
+    for i, x in enumerate(value):
+        if not _is_number(x):
+            raise InputError(f"batch.{key}[{i}]: expected a number, got {x!r}")
+        if not math.isfinite(x):
+            raise InputError(f"batch.{key}[{i}]: non-finite number {x!r}")
+    return [float(x) for x in value]
+
+
+def _matrix(obj: dict, key: str, rows: int, cols: int | None) -> list[list[float]]:
+    value = obj[key]
+    if not isinstance(value, list) or len(value) != rows:
+        got = len(value) if isinstance(value, list) else type(value).__name__
+        raise InputError(f"batch.{key}: expected {rows} rows (one per score), got {got}")
+    out = []
+    for b, row in enumerate(value):
+        if not isinstance(row, list):
+            raise InputError(f"batch.{key}[{b}]: expected a list of numbers")
+        if cols is None:
+            cols = len(row)
+        if len(row) != cols:
+            raise InputError(f"batch.{key}[{b}]: has {len(row)} entries, expected {cols}")
+        for t, x in enumerate(row):
+            if not _is_number(x):
+                raise InputError(f"batch.{key}[{b}][{t}]: expected a number, got {x!r}")
+            if not math.isfinite(x):
+                raise InputError(f"batch.{key}[{b}][{t}]: non-finite number {x!r}")
+        out.append([float(x) for x in row])
+    return out
+
+
+def parse_case(obj: Any) -> tuple[Batch, str, dict[str, Any]]:
+    """Validate one JSON case and build the float64 Batch.
+
+    Args:
+        obj: ``{"batch": {...}, "config": {...}}`` as parsed from JSON.
+
+    Returns:
+        ``(batch, framework, config)`` where config excludes the "framework" key.
+
+    Raises:
+        InputError: (a ValueError) naming the offending field.
+    """
+    if not isinstance(obj, dict):
+        raise InputError("case: expected an object with 'batch' and 'config'")
+    for key in obj:
+        if key not in ("batch", "config"):
+            raise InputError(f"case: unknown key {key!r} (expected 'batch' and 'config')")
+    if "batch" not in obj or not isinstance(obj["batch"], dict):
+        raise InputError("batch: missing or not an object")
+    config = obj.get("config", {})
+    if not isinstance(config, dict):
+        raise InputError("config: expected an object")
+    config = dict(config)
+    framework = config.pop("framework", "roll")
+    if framework not in FRAMEWORKS:
+        raise InputError(f"config.framework: {framework!r} is not one of {FRAMEWORKS}")
+    raw = obj["batch"]
+    for key in raw:
+        if key not in BATCH_KEYS:
+            raise InputError(f"batch.{key}: unknown key (known: {', '.join(BATCH_KEYS)})")
+    for key in ("scores", "response_mask", "group"):
+        if key not in raw:
+            raise InputError(f"batch.{key}: missing")
+    scores = _vector(raw, "scores", None)
+    B = len(scores)
+    if B == 0:
+        raise InputError("batch.scores: empty")
+    mask = _matrix(raw, "response_mask", B, None)
+    T = len(mask[0])
+    if T == 0:
+        raise InputError("batch.response_mask: rows are empty (T must be >= 1)")
+    for b, row in enumerate(mask):
+        for t, x in enumerate(row):
+            if x not in (0.0, 1.0):
+                raise InputError(f"batch.response_mask[{b}][{t}]: must be 0 or 1, got {x:g}")
+    groups = raw["group"]
+    if not isinstance(groups, list) or len(groups) != B:
+        raise InputError(f"batch.group: expected {B} prompt ids (one per score)")
+    labels: dict[Any, int] = {}
+    for i, g in enumerate(groups):
+        if isinstance(g, bool) or not isinstance(g, str | int):
+            raise InputError(f"batch.group[{i}]: expected a string or integer, got {g!r}")
+        labels.setdefault(g, len(labels))
+    optional = {}
+    for key in ("logprobs", "ref_logprobs", "values"):
+        if key in raw:
+            optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)
+    if "baseline_scores" in raw:
+        optional["baseline_scores"] = torch.tensor(
+            _vector(raw, "baseline_scores", B), dtype=torch.float64
+        )
+    if ("logprobs" in optional) != ("ref_logprobs" in optional):
+        missing = "ref_logprobs" if "logprobs" in optional else "logprobs"
+        raise InputError(f"batch.{missing}: logprobs and ref_logprobs must be given together")
+    batch = Batch(
+        scores=torch.tensor(scores, dtype=torch.float64),
+        response_mask=torch.tensor(mask, dtype=torch.float64),
+        group_ids=torch.tensor([labels[g] for g in groups], dtype=torch.long),
+        group_labels=tuple(labels),
+        **optional,
+    )
+    return batch, framework, config
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.detach().to(torch.float64) + 0.0).tolist()  # + 0.0 turns -0.0 into 0.0
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    """A JSON-ready dict of a Trace (tensors as nested lists, config as an object).
+
+    Args:
+        trace: a pipeline Trace.
+
+    Returns:
+        dict with framework, config, scores, rewards, baseline, scale, clip_frac, kl, kl_coef,
+        next_kl_coef, kl_in_reward, kl_loss, token_rewards, advantages, returns, running, notes.
+    """
+    running = trace.running
+    return {
+        "framework": trace.framework,
+        "config": {k: _plain(v) for k, v in trace.config},
+        "scores": _plain(trace.scores),
+        "rewards": _plain(trace.rewards),
+        "baseline": _plain(trace.baseline),
+        "scale": _plain(trace.scale),
+        "clip_frac": trace.clip_frac,
+        "kl": _plain(trace.kl),
+        "kl_coef": trace.kl_coef,
+        "next_kl_coef": trace.next_kl_coef,
+        "kl_in_reward": trace.kl_in_reward,
+        "kl_loss": trace.kl_loss,
+        "token_rewards": _plain(trace.token_rewards),
+        "advantages": _plain(trace.advantages),
+        "returns": _plain(trace.returns),
+        "running": None
+        if running is None
+        else {"mean": running.mean, "var": running.var, "count": running.count},
+        "notes": list(trace.notes),
+    }
+
+
+# which input field a pipeline ValueError is about, by the message's wording
+_FIELD_HINTS = (
+    ("config key", "config"),
+    ("controller", "config"),
+    ("per prompt", "batch.group"),
+    ("critic values", "batch.values"),
+    ("greedy baseline", "batch.baseline_scores"),
+    ("valid tokens", "batch.response_mask"),
+)
+
+
+def _field_of(message: str) -> str:
+    return next((field for hint, field in _FIELD_HINTS if hint in message), "batch")
+
+
+def compute(cases: Any) -> Any:
+    """Run every case (a dict or a list of dicts); returns the same shape of output dicts.
+
+    Raises:
+        InputError: naming the case (for lists) and the field.
+    """
+    single = isinstance(cases, dict)
+    items = [cases] if single else cases
+    if not isinstance(items, list) or not items:
+        raise InputError("input: expected a case object or a non-empty list of them")
+    out = []
+    for i, case in enumerate(items):
+        where = "" if single else f"case {i}: "
+        try:
+            batch, framework, config = parse_case(case)
+            out.append(trace_to_dict(run(batch, framework, config)))
+        except ValueError as err:
+            if isinstance(err, InputError):
+                raise InputError(f"{where}{err}") from None
+            raise InputError(f"{where}{_field_of(str(err))}: {err}") from None
+    return out[0] if single else out
+
+
+def main(argv: list[str]) -> int:
+    """CLI entry: read cases from a file or stdin, print results; returns the exit code."""
+    if len(argv) != 1 or argv[0] in ("-h", "--help"):
+        stream = sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr
+        stream.write(USAGE + "\n")
+        return 0 if stream is sys.stdout else 2
+    try:
+        if argv[0] == "-":
+            text = sys.stdin.read()
+        else:
+            with open(argv[0], encoding="utf-8") as handle:
+                text = handle.read()
+        cases = json.loads(text)  # NaN/Infinity parse; the field checks reject them
+        result = compute(cases)
+        output = json.dumps(result, allow_nan=False)
+    except OSError as err:
+        sys.stderr.write(f"error: input file: {err.strerror or err}: {argv[0]}\n")
+        return 2
+    except json.JSONDecodeError as err:
+        sys.stderr.write(f"error: input: invalid JSON at line {err.lineno} column {err.colno}\n")
+        return 2
+    except ValueError as err:
+        sys.stderr.write(f"error: {' '.join(str(err).split())}\n")
+        return 2
+    sys.stdout.write(output + "\n")
+    return 0

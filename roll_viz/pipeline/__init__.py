@@ -1,0 +1,160 @@
+"""The reward -> advantage pipeline as pure tensor functions, in four framework dialects.
+
+Public API::
+
+    from roll_viz.pipeline import run, FRAMEWORKS, DEFAULTS, CHOICES, HELP, ESTIMATOR_KEY, ALIASES
+    trace = run(batch, "roll", {"adv_estimator": "grpo"}, running=None)
+
+Stages (one module each): ``postprocess`` (response-level normalization, running statistics,
+clipping), ``kl`` (token KL estimators, controllers), ``advantages`` (token rewards and the
+estimators, one signature), ``dialects`` (one composition per framework), ``values`` (a
+cross-fitted ridge value probe that gives GAE a critic). Nothing here imports Streamlit, Plotly
+or a model; nothing keeps state between calls (running statistics go in and come out).
+
+What roll-viz simplifies against the real recipes: one training step on one batch, one domain,
+float64 everywhere, no PPO update or loss aggregation (the KL loss is reported, not optimized),
+no dynamic sampling or length penalties. Each module's docstring lists its own simplifications.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.pipeline.config import (
+    ALIASES,
+    CHOICES,
+    DEFAULTS,
+    ESTIMATOR_KEY,
+    FRAMEWORKS,
+    HELP,
+    resolve_config,
+)
+from roll_viz.pipeline.dialects import PIPELINES
+from roll_viz.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.records import Batch, RunningMoments, Trace
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "ALIASES",
+    "CHOICES",
+    "DEFAULTS",
+    "ESTIMATOR_KEY",
+    "FRAMEWORKS",
+    "HELP",
+    "KL_ESTIMATORS",
+    "EstimatorParams",
+    "next_kl_coef",
+    "prepare_batch",
+    "resolve_config",
+    "run",
+    "token_kl",
+    "token_rewards",
+]
+
+
+def _first_bad(x: Tensor) -> tuple[int, ...] | None:
+    bad = torch.nonzero(~torch.isfinite(x))
+    return tuple(bad[0].tolist()) if bad.numel() else None
+
+
+def prepare_batch(batch: Batch) -> Batch:
+    """Validate a Batch and return a float64 copy (mask as 0/1 float, group ids as long).
+
+    Args:
+        batch: scores (B,), response_mask (B, T), group_ids (B,), optional logprobs and
+            ref_logprobs (B, T) (both or neither), values (B, T), baseline_scores (B,).
+
+    Returns:
+        A new Batch; the input's tensors are never modified.
+
+    Raises:
+        ValueError: wrong shapes, a mask that is not 0/1, negative group ids, only one of
+            logprobs/ref_logprobs, or a non-finite number (the message names field and sample).
+    """
+    f64 = torch.float64
+    scores = torch.as_tensor(batch.scores).detach().to(f64).clone()
+    mask = torch.as_tensor(batch.response_mask).detach().to(f64).clone()
+    if scores.dim() != 1 or scores.numel() == 0:
+        raise ValueError(f"scores must be a non-empty (B,) vector, got shape {tuple(scores.shape)}")
+    B = scores.shape[0]
+    if mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] == 0:
+        raise ValueError(f"response_mask must be (B={B}, T>=1), got shape {tuple(mask.shape)}")
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("response_mask must contain only 0 and 1")
+    group_ids = torch.as_tensor(batch.group_ids).detach()
+    if group_ids.shape != (B,) or group_ids.is_floating_point() or bool((group_ids < 0).any()):
+        raise ValueError(f"group_ids must be (B={B},) non-negative integers")
+    bad = _first_bad(scores)
+    if bad is not None:
+        raise ValueError(f"scores[{bad[0]}] is {scores[bad].item()} (sample {bad[0]}): not finite")
+    if (batch.logprobs is None) != (batch.ref_logprobs is None):
+        raise ValueError("logprobs and ref_logprobs must be given together")
+    tensors: dict[str, Tensor | None] = {}
+    for name, shape in (
+        ("logprobs", mask.shape),
+        ("ref_logprobs", mask.shape),
+        ("values", mask.shape),
+        ("baseline_scores", scores.shape),
+    ):
+        value = getattr(batch, name)
+        if value is None:
+            tensors[name] = None
+            continue
+        value = torch.as_tensor(value).detach().to(f64).clone()
+        if value.shape != shape:
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
+        bad = _first_bad(value)
+        if bad is not None:
+            raise ValueError(
+                f"{name}{list(bad)} is {value[bad].item()} (sample {bad[0]}): not finite"
+            )
+        tensors[name] = value
+    return Batch(
+        scores=scores,
+        response_mask=mask,
+        group_ids=group_ids.to(torch.long).clone(),
+        group_labels=tuple(batch.group_labels),
+        **tensors,
+    )
+
+
+def run(
+    batch: Batch,
+    framework: str = "roll",
+    config: Mapping[str, Any] | None = None,
+    running: RunningMoments | None = None,
+) -> Trace:
+    """Run one framework's reward -> advantage pipeline on a batch. Pure: same inputs, same Trace.
+
+    Args:
+        batch: the calculator input (see ``roll_viz.records.Batch``); copied, never modified.
+        framework: "roll" (default), "verl", "openrlhf" or "trl".
+        config: that framework's own keys (plus viz_ keys); missing keys take shipped defaults.
+        running: running reward statistics from earlier batches (ROLL "running" norm types).
+
+    Returns:
+        Trace with every intermediate; masked positions are exactly 0.
+
+    Raises:
+        ValueError: bad batch, unknown key/value, an estimator's missing input (values for gae,
+            baseline_scores for remax), a group too small for the framework, or any non-finite
+            result (never a silent NaN).
+    """
+    cfg = resolve_config(framework, config)
+    clean = prepare_batch(batch)
+    trace = PIPELINES[framework](clean, cfg, running)
+    for name in ("rewards", "kl", "token_rewards", "advantages", "returns"):
+        bad = _first_bad(getattr(trace, name))
+        if bad is not None:
+            raise ValueError(f"{framework}: non-finite {name} at {list(bad)}")
+    for name in ("kl_coef", "next_kl_coef", "kl_loss", "clip_frac"):
+        value = getattr(trace, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{framework}: non-finite {name} ({value})")
+    return trace

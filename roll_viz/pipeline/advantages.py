@@ -1,0 +1,428 @@
+"""Stages 4-5: token-level rewards and the advantage estimators (one uniform signature).
+
+Every estimator is ``fn(token_rewards (B, T), response_mask (B, T), group_ids (B,), params)
+-> Estimate(advantages (B, T), returns (B, T), baseline (B,), scale (B,))``; what an estimator
+needs beyond the rewards (critic values, greedy baseline scores, eps, ddof, singleton rule, how
+masked tokens are treated) travels in ``EstimatorParams``, so the call site never branches.
+
+Outcome estimators (grpo, dr_grpo, rloo, reinforce_pp_baseline) reduce the token rewards to one
+sequence reward ``s_i = sum_t r_{i,t}`` (so an in-reward KL penalty counts, as in verl) and
+broadcast the result back to every valid token. Token estimators (gae, reinforce, reinforce_pp,
+remax) run a reverse discounted cumsum over the tokens (``roll_viz.ops``: no Python loop over T).
+
+The defaults of ``EstimatorParams`` are verl's conventions; the dialects (``dialects.py``) pass
+their own framework's.
+
+Masked tokens in recursions (``carry_through``): True skips them entirely (verl: the next value
+and the running advantage jump over tool/observation tokens with no extra decay; implemented by
+compacting each row's valid tokens to the front); False runs the recursion over the full width
+on whatever values the caller passes (ROLL passes unmasked critic values, OpenRLHF masked ones;
+algorithms.md T8).
+
+What roll-viz simplifies against the real recipes: no critic training (values are given), no
+multi-session/agentic estimators (GiGPO, step REINFORCE), no GDPO/OPO/GPG/pass@k, no
+optimal-token baselines, and verl's fp32 one-pass ``grpo_vectorized`` is not emulated (float64,
+two-pass; see T6 in algorithms.md for the difference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from roll_viz.ops import (
+    apply_mask,
+    as_bool,
+    compact_valid,
+    group_stats,
+    last_token_index,
+    masked_sum,
+    masked_whiten,
+    reverse_discounted_cumsum,
+    scatter_back,
+)
+from roll_viz.pipeline.postprocess import leave_one_out_baseline, require_group_size
+
+SINGLETON_RULES = ("raw", "zero", "raise")
+
+
+@dataclass(frozen=True)
+class EstimatorParams:
+    """Everything an estimator may need besides the token rewards (verl's conventions by default).
+
+    Attributes:
+        gamma: discount in [0, 1] (gae, reinforce, reinforce_pp).
+        lam: GAE lambda in [0, 1].
+        values: (B, T) critic values V(s_t) (gae), or None.
+        baseline_scores: (B,) greedy-rollout score per sample (remax), or None.
+        seq_rewards: (B,) sequence rewards for the outcome estimators; None = sum of the token
+            rewards (a zero-length response's score has no token, so dialects pass it here).
+        std_eps: eps added to the group std (grpo).
+        std_ddof: group std degrees of freedom (1 = unbiased, every framework).
+        singleton: group of one: "raw" (mean 0 / std 1 for grpo, baseline 0 for rloo: the raw
+            reward passes through, verl), "zero" (advantage 0, ROLL agentic), "raise".
+        carry_through: skip masked tokens in gae/reinforce recursions (verl) or not.
+        whiten_ddof: variance ddof of the token-weighted whitening (reinforce_pp*).
+        whiten_eps: eps of that whitening.
+        whiten_eps_mode: "add" (rsqrt(var + eps)) or "floor" (rsqrt(max(var, eps))).
+        group_labels: (P,) prompt ids for error messages.
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    values: Tensor | None = None
+    baseline_scores: Tensor | None = None
+    seq_rewards: Tensor | None = None
+    std_eps: float = 1e-6
+    std_ddof: int = 1
+    singleton: str = "raw"
+    carry_through: bool = True
+    whiten_ddof: int = 1
+    whiten_eps: float = 1e-8
+    whiten_eps_mode: str = "add"
+    group_labels: tuple = ()
+
+
+class Estimate(NamedTuple):
+    """Output of an estimator.
+
+    Attributes:
+        advantages: (B, T) advantages, 0 on masked positions.
+        returns: (B, T) returns as the framework defines them, 0 on masked positions (may be the
+            same tensor as ``advantages``; no stage ever modifies a tensor in place).
+        baseline: (B,) response-level baseline subtracted (0 where none).
+        scale: (B,) response-level divisor (1 where none).
+    """
+
+    advantages: Tensor
+    returns: Tensor
+    baseline: Tensor
+    scale: Tensor
+
+
+AdvantageFn = Callable[[Tensor, Tensor, Tensor, EstimatorParams], Estimate]
+
+
+def token_rewards(
+    rewards: Tensor, response_mask: Tensor, kl: Tensor | None = None, beta: float = 0.0
+) -> Tensor:
+    """Response-level reward on the last valid token, minus beta * kl on every valid token.
+
+    Equivalent loop: ``r[b, last_valid(b)] += rewards[b]; r[b, t] -= beta * kl[b, t]`` for valid t.
+    A zero-length row (all-zero mask) receives nothing: its reward has no token to land on.
+
+    Args:
+        rewards: (B,) processed response-level rewards.
+        response_mask: (B, T) float 0/1.
+        kl: (B, T) per-token KL estimate, or None (no KL in the reward).
+        beta: KL coefficient.
+
+    Returns:
+        (B, T) token rewards, exactly 0 where response_mask == 0.
+    """
+    assert rewards.shape == response_mask.shape[:1], "rewards must be (B,)"
+    last = last_token_index(response_mask)  # (B,)
+    positions = torch.arange(response_mask.shape[-1], device=rewards.device)
+    out = torch.where(positions == last[:, None], rewards[:, None], 0.0)  # (B,) -> (B, T)
+    if kl is not None and beta != 0.0:
+        out = out - beta * kl
+    return apply_mask(out, response_mask)
+
+
+def _seq_rewards(token_rewards: Tensor, mask: Tensor, params: EstimatorParams) -> Tensor:
+    if params.seq_rewards is not None:
+        return params.seq_rewards
+    return masked_sum(token_rewards, mask, dim=-1)
+
+
+def _broadcast(seq: Tensor, mask: Tensor) -> Tensor:
+    """(B,) -> (B, T) repeated on valid tokens, 0 elsewhere."""
+    return apply_mask(seq[:, None].expand_as(mask), mask)
+
+
+def discounted_returns(
+    token_rewards: Tensor, response_mask: Tensor, gamma: float, carry_through: bool
+) -> Tensor:
+    """R_t = r_t + gamma * R_{t+1}, over valid tokens (carry_through) or the full width.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        gamma: discount in [0, 1].
+        carry_through: skip masked tokens without decay (verl) instead of decaying through them.
+
+    Returns:
+        (B, T) returns, 0 on masked positions.
+    """
+    valid = as_bool(response_mask)
+    rewards = apply_mask(token_rewards, valid)
+    if carry_through:
+        compact, _, order = compact_valid(rewards, response_mask)
+        returns = scatter_back(reverse_discounted_cumsum(compact, gamma), order)
+    else:
+        returns = reverse_discounted_cumsum(rewards, gamma)
+    return apply_mask(returns, valid)
+
+
+def gae(token_rewards: Tensor, values: Tensor, gamma: float, lam: float) -> Tensor:
+    """Plain GAE over the full width: delta_t = r_t + gamma V_{t+1} - V_t, V_T = 0.
+
+    ``A_t = sum_k (gamma lam)**k delta_{t+k}`` (Schulman et al. 2015,
+    https://arxiv.org/abs/1506.02438). Equivalent loop::
+
+        last = 0
+        for t in reversed(range(T)):
+            next_v = V[:, t + 1] if t + 1 < T else 0
+            last = r[:, t] + gamma * next_v - V[:, t] + gamma * lam * last
+            A[:, t] = last
+
+    Args:
+        token_rewards: (B, T) rewards (the caller masks them or not).
+        values: (B, T) critic values (the caller masks them or not).
+        gamma: discount in [0, 1].
+        lam: GAE lambda in [0, 1].
+
+    Returns:
+        (B, T) advantages (unmasked).
+    """
+    next_values = torch.cat([values[:, 1:], values.new_zeros(values.shape[0], 1)], dim=1)
+    deltas = token_rewards + gamma * next_values - values
+    return reverse_discounted_cumsum(deltas, gamma * lam)
+
+
+def gae_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """GAE with a critic; returns = A + V (the value targets). Not whitened here.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) unused.
+        params: needs ``values`` (B, T), ``gamma``, ``lam``, ``carry_through``.
+
+    Returns:
+        Estimate; baseline 0 and scale 1 (the baseline is the per-token critic).
+    """
+    if params.values is None:
+        raise ValueError("gae needs critic values (batch.values, shape (B, T))")
+    values = params.values
+    valid = as_bool(response_mask)
+    rewards = apply_mask(token_rewards, valid)
+    if params.carry_through:
+        r_c, m_c, order = compact_valid(rewards, response_mask)
+        v_c = apply_mask(values.gather(-1, order), m_c)
+        adv = scatter_back(gae(r_c, v_c, params.gamma, params.lam), order)
+    else:
+        adv = gae(rewards, values, params.gamma, params.lam)
+    B = token_rewards.shape[0]
+    return Estimate(
+        apply_mask(adv, valid),
+        apply_mask(adv + values, valid),
+        token_rewards.new_zeros(B),
+        token_rewards.new_ones(B),
+    )
+
+
+def reinforce_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """REINFORCE: advantage = discounted reward-to-go R_t (no baseline); returns = R.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) unused.
+        params: ``gamma``, ``carry_through``.
+
+    Returns:
+        Estimate with advantages == returns.
+    """
+    returns = discounted_returns(token_rewards, response_mask, params.gamma, params.carry_through)
+    B = token_rewards.shape[0]
+    return Estimate(returns, returns, token_rewards.new_zeros(B), token_rewards.new_ones(B))
+
+
+def _group_baseline(seq: Tensor, group_ids: Tensor, params: EstimatorParams, what: str):
+    """Group mean and std per sample with the singleton rule applied; ((B,), (B,), (B,) bool)."""
+    stats = group_stats(seq, group_ids, ddof=params.std_ddof)
+    single = stats.count <= 1
+    if params.singleton == "raise":
+        require_group_size(group_ids, params.group_labels, what)
+    elif params.singleton not in SINGLETON_RULES:
+        raise ValueError(f"singleton must be one of {SINGLETON_RULES}, got {params.singleton!r}")
+    mean = torch.where(single, torch.zeros_like(seq), stats.mean)
+    std = torch.where(single, torch.ones_like(seq), stats.std)
+    return mean, std, single
+
+
+def grpo_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """GRPO: A_i = (s_i - mean_group) / (std_group + eps), broadcast to every valid token.
+
+    Equivalent loop: for each prompt, ``xs = [s_i in group]``, ``(s_i - mean(xs)) /
+    (std(xs, ddof) + eps)``. Singletons follow ``params.singleton`` ("raw": mean 0, std 1 as in
+    verl, so A = s / (1 + eps)). returns = advantages (verl).
+
+    Args:
+        token_rewards: (B, T) token rewards (summed per row into s_i).
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``std_eps``, ``std_ddof``, ``singleton``, optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = group mean, scale = std + eps.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    mean, std, single = _group_baseline(seq, group_ids, params, "grpo")
+    scale = std + params.std_eps
+    adv_seq = (seq - mean) / scale
+    if params.singleton == "zero":
+        adv_seq = torch.where(single, torch.zeros_like(seq), adv_seq)
+    adv = _broadcast(adv_seq, response_mask)
+    return Estimate(adv, adv, mean, scale)
+
+
+def dr_grpo_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """Dr.GRPO: A_i = s_i - mean_group (no std division), broadcast; returns = advantages.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``singleton``, optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = group mean, scale = 1.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    mean, _, single = _group_baseline(seq, group_ids, params, "dr_grpo")
+    adv_seq = seq - mean
+    if params.singleton == "zero":
+        adv_seq = torch.where(single, torch.zeros_like(seq), adv_seq)
+    adv = _broadcast(adv_seq, response_mask)
+    return Estimate(adv, adv, mean, torch.ones_like(seq))
+
+
+def rloo_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """RLOO: A_i = s_i - mean_{j != i} s_j = n/(n-1) (s_i - mean), broadcast.
+
+    Singletons: "raw" keeps s_i (verl ``rloo``), "zero" gives 0 (verl ``rloo_vectorized``).
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``singleton``, optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = leave-one-out mean, scale = 1; returns = advantages.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    if params.singleton == "raise":
+        require_group_size(group_ids, params.group_labels, "rloo")
+    baseline = leave_one_out_baseline(seq, group_ids)
+    if params.singleton == "zero":
+        single = group_stats(seq, group_ids).count <= 1
+        baseline = torch.where(single, seq, baseline)
+    adv = _broadcast(seq - baseline, response_mask)
+    return Estimate(adv, adv, baseline, torch.ones_like(seq))
+
+
+def _whiten(x: Tensor, mask: Tensor, params: EstimatorParams) -> Tensor:
+    return masked_whiten(
+        x, mask, ddof=params.whiten_ddof, eps=params.whiten_eps, eps_mode=params.whiten_eps_mode
+    )
+
+
+def reinforce_pp_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """REINFORCE++: token returns R_t (gamma), then token-weighted whitening over the batch.
+
+    https://arxiv.org/abs/2501.03262. returns = unwhitened R (verl).
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) unused.
+        params: ``gamma``, ``carry_through``, ``whiten_*``.
+
+    Returns:
+        Estimate; baseline 0, scale 1 (the whitening is token-level, not per response).
+
+    Raises:
+        ValueError: fewer valid tokens than the whitening needs.
+    """
+    returns = discounted_returns(token_rewards, response_mask, params.gamma, params.carry_through)
+    B = token_rewards.shape[0]
+    adv = _whiten(returns, response_mask, params)
+    return Estimate(adv, returns, token_rewards.new_zeros(B), token_rewards.new_ones(B))
+
+
+def reinforce_pp_baseline_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """REINFORCE++-baseline: (s_i - mean_group) on every valid token, then token-weighted whitening.
+
+    Singleton groups subtract 0 (verl). returns = advantages (verl).
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``whiten_*``, ``singleton``, optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = group mean, scale = 1.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    mean, _, _ = _group_baseline(seq, group_ids, params, "reinforce_pp_baseline")
+    adv = _whiten(_broadcast(seq - mean, response_mask), response_mask, params)
+    return Estimate(adv, adv, mean, torch.ones_like(seq))
+
+
+def remax_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """ReMax: returns_t = sum_{t' >= t} r_t' (undiscounted), A_t = returns_t - b_greedy.
+
+    https://arxiv.org/abs/2310.10505; b_greedy is the score of the prompt's greedy response.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) unused.
+        params: needs ``baseline_scores`` (B,).
+
+    Returns:
+        Estimate with baseline = greedy score, scale = 1.
+    """
+    if params.baseline_scores is None:
+        raise ValueError("remax needs greedy baseline scores (batch.baseline_scores, shape (B,))")
+    returns = discounted_returns(token_rewards, response_mask, 1.0, carry_through=False)
+    adv = apply_mask(returns - params.baseline_scores[:, None], response_mask)
+    return Estimate(
+        adv, returns, params.baseline_scores.clone(), token_rewards.new_ones(adv.shape[0])
+    )
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
+    "gae": gae_advantages,
+    "reinforce": reinforce_advantages,
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
+    "remax": remax_advantages,
+}

@@ -1,0 +1,261 @@
+"""AppTest of Home and the four stage pages: no exception, and the widgets drive the numbers.
+
+Everything runs on the committed presets (no model) except the live-sampling tests, which use the
+tiny random model (ROLL_VIZ_MODEL=tiny, set in tests/conftest.py).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from roll_viz import ui
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+PAGES = {
+    "samples": "pages/1_Samples.py",
+    "rewards": "pages/2_Rewards.py",
+    "kl": "pages/3_Token_KL.py",
+    "advantages": "pages/4_Advantages.py",
+}
+TIMEOUT = 120
+
+
+def open_page(page: str | None = None, **params: str) -> AppTest:
+    """Open ``page`` (a PAGES key; None = Home) with ``params`` in the URL."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    if page is not None:
+        at.switch_page(PAGES[page])
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def chart(at: AppTest, key: str) -> dict:
+    """The plotly figure JSON of the chart with ``key``."""
+    for el in at.get("plotly_chart"):
+        if el.proto.id.endswith(f"-{key}"):
+            return json.loads(el.proto.spec)
+    raise AssertionError(f"no chart with key {key!r}")
+
+
+# AppTest leaves st.dataframe's element id empty: find tables by their columns instead.
+TABLE_COLUMNS = {
+    "samples_table": {"response", "finish_reason", "reward"},
+    "rewards_table": {"raw_reward", "processed_reward"},
+    "kl_tokens": {"token", "token_reward", "kl"},
+}
+
+
+def frame(at: AppTest, key: str):
+    """The first pandas DataFrame on the page with the columns of table ``key``."""
+    for el in at.dataframe:
+        if TABLE_COLUMNS[key] <= set(el.value.columns):
+            return el.value
+    raise AssertionError(f"no dataframe like {key!r}")
+
+
+def rerun(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+@pytest.mark.parametrize("page", [None, *PAGES])
+@pytest.mark.parametrize("preset", ["quantum", "pirate"])
+def test_page_runs_without_exception(page, preset):
+    at = open_page(page, preset=preset)
+    assert at.title, "every page has a title"
+    assert not at.error
+
+
+def test_home_has_chain_presets_and_next_link():
+    at = open_page()
+    labels = [b.label for b in at.button]
+    assert {"quantum", "arithmetic", "sentiment", "pirate", "Use the live model"} <= set(labels)
+    links = [link.proto.label for link in at.get("page_link")]
+    assert "Next: Samples" in links
+    assert {"Samples", "Rewards", "Token KL", "Advantages"} <= set(links)
+
+
+def test_home_preset_button_loads_the_preset_instantly():
+    at = open_page()
+    at.button(key="preset_btn_pirate").click()
+    rerun(at)
+    assert at.selectbox(key=ui.KEY_PRESET).value == "pirate"
+    assert at.toggle(key=ui.KEY_LIVE).value is False
+    assert at.metric[0].value == "2"  # pirate: 2 prompts
+
+
+def test_preset_from_url_loads(tmp_path):
+    at = open_page("samples", preset="sentiment")
+    table = frame(at, "samples_table")
+    assert len(table) == 8
+    assert table["prompt_id"].nunique() == 2
+
+
+def test_group_size_changes_the_shape():
+    at = open_page("samples", preset="quantum")
+    assert len(frame(at, "samples_table")) == 8
+    at.slider(key=ui.KEY_G).set_value(2)
+    rerun(at)
+    assert len(frame(at, "samples_table")) == 2
+    # AppTest does not mirror bound widgets into its URL, so open the next page with G in it
+    fig = chart(open_page("advantages", preset="quantum", G="2"), "advantage_heatmaps")
+    assert len(fig["data"][0]["z"]) == 2
+
+
+def test_group_size_above_the_preset_is_capped_with_one_message():
+    at = open_page("samples", preset="pirate", G="9")
+    assert len(frame(at, "samples_table")) == 8  # pirate has G = 4: 2 prompts x 4
+    messages = [w.value for w in at.warning]
+    assert len(messages) == 1
+    assert "G = 4" in messages[0]
+
+
+def test_group_size_one_explains_the_dialect():
+    at = open_page("advantages", preset="quantum", G="1")
+    text = " ".join(w.value for w in at.warning)
+    assert "G = 1" in text
+    assert "NaN" in text  # ROLL: group std of one sample
+    assert "grpo" in text  # the undefined estimator is named
+
+
+def test_beta_changes_the_token_rewards():
+    at = open_page("kl", preset="pirate", klr="true")
+    before = frame(at, "kl_tokens")["token_reward"].tolist()
+    at.slider(key=ui.KEY_BETA).set_value(0.6)
+    rerun(at)
+    after = frame(at, "kl_tokens")["token_reward"].tolist()
+    assert before != after
+    z = chart(at, "token_rewards_reward")["data"][0]["z"]
+    assert any(v not in (None, 0) for row in z for v in row)
+
+
+def test_kl_estimator_switch_changes_the_heatmap():
+    at = open_page("kl", preset="pirate")
+    k1 = chart(at, "kl_heatmap")["data"][0]
+    assert k1["zmid"] == 0
+    assert any(v is not None and v < 0 for row in k1["z"] for v in row)
+    at.segmented_control(key=ui.KEY_KL_VIEW).set_value("k3")
+    rerun(at)
+    k3 = chart(at, "kl_heatmap")["data"][0]
+    assert k3["z"] != k1["z"]
+    assert all(v is None or v >= 0 for row in k3["z"] for v in row)
+    assert k3["zmin"] == 0
+
+
+def test_adaptive_beta_plot():
+    at = open_page("kl", preset="pirate")
+    at.radio(key=ui.KEY_BETA_MODE).set_value("adaptive")
+    rerun(at)
+    ys = chart(at, "beta_plot")["data"][0]["y"]
+    assert len(ys) == 301
+    assert ys[-1] > ys[0]  # the pirate's KL is far above the 0.1 target
+
+
+def test_estimator_switch_changes_the_advantages():
+    at = open_page("advantages", preset="sentiment")
+    fig = chart(at, "advantage_heatmaps")
+    assert fig["layout"]["coloraxis"]["cmid"] == 0
+    assert fig["layout"]["annotations"][0]["text"] == "gae (sidebar)"
+    at.selectbox(key=ui.KEY_ESTIMATOR).select("grpo")
+    rerun(at)
+    fig2 = chart(at, "advantage_heatmaps")
+    assert fig2["layout"]["annotations"][0]["text"] == "grpo (sidebar)"
+    assert fig2["data"][0]["z"] != fig["data"][0]["z"]
+
+
+def test_gamma_and_critic_change_gae():
+    at = open_page("advantages", preset="sentiment")
+    z0 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    at.slider(key=ui.KEY_GAMMA).set_value(0.5)
+    rerun(at)
+    z1 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    assert z1 != z0
+    at.radio(key=ui.KEY_CRITIC).set_value("probe")
+    rerun(at)
+    z2 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    assert z2 != z1
+    assert any("cross-fitted ridge probe" in c.value for c in at.caption)
+
+
+def test_selected_token_formula_has_its_numbers():
+    at = open_page("advantages", preset="quantum", est="grpo")
+    latex = [item.value for item in at.latex]
+    assert any(r"\tilde r = \dfrac{" in v for v in latex)
+    at.selectbox(key=ui.KEY_SAMPLE).set_value(3)
+    at.slider(key=ui.KEY_POSITION).set_value(2)
+    rerun(at)
+    assert any("t = 2" in m.value for m in at.markdown)
+    assert latex != [item.value for item in at.latex]
+
+
+def test_reward_normalization_modes():
+    at = open_page("rewards", preset="sentiment")
+    group = frame(at, "rewards_table")["processed_reward"].tolist()
+    at.segmented_control(key=ui.KEY_NORM).set_value("none")
+    rerun(at)
+    raw = frame(at, "rewards_table")
+    assert raw["processed_reward"].tolist() == raw["raw_reward"].tolist()
+    at.segmented_control(key=ui.KEY_NORM).set_value("batch")
+    rerun(at)
+    batch = frame(at, "rewards_table")["processed_reward"].tolist()
+    assert batch != group
+    bars = chart(at, "reward_bars")
+    assert bars["data"][1]["y"] == pytest.approx(batch)
+
+
+def test_reward_clip_changes_the_clip_fraction():
+    at = open_page("rewards", preset="sentiment")
+    at.number_input(key=ui.KEY_CLIP).set_value(0.5)
+    rerun(at)
+    frac = next(m for m in at.metric if m.label == "clip fraction").value
+    assert frac != "0.0%"
+    assert max(abs(v) for v in frame(at, "rewards_table")["processed_reward"]) <= 0.5 + 1e-9
+
+
+def test_framework_switch_loads_its_defaults():
+    at = open_page("advantages", preset="quantum")
+    at.selectbox(key=ui.KEY_FRAMEWORK).select("verl")
+    rerun(at)
+    assert at.slider(key=ui.KEY_BETA).value == pytest.approx(0.001)
+    assert at.slider(key=ui.KEY_LAM).value == pytest.approx(1.0)
+    fig = chart(at, "advantage_heatmaps")
+    names = [a["text"] for a in fig["layout"]["annotations"]]
+    assert "reinforce_plus_plus" in names
+
+
+def test_downloads_on_every_stage_page():
+    for page in PAGES:
+        at = open_page(page, preset="quantum")
+        labels = [b.proto.label for b in at.get("download_button")]
+        assert any(label.endswith(".csv") for label in labels), page
+        assert "Download the whole trace (trace.json)" in labels, page
+
+
+def test_presentation_mode_hides_controls():
+    at = open_page("samples", preset="quantum", present="1", hide="beta,G")
+    css = " ".join(h.proto.body for h in at.get("html"))
+    assert ".st-key-beta" in css
+    assert ".st-key-G" in css
+    assert "font-size: 21px" in css
+
+
+def test_live_model_samples_with_progress():
+    at = open_page("samples", preset="quantum", live="true", G="2", T="8")
+    table = frame(at, "samples_table")
+    assert len(table) == 2
+    assert (table["tokens"] <= 8).all()
+
+
+def test_live_empty_prompts_keep_the_preset():
+    at = open_page("samples", preset="quantum", live="true", G="2", T="8")
+    at.text_area(key=ui.KEY_PROMPTS).input("   \n  ")
+    rerun(at)
+    assert any("prompt box is empty" in w.value for w in at.warning)
+    assert len(frame(at, "samples_table")) == 2

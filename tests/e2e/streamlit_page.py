@@ -1,0 +1,164 @@
+"""Helpers to drive a Streamlit page in Playwright without sleeping: wait on the app's run state.
+
+After every navigation or interaction the helpers wait until the app is CONNECTED and its script
+state is ``notRunning``. Interactions that trigger a rerun wait for a *new* run to start and end
+(observed with a MutationObserver on ``stApp``'s ``data-test-script-state``), so a stale page is
+never mistaken for the redrawn one. The same observer timestamps key releases and repaints, which
+gives the slider-release -> redrawn latency.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+APP = "[data-testid='stApp']"
+CONNECTED = f"{APP}[data-test-connection-state='CONNECTED']"
+IDLE = f"{APP}[data-test-script-state='notRunning']"
+
+PAGES = {
+    "00_home": "",
+    "01_samples": "Samples",
+    "02_rewards": "Rewards",
+    "03_token_kl": "Token_KL",
+    "04_advantages": "Advantages",
+    "05_local_vs_global": "Local_vs_Global",
+    "06_sensitivity": "Sensitivity",
+    "07_frameworks": "Frameworks",
+    "08_self_test": "Self_test",
+}
+
+_OBSERVE = """
+() => {
+  const app = document.querySelector("[data-testid='stApp']");
+  if (!app) return false;
+  window.__rv = window.__rv || {changes: [], keys: []};
+  if (!window.__rvKeys) {
+    window.__rvKeys = true;
+    document.addEventListener('keyup', () => window.__rv.keys.push(performance.now()), true);
+  }
+  if (app.__rvObserved) return true;
+  app.__rvObserved = true;
+  new MutationObserver(() => {
+    const s = app.getAttribute('data-test-script-state');
+    window.__rv.changes.push({t: performance.now(), s: s});
+    if (s === 'notRunning') {
+      requestAnimationFrame(() => requestAnimationFrame(
+        () => window.__rv.changes.push({t: performance.now(), s: 'painted'})));
+    }
+  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+  return true;
+}
+"""
+
+
+def wait_idle(page, timeout: float = 120_000) -> None:
+    """Wait until the app is connected, not running, and has no loading skeleton."""
+    page.wait_for_selector(CONNECTED, timeout=timeout)
+    page.wait_for_selector(IDLE, timeout=timeout)
+    page.wait_for_function(
+        "() => document.querySelectorAll(\"[data-testid='stSkeleton']\").length === 0",
+        timeout=timeout,
+    )
+    page.evaluate(_OBSERVE)
+
+
+def goto(page, url: str, timeout: float = 180_000) -> None:
+    """Navigate and wait for the first full run to finish."""
+    page.goto(url)
+    page.wait_for_selector(APP, timeout=timeout)
+    # The first run may not have started yet when stApp appears: wait for real content.
+    page.wait_for_function(
+        "() => document.querySelectorAll(\"[data-testid='stMainBlockContainer'] "
+        "[data-testid='stElementContainer']\").length > 0",
+        timeout=timeout,
+    )
+    wait_idle(page, timeout)
+
+
+def changes(page) -> int:
+    """Number of run-state changes observed so far on this page."""
+    return page.evaluate("() => (window.__rv ? window.__rv.changes.length : 0)")
+
+
+def after_rerun(page, action: Callable[[], None], timeout: float = 180_000) -> None:
+    """Do ``action`` and wait until the rerun it triggers has finished."""
+    page.evaluate(_OBSERVE)
+    n = changes(page)
+    action()
+    page.wait_for_function(
+        f"""() => {{
+          const c = window.__rv.changes.slice({n});
+          const app = document.querySelector("[data-testid='stApp']");
+          return c.some(x => x.s === 'running')
+              && app.getAttribute('data-test-script-state') === 'notRunning';
+        }}""",
+        timeout=timeout,
+    )
+    wait_idle(page, timeout)
+
+
+def last_latency_ms(page) -> dict[str, float]:
+    """From the last key release: ms until the script finished and until the next repaint."""
+    return page.evaluate(
+        """() => {
+          const k = window.__rv.keys[window.__rv.keys.length - 1];
+          const after = window.__rv.changes.filter(x => x.t >= k);
+          const done = after.find(x => x.s === 'notRunning');
+          const painted = after.find(x => x.s === 'painted');
+          return {script: done ? done.t - k : NaN, painted: painted ? painted.t - k : NaN};
+        }"""
+    )
+
+
+def press_slider(page, key: str, keys: str = "ArrowRight") -> None:
+    """Focus the slider thumb of widget ``key`` and press a key (one rerun)."""
+    thumb = page.locator(f".st-key-{key} input[type='range']").first
+    thumb.focus()
+    after_rerun(page, lambda: page.keyboard.press(keys))
+
+
+def slider_value(page, key: str) -> str:
+    """The value text shown on a slider's thumb."""
+    return page.locator(f".st-key-{key} [data-testid='stSliderThumbValue']").first.inner_text()
+
+
+def chart_data(page, index: int = 0) -> list[dict]:
+    """x / y / z arrays of the index-th Plotly chart on the page (read from the live figure)."""
+    raw = page.evaluate(
+        """(i) => {
+          const gd = document.querySelectorAll('.js-plotly-plot')[i];
+          if (!gd || !gd._fullData) return null;
+          const plain = (v) => (v && v.length !== undefined) ? Array.from(v) : v;
+          return JSON.stringify(gd._fullData.map(t => ({name: t.name, x: plain(t.x),
+                                                   y: plain(t.y), z: t.z})));
+        }""",
+        index,
+    )
+    assert raw is not None, f"no plotly chart #{index} on {page.url}"
+    return json.loads(raw)
+
+
+def exceptions(page) -> list[str]:
+    """Texts of Streamlit exception boxes on the page."""
+    return page.locator("[data-testid='stException']").all_inner_texts()
+
+
+def full_page_screenshot(page, path: str, width: int = 1400, max_height: int = 9000) -> None:
+    """Screenshot the whole page: Streamlit scrolls inside its main block, so grow the viewport
+    to the content's height first (no rerun happens on resize), then restore it."""
+    height = page.evaluate(
+        """() => Math.max(...["[data-testid='stMain']", "[data-testid='stMainBlockContainer']",
+                              "[data-testid='stSidebarContent']"]
+                 .map(s => document.querySelector(s)).filter(Boolean)
+                 .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
+    )
+    old = page.viewport_size
+    page.set_viewport_size({"width": width, "height": min(max_height, int(height) + 40)})
+    page.evaluate(
+        "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))"
+    )
+    wait_idle(page)
+    page.screenshot(path=path, full_page=True)
+    if old:
+        page.set_viewport_size(old)
