@@ -135,8 +135,9 @@ with right:
     st.subheader("For teachers")
     st.markdown(
         "- Every control is in the URL: set it up, copy the link, share it.\n"
-        "- `?present=1` enlarges the fonts for a projector; `&hide=beta,gamma` hides those "
-        "controls, `&hide=sidebar` the whole sidebar.\n"
+        "- *Presentation mode* (bottom of the sidebar, or `?present=true` in the URL) enlarges "
+        "the fonts for a projector; `&hide=beta,gamma` hides those controls, `&hide=sidebar` "
+        "the whole sidebar.\n"
         "- Each page ends with a link to the next stage."
     )
 

@@ -35,7 +35,7 @@ with side:
         "and raise the temperature to see more surprising tokens; choose the *pirate* preset "
         "and colour by *exact KL* to see where the steered policy departs from the reference."
     )
-    st.latex(r"\text{surprise}_t = -\log \pi(y_t \mid x, y_{<t})")
+    st.latex(r"\text{surprise}_t = -\log \pi(y_t)")
 
 with main:
     st.html(charts.chip_legend_html(view))

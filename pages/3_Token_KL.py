@@ -21,8 +21,8 @@ ESTIMATORS = {
     "k3": r"k_3 = e^{-\log\rho_t} - 1 + \log\rho_t",
 }
 
-top, side = st.columns([3, 1], gap="large")
-with side:
+controls, note = st.columns([1, 2], vertical_alignment="bottom")
+with controls:
     view = st.segmented_control(
         "KL estimator shown",
         list(ESTIMATORS),
@@ -33,39 +33,37 @@ with side:
         help="Four per-token estimates of KL(policy || reference) from the sampled token alone. "
         "The pipeline's own choice is the sidebar's KL estimator.",
     )
-    ui.explainer(
-        "Each cell is one token. The estimators only see the **sampled** token's two log-probs; "
-        "the right map is the **exact** KL over the whole vocabulary at that position.\n\n"
-        "k1 is unbiased but can be negative (red); k2 and k3 are never negative. Hover a cell "
-        "for the token, both log-probs and the policy's top alternatives with their "
-        "probabilities under both models.\n\n"
-        "**Try:** the *pirate* preset (a steered policy) vs *quantum* (identical policy: every "
-        "KL is exactly 0)."
-    )
-
-with top:
-    kl = ui.kl_estimates(state, view)
-    signed = view == "k1"
-    # fixed floors: an identical policy (KL ~ 1e-7 rounding noise) must look uniformly "zero"
-    nonneg_top = charts.nice_ceiling(
-        max(
-            charts.robust_range(rollout.exact_kl, mask),
-            0.0 if signed else charts.robust_range(kl, mask),
-            KL_FLOOR,
-        )
-    )
-    k_top = (
-        charts.nice_ceiling(max(charts.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
-    )
-    c1, c2 = st.columns(2)
-    with c1:
-        ui.plot(
-            charts.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
-            key="kl_heatmap",
-        )
-    with c2:
-        ui.plot(charts.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
+with note:
     st.latex(r"\log\rho_t = \log\pi(y_t) - \log\pi_{\mathrm{ref}}(y_t), \qquad " + ESTIMATORS[view])
+
+kl = ui.kl_estimates(state, view)
+signed = view == "k1"
+# fixed floors: an identical policy (KL ~ 1e-7 rounding noise) must look uniformly "zero"
+nonneg_top = charts.nice_ceiling(
+    max(
+        charts.robust_range(rollout.exact_kl, mask),
+        0.0 if signed else charts.robust_range(kl, mask),
+        KL_FLOOR,
+    )
+)
+k_top = charts.nice_ceiling(max(charts.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
+c1, c2 = st.columns(2)
+with c1:
+    ui.plot(
+        charts.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
+        key="kl_heatmap",
+    )
+with c2:
+    ui.plot(charts.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
+ui.explainer(
+    "Each cell is one token. The estimators only see the **sampled** token's two log-probs; "
+    "the right map is the **exact** KL over the whole vocabulary at that position. "
+    "k1 is unbiased but can be negative (red); k2 and k3 are never negative. The colour range "
+    "is the 98th percentile (stated on the colorbar): hover a cell for the exact numbers, both "
+    "log-probs and the policy's top alternatives under both models.\n\n"
+    "**Try:** the *pirate* preset (a steered policy) vs *quantum* (identical policy: every "
+    "KL is exactly 0); switch to k3 and compare its per-sample means with the exact KL below."
+)
 
 estimates = {name: ui.kl_estimates(state, name) for name in ESTIMATORS}
 summary = explain.kl_summary_table(rollout, estimates)

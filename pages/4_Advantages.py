@@ -60,15 +60,14 @@ with controls:
         ui.plot(charts.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
     for est, message in errors.items():
         st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
-    f1, f2, f3 = st.columns(3)
-    f1.latex(
+    st.latex(
         r"\text{GAE: } A_t=\sum_{l\ge0}(\gamma\lambda)^l\delta_{t+l},\ "
         r"\delta_t=r_t+\gamma V_{t+1}-V_t"
     )
-    f2.latex(
+    st.latex(
         r"\text{GRPO: } A_i=\dfrac{s_i-\operatorname{mean}(s)}{\operatorname{std}(s)+\varepsilon}"
     )
-    f3.latex(
+    st.latex(
         r"\text{REINFORCE++: } A_t=\operatorname{whiten}\Big(\sum_{k\ge0}\gamma^k r_{t+k}\Big)"
     )
 
@@ -140,12 +139,7 @@ token_detail()
 trace = ui.cached_trace(state, values=critic)
 st.subheader("Every token")
 values = ui.current_batch(state, values=critic).values
-table = explain.token_table(rollout, trace, values)
-for est in ordered:
-    table[f"A_{est}"] = [
-        float(results[est].advantages[int(b), int(t)])
-        for b, t in zip(table["b"], table["t"], strict=True)
-    ]
+table = explain.token_table(rollout, trace, values, {est: results[est] for est in ordered})
 st.dataframe(table, hide_index=True, key="advantage_tokens")
 c1, c2 = st.columns(2)
 with c1:

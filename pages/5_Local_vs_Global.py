@@ -4,6 +4,7 @@ from roll_viz import analysis, charts_compare, ui
 
 state = ui.page_setup("Local vs global")
 
+
 st.title("Local vs global normalization")
 st.markdown(
     "Group methods (GRPO and friends) turn rewards into advantages by subtracting a mean and "
@@ -64,12 +65,12 @@ with info_col:
 try:
     table = analysis.parse_reward_table(edited)
 except analysis.RewardTableError as err:
-    st.error(f"Cannot read the table: {err}", icon=":material/error:")
+    st.error(f"Cannot read the table: {analysis.md_escape(err)}", icon=":material/error:")
     table = None
 
 if table is not None:
     for message in table.messages:
-        st.info(message, icon=":material/info:")
+        st.info(analysis.md_escape(message), icon=":material/info:")
     lg_hand = analysis.local_vs_global(table.scores, table.group_ids, table.prompts)
     c1, c2 = st.columns([3, 2])
     with c1:
@@ -77,8 +78,9 @@ if table is not None:
     with c2:
         ui.plot(charts_compare.group_std_bars(lg_hand.groups), key="lg_hand_std")
     worst = lg_hand.groups.sort_values("local / global scale", ascending=False).iloc[0]
+    name = analysis.md_escape(worst["prompt"])
     st.markdown(
-        f"Batch std = **{lg_hand.batch_std:.4g}**. The group **{worst['prompt']}** has std "
+        f"Batch std = **{lg_hand.batch_std:.4g}**. The group **{name}** has std "
         f"**{worst['group std']:.4g}**, so local normalization divides its differences by a "
         f"number **{worst['local / global scale']:.3g}x** smaller than global normalization does."
     )

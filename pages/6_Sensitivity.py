@@ -100,7 +100,7 @@ if "beta" in swept:
         )
     elif fw == "openrlhf" and base_config.get("use_loss"):
         notes.append("OpenRLHF's use_loss is on, so the KL is not in the reward: beta is flat.")
-if "beta" in swept and ui.cached_rollout(state).exact_kl.abs().max().item() == 0.0:
+if "beta" in swept and analysis.kl_is_zero(ui.cached_rollout(state)):
     notes.append(
         "This batch was sampled with policy = reference, so every KL is exactly 0 and beta "
         "cannot change anything. Pick a steered preset (e.g. 'pirate') or the steered policy."
@@ -150,8 +150,7 @@ if param2 is None:
         charts_compare.sensitivity_lines(table, param, current_value(param)),
         key="sw_lines",
     )
-    flat = table["spread"].dropna()
-    if len(flat) > 1 and float(flat.max() - flat.min()) < 1e-12:
+    if analysis.sweep_is_flat(table, "spread"):
         st.info(
             f"The spread does not move: {LABELS[param]} has no effect on {fw}'s {current_est} "
             "advantages with these settings.",

@@ -1,16 +1,9 @@
-import re
-
 import streamlit as st
 
 from roll_viz import analysis, charts_compare, ui
 from roll_viz.pipeline import FRAMEWORKS
 
 state = ui.page_setup("Frameworks")
-
-
-def md(text: str) -> str:
-    """Plain text for st.markdown: markdown/LaTeX/HTML characters shown literally."""
-    return re.sub(r"([\\`*_{}\[\]()#+!|$<>~-])", r"\\\1", str(text))
 
 
 st.title("Frameworks: one batch, four dialects")
@@ -20,6 +13,20 @@ st.markdown(
     "reward or the loss, whether advantages are whitened over all tokens. Here the **same "
     "samples and rewards** go through each dialect with the sidebar's beta, gamma, lambda, KL "
     "estimator and clip, so every difference you see comes from a convention."
+)
+
+st.latex(
+    r"A_i = \frac{r_i - \operatorname{mean}_{g(i)} r}{\operatorname{std}_{g(i)} r + \varepsilon}"
+    r"\qquad \varepsilon = \underbrace{10^{-6}}_{\text{ROLL, verl}},\ "
+    r"\underbrace{10^{-9}}_{\text{OpenRLHF}},\ \underbrace{10^{-4}}_{\text{TRL}}"
+    r"\qquad \operatorname{whiten}(A) = \frac{A - \bar A_{\text{tokens}}}"
+    r"{\sqrt{\operatorname{var}_{\text{tokens}}(A) + 10^{-8}}}"
+)
+st.caption(
+    "Same formula, different constants and different sets it is computed over: the group "
+    "normalization above (per prompt, one number per answer) and the token-weighted whitening "
+    "(over every valid token of the batch: long answers count more). The notes below list "
+    "exactly which ones each dialect applied."
 )
 
 generic = analysis.canonical_generic(state.framework, dict(state.generic))
@@ -100,13 +107,16 @@ for fw in ran:
         else f":orange-badge[max advantage difference {diff:.3g}]"
     )
     with st.container(border=True):
-        st.markdown(f"**{md(ui.FRAMEWORK_LABELS.get(fw, fw))}** {verdict}")
+        st.markdown(f"**{analysis.md_escape(ui.FRAMEWORK_LABELS.get(fw, fw))}** {verdict}")
         only = cmp.note_diffs.get(fw, ())
         ref_only = cmp.reference_only.get(fw, ())
-        lines = [f"- {md(n)}" for n in only] or ["- (no conventions of its own)"]
+        lines = [f"- {analysis.md_escape(n)}" for n in only] or ["- (no conventions of its own)"]
         st.markdown(f"Only in {fw}:\n" + "\n".join(lines))
         if ref_only:
-            st.markdown(f"Only in {cmp.reference}:\n" + "\n".join(f"- {md(n)}" for n in ref_only))
+            st.markdown(
+                f"Only in {cmp.reference}:\n"
+                + "\n".join(f"- {analysis.md_escape(n)}" for n in ref_only)
+            )
 
 st.subheader("Numbers")
 st.dataframe(cmp.summary, key="fw_summary", hide_index=True, width="stretch")

@@ -1,16 +1,10 @@
 import json
-import re
 
 import streamlit as st
 
 from roll_viz import analysis, ui
 
 state = ui.page_setup("Self-test")
-
-
-def md(text: str) -> str:
-    """Plain text for st.markdown: markdown/LaTeX/HTML characters shown literally."""
-    return re.sub(r"([\\`*_{}\[\]()#+!|$<>~-])", r"\\\1", str(text))
 
 
 st.title("Self-test: is the math right, right now?")
@@ -45,7 +39,7 @@ if n_pass == len(checks):
     st.success("Every check passes on the current batch.", icon=":material/check_circle:")
 else:
     failed = ", ".join(c.name for c in checks if not c.passed)
-    st.error(f"Failing: {md(failed)}", icon=":material/error:")
+    st.error(f"Failing: {analysis.md_escape(failed)}", icon=":material/error:")
 
 for check in checks:
     badge = (
@@ -53,10 +47,10 @@ for check in checks:
         if check.passed
         else ":red-badge[:material/close: FAIL]"
     )
-    label = f"{badge} **{md(check.name)}** — {md(check.summary)}"
+    label = f"{badge} **{analysis.md_escape(check.name)}** — {analysis.md_escape(check.summary)}"
     with st.expander(label, expanded=not check.passed):
         if check.description:
-            st.markdown(md(check.description))
+            st.markdown(analysis.md_escape(check.description))
         st.code(json.dumps(check.detail, indent=1, default=str), language="json")
 
 table = analysis.checks_table(checks)

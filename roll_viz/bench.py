@@ -9,10 +9,11 @@ Prints one JSON line per measurement::
 post-processing (group mean, batch std), running statistics, clipping, all four KL estimators,
 token rewards with KL, all eight advantage estimators, whitening and advantage clipping. Its peer
 is a plain per-token / per-sample Python loop over floats (the textbook formulas), timed in the
-same run. At RL scale the loop peer is timed on a subset of prompts and scaled linearly (the JSON
-line says so). "gae_scan" compares the blocked-scan GAE with the framework-style loop over T
-(torch ops across the batch, one Python iteration per token). "run:<framework>" lines time
-``roll_viz.pipeline.run`` per dialect (no peer).
+same run, interleaved with it so both see the same machine load (the line reports the 1-minute
+load average). At RL scale the loop peer is timed on a subset of prompts and scaled linearly
+(the JSON line says so). "gae_scan" compares the blocked-scan GAE with the framework-style loop
+over T (torch ops across the batch, one Python iteration per token). "run:<framework>" lines
+time ``roll_viz.pipeline.run`` per dialect (no peer).
 
 ``--quick`` uses tiny batches (for the smoke test); ``--threads N`` sets torch's intra-op
 threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -36,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 
-from roll_viz.ops import masked_whiten
+from roll_viz.ops import SCAN_BLOCK, masked_whiten
 from roll_viz.pipeline import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, EstimatorParams, run
 from roll_viz.pipeline.advantages import gae, token_rewards
 from roll_viz.pipeline.kl import token_kl
@@ -217,6 +219,22 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def paired_median_ms(
+    fast: Callable[[], object], slow: Callable[[], object], repeats: int, slow_repeats: int
+) -> tuple[float, float]:
+    """Median ms of two functions timed interleaved, so both see the same machine load."""
+    fast()
+    slow()
+    fast_times, slow_times = [], []
+    for i in range(max(repeats, slow_repeats)):
+        for fn, times, n in ((fast, fast_times, repeats), (slow, slow_times, slow_repeats)):
+            if i < n:
+                start = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(fast_times), statistics.median(slow_times)
+
+
 def _check_same(x: dict, loop_rows: int) -> float:
     """Max |vectorized - loop| over all estimators on the first ``loop_rows`` rows."""
     sub = _subset(x, loop_rows)
@@ -229,9 +247,10 @@ def _check_same(x: dict, loop_rows: int) -> float:
 def bench_pipeline(P: int, G: int, T: int, repeats: int, loop_prompts: int, loop_repeats: int):
     """One JSON-ready dict for the whole pipeline at this size."""
     x = make_inputs(P, G, T)
-    fast = median_ms(lambda: pipeline_vectorized(x), repeats)
     sub = _to_lists(_subset(x, loop_prompts * G))
-    slow_sub = median_ms(lambda: pipeline_loop(sub), loop_repeats)
+    fast, slow_sub = paired_median_ms(
+        lambda: pipeline_vectorized(x), lambda: pipeline_loop(sub), repeats, loop_repeats
+    )
     factor = P / loop_prompts
     line = {
         "name": "pipeline",
@@ -243,6 +262,7 @@ def bench_pipeline(P: int, G: int, T: int, repeats: int, loop_prompts: int, loop
         "loop_repeats": loop_repeats,
         "max_abs_diff_vs_loop": _check_same(x, min(loop_prompts, 2) * G),
         "threads": torch.get_num_threads(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     if loop_prompts < P:
         line["loop_note"] = (
@@ -256,8 +276,9 @@ def bench_gae(P: int, G: int, T: int, repeats: int) -> dict:
     """Blocked-scan GAE vs the framework-style Python loop over T."""
     x = make_inputs(P, G, T)
     r, v = x["lp"], x["values"]
-    fast = median_ms(lambda: gae(r, v, GAMMA, LAM), repeats)
-    slow = median_ms(lambda: gae_loop_over_t(r, v), max(1, repeats // 2))
+    fast, slow = paired_median_ms(
+        lambda: gae(r, v, GAMMA, LAM), lambda: gae_loop_over_t(r, v), repeats, repeats
+    )
     diff = (gae(r, v, GAMMA, LAM) - gae_loop_over_t(r, v)).abs().max().item()
     return {
         "name": "gae_scan",
@@ -267,7 +288,7 @@ def bench_gae(P: int, G: int, T: int, repeats: int) -> dict:
         "speedup": round(slow / fast, 1),
         "loop_kind": "torch ops over B, Python loop over T (verl/ROLL/OpenRLHF style)",
         "max_abs_diff_vs_loop": diff,
-        "scan_block": 64,
+        "scan_block": SCAN_BLOCK,
     }
 
 
@@ -314,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if quick:
         sizes = [(2, 2, 16, 3, 2, 1), (2, 4, 64, 2, 1, 1)]
     else:
-        sizes = [(8, 8, 256, 30, 8, 5), (64, 16, 1024, 5, 4, 1)]
+        sizes = [(8, 8, 256, 30, 8, 5), (64, 16, 1024, 7, 4, 3)]
     for P, G, T, repeats, loop_prompts, loop_repeats in sizes:
         line = bench_pipeline(P, G, T, repeats, loop_prompts, loop_repeats)
         print(json.dumps(line), flush=True)

@@ -18,7 +18,9 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
+import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale, unlabel_rgb
 from plotly.subplots import make_subplots
@@ -55,6 +57,21 @@ def masked_grid(values: Tensor, mask: Tensor) -> list[list[float | None]]:
         [v if k else None for v, k in zip(row, krow, strict=True)]
         for row, krow in zip(vals, keep, strict=True)
     ]
+
+
+def masked_array(values: Tensor, mask: Tensor) -> np.ndarray:
+    """(B, T) tensor -> float64 numpy array with NaN on padding (a blank heatmap cell).
+
+    Args:
+        values: (B, T) numbers.
+        mask: (B, T) 1.0 on valid positions.
+
+    Returns:
+        (B, T) array.
+    """
+    out = values.detach().double().cpu().numpy().copy()
+    out[~mask.bool().cpu().numpy()] = np.nan
+    return out
 
 
 def symmetric_range(values: Tensor, mask: Tensor, floor: float = 1e-6) -> float:
@@ -158,20 +175,18 @@ def heatmap(
     Returns:
         The figure; ``data[0].z`` equals ``values`` with None on padding.
     """
-    z = masked_grid(values, mask)
+    z = masked_array(values, mask)
     top = float(zmax) if zmax is not None else symmetric_range(values, mask)
-    text = token_text(rollout)
     names = list((extra or {}).keys())
-    grids = [masked_grid(t, mask) for t in (extra or {}).values()]
     batch, width = values.shape
-    custom = []
-    for b in range(batch):
-        row = []
-        for t in range(width):
-            cell = [text[b][t]] + [g[b][t] for g in grids]
-            cell.append(hover_lines[b][t] if hover_lines is not None else "")
-            row.append(cell)
-        custom.append(row)
+    # (B, T, 2 + len(extra)) object array: token, extra numbers..., extra hover text
+    custom = np.empty((batch, width, len(names) + 2), dtype=object)
+    custom[:, :, 0] = np.array(token_text(rollout), dtype=object).reshape(batch, width)
+    for i, grid in enumerate((extra or {}).values(), start=1):
+        custom[:, :, i] = masked_array(grid, mask)
+    custom[:, :, -1] = (
+        np.array(hover_lines, dtype=object).reshape(batch, width) if hover_lines is not None else ""
+    )
     hover = "<b>%{customdata[0]}</b>  (sample %{y}, t = %{x})<br>" + f"{quantity} = %{{z:.4f}}"
     for i, name in enumerate(names, start=1):
         hover += f"<br>{name} = %{{customdata[{i}]:.4f}}"
@@ -194,24 +209,25 @@ def heatmap(
         xgap=1,
         ygap=1,
     )
-    fig = go.Figure(trace)
-    _token_layout(fig, title, batch)
-    return fig
+    return go.Figure(data=[trace], layout=_token_layout(title, batch))
 
 
-def _token_layout(fig: go.Figure, title: str, rows: int) -> None:
-    fig.update_layout(
-        title={"text": title, "font": {"size": 15}, "x": 0.01, "xanchor": "left"},
-        height=_height(rows),
-        margin={"l": 60, "r": 20, "t": 50, "b": 40},
-        plot_bgcolor="rgba(0,0,0,0)",
-        paper_bgcolor="rgba(0,0,0,0)",
-        hoverlabel={"font": {"family": FONT}},
-    )
-    fig.update_yaxes(
-        title_text="sample (prompt p / sample s)", autorange="reversed", type="category"
-    )
-    fig.update_xaxes(title_text="token position t", showgrid=False)
+def _token_layout(title: str, rows: int) -> dict:
+    """Layout of a token heatmap as one dict (one plotly validation pass, not several updates)."""
+    return {
+        "title": {"text": title, "font": {"size": 15}, "x": 0.01, "xanchor": "left"},
+        "height": _height(rows),
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "hoverlabel": {"font": {"family": FONT}},
+        "yaxis": {
+            "title": {"text": "sample (prompt p / sample s)"},
+            "autorange": "reversed",
+            "type": "category",
+        },
+        "xaxis": {"title": {"text": "token position t"}, "showgrid": False},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,7 +379,7 @@ def estimator_heatmaps(
     for i, name in enumerate(names, start=1):
         fig.add_trace(
             go.Heatmap(
-                z=masked_grid(advantages[name], mask),
+                z=masked_array(advantages[name], mask),
                 x=list(range(mask.shape[1])),
                 y=labels,
                 customdata=text,
@@ -589,6 +605,18 @@ def scale_color(value: float, vmin: float, vmax: float, scale: str) -> str:
     return sample_colorscale(scale, [frac])[0]
 
 
+def scale_colors(values: Sequence[float], vmin: float, vmax: float, scale: str) -> list[str]:
+    """``scale_color`` for many values with one colorscale sampling call."""
+    fracs = []
+    for value in values:
+        if vmax <= vmin or not math.isfinite(value):
+            fracs.append(0.5)
+        else:
+            fracs.append(min(max((value - vmin) / (vmax - vmin), 0.0), 1.0))
+    return sample_colorscale(scale, fracs) if fracs else []
+
+
+@lru_cache(maxsize=4096)
 def text_color(rgb: str) -> str:
     """Black or white text for a background colour, by relative luminance (WCAG)."""
     if rgb.startswith("#"):
@@ -643,8 +671,8 @@ def token_chips_html(
         vmin = lo if vmin is None else vmin
         vmax = hi if vmax is None else vmax
     chips = []
-    for i, (tok, v, c) in enumerate(zip(tokens, vals, cvals, strict=False)):
-        bg = scale_color(c, vmin, vmax, scale)
+    colours = scale_colors(cvals, vmin, vmax, scale)
+    for i, (tok, v, bg) in enumerate(zip(tokens, vals, colours, strict=False)):
         fg = text_color(bg)
         ring = "outline:3px solid #111;outline-offset:1px;" if i == highlight else ""
         shown = html.escape(visible_whitespace(tok))

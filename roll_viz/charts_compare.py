@@ -31,6 +31,8 @@ OKABE_ITO: tuple[str, ...] = (
 #: Marker symbols cycled with the colours, so prompts differ in shape as well as colour.
 SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star")
 DIVERGING = "RdBu"
+#: The app's fixed symmetric advantage colour range (widened only if a value falls outside).
+ADVANTAGE_RANGE = 3.0
 SEQUENTIAL = "Viridis"
 
 #: Display names of the sweep metrics (columns of ``analysis.sweep``) and whether they are signed.
@@ -256,7 +258,7 @@ def frameworks_heatmap(table: pd.DataFrame, frameworks: Sequence[str]) -> go.Fig
     """
     cols = [f"advantage {fw}" for fw in frameworks]
     z = table[cols].to_numpy(dtype=float)
-    lim = _symmetric_limit(z, floor=1.0)
+    lim = _symmetric_limit(z, floor=ADVANTAGE_RANGE)
     prompts = list(dict.fromkeys(table["prompt"]))
     index = {p: k for k, p in enumerate(prompts)}
     labels = [
@@ -283,10 +285,12 @@ def frameworks_heatmap(table: pd.DataFrame, frameworks: Sequence[str]) -> go.Fig
             ),
         )
     )
-    fig.update_yaxes(title_text="sample", autorange="reversed", type="category")
+    fig.update_yaxes(title_text="sample", autorange="reversed", type="category", automargin=True)
     fig.update_xaxes(title_text="dialect")
     fig.update_layout(title="Mean advantage per sample in each dialect")
-    return _layout(fig, max(360, 26 * len(table) + 140))
+    _layout(fig, max(380, 26 * len(table) + 160))
+    fig.update_layout(margin={"l": 120})
+    return fig
 
 
 def frameworks_diff_bars(summary: pd.DataFrame) -> go.Figure:
@@ -310,10 +314,17 @@ def frameworks_diff_bars(summary: pd.DataFrame) -> go.Figure:
                 marker_color=OKABE_ITO[k],
                 text=[f"{v:.3g}" for v in vals],
                 textposition="outside",
+                textfont={"size": 13},
                 hovertemplate="dialect %{x}<br>" + col + " %{y:.6g}<extra></extra>",
             )
         )
-    fig.update_yaxes(title_text="max |difference| vs. reference", rangemode="tozero")
+    diffs = summary[["max |diff| reward", "max |diff| advantage"]].to_numpy(float)
+    top = float(np.nanmax(diffs)) if np.isfinite(diffs).any() else 1.0
+    fig.update_yaxes(title_text="max |difference| vs. reference", range=[0, 1.2 * (top or 1.0)])
     fig.update_xaxes(title_text="dialect")
-    fig.update_layout(barmode="group", title="How far each dialect is from the reference dialect")
-    return _layout(fig, 360)
+    fig.update_layout(
+        barmode="group",
+        title="Distance from the reference dialect",
+        legend={"orientation": "h", "y": -0.3},
+    )
+    return _layout(fig, 400)

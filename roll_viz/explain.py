@@ -252,7 +252,10 @@ def group_table(rollout: Rollout, scores: Tensor) -> pd.DataFrame:
 
 
 def token_table(
-    rollout: Rollout, trace: Trace | None = None, values: Tensor | None = None
+    rollout: Rollout,
+    trace: Trace | None = None,
+    values: Tensor | None = None,
+    compare: dict[str, Trace] | None = None,
 ) -> pd.DataFrame:
     """One row per valid response token of every sample (long format, for CSV).
 
@@ -260,10 +263,11 @@ def token_table(
         rollout: the batch.
         trace: its trace (adds kl, token_reward, return, advantage), or None.
         values: (B, T) critic values used by GAE, or None.
+        compare: more traces (label -> Trace) whose advantages become columns ``A_<label>``.
 
     Returns:
         DataFrame with columns sample, b, t, token, token_id, logprob, ref_logprob, exact_kl,
-        entropy[, kl, token_reward, return, advantage][, value].
+        entropy[, kl, token_reward, return, advantage][, value][, A_<label>...].
     """
     labels = sample_labels(rollout)
     mask = rollout.response_mask.bool()
@@ -290,6 +294,8 @@ def token_table(
                 row["advantage"] = float(trace.advantages[b, t])
             if values is not None:
                 row["value"] = float(values[b, t])
+            for label, other in (compare or {}).items():
+                row[f"A_{label}"] = float(other.advantages[b, t])
             rows.append(row)
     return pd.DataFrame(rows)
 

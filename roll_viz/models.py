@@ -38,7 +38,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,13 +317,20 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[Any, Any, str]:
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()
     cached = cache_root() / f"{path.stem}-{key[:12]}"
-    if (cached / "model.safetensors").is_file() and (cached / "config.json").is_file():
+
+    def from_cache() -> tuple[Any, Any] | None:
+        if not ((cached / "model.safetensors").is_file() and (cached / "config.json").is_file()):
+            return None
         try:
             tokenizer = AutoTokenizer.from_pretrained(cached)
-            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
-            return model, tokenizer, "gguf-cache"
+            return AutoModelForCausalLM.from_pretrained(cached, dtype=dtype), tokenizer
         except (OSError, ValueError) as err:  # a damaged cache: rebuild it
             logger.warning("ignoring damaged model cache %s: %s", cached, err)
+            return None
+
+    loaded = from_cache()
+    if loaded is not None:
+        return *loaded, "gguf-cache"
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(
         path.parent, gguf_file=path.name, dtype=torch.float32
@@ -333,7 +339,13 @@ def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[Any, Any, str]:
         _save_converted(model, tokenizer, cached)
     except OSError as err:
         logger.warning("could not cache the converted model in %s: %s", cached, err)
-    return model, tokenizer, "gguf-convert"
+        return model, tokenizer, "gguf-convert"
+    # Reload the plain copy: the same code path as every later start, and a model without the
+    # GGUF quantizer attached (which may refuse a dtype change).
+    loaded = from_cache()
+    if loaded is None:
+        return model, tokenizer, "gguf-convert"
+    return *loaded, "gguf-convert"
 
 
 def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
@@ -429,9 +441,3 @@ def build_tiny_model() -> tuple[Any, Any]:
                     torch.randn(param.shape, generator=generator) * config.initializer_range
                 )
     return model, tokenizer
-
-
-def with_lock(bundle: ModelBundle, fn: Callable[[], Any]) -> Any:
-    """Run ``fn()`` while holding ``bundle.lock`` (small helper for callers outside sampling)."""
-    with bundle.lock:
-        return fn()

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-SCAN_BLOCK = 64
+SCAN_BLOCK = 16  # K; ~sqrt(T) balances the two matmuls (measured fastest for T = 256..1024)
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -37,7 +37,7 @@ def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
         () when ``dim`` is None, else ``x`` reduced over ``dim``.
     """
     assert x.shape == mask.shape, f"x {tuple(x.shape)} vs mask {tuple(mask.shape)}"
-    masked = apply_mask(x, mask)  # where, not x * mask: padding may hold inf
+    masked = torch.where(as_bool(mask), x, 0.0)  # where, not x * mask: padding may hold inf
     return masked.sum() if dim is None else masked.sum(dim=dim)
 
 
@@ -57,7 +57,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
         () when ``dim`` is None, else ``x`` reduced over ``dim`` (e.g. (B,) for dim=-1).
     """
     valid = as_bool(mask)
-    count = valid.sum(dtype=x.dtype) if dim is None else valid.sum(dim=dim, dtype=x.dtype)
+    count = torch.count_nonzero(valid, dim=dim).to(x.dtype)
     return masked_sum(x, valid, dim) / count.clamp(min=1.0)
 
 
@@ -68,8 +68,8 @@ def masked_var(x: Tensor, mask: Tensor, ddof: int = 1) -> Tensor:
     ``masked_var``, ddof=0 is OpenRLHF's biased one.
 
     Args:
-        x: (B, T) values.
-        mask: (B, T) float 0/1.
+        x: (B, T) values (finite on padding with a float mask; see ``apply_mask``).
+        mask: (B, T) float 0/1, or bool.
         ddof: 1 for the unbiased (Bessel) variance, 0 for the biased one.
 
     Returns:
@@ -78,17 +78,17 @@ def masked_var(x: Tensor, mask: Tensor, ddof: int = 1) -> Tensor:
     Raises:
         ValueError: with ``count <= ddof`` valid positions (verl raises here too).
     """
-    return _var_and_deviations(x, as_bool(mask), ddof)[0]
+    return _var_and_deviations(x, mask, ddof)[0]
 
 
-def _var_and_deviations(x: Tensor, valid: Tensor, ddof: int) -> tuple[Tensor, Tensor]:
+def _var_and_deviations(x: Tensor, mask: Tensor, ddof: int) -> tuple[Tensor, Tensor]:
     """(() variance, (B, T) x - mean on valid positions and +0.0 elsewhere)."""
-    count = int(valid.sum().item())
+    count = int(torch.count_nonzero(mask).item())
     if count <= ddof:
         raise ValueError(
             f"variance with ddof={ddof} needs at least {ddof + 1} valid tokens, got {count}"
         )
-    dev = torch.where(valid, x - masked_mean(x, valid), 0.0)
+    dev = apply_mask(x - masked_mean(x, mask), mask)
     flat = dev.flatten()
     return torch.dot(flat, flat) / (count - ddof), dev  # no extra (B, T) tensor for squares
 
@@ -109,8 +109,8 @@ def masked_whiten(
     With ``shift_mean=False`` the mean is added back (TRL's ``whiten_rewards``).
 
     Args:
-        x: (B, T) values.
-        mask: (B, T) float 0/1.
+        x: (B, T) values (finite on padding with a float mask; see ``apply_mask``).
+        mask: (B, T) float 0/1, or bool.
         ddof: variance degrees of freedom (1 unbiased, 0 biased).
         eps: numerical floor, see ``eps_mode``.
         eps_mode: "add" or "floor".
@@ -122,8 +122,7 @@ def masked_whiten(
     Raises:
         ValueError: too few valid tokens for ``ddof`` (see ``masked_var``) or a bad ``eps_mode``.
     """
-    valid = as_bool(mask)
-    var, dev = _var_and_deviations(x, valid, ddof)  # dev: (B, T), +0.0 on padding
+    var, dev = _var_and_deviations(x, mask, ddof)  # dev: (B, T), +0.0 on padding
     if eps_mode == "add":
         inv_std = torch.rsqrt(var + eps)
     elif eps_mode == "floor":
@@ -132,7 +131,7 @@ def masked_whiten(
         raise ValueError(f"eps_mode must be 'add' or 'floor', got {eps_mode!r}")
     if shift_mean:
         return dev * inv_std  # padding stays exactly +0.0
-    return apply_mask(dev * inv_std + masked_mean(x, valid), valid)
+    return apply_mask(dev * inv_std + masked_mean(x, mask), mask)
 
 
 def as_bool(mask: Tensor) -> Tensor:
@@ -141,16 +140,22 @@ def as_bool(mask: Tensor) -> Tensor:
 
 
 def apply_mask(x: Tensor, mask: Tensor) -> Tensor:
-    """``x`` where ``mask`` is 1, +0.0 elsewhere (never -0.0, never NaN from padding).
+    """``x`` where ``mask`` is 1, +0.0 elsewhere (never -0.0).
+
+    With a float 0/1 mask this is one fused pass ``0 + x * mask`` (several times faster than
+    ``torch.where`` on CPU; adding to +0.0 turns -0.0 into +0.0), so ``x`` must be finite on
+    padding (inf * 0 is NaN). With a bool mask it is ``torch.where``, safe for any padding.
 
     Args:
         x: (B, T) values.
-        mask: (B, T) float 0/1 (or bool).
+        mask: (B, T) float 0/1, or bool.
 
     Returns:
         (B, T) masked copy.
     """
-    return torch.where(as_bool(mask), x, 0.0)
+    if mask.dtype == torch.bool:
+        return torch.where(mask, x, 0.0)
+    return torch.addcmul(x.new_zeros(()), x, mask)
 
 
 class GroupStats(NamedTuple):

@@ -65,6 +65,7 @@ CLASS_MAX_GROUP_SIZE = 16
 CLASS_MAX_NEW_TOKENS = 128
 
 FEATURE_SEED = 1729  # the fixed random projection of hidden states to probe features
+STATIC_CACHE_STEP = 128  # static KV cache lengths are multiples of this
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ def sample(
             report(0.88, "Scoring the same tokens under the reference")
             ref_rows = [ref_ctx[g] for g in group_ids.tolist()]
             ref_hidden = response_hidden(bundle, ref_rows, token_ids, response_mask)
-        valid = response_mask.bool()
+        valid = response_mask.to(bundle.device)
         head = bundle.model.get_output_embeddings()
         scores = score_positions(
             head,
@@ -348,13 +349,18 @@ def sample(
         tokenizer = bundle.tokenizer
         responses = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in sampled)
         greedy = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in greedy_rows)
-        vocab_ids = sorted(set(token_ids[valid].tolist()) | set(scores.topk_ids.flatten().tolist()))
+        vocab_ids = sorted(
+            {i for row in sampled for i in row} | set(scores.topk_ids.flatten().tolist())
+        )
         vocab = {i: tokenizer.decode([i]) for i in vocab_ids}
+    # Leave inference mode with ordinary tensors (callers may use them with autograd or in place).
+    valid = response_mask.clone()
+    token_ids, features = token_ids.clone(), features.clone()
     tokens = tuple(tuple(vocab[i] for i in row) for row in sampled)
 
     def spread(values: Tensor) -> Tensor:  # (N, ...) valid positions -> (B, T, ...) zero padded
         out = torch.zeros((*valid.shape, *values.shape[1:]), dtype=values.dtype)
-        out[valid] = values
+        out[valid] = values.clone()
         return out
 
     meta = {
@@ -393,7 +399,7 @@ def sample(
         responses=responses,
         token_ids=token_ids,
         tokens=tokens,
-        response_mask=response_mask.float(),
+        response_mask=valid.float(),
         logprobs=spread(scores.logprobs),
         ref_logprobs=spread(scores.ref_logprobs),
         exact_kl=spread(scores.kl),
@@ -507,10 +513,13 @@ def decode_batch(
     if use_static:
         from transformers import StaticCache
 
-        cache = StaticCache(config=model.config, max_cache_len=width + max_new_tokens)
-        # The mask covers the whole static cache: future slots stay 0 until written.
+        # Cache length rounded up to a multiple of STATIC_CACHE_STEP: fewer distinct shapes, so a
+        # compiled step recompiles less often. The mask covers the whole cache; unwritten slots
+        # stay 0 until their step.
+        cache_len = -(-(width + max_new_tokens) // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+        cache = StaticCache(config=model.config, max_cache_len=cache_len)
         attn = torch.cat(
-            [attn, torch.zeros(num_rows, max_new_tokens, dtype=attn.dtype, device=device)], 1
+            [attn, torch.zeros(num_rows, cache_len - width, dtype=attn.dtype, device=device)], 1
         )
     positions = (attn[:, :width].cumsum(-1) - 1).clamp_min(0)
     out = model(

@@ -33,18 +33,24 @@ from roll_viz.sampling import DecodeOptions, SamplingConfig, decode_batch, sampl
 PROMPT = "Explain quantum entanglement in one sentence."
 
 
-def _timed(fn: Callable[[], object], runs: int, sync: bool) -> list[float]:
-    """Wall seconds of ``runs`` calls after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(runs):
-        if sync:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+def _timed(fns: dict[str, Callable[[], object]], runs: int, sync: bool) -> dict[str, list[float]]:
+    """Wall seconds of ``runs`` calls of each function after one warm-up call each.
+
+    The functions take turns (a, b, a, b, ...) so that a noisy, shared machine slows all of them
+    alike instead of whichever happened to run during a busy spell.
+    """
+    for fn in fns.values():
         fn()
-        if sync:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            if sync:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if sync:
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
     return times
 
 
@@ -98,14 +104,12 @@ def bench_decode(bundle: ModelBundle, rows: int, new_tokens: int, runs: int) -> 
 
         return run
 
-    lines = [_line("hf_generate", bundle, rows, new_tokens, _timed(generate, runs, sync))]
-    variants = {"roll_viz_decode": DecodeOptions(static_cache=False)}
+    fns = {"hf_generate": generate, "roll_viz_decode": ours(DecodeOptions(static_cache=False))}
     if bundle.device.type == "cuda":
-        variants["roll_viz_decode_static_compiled"] = DecodeOptions(
-            static_cache=True, compile_decode=True
-        )
-    for name, options in variants.items():
-        lines.append(_line(name, bundle, rows, new_tokens, _timed(ours(options), runs, sync)))
+        options = DecodeOptions(static_cache=True, compile_decode=True)
+        fns["roll_viz_decode_static_compiled"] = ours(options)
+    times = _timed(fns, runs, sync)
+    lines = [_line(name, bundle, rows, new_tokens, times[name]) for name in fns]
     base = lines[0]["median_s"]
     for line in lines[1:]:
         line["speedup_vs_generate"] = round(base / line["median_s"], 2)
@@ -118,12 +122,12 @@ def bench_sample(bundle: ModelBundle, group: int, new_tokens: int, runs: int) ->
     cfg = SamplingConfig(
         prompts=(PROMPT,), group_size=group, max_new_tokens=new_tokens, policy_mode="steered"
     )
-    times = _timed(lambda: sample(no_eos, cfg), runs, bundle.device.type == "cuda")
-    return _line("roll_viz_sample_steered_full", bundle, group, new_tokens, times)
+    times = _timed({"sample": lambda: sample(no_eos, cfg)}, runs, bundle.device.type == "cuda")
+    return _line("roll_viz_sample_steered_full", bundle, group, new_tokens, times["sample"])
 
 
 def peak_rss(model: str | None) -> dict:
-    """Peak RSS of one ``sample()`` call, 8 prompts x 8 samples x 128 tokens, on CPU (this process)."""
+    """Peak RSS of one ``sample()`` of 8 prompts x 8 samples x 128 tokens on CPU (this process)."""
     bundle = load_models(model, device="cpu", dtype="float32")
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     no_eos = dataclasses.replace(bundle, eos_ids=(-1,))
@@ -155,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss", action="store_true", help="only measure peak RSS (8x8x128, CPU)")
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
     parser.add_argument("--cpu-only", action="store_true", help="skip the CUDA measurements")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     out = sys.stdout
     if args.rss:
         out.write(json.dumps(peak_rss(args.model)) + "\n")

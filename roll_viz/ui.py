@@ -15,8 +15,10 @@ page computes is handed to another page through ``st.session_state``; the only p
 is the running reward statistics of the Rewards page and the presentation-mode flags.
 
 Widget values live in the URL (``bind="query-params"``; only non-default values appear), so a
-link reproduces the state, seed included. ``?present=1`` enlarges fonts and ``&hide=beta,G`` hides
-those sidebar controls (``hide=sidebar`` hides the whole sidebar) for a teacher's projector.
+link reproduces the state, seed included. ``?present=true`` enlarges fonts and ``&hide=beta,G``
+hides those sidebar controls (``hide=sidebar`` hides the whole sidebar) for a teacher's
+projector; both are bound controls too (sidebar, "Presentation mode"), so they survive page
+switches.
 
 Live samples are cached in a small shared LRU held by ``st.cache_resource`` rather than in
 ``st.cache_data``: that way the sampling progress (``st.status`` + ``st.progress``) is drawn only
@@ -25,18 +27,20 @@ on a cache miss, and never replayed on a hit.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import pandas as pd
 import streamlit as st
 import torch
-from streamlit.errors import StreamlitAPIException
 
 from roll_viz import explain
 from roll_viz.records import Batch, Rollout, RunningMoments, Trace, batch_from_rollout
@@ -81,7 +85,8 @@ KEY_CHIP_VIEW = "chips"  # Samples: what the token chips colour by
 # Per-session state (small values only, never tensors).
 KEY_RUNNING = "_running_moments"
 KEY_RUNNING_BATCHES = "_running_batches"
-KEY_PRESENT_STATE = "_present"
+KEY_PRESENT = "present"
+KEY_HIDE = "hide"
 
 #: Generic sidebar controls and their widget keys (generic names as in ``pipeline.ALIASES``).
 GENERIC_KEYS: dict[str, str] = {
@@ -107,6 +112,7 @@ MAX_GROUP_SIZE = 16
 MAX_NEW_TOKENS = 256
 MAX_PROMPTS = 8
 LIVE_CACHE_ENTRIES = 16
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 PAGES = {
     "home": "app.py",
@@ -133,16 +139,21 @@ SINGLETON_NOTES = {
 
 PRESENT_CSS = """
 <style>
-html, body, [data-testid="stAppViewContainer"] { font-size: 21px; }
-[data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
-[data-testid="stHeading"] h1 { font-size: 2.6rem; }
-.katex { font-size: 1.35em !important; }
+[data-testid="stMain"] { font-size: 21px; }
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+[data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
+[data-testid="stMain"] .katex { font-size: 1.35em !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
 </style>
 """
 
 BASE_CSS = """
 <style>
 .rv-chips { line-height: 2.0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2166ac;
+  border-radius: 0.5rem; color: #2166ac; text-decoration: none; font-weight: 600; }
+a.rv-link:hover { background: #2166ac; color: #ffffff; }
 </style>
 """
 
@@ -238,44 +249,31 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _qp_flag(name: str) -> str | None:
-    try:
-        value = st.query_params.get(name)
-    except Exception:  # no script context (bare mode)
-        return None
-    return value
-
-
 # ---------------------------------------------------------------------------------------------
 # Presentation mode
 # ---------------------------------------------------------------------------------------------
-def _presentation() -> tuple[bool, tuple[str, ...]]:
-    """Presentation flags: from the URL when given there, else sticky for this session."""
-    present_q = _qp_flag("present")
-    hide_q = _qp_flag("hide")
-    if present_q is not None or hide_q is not None:
-        present = present_q not in (None, "", "0", "false")
-        hide = tuple(h.strip() for h in (hide_q or "").split(",") if h.strip())
-        st.session_state[KEY_PRESENT_STATE] = (present, hide)
-    return st.session_state.get(KEY_PRESENT_STATE, (False, ()))
-
-
-def presentation_params() -> dict[str, str]:
-    """Query parameters for a page link: the current URL's plus presentation mode.
-
-    The current URL holds the bound widgets' non-default values, so the next page shows the same
-    state (st.page_link would otherwise clear them).
-    """
-    present, hide = st.session_state.get(KEY_PRESENT_STATE, (False, ()))
-    try:
-        params: dict[str, str] = {k: v for k, v in st.query_params.to_dict().items() if v != ""}
-    except Exception:  # no script context (bare mode)
-        params = {}
-    if present:
-        params["present"] = "1"
-    if hide:
-        params["hide"] = ",".join(hide)
-    return params
+def _sidebar_presentation() -> tuple[bool, tuple[str, ...]]:
+    """The presentation controls (bound to the URL: ``?present=true&hide=beta,gamma``)."""
+    with st.sidebar.expander("Presentation mode", expanded=False):
+        present = _bound(
+            st.toggle,
+            "Presentation mode (larger fonts)",
+            value=False,
+            key=KEY_PRESENT,
+            help="For a projector. In the URL as present=true.",
+        )
+        hide_text = _bound(
+            st.text_input,
+            "Hide these controls",
+            value="",
+            key=KEY_HIDE,
+            placeholder="beta,gamma  (or: sidebar)",
+            help="Comma-separated control keys as they appear in the URL (beta, gamma, lam, G, "
+            "seed, fw, est, ...); 'sidebar' hides the whole sidebar. In the URL as hide=...",
+        )
+    # keys only (letters, digits, _ and -): the text goes into a CSS selector
+    hide = tuple(h for h in (p.strip() for p in (hide_text or "").split(",")) if _KEY_RE.match(h))
+    return bool(present), hide
 
 
 def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
@@ -597,7 +595,6 @@ def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict,
         "defaults into the controls below.",
     )
     aliases = pipeline.ALIASES[framework]
-    defaults = pipeline.DEFAULTS[framework]
     choices = pipeline.CHOICES.get(framework, {})
     helps = pipeline.HELP.get(framework, {})
     widget_defaults = _generic_defaults(framework)
@@ -703,7 +700,6 @@ def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict,
         messages.append(
             f"G = 1: a group of one has no spread. {SINGLETON_NOTES.get(framework, '')}"
         )
-    del defaults
     return framework, generic, config
 
 
@@ -744,12 +740,11 @@ def resolve_config(
     return config
 
 
-def page_setup(title: str, *, sidebar: bool = True) -> AppState:
+def page_setup(title: str) -> AppState:
     """Set up a page: page config, CSS, the shared sidebar. Call first on every page.
 
     Args:
-        title: page title (browser tab and heading).
-        sidebar: draw the shared sidebar (False only for pages that need no data).
+        title: page title (browser tab).
 
     Returns:
         The frozen AppState the sidebar describes.
@@ -757,15 +752,15 @@ def page_setup(title: str, *, sidebar: bool = True) -> AppState:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
-    present, hide = _presentation()
-    _inject_css(present, hide)
     messages: list[str] = []
     source, preset, sampling = _sidebar_data(messages)
     reward = _sidebar_reward(preset)
     framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
+    present, hide = _sidebar_presentation()
+    _inject_css(present, hide)
     st.sidebar.caption(
-        "Every control is in the URL: copy it to share this exact state. "
-        "Add `?present=1` for presentation mode, `&hide=beta,G` to hide controls."
+        "Every control is in the URL: copy it to share this exact state "
+        "(`?present=true&hide=beta,G` for a projector)."
     )
     state = AppState(
         source=source,
@@ -781,7 +776,6 @@ def page_setup(title: str, *, sidebar: bool = True) -> AppState:
     )
     if messages:
         st.warning("\n".join(f"- {m}" for m in messages), icon=":material/info:")
-    del sidebar
     return state
 
 
@@ -1110,22 +1104,62 @@ def explainer(markdown: str, *, title: str = "What am I looking at?") -> None:
 
 
 def next_page(page: str, label: str) -> None:
-    """The "Next ->" link at the bottom of a page (keeps presentation mode on)."""
+    """The "Next ->" link at the bottom of a page (carries the whole URL state)."""
     st.divider()
-    page_link(page, label, icon=":material/arrow_forward:")
+    page_link(page, label + " \u2192")
 
 
-def page_link(page: str, label: str, **kwargs: Any) -> None:
-    """st.page_link to a page by short name (see PAGES), keeping presentation mode.
+def _url_value(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    return None
 
-    A page that does not exist (yet), or a run where the page itself is the entrypoint (AppTest
-    on a single page), shows the label as plain text instead of failing.
+
+def url_state() -> dict[str, str]:
+    """The shared sidebar's current values as query parameters.
+
+    Returns:
+        key -> URL text for every shared control that has a value (defaults included; the next
+        page's widgets drop the ones equal to their default from the URL).
     """
+    keys = [
+        KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE, KEY_MAX_TOKENS, KEY_SEED,
+        KEY_POLICY, KEY_INSTRUCTION, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK, *GENERIC_KEYS.values(),
+        KEY_PRESENT, KEY_HIDE,
+    ]  # fmt: skip
+    keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
+    params: dict[str, str] = {}
+    for key in keys:
+        if key in st.session_state:
+            text = _url_value(st.session_state[key])
+            if text is not None and text != "":
+                params[key] = text
+    return params
+
+
+def page_url(page: str, params: Mapping[str, str] | None = None) -> str:
+    """Relative URL of a page (pages/N_Title.py -> "Title", app.py -> "./") with a query."""
     target = PAGES.get(page, page)
-    try:
-        st.page_link(target, label=label, query_params=presentation_params() or None, **kwargs)
-    except StreamlitAPIException:
-        st.markdown(f"{label} (`{target}`)")
+    name = os.path.basename(target).removesuffix(".py")
+    path = "./" if target == PAGES["home"] else name.split("_", 1)[1] if "_" in name else name
+    query = urlencode(params or {})
+    return f"{path}?{query}" if query else path
+
+
+def page_link(page: str, label: str, **_kwargs: Any) -> None:
+    """A link to a page by short name (see PAGES) that carries the whole URL state.
+
+    st.page_link cannot do this: on a page transition Streamlit drops query parameters bound to
+    widgets of another page, and the shared sidebar's widgets belong to each page separately. A
+    plain link reloads the app with the state in the URL instead (caches are shared, so the next
+    page is still instant); the sidebar navigation keeps the state by itself.
+    """
+    href = html.escape(page_url(page, url_state()), quote=True)
+    st.html(
+        f'<a class="rv-link" href="{href}" target="_self">{html.escape(label)}</a>',
+    )
 
 
 def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None) -> None:

@@ -29,18 +29,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from roll_viz.ops import (
     apply_mask,
-    as_bool,
     compact_valid,
     group_stats,
     last_token_index,
-    masked_sum,
     masked_whiten,
     reverse_discounted_cumsum,
     scatter_back,
@@ -48,6 +46,9 @@ from roll_viz.ops import (
 from roll_viz.pipeline.postprocess import leave_one_out_baseline, require_group_size
 
 SINGLETON_RULES = ("raw", "zero", "raise")
+EstimatorName = Literal[
+    "gae", "reinforce", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax"
+]
 
 
 @dataclass(frozen=True)
@@ -126,17 +127,18 @@ def token_rewards(
     """
     assert rewards.shape == response_mask.shape[:1], "rewards must be (B,)"
     last = last_token_index(response_mask)  # (B,)
-    positions = torch.arange(response_mask.shape[-1], device=rewards.device)
-    out = torch.where(positions == last[:, None], rewards[:, None], 0.0)  # (B,) -> (B, T)
+    out = torch.zeros_like(response_mask, dtype=rewards.dtype).scatter(
+        -1, last[:, None], rewards[:, None]
+    )  # (B,) -> (B, T), the reward at each row's last valid token
     if kl is not None and beta != 0.0:
-        out = out - beta * kl
+        out = torch.sub(out, kl, alpha=beta)  # out - beta * kl in one pass
     return apply_mask(out, response_mask)
 
 
 def _seq_rewards(token_rewards: Tensor, mask: Tensor, params: EstimatorParams) -> Tensor:
     if params.seq_rewards is not None:
         return params.seq_rewards
-    return masked_sum(token_rewards, mask, dim=-1)
+    return apply_mask(token_rewards, mask).sum(dim=-1)  # token rewards are finite on padding
 
 
 def _broadcast(seq: Tensor, mask: Tensor) -> Tensor:
@@ -158,14 +160,13 @@ def discounted_returns(
     Returns:
         (B, T) returns, 0 on masked positions.
     """
-    valid = as_bool(response_mask)
-    rewards = apply_mask(token_rewards, valid)
+    rewards = apply_mask(token_rewards, response_mask)
     if carry_through:
         compact, _, order = compact_valid(rewards, response_mask)
         returns = scatter_back(reverse_discounted_cumsum(compact, gamma), order)
     else:
         returns = reverse_discounted_cumsum(rewards, gamma)
-    return apply_mask(returns, valid)
+    return apply_mask(returns, response_mask)
 
 
 def gae(token_rewards: Tensor, values: Tensor, gamma: float, lam: float) -> Tensor:
@@ -190,7 +191,7 @@ def gae(token_rewards: Tensor, values: Tensor, gamma: float, lam: float) -> Tens
         (B, T) advantages (unmasked).
     """
     next_values = torch.cat([values[:, 1:], values.new_zeros(values.shape[0], 1)], dim=1)
-    deltas = token_rewards + gamma * next_values - values
+    deltas = torch.add(token_rewards, next_values, alpha=gamma) - values
     return reverse_discounted_cumsum(deltas, gamma * lam)
 
 
@@ -211,8 +212,7 @@ def gae_advantages(
     if params.values is None:
         raise ValueError("gae needs critic values (batch.values, shape (B, T))")
     values = params.values
-    valid = as_bool(response_mask)
-    rewards = apply_mask(token_rewards, valid)
+    rewards = apply_mask(token_rewards, response_mask)
     if params.carry_through:
         r_c, m_c, order = compact_valid(rewards, response_mask)
         v_c = apply_mask(values.gather(-1, order), m_c)
@@ -221,8 +221,8 @@ def gae_advantages(
         adv = gae(rewards, values, params.gamma, params.lam)
     B = token_rewards.shape[0]
     return Estimate(
-        apply_mask(adv, valid),
-        apply_mask(adv + values, valid),
+        apply_mask(adv, response_mask),
+        apply_mask(adv + values, response_mask),
         token_rewards.new_zeros(B),
         token_rewards.new_ones(B),
     )

@@ -22,6 +22,19 @@ A+V, reinforce_plus_plus the unwhitened R, remax the undiscounted reward-to-go, 
 estimators the advantages; openrlhf gae A+V, others the cumulative return before whitening; trl
 has no returns (advantages are reported).
 
+Edge cases (defined behaviour, never a silent NaN; ``run`` also rejects any non-finite result):
+- group of one: verl grpo/dr_grpo/rf++-baseline use mean 0, std 1 (the raw reward passes
+  through), verl rloo keeps the raw score; OpenRLHF's group estimators and TRL assert n >= 2 ->
+  ValueError naming the group; ROLL with a group std would take torch.std of one value (NaN in
+  the framework) -> ValueError explaining why (a group *mean* alone is fine: r - r = 0).
+- all-equal group: advantage exactly 0 (the group mean is computed with a refinement pass).
+- zero-length response (all-zero mask row): its score still counts in group statistics (verl
+  sums it in through index -1), but it has no token to land on: advantages 0, noted.
+- whitening with <= 1 valid token: ROLL skips it (PR #476, noted); verl raises ValueError (its
+  masked_var does too); OpenRLHF's biased variance is 0 -> advantages 0.
+- missing logprobs: KL 0 everywhere (noted); missing values for gae or baseline_scores for remax
+  -> ValueError naming the field.
+
 What roll-viz simplifies against the real recipes: one step, one domain, no PPO update (so the
 KL loss uses the rollout log-probs), no dynamic sampling, length penalties or loss aggregation;
 missing log-probs mean policy == reference (KL 0); the adaptive controller is applied once to this
@@ -30,6 +43,7 @@ batch with n_steps = batch size (OpenRLHF updates it after the train step from t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -62,6 +76,11 @@ VERL_ESTIMATORS = {
 OPENRLHF_GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
 
 
+def _num(x: float) -> str:
+    """Compact number for notes (``:g`` without exponent padding): 1e-06 -> 1e-6, 0.0001, 0.2."""
+    return re.sub(r"e([+-])0(\d)", r"e\1\2", f"{x:g}")
+
+
 class Conventions:
     """The framework's constants with the viz_ overrides applied, plus notes about overrides."""
 
@@ -80,7 +99,7 @@ class Conventions:
             )
         if self.eps != eps:
             self.notes.append(
-                f"roll-viz override viz_eps={self.eps:g} (the framework uses {eps:g})"
+                f"roll-viz override viz_eps={_num(self.eps)} (the framework uses {_num(eps)})"
             )
         if whiten_ddof is None and cfg["viz_whiten_ddof"] is not None:
             self.notes.append("viz_whiten_ddof has no effect: this dialect never whitens")
@@ -125,8 +144,8 @@ def _controller(beta: float, kl: Tensor, mask: Tensor, target, horizon, notes: l
     observed = observed_kl(kl, mask)
     nxt = next_kl_coef(beta, observed, target, horizon, n_steps=kl.shape[0])
     notes.append(
-        f"adaptive KL controller: beta {beta:g} -> {nxt:.8g} (observed KL {observed:.6g}, "
-        f"target {target:g}, n_steps = batch size {kl.shape[0]}, horizon {horizon:g})"
+        f"adaptive KL controller: beta {_num(beta)} -> {nxt:.8g} (observed KL {observed:.6g}, "
+        f"target {_num(target)}, n_steps = batch size {kl.shape[0]}, horizon {_num(horizon)})"
     )
     return nxt
 
@@ -189,23 +208,29 @@ def roll_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
     if mean_type or std_type:
         notes.append(
             f"reward_norm: mean={mean_type}, std={std_type}"
-            + (f", {_std_word(std_type, conv)}, eps {conv.eps:g} added to std" if std_type else "")
+            + (
+                f", {_std_word(std_type, conv)}, eps {_num(conv.eps)} added to std"
+                if std_type
+                else ""
+            )
         )
     clip = cfg["reward_clip"]
     rewards, clip_frac = clip_rewards(norm.rewards, -clip if clip else None, clip)
     if clip:
-        notes.append(f"response reward clipped to +-{clip:g} ({clip_frac:.0%} clipped)")
+        notes.append(f"response reward clipped to +-{_num(clip)} ({clip_frac:.0%} clipped)")
 
     kl = _kl(batch, ROLL_KL[cfg["kl_penalty"]], clamp=10.0 if cfg["kl_penalty"] == "k3" else None)
     beta = cfg["init_kl_coef"]
     kl_in_reward = cfg["add_token_level_kl"]
     tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
     if kl_in_reward:
-        notes.append(f"KL in reward: r_t -= {beta:g} * {cfg['kl_penalty']} (k3 clamped to +-10)")
+        notes.append(
+            f"KL in reward: r_t -= {_num(beta)} * {cfg['kl_penalty']} (k3 clamped to +-10)"
+        )
     next_beta = _controller(beta, kl, mask, cfg["target_kl"], cfg["kl_horizon"], notes)
     if clip:
         tokens, token_frac = clip_rewards(tokens, -clip, clip, mask)
-        notes.append(f"token rewards clipped to +-{clip:g} again ({token_frac:.0%} of tokens)")
+        notes.append(f"token rewards clipped to +-{_num(clip)} again ({token_frac:.0%} of tokens)")
     if cfg["whiten_rewards"]:
         tokens = _roll_whiten(tokens, mask, conv, notes, "token rewards")
 
@@ -224,7 +249,7 @@ def roll_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
     if cfg["advantage_clip"]:
         c = cfg["advantage_clip"]
         advantages, adv_frac = clip_rewards(advantages, -c, c, mask)
-        notes.append(f"advantages clipped to +-{c:g} ({adv_frac:.0%} of tokens)")
+        notes.append(f"advantages clipped to +-{_num(c)} ({adv_frac:.0%} of tokens)")
 
     kl_loss = None
     if cfg["use_kl_loss"]:
@@ -288,7 +313,7 @@ def verl_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
     kl_in_reward = cfg["use_kl_in_reward"]
     tokens = token_rewards(scores, mask, kl if kl_in_reward else None, beta)
     if kl_in_reward:
-        notes.append(f"KL in reward: r_t -= {beta:g} * {cfg['kl_penalty']}")
+        notes.append(f"KL in reward: r_t -= {_num(beta)} * {cfg['kl_penalty']}")
         if cfg["kl_ctrl_type"] == "adaptive":
             next_beta = _controller(beta, kl, mask, cfg["target_kl"], cfg["horizon"], notes)
     empty = mask.sum(-1) == 0
@@ -323,7 +348,7 @@ def verl_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
     kl_loss = None
     if cfg["use_kl_loss"]:
         kl_loss = kl_term_mean(_verl_kl(batch, cfg["kl_loss_type"]), mask)
-        notes.append(f"KL loss term: {cfg['kl_loss_type']} (coef {cfg['kl_loss_coef']:g})")
+        notes.append(f"KL loss term: {cfg['kl_loss_type']} (coef {_num(cfg['kl_loss_coef'])})")
     return _trace(
         "verl",
         cfg,
@@ -364,7 +389,7 @@ def _verl_estimator_notes(name: str, batch: Batch, conv: Conventions) -> list[st
             "returns = A + V (unwhitened)",
         ],
         "grpo": [
-            f"group std {conv.ddof_word(conv.std_ddof)}, eps {conv.eps:g} added to std",
+            f"group std {conv.ddof_word(conv.std_ddof)}, eps {_num(conv.eps)} added to std",
             "returns = advantages",
         ],
         "dr_grpo": ["returns = advantages"],
@@ -407,7 +432,7 @@ def openrlhf_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments
     if est in OPENRLHF_GROUP_ESTIMATORS:
         require_group_size(batch.group_ids, batch.group_labels, f"openrlhf {est}")
         if gamma != 1.0:
-            notes.append(f"gamma forced to 1.0 for {est} (configured {gamma:g})")
+            notes.append(f"gamma forced to 1.0 for {est} (configured {_num(gamma)})")
         gamma = 1.0
         stats = group_stats(scores, batch.group_ids, ddof=conv.std_ddof)
         if est == "rloo":
@@ -418,14 +443,14 @@ def openrlhf_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments
             notes.append(f"{est} shaping: r - group mean")
         if est == "group_norm":
             scale = stats.std + conv.eps
-            notes.append(f"group std {conv.ddof_word(conv.std_ddof)}, eps {conv.eps:g} added")
+            notes.append(f"group std {conv.ddof_word(conv.std_ddof)}, eps {_num(conv.eps)} added")
     shaped = (scores - baseline) / scale
     low, high = cfg["clip_range"] or (None, None)
     rewards, clip_frac = clip_rewards(shaped, low, high)
     if cfg["clip_range"]:
         notes.append(
-            f"shaped reward clamped to clip_range ({low:g}, {high:g}) after baseline shaping "
-            f"({clip_frac:.0%} clipped)"
+            f"shaped reward clamped to clip_range ({_num(low)}, {_num(high)}) after baseline "
+            f"shaping ({clip_frac:.0%} clipped)"
         )
 
     kl = _kl(batch, cfg["kl_estimator"], clamp=10.0)
@@ -433,7 +458,7 @@ def openrlhf_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments
     kl_in_reward = not cfg["use_loss"] and beta > 0
     tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
     if kl_in_reward:
-        notes.append(f"KL in reward: r_t -= {beta:g} * {cfg['kl_estimator']} (clamped to +-10)")
+        notes.append(f"KL in reward: r_t -= {_num(beta)} * {cfg['kl_estimator']} (clamped to +-10)")
     next_beta = _controller(beta, kl, mask, cfg["target"], cfg["horizon"], notes)
 
     if est == "gae":
@@ -462,7 +487,7 @@ def openrlhf_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments
     kl_loss = None
     if cfg["use_loss"]:
         kl_loss = kl_term_mean(kl, mask)
-        notes.append(f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {beta:g}")
+        notes.append(f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {_num(beta)}")
     return _trace(
         "openrlhf",
         cfg,
@@ -511,7 +536,7 @@ def trl_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | No
     if mode != "none":
         notes.append(
             f"scale_rewards={mode}: divided by the {mode} std, "
-            f"{conv.ddof_word(conv.std_ddof)}, eps {conv.eps:g} added"
+            f"{conv.ddof_word(conv.std_ddof)}, eps {_num(conv.eps)} added"
         )
     else:
         notes.append("scale_rewards=none: no std division (Dr.GRPO)")
@@ -521,7 +546,7 @@ def trl_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | No
     tokens = token_rewards(scores, mask)
     kl = _kl(batch, "k3", clamp=None)
     notes.append(
-        f"KL only in the loss: k3 unclamped, beta {cfg['beta']:g}"
+        f"KL only in the loss: k3 unclamped, beta {_num(cfg['beta'])}"
         + (" (beta=0: TRL does not load the reference model)" if cfg["beta"] == 0 else "")
     )
     return _trace(

@@ -20,18 +20,19 @@ What roll-viz simplifies against the real recipes:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 from torch import Tensor
 
-from roll_viz.ops import apply_mask, masked_mean
+from roll_viz.ops import apply_mask, as_bool, masked_mean
 
-KLName = str
+KLName = Literal["k1", "abs", "k2", "k3"]
 
 
 def kl_k1(log_ratio: Tensor) -> Tensor:
-    """k1 = log_r. (B, T) -> (B, T)."""
-    return log_ratio.clone()
+    """k1 = log_r. (B, T) -> (B, T) (the input itself: tensors are never modified in place)."""
+    return log_ratio
 
 
 def kl_abs(log_ratio: Tensor) -> Tensor:
@@ -83,7 +84,7 @@ def token_kl(
         raise ValueError(f"KL estimator must be one of {tuple(KL_ESTIMATORS)}, got {estimator!r}")
     # padding may hold anything (even -inf): zero the log-ratio there; every estimator maps 0 to
     # exactly +0.0, so the result needs no second mask
-    log_ratio = apply_mask(logprobs - ref_logprobs, response_mask)
+    log_ratio = apply_mask(logprobs - ref_logprobs, as_bool(response_mask))
     if log_ratio_clamp is not None:
         log_ratio = log_ratio.clamp(-log_ratio_clamp, log_ratio_clamp)
     kl = KL_ESTIMATORS[estimator](log_ratio)

@@ -4,9 +4,12 @@ Everything runs on the committed presets (no model) except the live-sampling tes
 tiny random model (ROLL_VIZ_MODEL=tiny, set in tests/conftest.py).
 """
 
+import base64
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -51,6 +54,20 @@ TABLE_COLUMNS = {
 }
 
 
+def zgrid(trace: dict) -> list[list[float | None]]:
+    """A heatmap's z from the figure JSON (plain lists or plotly's base64 typed array)."""
+    z = trace["z"]
+    if isinstance(z, dict):
+        arr = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"])
+        arr = arr.reshape(
+            z.get("shape", (len(arr),))
+            if isinstance(z.get("shape"), list)
+            else [int(n) for n in str(z["shape"]).split(",")]
+        )
+        return [[None if math.isnan(v) else float(v) for v in row] for row in arr.tolist()]
+    return z
+
+
 def frame(at: AppTest, key: str):
     """The first pandas DataFrame on the page with the columns of table ``key``."""
     for el in at.dataframe:
@@ -77,9 +94,19 @@ def test_home_has_chain_presets_and_next_link():
     at = open_page()
     labels = [b.label for b in at.button]
     assert {"quantum", "arithmetic", "sentiment", "pirate", "Use the live model"} <= set(labels)
-    links = [link.proto.label for link in at.get("page_link")]
+    links = " ".join(h.proto.body for h in at.get("html"))
     assert "Next: Samples" in links
-    assert {"Samples", "Rewards", "Token KL", "Advantages"} <= set(links)
+    for target in ("Samples?", "Rewards?", "Token_KL?", "Advantages?", "Local_vs_Global?"):
+        assert f'href="{target}' in links
+
+
+def test_next_link_carries_the_url_state():
+    at = open_page("kl", preset="pirate", beta="0.3", G="2")
+    links = [h.proto.body for h in at.get("html") if h.proto.body.startswith("<a ")]
+    assert len(links) == 1
+    assert 'href="Advantages?' in links[0]
+    for part in ("preset=pirate", "beta=0.3", "G=2"):
+        assert part in links[0]
 
 
 def test_home_preset_button_loads_the_preset_instantly():
@@ -106,7 +133,7 @@ def test_group_size_changes_the_shape():
     assert len(frame(at, "samples_table")) == 2
     # AppTest does not mirror bound widgets into its URL, so open the next page with G in it
     fig = chart(open_page("advantages", preset="quantum", G="2"), "advantage_heatmaps")
-    assert len(fig["data"][0]["z"]) == 2
+    assert len(zgrid(fig["data"][0])) == 2
 
 
 def test_group_size_above_the_preset_is_capped_with_one_message():
@@ -132,7 +159,7 @@ def test_beta_changes_the_token_rewards():
     rerun(at)
     after = frame(at, "kl_tokens")["token_reward"].tolist()
     assert before != after
-    z = chart(at, "token_rewards_reward")["data"][0]["z"]
+    z = zgrid(chart(at, "token_rewards_reward")["data"][0])
     assert any(v not in (None, 0) for row in z for v in row)
 
 
@@ -140,12 +167,12 @@ def test_kl_estimator_switch_changes_the_heatmap():
     at = open_page("kl", preset="pirate")
     k1 = chart(at, "kl_heatmap")["data"][0]
     assert k1["zmid"] == 0
-    assert any(v is not None and v < 0 for row in k1["z"] for v in row)
+    assert any(v is not None and v < 0 for row in zgrid(k1) for v in row)
     at.segmented_control(key=ui.KEY_KL_VIEW).set_value("k3")
     rerun(at)
     k3 = chart(at, "kl_heatmap")["data"][0]
-    assert k3["z"] != k1["z"]
-    assert all(v is None or v >= 0 for row in k3["z"] for v in row)
+    assert zgrid(k3) != zgrid(k1)
+    assert all(v is None or v >= 0 for row in zgrid(k3) for v in row)
     assert k3["zmin"] == 0
 
 
@@ -167,19 +194,19 @@ def test_estimator_switch_changes_the_advantages():
     rerun(at)
     fig2 = chart(at, "advantage_heatmaps")
     assert fig2["layout"]["annotations"][0]["text"] == "grpo (sidebar)"
-    assert fig2["data"][0]["z"] != fig["data"][0]["z"]
+    assert zgrid(fig2["data"][0]) != zgrid(fig["data"][0])
 
 
 def test_gamma_and_critic_change_gae():
     at = open_page("advantages", preset="sentiment")
-    z0 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    z0 = zgrid(chart(at, "advantage_heatmaps")["data"][0])
     at.slider(key=ui.KEY_GAMMA).set_value(0.5)
     rerun(at)
-    z1 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    z1 = zgrid(chart(at, "advantage_heatmaps")["data"][0])
     assert z1 != z0
     at.radio(key=ui.KEY_CRITIC).set_value("probe")
     rerun(at)
-    z2 = chart(at, "advantage_heatmaps")["data"][0]["z"]
+    z2 = zgrid(chart(at, "advantage_heatmaps")["data"][0])
     assert z2 != z1
     assert any("cross-fitted ridge probe" in c.value for c in at.caption)
 
@@ -239,11 +266,11 @@ def test_downloads_on_every_stage_page():
 
 
 def test_presentation_mode_hides_controls():
-    at = open_page("samples", preset="quantum", present="1", hide="beta,G")
+    at = open_page("samples", preset="quantum", present="true", hide="beta,G")
     css = " ".join(h.proto.body for h in at.get("html"))
     assert ".st-key-beta" in css
     assert ".st-key-G" in css
-    assert "font-size: 21px" in css
+    assert "font-size: 21px" in css  # presentation CSS
 
 
 def test_live_model_samples_with_progress():
@@ -259,3 +286,32 @@ def test_live_empty_prompts_keep_the_preset():
     rerun(at)
     assert any("prompt box is empty" in w.value for w in at.warning)
     assert len(frame(at, "samples_table")) == 2
+
+
+def test_running_statistics_accumulate_over_batches():
+    at = open_page("rewards", preset="quantum", G="2", norm="running")
+    assert any(m.label == "batches in the running stats" and m.value == "1" for m in at.metric)
+    first = frame(at, "rewards_table")["processed_reward"].tolist()
+    at.button(key="running_add").click()
+    rerun(at)  # samples the next seed with the (tiny) live model
+    assert any(m.label == "batches in the running stats" and m.value == "2" for m in at.metric)
+    assert frame(at, "rewards_table")["processed_reward"].tolist() != first
+    at.button(key="running_reset").click()
+    rerun(at)
+    assert any(m.label == "batches in the running stats" and m.value == "1" for m in at.metric)
+
+
+def test_home_live_button_switches_the_source():
+    at = open_page(None, preset="quantum", G="2", T="8")
+    at.button(key="go_live").click()
+    rerun(at)
+    assert at.toggle(key=ui.KEY_LIVE).value is True
+    assert any("Live model on" in s.value for s in at.success)
+    assert at.metric[1].value == "2"
+
+
+def test_hide_list_cannot_inject_css():
+    at = open_page("samples", preset="quantum", hide="beta,x{}body{display:none}")
+    css = " ".join(h.proto.body for h in at.get("html"))
+    assert ".st-key-beta" in css
+    assert "body{display:none}" not in css

@@ -294,3 +294,30 @@ def test_compare_frameworks_skips_dialects_without_the_estimator():
     assert {"advantage verl", "advantage openrlhf", "reward verl"} <= set(cmp.samples.columns)
     with pytest.raises(ValueError, match="estimator"):
         analysis.compare_frameworks(b, {}, "ppo")
+
+
+def test_single_threaded_restores_the_thread_count_even_when_nested():
+    before = torch.get_num_threads()
+    with analysis.single_threaded():
+        assert torch.get_num_threads() == 1
+        with analysis.single_threaded():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), analysis.single_threaded():
+        raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
+
+
+def test_md_escape_shows_typed_text_literally():
+    assert analysis.md_escape("r_t -= 0.2 * k1") == r"r\_t \-= 0.2 \* k1"
+    assert analysis.md_escape("$x$ <b>[a](b)") == r"\$x\$ \<b\>\[a\]\(b\)"
+
+
+def test_kl_is_zero_and_sweep_is_flat():
+    assert analysis.kl_is_zero(consistent_rollout(identical=True))
+    assert not analysis.kl_is_zero(consistent_rollout())
+    flat = pd.DataFrame({"spread": [1.0, 1.0, float("nan")]})
+    assert analysis.sweep_is_flat(flat)
+    assert not analysis.sweep_is_flat(pd.DataFrame({"spread": [1.0, 2.0]}))
+    assert not analysis.sweep_is_flat(pd.DataFrame({"spread": [1.0]}))

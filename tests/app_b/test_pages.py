@@ -176,3 +176,17 @@ def test_all_self_test_checks_pass_on_the_presets(preset):
     assert not at.error
     table = _table(at, "check")
     assert set(table["result"]) == {"pass"}
+
+
+def test_reset_button_restores_the_seed_example():
+    at = _app("local_global")
+    at.session_state["lg_table"] = {
+        "edited_rows": {4: {"reward": 9.0}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
+    edited = _array(_charts(_ok(at.run()))["lg_hand_scatter"]["data"][2]["y"])
+    at.button(key="lg_reset").click().run()
+    reset = _array(_charts(_ok(at))["lg_hand_scatter"]["data"][2]["y"])
+    assert not np.allclose(edited, reset)
+    assert reset.tolist() == pytest.approx([0.0, 0.1 / (0.1 + 1e-6), -0.1 / (0.1 + 1e-6)])

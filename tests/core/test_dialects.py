@@ -406,7 +406,7 @@ def test_notes_are_ordered_conventions():
         for key in ("GRPO forces", "reward_norm", "reward-to-go", "whitened")
     ]
     assert order == sorted(order)
-    assert "unbiased (n-1), eps 1e-06 added to std" in " ".join(notes)
+    assert "unbiased (n-1), eps 1e-6 added to std" in " ".join(notes)
 
 
 def test_api_contract_tables_are_consistent():

@@ -236,3 +236,14 @@ def test_estimators_match_loop_oracle(name, P, G, T, seed, carry):
     close(out.returns, ret, 1e-10)
     assert bool((out.advantages[mask == 0] == 0).all())
     assert bool((out.returns[mask == 0] == 0).all())
+
+
+def test_registry_names_match_literal_types():
+    from typing import get_args
+
+    from roll_viz.pipeline import KL_ESTIMATORS
+    from roll_viz.pipeline.advantages import EstimatorName
+    from roll_viz.pipeline.kl import KLName
+
+    assert set(get_args(EstimatorName)) == set(ADVANTAGE_ESTIMATORS)
+    assert set(get_args(KLName)) == set(KL_ESTIMATORS)

@@ -100,6 +100,12 @@ def after_rerun(page, action: Callable[[], None], timeout: float = 180_000) -> N
 
 def last_latency_ms(page) -> dict[str, float]:
     """From the last key release: ms until the script finished and until the next repaint."""
+    page.wait_for_function(
+        """() => {
+          const k = window.__rv.keys[window.__rv.keys.length - 1];
+          return window.__rv.changes.some(x => x.t >= k && x.s === 'painted');
+        }"""
+    )
     return page.evaluate(
         """() => {
           const k = window.__rv.keys[window.__rv.keys.length - 1];

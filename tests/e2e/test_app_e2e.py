@@ -91,6 +91,29 @@ def test_download_csv_of_the_reward_table(server, page):
     assert local == pytest.approx(0.201965964, abs=1e-8)
 
 
+def test_typing_into_the_reward_table_redraws_the_scatter(server, page):
+    sp.goto(page, _url(server, "05_local_vs_global"))
+    before = sp.chart_data(page, 0)
+    grid = page.locator(".st-key-lg_table [data-testid='stDataFrame']").bounding_box()
+    row_px = 35  # Streamlit's data editor: a header row and body rows of 35 px
+    # select the reward cell of row 5 ("capital of France", 5.1); typing starts an edit that
+    # replaces the value, Enter commits it and triggers one rerun
+    cell = ".st-key-lg_table [data-testid='glide-cell-2-4']"  # the grid's a11y mirror
+    page.mouse.click(grid["x"] + grid["width"] * 0.8, grid["y"] + row_px * 5 + row_px / 2)
+    page.wait_for_selector(f"{cell}[aria-selected='true']", state="attached")
+    assert page.locator(cell).inner_text() == "5.1"
+    page.keyboard.type("9")
+    page.wait_for_selector("input.gdg-input")
+    assert page.locator("input.gdg-input").input_value() == "9"
+    sp.after_rerun(page, lambda: page.keyboard.press("Enter"), timeout=60_000)
+    assert sp.exceptions(page) == []
+    after = sp.chart_data(page, 0)
+    assert [t["name"] for t in after] == ["local = global", "quantum", "capital of France"]
+    assert after[2]["y"] != before[2]["y"]
+    # group (5.0, 9.0, 4.9): mean 6.3, unbiased std sqrt(5.47); local advantage of the 9
+    assert after[2]["y"][1] == pytest.approx(2.7 / (5.47**0.5 + 1e-6), abs=1e-6)
+
+
 def test_slider_latency_benchmark_on_the_classroom_batch(server, page, capsys):
     """Print slider-release -> redrawn latency (ms) on 8 x 8 x 128 tokens; not asserted."""
     lines = []

@@ -1,7 +1,6 @@
 """One short smoke test on the real bundled SmolLM2 (GGUF -> cached safetensors), on CPU."""
 
 import pytest
-import torch
 
 from roll_viz.models import load_models
 from roll_viz.sampling import SamplingConfig, sample
@@ -26,4 +25,3 @@ def test_bundled_model_samples():
     valid = r.response_mask.bool()
     assert (r.logprobs[valid] < 0).all()
     assert (r.exact_kl == 0).all()
-    assert torch.equal(sample(bundle, cfg).token_ids, r.token_ids)

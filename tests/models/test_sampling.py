@@ -55,6 +55,8 @@ def test_shapes_and_padding(steered, steered_cfg):
         assert len(row) == int(mask_row.sum())
     assert all(isinstance(text, str) for text in r.responses)
     assert set(r.vocab) >= set(r.token_ids[r.response_mask.bool()].tolist())
+    tensors = [getattr(r, f.name) for f in dataclasses.fields(r)]
+    assert not any(t.is_inference() for t in tensors if isinstance(t, torch.Tensor))
     meta = dict(r.meta)
     assert meta["seed"] == 7
     assert meta["policy_mode"] == "steered"

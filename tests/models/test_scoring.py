@@ -1,0 +1,76 @@
+"""Scoring kernels against plain loops, and block splitting that never changes a number."""
+
+import math
+
+import torch
+
+from roll_viz.scoring import (
+    default_block_rows,
+    entropy_from_logprobs,
+    exact_kl,
+    logprobs_from_logits,
+    score_positions,
+)
+
+
+def test_kl_and_entropy_match_plain_loops():
+    g = torch.Generator().manual_seed(0)
+    logp = torch.log_softmax(torch.randn(3, 7, generator=g), -1)
+    logq = torch.log_softmax(torch.randn(3, 7, generator=g), -1)
+    for i in range(3):
+        kl = sum(
+            math.exp(a) * (a - b) for a, b in zip(logp[i].tolist(), logq[i].tolist(), strict=True)
+        )
+        ent = -sum(math.exp(a) * a for a in logp[i].tolist())
+        assert abs(exact_kl(logp, logq)[i].item() - kl) < 1e-6
+        assert abs(entropy_from_logprobs(logp)[i].item() - ent) < 1e-6
+    assert torch.equal(exact_kl(logp, logp), torch.zeros(3))
+
+
+def test_hand_sized_kl():
+    # p = (1/2, 1/2), q = (1/4, 3/4): KL = 0.5 ln 2 + 0.5 ln(2/3)
+    logp = torch.tensor([[math.log(0.5), math.log(0.5)]])
+    logq = torch.tensor([[math.log(0.25), math.log(0.75)]])
+    expected = 0.5 * math.log(2) + 0.5 * math.log(2 / 3)
+    assert abs(exact_kl(logp, logq).item() - expected) < 1e-6
+    assert abs(entropy_from_logprobs(logp).item() - math.log(2)) < 1e-6
+
+
+def test_temperature_scales_logits():
+    logits = torch.tensor([[0.0, 2.0]])
+    lp = logprobs_from_logits(logits, temperature=2.0)
+    expected = torch.log_softmax(torch.tensor([[0.0, 1.0]]), -1)
+    torch.testing.assert_close(lp, expected)
+
+
+def test_blocks_do_not_change_results():
+    g = torch.Generator().manual_seed(1)
+    head = torch.nn.Linear(4, 11, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(11, 4, generator=g))
+    hp, hr = torch.randn(10, 4, generator=g), torch.randn(10, 4, generator=g)
+    targets = torch.randint(0, 11, (10,), generator=g)
+    with torch.no_grad():
+        whole = score_positions(head, hp, hr, targets, temperature=0.7, k=3, block_rows=10)
+        blocks = score_positions(head, hp, hr, targets, temperature=0.7, k=3, block_rows=3)
+        auto = score_positions(head, hp, hr, targets, temperature=0.7, k=3)
+        same = score_positions(head, hp, None, targets, temperature=0.7, k=3, block_rows=4)
+    # equal up to float summation order (a block's shape may change the vectorised reduction)
+    for name in ("logprobs", "ref_logprobs", "kl", "entropy", "topk_logprobs", "topk_ref_logprobs"):
+        torch.testing.assert_close(getattr(whole, name), getattr(blocks, name), atol=1e-6, rtol=0)
+        torch.testing.assert_close(getattr(whole, name), getattr(auto, name), atol=1e-6, rtol=0)
+    assert torch.equal(whole.topk_ids, blocks.topk_ids)
+    lp = torch.log_softmax(head(hp).detach() / 0.7, -1)
+    torch.testing.assert_close(whole.logprobs, lp.gather(-1, targets[:, None])[:, 0])
+    assert torch.equal(same.kl, torch.zeros(10))
+    assert torch.equal(same.logprobs, same.ref_logprobs)
+    assert whole.topk_ids.shape == (10, 3)
+
+
+def test_empty_and_block_size():
+    head = torch.nn.Linear(4, 5, bias=False)
+    out = score_positions(head, torch.zeros(0, 4), None, torch.zeros(0, dtype=torch.long), k=2)
+    assert out.logprobs.shape == (0,)
+    assert out.topk_ids.shape == (0, 2)
+    assert default_block_rows(49152) * 49152 * 24 <= 256 * 2**20
+    assert default_block_rows(10**12) == 1
