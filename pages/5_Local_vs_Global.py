@@ -93,7 +93,8 @@ rollout = ui.cached_rollout(state)
 scores = ui.cached_scores(state)
 lg = analysis.local_vs_global(scores, rollout.group_ids, rollout.prompts)
 st.markdown(
-    f"{len(rollout.prompts)} prompts x G = {state.group_size} answers from "
+    f"{len(rollout.prompts)} prompt{'s' if len(rollout.prompts) != 1 else ''} x "
+    f"G = {state.group_size} answers from "
     f"{'the live model' if state.live else 'the preset ' + repr(state.preset)}, scored by "
     f"the sidebar's reward. Change G or the reward in the sidebar and watch the group stds move."
 )

@@ -61,10 +61,22 @@ with c3:
         help="zero: V = 0. probe: a cross-fitted ridge probe on the reference model's states.",
     )
 
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def comparison(key: tuple, settings: tuple, est: str, ref: str, _batch, _prompts):
+    return analysis.compare_frameworks(_batch, dict(settings), est, reference=ref, prompts=_prompts)
+
+
 rollout = ui.cached_rollout(state)
 batch = ui.current_batch(state, values=critic)
-cmp = analysis.compare_frameworks(
-    batch, generic, estimator, reference=reference, prompts=rollout.prompts
+data_key = (state.source, state.preset, state.model, state.sampling, state.reward, critic)
+cmp = comparison(
+    data_key,
+    tuple(sorted(generic.items())),
+    estimator,
+    reference,
+    _batch=batch,
+    _prompts=rollout.prompts,
 )
 for fw, why in cmp.skipped.items():
     st.info(f"{ui.FRAMEWORK_LABELS.get(fw, fw)}: {why}.", icon=":material/block:")
@@ -127,6 +139,14 @@ with st.expander("Each dialect's full config and notes"):
     for fw, trace in cmp.traces.items():
         st.markdown(f"**{fw}**")
         st.json({"config": dict(trace.config), "notes": list(trace.notes)}, expanded=False)
-        ui.download_trace_json(trace, key=f"fw_json_{fw}", name=f"trace_{fw}")
+        st.download_button(
+            f"Download the whole {fw} trace (trace_{fw}.json)",
+            data=lambda t=trace: ui.trace_json(t).encode("utf-8"),  # built only on click
+            file_name=f"trace_{fw}.json",
+            mime="application/json",
+            key=f"fw_json_{fw}",
+            on_click="ignore",
+            icon=":material/data_object:",
+        )
 
 ui.next_page("self_test", "Next: Self-test - check the math live")

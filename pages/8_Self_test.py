@@ -24,9 +24,20 @@ st.latex(
     r"\log\tfrac{q(y)}{p(y)}\right] = \mathrm{KL}(p\,\|\,q)"
 )
 
+
+@st.cache_data(show_spinner="Running the checks...", max_entries=32)
+def checks_for(key: tuple, _rollout, _batch):
+    return analysis.run_self_tests(_rollout, _batch)
+
+
 rollout = ui.cached_rollout(state)
 batch = ui.current_batch(state)
-checks = analysis.run_self_tests(rollout, batch)
+# The checks depend on the samples and rewards only, not on the sidebar's hyperparameters.
+checks = checks_for(
+    (state.source, state.preset, state.model, state.sampling, state.reward),
+    _rollout=rollout,
+    _batch=batch,
+)
 n_pass = sum(c.passed for c in checks)
 
 c1, c2, c3 = st.columns(3)

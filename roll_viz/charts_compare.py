@@ -116,8 +116,11 @@ def local_global_scatter(samples: pd.DataFrame) -> go.Figure:
         )
     fig.update_xaxes(title_text="global advantage (batch mean / batch std)", range=[-lim, lim])
     fig.update_yaxes(title_text="local advantage (group mean / group std)", range=[-lim, lim])
-    fig.update_layout(title="Each sample: local vs global advantage", legend_title_text="prompt")
-    return _layout(fig, 460)
+    fig.update_layout(
+        title="Each sample: local vs global advantage",
+        legend={"title": {"text": "prompt"}, "orientation": "h", "y": -0.22},
+    )
+    return _layout(fig, 520)
 
 
 def group_std_bars(groups: pd.DataFrame) -> go.Figure:

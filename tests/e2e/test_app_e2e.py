@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import statistics
 import urllib.parse
 from pathlib import Path
@@ -89,6 +90,19 @@ def test_download_csv_of_the_reward_table(server, page):
     assert rows[1][:3] == ["quantum", "0", "8.2"]
     local = float(rows[1][rows[0].index("local advantage")])
     assert local == pytest.approx(0.201965964, abs=1e-8)
+
+
+def test_download_a_whole_trace_as_json_built_on_click(server, page):
+    sp.goto(page, _url(server, "07_frameworks"))
+    page.get_by_text("Each dialect's full config and notes").click()
+    button = page.locator(".st-key-fw_json_verl button")
+    with page.expect_download() as info:
+        button.click()
+    download = info.value
+    assert download.suggested_filename == "trace_verl.json"
+    trace = json.loads(Path(download.path()).read_text())
+    assert trace["framework"] == "verl"
+    assert len(trace["advantages"]) == 8  # the default preset: 1 prompt x G = 8
 
 
 def test_typing_into_the_reward_table_redraws_the_scatter(server, page):
