@@ -129,13 +129,17 @@ def nice_ceiling(x: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
-def token_text(rollout: Rollout) -> list[list[str]]:
-    """(B, T) grid of escaped, whitespace-visible token strings ("" on padding)."""
+def token_text(rollout: Rollout) -> np.ndarray:
+    """(B, T) object array of escaped, whitespace-visible token strings ("" on padding).
+
+    A numpy array, not nested lists: plotly validates nested lists element by element, which
+    dominated the redraw time of a classroom batch.
+    """
     width = rollout.response_mask.shape[1]
-    out = []
-    for toks in rollout.tokens:
+    out = np.full((len(rollout.tokens), width), "", dtype=object)
+    for b, toks in enumerate(rollout.tokens):
         row = [html.escape(visible_whitespace(t)) for t in toks[:width]]
-        out.append(row + [""] * (width - len(row)))
+        out[b, : len(row)] = row
     return out
 
 
@@ -380,7 +384,7 @@ def estimator_heatmaps(
         fig.add_trace(
             go.Heatmap(
                 z=masked_array(advantages[name], mask),
-                x=list(range(mask.shape[1])),
+                x=np.arange(mask.shape[1]),
                 y=labels,
                 customdata=text,
                 hovertemplate=f"<b>%{{customdata}}</b>  ({name}, sample %{{y}}, t = %{{x}})"

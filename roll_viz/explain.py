@@ -271,32 +271,35 @@ def token_table(
     """
     labels = sample_labels(rollout)
     mask = rollout.response_mask.bool()
-    rows = []
-    for b in range(mask.shape[0]):
-        for t in range(mask.shape[1]):
-            if not mask[b, t]:
-                continue
-            row = {
-                "sample": labels[b],
-                "b": b,
-                "t": t,
-                "token": rollout.tokens[b][t] if t < len(rollout.tokens[b]) else "",
-                "token_id": int(rollout.token_ids[b, t]),
-                "logprob": float(rollout.logprobs[b, t]),
-                "ref_logprob": float(rollout.ref_logprobs[b, t]),
-                "exact_kl": float(rollout.exact_kl[b, t]),
-                "entropy": float(rollout.entropy[b, t]),
-            }
-            if trace is not None:
-                row["kl"] = float(trace.kl[b, t])
-                row["token_reward"] = float(trace.token_rewards[b, t])
-                row["return"] = float(trace.returns[b, t])
-                row["advantage"] = float(trace.advantages[b, t])
-            if values is not None:
-                row["value"] = float(values[b, t])
-            for label, other in (compare or {}).items():
-                row[f"A_{label}"] = float(other.advantages[b, t])
-            rows.append(row)
+    b_idx, t_idx = mask.nonzero(as_tuple=True)  # valid (b, t) pairs, row-major like a loop
+
+    def at(x: Tensor) -> list[float]:
+        return x[b_idx, t_idx].double().tolist()
+
+    b_list, t_list = b_idx.tolist(), t_idx.tolist()
+    rows: dict[str, list] = {
+        "sample": [labels[b] for b in b_list],
+        "b": b_list,
+        "t": t_list,
+        "token": [
+            rollout.tokens[b][t] if t < len(rollout.tokens[b]) else ""
+            for b, t in zip(b_list, t_list, strict=True)
+        ],
+        "token_id": rollout.token_ids[b_idx, t_idx].tolist(),
+        "logprob": at(rollout.logprobs),
+        "ref_logprob": at(rollout.ref_logprobs),
+        "exact_kl": at(rollout.exact_kl),
+        "entropy": at(rollout.entropy),
+    }
+    if trace is not None:
+        rows["kl"] = at(trace.kl)
+        rows["token_reward"] = at(trace.token_rewards)
+        rows["return"] = at(trace.returns)
+        rows["advantage"] = at(trace.advantages)
+    if values is not None:
+        rows["value"] = at(values)
+    for label, other in (compare or {}).items():
+        rows[f"A_{label}"] = at(other.advantages)
     return pd.DataFrame(rows)
 
 

@@ -16,10 +16,10 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class RunningMoments:
-    """Running mean/variance of response-level scores, carried from batch to batch (ROLL's
-    ``RunningMoments``, adapted from Stable-Baselines3).
+    """Running mean/variance of response-level scores, carried from batch to batch.
 
-    Starts at mean 0, var 1, count 1e-24. ``var`` is the biased (population) variance of all values
+    ROLL's ``RunningMoments``, adapted from Stable-Baselines3. Starts at mean 0, var 1,
+    count 1e-24. ``var`` is the biased (population) variance of all values
     seen; ``std`` applies Bessel's correction with the total count.
     """
 
@@ -44,7 +44,7 @@ class Batch:
         response_mask: (B, T) float, 1.0 on response tokens (incl. EOS), 0.0 on padding.
         group_ids: (B,) long, index of the prompt each sample answers (0..P-1).
         group_labels: (P,) the caller's original prompt ids, in index order.
-        logprobs: (B, T) log-prob of each sampled token under the policy (old/rollout policy), or None.
+        logprobs: (B, T) log-prob of each sampled token under the (rollout) policy, or None.
         ref_logprobs: (B, T) log-prob of the same tokens under the reference model, or None.
         values: (B, T) critic values V(s_t), needed by GAE, or None.
         baseline_scores: (B,) score of the greedy response of each sample's prompt (ReMax), or None.
@@ -128,7 +128,7 @@ class Rollout:
         topk_ref_logprobs: (B, T, K) log-probs of the same K tokens under the reference.
         finish_reasons: (B,) "eos" or "length".
         greedy_responses: (P,) greedy (temperature 0) answer per prompt, for ReMax's baseline.
-        features: (B, T, F) reference-model features per response position for a value probe, or None.
+        features: (B, T, F) reference-model features per position for a value probe, or None.
         vocab: id -> display string for every id in token_ids and topk_ids.
         meta: sorted (key, value) pairs: model, seed, temperature, top_p, max_new_tokens,
             policy mode, instruction, device, dtype, logprob temperature.

@@ -1173,7 +1173,8 @@ def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None
     """
     st.download_button(
         label or f"Download {name}.csv",
-        data=df.to_csv(index=False).encode("utf-8"),
+        # A callable runs only when clicked, so an unused button costs nothing per rerun.
+        data=lambda: df.to_csv(index=False).encode("utf-8"),
         file_name=f"{name}.csv",
         mime="text/csv",
         key=key,
@@ -1195,7 +1196,7 @@ def download_trace_json(trace: Trace, key: str, name: str = "trace") -> None:
     """A download button for the whole trace as JSON."""
     st.download_button(
         f"Download the whole trace ({name}.json)",
-        data=trace_json(trace).encode("utf-8"),
+        data=lambda: trace_json(trace).encode("utf-8"),
         file_name=f"{name}.json",
         mime="application/json",
         key=key,
