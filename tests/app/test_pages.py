@@ -315,3 +315,14 @@ def test_hide_list_cannot_inject_css():
     css = " ".join(h.proto.body for h in at.get("html"))
     assert ".st-key-beta" in css
     assert "body{display:none}" not in css
+
+
+def test_identical_policy_says_kl_is_zero_and_offers_the_pirate_preset():
+    at = open_page("kl", preset="quantum")
+    assert any("exactly 0" in box.value for box in at.info)
+    at.button(key="kl_pirate").click()
+    rerun(at)
+    assert at.selectbox(key=ui.KEY_PRESET).value == "pirate"
+    assert not any("exactly 0" in box.value for box in at.info)
+    k1 = chart(at, "kl_heatmap")["data"][0]
+    assert any(v not in (None, 0.0) for row in zgrid(k1) for v in row)
