@@ -130,17 +130,17 @@ def nice_ceiling(x: float) -> float:
 
 
 def token_text(rollout: Rollout) -> np.ndarray:
-    """(B, T) object array of escaped, whitespace-visible token strings ("" on padding).
+    """(B, T) string array of escaped, whitespace-visible token strings ("" on padding).
 
-    A numpy array, not nested lists: plotly validates nested lists element by element, which
-    dominated the redraw time of a classroom batch.
+    A fixed-width numpy string array, not nested lists or objects: plotly validates lists and
+    deep-copies object arrays element by element, which dominated a classroom batch's redraw.
     """
     width = rollout.response_mask.shape[1]
     out = np.full((len(rollout.tokens), width), "", dtype=object)
     for b, toks in enumerate(rollout.tokens):
         row = [html.escape(visible_whitespace(t)) for t in toks[:width]]
         out[b, : len(row)] = row
-    return out
+    return out.astype(str)
 
 
 def _height(rows: int, per_row: int = 26, extra: int = 130) -> int:
@@ -183,21 +183,22 @@ def heatmap(
     top = float(zmax) if zmax is not None else symmetric_range(values, mask)
     names = list((extra or {}).keys())
     batch, width = values.shape
-    # (B, T, 2 + len(extra)) object array: token, extra numbers..., extra hover text
-    custom = np.empty((batch, width, len(names) + 2), dtype=object)
-    custom[:, :, 0] = np.array(token_text(rollout), dtype=object).reshape(batch, width)
+    # (B, T, 2 + len(extra)) string array: token, extra numbers (pre-formatted), hover text.
+    # Fixed-width strings, not objects: plotly deep-copies object arrays cell by cell.
+    custom = np.full((batch, width, len(names) + 2), "", dtype=object)
+    custom[:, :, 0] = token_text(rollout)
     for i, grid in enumerate((extra or {}).values(), start=1):
-        custom[:, :, i] = masked_array(grid, mask)
-    custom[:, :, -1] = (
-        np.array(hover_lines, dtype=object).reshape(batch, width) if hover_lines is not None else ""
-    )
+        custom[:, :, i] = _formatted(masked_array(grid, mask))
+    if hover_lines is not None:
+        custom[:, :, -1] = np.array(hover_lines, dtype=object).reshape(batch, width)
+    custom = custom.astype(str)
     hover = "<b>%{customdata[0]}</b>  (sample %{y}, t = %{x})<br>" + f"{quantity} = %{{z:.4f}}"
     for i, name in enumerate(names, start=1):
-        hover += f"<br>{name} = %{{customdata[{i}]:.4f}}"
+        hover += f"<br>{name} = %{{customdata[{i}]}}"
     hover += f"%{{customdata[{len(names) + 1}]}}<extra></extra>"
     trace = go.Heatmap(
         z=z,
-        x=list(range(width)),
+        x=np.arange(width),
         y=_labels(rollout),
         customdata=custom,
         hovertemplate=hover,
@@ -214,6 +215,12 @@ def heatmap(
         ygap=1,
     )
     return go.Figure(data=[trace], layout=_token_layout(title, batch))
+
+
+def _formatted(grid: np.ndarray) -> np.ndarray:
+    """(B, T) floats -> (B, T) strings with 4 decimals ("" for NaN, i.e. padding)."""
+    flat = ["" if v != v else f"{v:.4f}" for v in grid.ravel().tolist()]
+    return np.array(flat, dtype=object).reshape(grid.shape)
 
 
 def _token_layout(title: str, rows: int) -> dict:

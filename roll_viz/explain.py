@@ -273,8 +273,11 @@ def token_table(
     mask = rollout.response_mask.bool()
     b_idx, t_idx = mask.nonzero(as_tuple=True)  # valid (b, t) pairs, row-major like a loop
 
+    keep = mask.numpy()
+
     def at(x: Tensor) -> list[float]:
-        return x[b_idx, t_idx].double().tolist()
+        # numpy boolean indexing: row-major like nonzero(), and no torch thread pool per call.
+        return x.detach().double().numpy()[keep].tolist()
 
     b_list, t_list = b_idx.tolist(), t_idx.tolist()
     rows: dict[str, list] = {
