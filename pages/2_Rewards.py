@@ -70,11 +70,14 @@ with side:
         r"\tilde r_i = \operatorname{clip}\!\left("
         r"\dfrac{s_i - \mu}{\sigma + \varepsilon}, -c, c\right)"
     )
-    m1, m2 = st.columns(2)
-    m1.metric(
+    st.metric(
         "clip fraction", f"{trace.clip_frac:.1%}", help="Share of rewards changed by the clip."
     )
-    m2.metric("mean processed", f"{float(trace.rewards.mean()):.3f}")
+    st.metric(
+        "mean processed reward",
+        f"{float(trace.rewards.mean()):.3f}",
+        help="Group normalization makes each group's mean 0; batch makes the batch's mean 0.",
+    )
     if mode == "running":
         running = trace.running or ui.running_moments()
         st.metric("batches in the running stats", ui.running_batches() + 1)

@@ -458,9 +458,8 @@ def next_tokens(
     Returns:
         (N,) long token ids.
     """
-    greedy = logits.argmax(dim=-1)
     if num_sampled == 0 or temperature <= 0:
-        return greedy
+        return logits.argmax(dim=-1)
     probs = torch.softmax(logits[:num_sampled] / temperature, dim=-1)  # (n, V)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
@@ -469,7 +468,9 @@ def next_tokens(
         picked = order.gather(-1, choice).squeeze(-1)
     else:
         picked = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return torch.cat([picked, greedy[num_sampled:]])
+    if num_sampled == logits.shape[0]:
+        return picked
+    return torch.cat([picked, logits[num_sampled:].argmax(dim=-1)])
 
 
 def decode_batch(
