@@ -49,6 +49,7 @@ from roll_viz.records import Batch, Rollout, RunningMoments, Trace, batch_from_r
 # Widget keys (also the URL query-parameter names). Keep them short and stable.
 # ---------------------------------------------------------------------------------------------
 KEY_PRESET = "preset"
+PRESET_REWARD = "preset"  # reward selector value: the preset's own (possibly weighted-sum) reward
 KEY_LIVE = "live"
 KEY_PROMPTS = "prompts"
 KEY_G = "G"
@@ -300,6 +301,28 @@ def _preset_defaults(name: str) -> tuple[Any, Any]:
     return sampling, reward
 
 
+def _reward_choices(reward_spec: Any) -> list[str]:
+    """Reward selector options: "preset" first when the preset sums several rewards."""
+    from roll_viz import rewards
+
+    names = list(rewards.REWARD_FNS)
+    return [PRESET_REWARD, *names] if len(reward_spec.terms) > 1 else names
+
+
+def _default_reward_choice(reward_spec: Any) -> str:
+    """The selector value that reproduces a preset's reward exactly."""
+    return PRESET_REWARD if len(reward_spec.terms) > 1 else reward_spec.terms[0][0]
+
+
+def _describe_terms(terms: tuple) -> str:
+    """'1 x one_sentence + 1 x target_length(target=20, tolerance=20)' for a caption."""
+    parts = []
+    for name, weight, params in terms:
+        args = ", ".join(f"{k}={v}" for k, v in params)
+        parts.append(f"{weight:g} x {name}" + (f"({args})" if args else ""))
+    return " + ".join(parts)
+
+
 def _reward_defaults(reward_spec: Any) -> tuple[str, dict]:
     """(reward name, params dict) of the first term of a RewardSpec."""
     name, _weight, params = reward_spec.terms[0]
@@ -369,8 +392,8 @@ def _on_preset_change() -> None:
     st.session_state[KEY_SEED] = int(sampling.seed)
     st.session_state[KEY_POLICY] = sampling.policy_mode
     st.session_state[KEY_INSTRUCTION] = sampling.instruction
-    reward_name, params = _reward_defaults(reward)
-    st.session_state[KEY_REWARD] = reward_name
+    _name, params = _reward_defaults(reward)
+    st.session_state[KEY_REWARD] = _default_reward_choice(reward)
     for param, value in params.items():
         st.session_state[KEY_REWARD_PARAM_PREFIX + param] = value
     st.session_state[KEY_NOISE] = float(reward.noise_sigma)
@@ -537,15 +560,18 @@ def _sidebar_reward(preset: str) -> Any:
     sb.markdown("### Reward")
     _sampling, preset_reward = _preset_defaults(preset)
     default_name, default_params = _reward_defaults(preset_reward)
-    names = list(rewards.REWARD_FNS)
+    names = _reward_choices(preset_reward)
     name = _bound(
         sb.selectbox,
         "Reward function",
         names,
-        index=names.index(default_name) if default_name in names else 0,
+        index=names.index(_default_reward_choice(preset_reward)),
         key=KEY_REWARD,
-        help="A toy, rule-based reward on the response text (no reward model).",
+        help="A toy, rule-based reward on the response text (no reward model). 'preset' is the "
+        "preset's own weighted sum of several rewards; pick one reward to tune its parameters.",
     )
+    if name == PRESET_REWARD:
+        sb.caption("reward = " + _describe_terms(preset_reward.terms))
     params = {}
     for param, (default, help_text) in rewards.REWARD_PARAMS.get(name, {}).items():
         value = default_params.get(param, default) if name == default_name else default
@@ -572,8 +598,13 @@ def _sidebar_reward(preset: str) -> Any:
         key=KEY_NOISE,
         help="Gaussian noise added to every score (seeded): a stand-in for a noisy reward model.",
     )
+    terms = (
+        preset_reward.terms
+        if name == PRESET_REWARD
+        else ((name, 1.0, tuple(sorted(params.items()))),)
+    )
     return rewards.RewardSpec(
-        terms=((name, 1.0, tuple(sorted(params.items()))),),
+        terms=terms,
         noise_sigma=float(noise),
         noise_seed=int(getattr(preset_reward, "noise_seed", 0)),
     )

@@ -326,3 +326,20 @@ def test_identical_policy_says_kl_is_zero_and_offers_the_pirate_preset():
     assert not any("exactly 0" in box.value for box in at.info)
     k1 = chart(at, "kl_heatmap")["data"][0]
     assert any(v not in (None, 0.0) for row in zgrid(k1) for v in row)
+
+
+def test_preset_reward_is_the_presets_weighted_sum():
+    from roll_viz.presets import load_preset
+    from roll_viz.rewards import score_rollout
+
+    _sampling, spec, rollout = load_preset("quantum")
+    assert len(spec.terms) == 2  # one_sentence + target_length
+    at = open_page("samples", preset="quantum")
+    assert at.selectbox(key=ui.KEY_REWARD).value == ui.PRESET_REWARD
+    shown = frame(at, "samples_table")["reward"].tolist()
+    assert shown == pytest.approx(score_rollout(rollout, spec).tolist())
+    at.selectbox(key=ui.KEY_REWARD).select("one_sentence")
+    rerun(at)
+    single = frame(at, "samples_table")["reward"].tolist()
+    assert set(single) <= {0.0, 1.0}
+    assert single != shown
