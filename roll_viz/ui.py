@@ -49,6 +49,7 @@ from roll_viz.records import Batch, Rollout, RunningMoments, Trace, batch_from_r
 # Widget keys (also the URL query-parameter names). Keep them short and stable.
 # ---------------------------------------------------------------------------------------------
 KEY_PRESET = "preset"
+KEY_MODEL = "model"
 PRESET_REWARD = "preset"  # reward selector value: the preset's own (possibly weighted-sum) reward
 KEY_LIVE = "live"
 KEY_PROMPTS = "prompts"
@@ -239,6 +240,32 @@ def _model_spec() -> str:
     from roll_viz import models
 
     return (os.environ.get("ROLL_VIZ_MODEL") or models.DEFAULT_MODEL).strip()
+
+
+def model_choices() -> list[str]:
+    """Models a user may pick in the UI: the server's ROLL_VIZ_MODEL, the bundled one, tiny.
+
+    A short allow-list, not free text: every distinct model stays loaded in the shared process,
+    so letting each visitor name a folder or hub id would let one URL exhaust the server's memory.
+    Any other model is chosen by whoever starts the server (ROLL_VIZ_MODEL or the CLI's --model).
+    """
+    from roll_viz import models
+
+    return list(dict.fromkeys([_model_spec(), models.DEFAULT_MODEL, "tiny"]))
+
+
+def _sidebar_model(live: bool) -> str:
+    """The live model's spec (a selector shown only when sampling live)."""
+    if not live:
+        return _model_spec()
+    return _bound(
+        st.sidebar.selectbox,
+        "Model",
+        model_choices(),
+        key=KEY_MODEL,
+        help="smollm2 = SmolLM2-135M-Instruct (bundled); tiny = a random 2-layer model that only "
+        "shows the mechanics. The server's ROLL_VIZ_MODEL comes first.",
+    )
 
 
 def _freeze(value: Any) -> Any:
@@ -785,6 +812,7 @@ def page_setup(title: str) -> AppState:
     )
     messages: list[str] = []
     source, preset, sampling = _sidebar_data(messages)
+    model = _sidebar_model(source == "live")
     reward = _sidebar_reward(preset)
     framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
     present, hide = _sidebar_presentation()
@@ -801,7 +829,7 @@ def page_setup(title: str) -> AppState:
         framework=framework,
         config_items=_freeze(config),
         generic=_freeze(generic),
-        model=_model_spec(),
+        model=model,
         present=present,
         messages=tuple(messages),
     )

@@ -343,3 +343,15 @@ def test_preset_reward_is_the_presets_weighted_sum():
     single = frame(at, "samples_table")["reward"].tolist()
     assert set(single) <= {0.0, 1.0}
     assert single != shown
+
+
+def test_live_mode_offers_an_allow_list_of_models():
+    at = open_page("samples", preset="quantum")
+    assert not [s for s in at.selectbox if s.key == ui.KEY_MODEL]  # presets need no model
+    at = open_page("samples", preset="quantum", live="true", G="2", T="8")
+    picker = at.selectbox(key=ui.KEY_MODEL)
+    assert picker.value == "tiny"  # the server's ROLL_VIZ_MODEL comes first
+    assert set(picker.options) == {"tiny", "smollm2"}
+    # A spec that is not on the list, even in a shared URL, is dropped and never loaded.
+    at = open_page("samples", preset="quantum", live="true", G="2", T="8", model="/etc/passwd")
+    assert at.selectbox(key=ui.KEY_MODEL).value == "tiny"
