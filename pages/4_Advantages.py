@@ -146,7 +146,7 @@ with c1:
     ui.download_csv(table, "advantages", key="dl_advantages")
 with c2:
     ui.download_trace_json(trace, key="dl_trace_advantages")
-with st.expander("Critic values V(s_t) used by GAE"):
+if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
     ui.plot(
         charts.heatmap(
             values,

@@ -355,3 +355,17 @@ def test_live_mode_offers_an_allow_list_of_models():
     # A spec that is not on the list, even in a shared URL, is dropped and never loaded.
     at = open_page("samples", preset="quantum", live="true", G="2", T="8", model="/etc/passwd")
     assert at.selectbox(key=ui.KEY_MODEL).value == "tiny"
+
+
+def test_critic_values_are_drawn_only_on_request():
+    at = open_page("advantages", preset="quantum", critic="probe")
+    keys = [
+        json.loads(c.proto.spec)["layout"].get("title", {}).get("text")
+        for c in at.get("plotly_chart")
+    ]
+    assert not any(k and "Critic values" in k for k in keys)
+    at.toggle(key="show_values").set_value(True)
+    rerun(at)
+    values = chart(at, "values_heatmap")["data"][0]
+    assert values["zmid"] == 0
+    assert any(v not in (None, 0.0) for row in zgrid(values) for v in row)  # the probe is not 0
