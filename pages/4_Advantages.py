@@ -15,16 +15,7 @@ current = ui.generic_value(state, "estimator")
 
 controls, side = st.columns([3, 1], gap="large")
 with controls:
-    critic = st.radio(
-        "Critic for GAE",
-        ["zero", "probe"],
-        captions=["V = 0", "ridge probe on the reference model's hidden states, cross-fitted"],
-        key=ui.KEY_CRITIC,
-        bind="query-params",
-        horizontal=True,
-        help="GAE needs a value estimate V(s_t). The probe is a ridge regression from the "
-        "reference model's hidden states to the returns, fitted on the other samples only.",
-    )
+    critic = ui.critic_radio(captions=True)
 
 estimators = ui.estimator_options(fw)
 results = {}
@@ -70,6 +61,8 @@ with controls:
     st.latex(
         r"\text{REINFORCE++: } A_t=\operatorname{whiten}\Big(\sum_{k\ge0}\gamma^k r_{t+k}\Big)"
     )
+
+values = ui.current_batch(state, values=critic).values  # (B, T) critic used by GAE
 
 st.header("One token, every estimator: the formula with its numbers")
 
@@ -125,7 +118,6 @@ def token_detail() -> None:
     )
     token = explain.visible_whitespace(tokens[t]) if t < len(tokens) else ""
     st.markdown(f"Selected: sample **{labels[b]}**, position **t = {t}**, token `{token}`")
-    values = ui.current_batch(state, values=critic).values
     tabs = st.tabs(ordered)
     for tab, est in zip(tabs, ordered, strict=True):
         with tab:
@@ -138,7 +130,6 @@ token_detail()
 
 trace = ui.cached_trace(state, values=critic)
 st.subheader("Every token")
-values = ui.current_batch(state, values=critic).values
 table = explain.token_table(rollout, trace, values, {est: results[est] for est in ordered})
 st.dataframe(table, hide_index=True, key="advantage_tokens")
 c1, c2 = st.columns(2)

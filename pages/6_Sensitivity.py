@@ -72,15 +72,7 @@ with c3:
         "one, token by token, at each grid point.",
     )
 with c4:
-    critic = st.radio(
-        "Critic for GAE",
-        ["zero", "probe"],
-        key="sw_critic",
-        horizontal=True,
-        bind="query-params",
-        help="zero: V = 0. probe: a cross-fitted ridge probe on the reference model's hidden "
-        "states, fitted to the returns.",
-    )
+    critic = ui.critic_radio(key="sw_critic")
 param2 = None if param2 == "none" else FROM_SHORT[param2]
 
 base_config = dict(config)

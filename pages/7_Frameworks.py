@@ -52,14 +52,7 @@ with c2:
         help="Differences are measured against this dialect.",
     )
 with c3:
-    critic = st.radio(
-        "Critic for GAE",
-        ["zero", "probe"],
-        key="fw_critic",
-        horizontal=True,
-        bind="query-params",
-        help="zero: V = 0. probe: a cross-fitted ridge probe on the reference model's states.",
-    )
+    critic = ui.critic_radio(key="fw_critic")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

@@ -41,24 +41,6 @@ ADVANTAGE_RANGE = 3.0
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-def masked_grid(values: Tensor, mask: Tensor) -> list[list[float | None]]:
-    """(B, T) tensor -> nested lists with None (NaN in plotly) on padding.
-
-    Args:
-        values: (B, T) numbers.
-        mask: (B, T) 1.0 on valid positions.
-
-    Returns:
-        B rows of T floats, None where mask == 0.
-    """
-    vals = values.double().tolist()
-    keep = mask.bool().tolist()
-    return [
-        [v if k else None for v, k in zip(row, krow, strict=True)]
-        for row, krow in zip(vals, keep, strict=True)
-    ]
-
-
 def masked_array(values: Tensor, mask: Tensor) -> np.ndarray:
     """(B, T) tensor -> float64 numpy array with NaN on padding (a blank heatmap cell).
 
@@ -223,10 +205,15 @@ def _formatted(grid: np.ndarray) -> np.ndarray:
     return np.array(flat, dtype=object).reshape(grid.shape)
 
 
+def _title(text: str) -> dict:
+    """The one title style of every figure: left-aligned, 15 px."""
+    return {"text": text, "font": {"size": 15}, "x": 0.01, "xanchor": "left"}
+
+
 def _token_layout(title: str, rows: int) -> dict:
     """Layout of a token heatmap as one dict (one plotly validation pass, not several updates)."""
     return {
-        "title": {"text": title, "font": {"size": 15}, "x": 0.01, "xanchor": "left"},
+        "title": _title(title),
         "height": _height(rows),
         "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
         "plot_bgcolor": "rgba(0,0,0,0)",
@@ -461,12 +448,7 @@ def reward_bars(
         barmode="group",
         height=400,
         margin={"l": 50, "r": 20, "t": 40, "b": 120},
-        title={
-            "text": "Response-level reward: raw vs post-processed",
-            "font": {"size": 15},
-            "x": 0.01,
-            "xanchor": "left",
-        },
+        title=_title("Response-level reward: raw vs post-processed"),
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
         xaxis_title="sample (prompt p / sample s)",
         yaxis_title="reward",
@@ -515,12 +497,7 @@ def group_stats_figure(
     fig.update_layout(
         height=360,
         margin={"l": 50, "r": 20, "t": 40, "b": 110},
-        title={
-            "text": "Group statistics of the raw reward",
-            "font": {"size": 15},
-            "x": 0.01,
-            "xanchor": "left",
-        },
+        title=_title("Group statistics of the raw reward"),
         xaxis_title="prompt",
         yaxis_title="raw reward",
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
@@ -592,12 +569,7 @@ def kl_bars(table_rows: Mapping[str, Sequence[float]], labels: Sequence[str]) ->
         barmode="group",
         height=360,
         margin={"l": 50, "r": 20, "t": 40, "b": 110},
-        title={
-            "text": "Token-mean KL per sample",
-            "font": {"size": 15},
-            "x": 0.01,
-            "xanchor": "left",
-        },
+        title=_title("Token-mean KL per sample"),
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
         yaxis_title="mean KL per token",
     )

@@ -1264,6 +1264,22 @@ def download_trace_json(trace: Trace, key: str, name: str = "trace") -> None:
     )
 
 
+def critic_radio(key: str = KEY_CRITIC, captions: bool = False) -> str:
+    """The "Critic for GAE" choice ("zero" or "probe"), bound to the URL under ``key``."""
+    return st.radio(
+        "Critic for GAE",
+        ["zero", "probe"],
+        captions=["V = 0", "ridge probe on the reference model's hidden states, cross-fitted"]
+        if captions
+        else None,
+        key=key,
+        bind="query-params",
+        horizontal=True,
+        help="GAE needs a value estimate V(s_t). zero: V = 0. probe: a ridge regression from the "
+        "reference model's hidden states to the returns, fitted on the other samples only.",
+    )
+
+
 def plot(fig: Any, key: str, **kwargs: Any) -> None:
     """st.plotly_chart with a key and the figure's own colours (theme off for fixed scales)."""
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
