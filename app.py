@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from roll_viz import charts, ui
+from roll_viz import ui
+from roll_viz.views import charts
 
 state = ui.page_setup("Home")
 
@@ -73,7 +74,7 @@ with left:
         "Each preset is a batch sampled once from the real model and committed with the app: "
         "it loads immediately, no model needed."
     )
-    from roll_viz.presets import PRESETS
+    from roll_viz.data.presets import PRESETS
 
     for name, (description, cfg, _spec) in PRESETS.items():
         active = state.preset == name and not state.live

@@ -4,7 +4,8 @@ import html
 
 import streamlit as st
 
-from roll_viz import charts, explain, ui
+from roll_viz import ui
+from roll_viz.views import charts, explain
 
 state = ui.page_setup("Samples")
 st.title("1. Samples: what the policy wrote")

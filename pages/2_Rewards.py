@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from roll_viz import charts, explain, ui
+from roll_viz import ui
+from roll_viz.views import charts, explain
 
 state = ui.page_setup("Rewards")
 st.title("2. Rewards: one number per response, then post-processing")

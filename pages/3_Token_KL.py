@@ -2,8 +2,9 @@
 
 import streamlit as st
 
-from roll_viz import charts, explain, ui
-from roll_viz.pipeline.kl import observed_kl
+from roll_viz import ui
+from roll_viz.core.pipeline.kl import observed_kl
+from roll_viz.views import charts, explain
 
 state = ui.page_setup("Token KL")
 st.title("3. Token KL: how far did the policy drift, token by token?")

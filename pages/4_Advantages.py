@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from roll_viz import charts, explain, ui
+from roll_viz import ui
+from roll_viz.views import charts, explain
 
 state = ui.page_setup("Advantages")
 st.title("4. Advantages: which tokens get pushed up, which down")

@@ -1,6 +1,7 @@
 import streamlit as st
 
-from roll_viz import analysis, charts_compare, ui
+from roll_viz import analysis, ui
+from roll_viz.views import compare as charts_compare
 
 state = ui.page_setup("Local vs global")
 

@@ -1,7 +1,8 @@
 import streamlit as st
 
-from roll_viz import analysis, charts_compare, ui
-from roll_viz.pipeline import FRAMEWORKS
+from roll_viz import analysis, ui
+from roll_viz.core.pipeline import FRAMEWORKS
+from roll_viz.views import compare as charts_compare
 
 state = ui.page_setup("Frameworks")
 

@@ -13,11 +13,11 @@ def main(argv: list[str]) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "compute":
-        from roll_viz.calculator import main as compute_main
+        from roll_viz.cli.calculator import main as compute_main
 
         return compute_main(rest)
     if command == "sample":
-        from roll_viz.sampling import cli_main as sample_main
+        from roll_viz.cli.sample import main as sample_main
 
         return sample_main(rest)
     print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)

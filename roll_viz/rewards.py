@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.records import Rollout
+from roll_viz.core.records import Rollout
 
 RewardFn = Callable[..., float]  # (prompt, response, **params) -> float
 

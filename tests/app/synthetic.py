@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_viz.records import Rollout, Trace
+from roll_viz.core.records import Rollout, Trace
 
 SEED_SCORES = (8.2, 6.5, 9.1)
 

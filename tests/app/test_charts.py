@@ -1,4 +1,4 @@
-"""Unit tests of roll_viz.charts: figure types, colour scales, NaN padding, escaping."""
+"""Unit tests of roll_viz.views.charts: figure types, colour scales, NaN padding, escaping."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from plotly.colors import sample_colorscale
 
-from roll_viz import charts
+from roll_viz.views import charts
 from tests.app.synthetic import synthetic_rollout, synthetic_trace
 
 

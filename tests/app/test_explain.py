@@ -1,12 +1,13 @@
-"""Unit tests of roll_viz.explain: formulas with numbers against hand values, tables."""
+"""Unit tests of roll_viz.views.explain: formulas with numbers against hand values, tables."""
 
 import math
 
 import pytest
 import torch
 
-from roll_viz import explain, pipeline
-from roll_viz.records import batch_from_rollout
+from roll_viz.core import pipeline
+from roll_viz.core.records import batch_from_rollout
+from roll_viz.views import explain
 from tests.app.synthetic import SEED_SCORES, seed_rollout, synthetic_rollout
 
 

@@ -329,7 +329,7 @@ def test_identical_policy_says_kl_is_zero_and_offers_the_pirate_preset():
 
 
 def test_preset_reward_is_the_presets_weighted_sum():
-    from roll_viz.presets import load_preset
+    from roll_viz.data.presets import load_preset
     from roll_viz.rewards import score_rollout
 
     _sampling, spec, rollout = load_preset("quantum")

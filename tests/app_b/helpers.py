@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_viz.records import Batch, Rollout, batch_from_rollout
+from roll_viz.core.records import Batch, Rollout, batch_from_rollout
 
 
 def consistent_rollout(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from roll_viz import analysis
-from roll_viz.records import Batch
+from roll_viz.core.records import Batch
 from tests.app_b.helpers import batch_of, consistent_rollout
 
 T1_LOCAL = (0.201965964, -1.085567055, 0.883601091)
@@ -196,7 +196,7 @@ def test_sweep_rejects_bad_parameters(batch):
 
 
 def test_sweep_calls_the_pipeline_once_per_point_and_estimator(batch):
-    from roll_viz.pipeline import run
+    from roll_viz.core.pipeline import run
 
     calls = []
 

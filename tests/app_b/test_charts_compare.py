@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from roll_viz import analysis, charts_compare
+from roll_viz import analysis
+from roll_viz.views import compare as charts_compare
 from tests.app_b.helpers import batch_of, consistent_rollout
 
 

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from roll_viz import analysis, presets, rewards
-from roll_viz.records import batch_from_rollout
+from roll_viz import analysis, rewards
+from roll_viz.core.records import batch_from_rollout
+from roll_viz.data import presets
 from tests.app_b.helpers import batch_of, consistent_rollout
 
 
@@ -47,7 +48,7 @@ def test_seed_cases_catch_a_wrong_hand_value(case):
 
 
 def test_every_position_check_fails_if_the_pipeline_leaks(monkeypatch):
-    import roll_viz.pipeline as pipeline
+    import roll_viz.core.pipeline as pipeline
 
     real = pipeline.run
 

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from roll_viz.records import Batch
+from roll_viz.core.records import Batch
 
 SEED_SCORES = [8.2, 6.5, 9.1]
 

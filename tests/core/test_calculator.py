@@ -9,8 +9,8 @@ import torch
 
 from core.cases import SEED_SCORES
 from core.test_dialects import SEED_CASES
-from roll_viz import calculator
-from roll_viz.pipeline import run
+from roll_viz.cli import calculator
+from roll_viz.core.pipeline import run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@ import torch
 
 from core import oracles
 from core.cases import SEED_SCORES, close, random_case, seed_batch, to_batch
-from roll_viz.pipeline import (
+from roll_viz.core.pipeline import (
     ALIASES,
     CHOICES,
     DEFAULTS,
@@ -12,7 +12,7 @@ from roll_viz.pipeline import (
     HELP,
     run,
 )
-from roll_viz.records import Batch
+from roll_viz.core.records import Batch
 
 F = torch.float64
 T1 = [0.201965964, -1.085567055, 0.883601091]

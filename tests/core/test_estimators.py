@@ -3,7 +3,7 @@ import torch
 
 from core import oracles
 from core.cases import SEED_SCORES, close, random_case
-from roll_viz.pipeline import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
 
 F = torch.float64
 
@@ -241,9 +241,9 @@ def test_estimators_match_loop_oracle(name, P, G, T, seed, carry):
 def test_registry_names_match_literal_types():
     from typing import get_args
 
-    from roll_viz.pipeline import KL_ESTIMATORS
-    from roll_viz.pipeline.advantages import EstimatorName
-    from roll_viz.pipeline.kl import KLName
+    from roll_viz.core.pipeline import KL_ESTIMATORS
+    from roll_viz.core.pipeline.advantages import EstimatorName
+    from roll_viz.core.pipeline.kl import KLName
 
     assert set(get_args(EstimatorName)) == set(ADVANTAGE_ESTIMATORS)
     assert set(get_args(KLName)) == set(KL_ESTIMATORS)

@@ -5,9 +5,9 @@ import torch
 
 from core import oracles
 from core.cases import close
-from roll_viz.ops import full_vocab_kl
-from roll_viz.pipeline import KL_ESTIMATORS, next_kl_coef, token_kl
-from roll_viz.pipeline.kl import observed_kl
+from roll_viz.core.ops import full_vocab_kl
+from roll_viz.core.pipeline import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.core.pipeline.kl import observed_kl
 
 T7_LOGP = [-0.5, -2.0, -1.0, -0.1, -15.0, -1.0]
 T7_REF = [-1.0, -1.0, -1.0, -2.3, -1.0, -25.0]

@@ -5,7 +5,7 @@ import torch
 
 from core import oracles
 from core.cases import close
-from roll_viz import ops
+from roll_viz.core import ops
 
 
 @pytest.mark.parametrize("T", [1, 2, 7, 63, 64, 65, 200, 513])

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from core.cases import SEED_SCORES, close
-from roll_viz.pipeline.postprocess import (
+from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
     leave_one_out_baseline,
     normalize_scores,
     update_running_moments,
 )
-from roll_viz.records import RunningMoments
+from roll_viz.core.records import RunningMoments
 
 F = torch.float64
 

@@ -3,8 +3,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from core.cases import random_case, to_batch
-from roll_viz.pipeline import CHOICES, ESTIMATOR_KEY, FRAMEWORKS, run
-from roll_viz.records import Batch
+from roll_viz.core.pipeline import CHOICES, ESTIMATOR_KEY, FRAMEWORKS, run
+from roll_viz.core.records import Batch
 
 F = torch.float64
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from roll_viz.pipeline import run
-from roll_viz.pipeline.values import probe_values, ridge_fit
-from roll_viz.records import Batch
+from roll_viz.core.pipeline import run
+from roll_viz.core.pipeline.values import probe_values, ridge_fit
+from roll_viz.core.records import Batch
 
 F = torch.float64
 

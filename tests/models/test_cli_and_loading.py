@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll_viz import models
-from roll_viz.models import ModelNotFoundError, load_models, resolve_device, resolve_dtype
+from roll_viz.lm import models
+from roll_viz.lm.models import ModelNotFoundError, load_models, resolve_device, resolve_dtype
 
 ROOT = Path(__file__).resolve().parents[2]
 

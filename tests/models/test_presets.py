@@ -6,8 +6,14 @@ import json
 import pytest
 import torch
 
-from roll_viz.presets import PRESET_DIR, PRESETS, load_preset, rollout_from_dict, rollout_to_dict
-from roll_viz.records import Rollout
+from roll_viz.core.records import Rollout
+from roll_viz.data.presets import (
+    PRESET_DIR,
+    PRESETS,
+    load_preset,
+    rollout_from_dict,
+    rollout_to_dict,
+)
 from roll_viz.rewards import score_greedy, score_rollout
 
 
@@ -71,7 +77,7 @@ def test_unknown_preset():
 
 
 def test_stale_preset_detected(monkeypatch):
-    import roll_viz.presets as presets
+    import roll_viz.data.presets as presets
 
     description, cfg, spec = PRESETS["quantum"]
     changed = dict(PRESETS, quantum=(description, dataclasses.replace(cfg, seed=99), spec))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from roll_viz.models import load_models
-from roll_viz.sampling import SamplingConfig, sample
+from roll_viz.lm.models import load_models
+from roll_viz.lm.sampling import SamplingConfig, sample
 
 
 @pytest.mark.slow

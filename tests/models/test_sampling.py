@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from roll_viz.sampling import (
+from roll_viz.lm.sampling import (
     CLASS_MAX_GROUP_SIZE,
     MAX_GROUP_SIZE,
     DecodeOptions,

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from roll_viz.scoring import (
+from roll_viz.lm.scoring import (
     default_block_rows,
     entropy_from_logprobs,
     exact_kl,

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.records import Rollout, Trace
+from roll_viz.core.records import Rollout, Trace
 
 #: eps each framework adds to the group/batch std (used when the config's viz_eps is None).
 STD_EPS = {"roll": 1e-6, "verl": 1e-6, "openrlhf": 1e-9, "trl": 1e-4}
@@ -644,7 +644,7 @@ def beta_schedule(
     """Beta over ``steps`` updates of the adaptive (Ziegler) controller at a constant observed KL.
 
     Each step: beta <- beta * (1 + clip(KL / target - 1, -0.2, 0.2) * n_steps / horizon)
-    (``roll_viz.pipeline.kl.next_kl_coef``).
+    (``roll_viz.core.pipeline.kl.next_kl_coef``).
 
     Args:
         beta: starting coefficient.
@@ -657,7 +657,7 @@ def beta_schedule(
     Returns:
         steps + 1 values, beta_0 first.
     """
-    from roll_viz.pipeline.kl import next_kl_coef
+    from roll_viz.core.pipeline.kl import next_kl_coef
 
     out = [float(beta)]
     for _ in range(int(steps)):

@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from roll_viz.pipeline import FRAMEWORKS, run
-from roll_viz.records import Batch, Trace
+from roll_viz.core.pipeline import FRAMEWORKS, run
+from roll_viz.core.records import Batch, Trace
 
 BATCH_KEYS = (
     "scores",

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from roll_viz.pipeline import run, FRAMEWORKS, DEFAULTS, CHOICES, HELP, ESTIMATOR_KEY, ALIASES
+    from roll_viz.core.pipeline import run, FRAMEWORKS, DEFAULTS, CHOICES, HELP, ALIASES
     trace = run(batch, "roll", {"adv_estimator": "grpo"}, running=None)
 
 Stages (one module each): ``postprocess`` (response-level normalization, running statistics,
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
-from roll_viz.pipeline.config import (
+from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.config import (
     ALIASES,
     CHOICES,
     DEFAULTS,
@@ -35,9 +35,9 @@ from roll_viz.pipeline.config import (
     HELP,
     resolve_config,
 )
-from roll_viz.pipeline.dialects import PIPELINES
-from roll_viz.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
-from roll_viz.records import Batch, RunningMoments, Trace
+from roll_viz.core.pipeline.dialects import PIPELINES
+from roll_viz.core.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.core.records import Batch, RunningMoments, Trace
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -133,7 +133,7 @@ def run(
     """Run one framework's reward -> advantage pipeline on a batch. Pure: same inputs, same Trace.
 
     Args:
-        batch: the calculator input (see ``roll_viz.records.Batch``); copied, never modified.
+        batch: the calculator input (see ``roll_viz.core.records.Batch``); copied, never modified.
         framework: "roll" (default), "verl", "openrlhf" or "trl".
         config: that framework's own keys (plus viz_ keys); missing keys take shipped defaults.
         running: running reward statistics from earlier batches (ROLL "running" norm types).

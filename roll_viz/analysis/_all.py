@@ -1,7 +1,7 @@
 """Comparison helpers behind the Local vs global, Sensitivity, Frameworks and Self-test pages.
 
 Everything here is pure (no Streamlit, no plotly): it takes records (``Batch``, ``Rollout``) or
-plain tables, calls the pipeline (``roll_viz.pipeline.run``) and returns tensors, pandas tables
+plain tables, calls the pipeline (``roll_viz.core.pipeline.run``) and returns tensors, pandas tables
 and small frozen records that the pages show and the tests check.
 
 What roll-viz simplifies here compared with production recipes:
@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.records import Batch, Rollout, Trace
+from roll_viz.core.records import Batch, Rollout, Trace
 
 # ---------------------------------------------------------------------------------------------
 # Shared constants
@@ -308,7 +308,7 @@ def _renumber(group_ids: Tensor) -> Tensor:
 
 def _normalized_rewards(scores: Tensor, group_ids: Tensor, config: Mapping) -> Tensor:
     """ROLL's response-level normalized rewards for rows sorted into contiguous groups."""
-    from roll_viz.pipeline import run
+    from roll_viz.core.pipeline import run
 
     order = torch.argsort(group_ids, stable=True)
     trace = run(_response_batch(scores[order], _renumber(group_ids[order])), "roll", config)
@@ -327,7 +327,7 @@ def prompt_group_stats(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tenso
     Returns:
         (count, mean, std), each (P,); std is NaN for a group of one.
     """
-    from roll_viz.ops import group_stats
+    from roll_viz.core.ops import group_stats
 
     stats = group_stats(scores.to(torch.float64), group_ids)
     n_groups = int(group_ids.max()) + 1
@@ -434,7 +434,7 @@ def framework_config(
     Returns:
         (config in the dialect's keys, generic names the dialect has no key for).
     """
-    from roll_viz.pipeline import ALIASES
+    from roll_viz.core.pipeline import ALIASES
 
     aliases = ALIASES[framework]
     config = dict(base or {})
@@ -620,7 +620,7 @@ def sweep(
         pipeline's message where a point is invalid, e.g. G=1 under GRPO, else "").
     """
     if run_fn is None:
-        from roll_viz.pipeline import run as run_fn
+        from roll_viz.core.pipeline import run as run_fn
     for name in (param, param2):
         if name is not None and name not in SWEEP_PARAMS:
             raise ValueError(f"sweep parameter must be one of {SWEEP_PARAMS}, got {name!r}")
@@ -823,7 +823,7 @@ def dialect_settings(framework: str, canonical: Mapping[str, object]) -> tuple[d
     Returns:
         (config in the dialect's keys, canonical names the dialect has no key for).
     """
-    from roll_viz.pipeline import ALIASES
+    from roll_viz.core.pipeline import ALIASES
 
     aliases = ALIASES[framework]
     config: dict[str, object] = {}
@@ -851,7 +851,7 @@ def dialect_settings(framework: str, canonical: Mapping[str, object]) -> tuple[d
 
 
 def _mean_over_tokens(x: Tensor, mask: Tensor) -> Tensor:
-    from roll_viz.ops import masked_mean
+    from roll_viz.core.ops import masked_mean
 
     return masked_mean(x, mask, dim=-1)
 
@@ -880,7 +880,7 @@ def compare_frameworks(
     Returns:
         The comparison (traces, tables, convention differences, skipped dialects).
     """
-    from roll_viz.pipeline import FRAMEWORKS, run
+    from roll_viz.core.pipeline import FRAMEWORKS, run
 
     if estimator not in ESTIMATOR_EQUIVALENTS:
         raise ValueError(f"estimator must be one of {tuple(ESTIMATOR_EQUIVALENTS)}")
@@ -1135,7 +1135,7 @@ def check_seed_case(
     Returns:
         The check; ``detail`` holds expected and computed per-sample values and the max error.
     """
-    from roll_viz.pipeline import run
+    from roll_viz.core.pipeline import run
 
     batch, mask = _seed_batch(case)
     want = torch.tensor(expected, dtype=torch.float64)
@@ -1173,7 +1173,7 @@ def check_every_position(response_mask: Tensor, framework: str) -> CheckResult:
     Returns:
         The check; ``detail`` has the rows and valid tokens checked and the max errors.
     """
-    from roll_viz.pipeline import run
+    from roll_viz.core.pipeline import run
 
     config, hand = GROUP_NORM_CASES[framework]
     n_rows = response_mask.shape[0]
@@ -1250,7 +1250,7 @@ def categorical_kl_checks(p: Tensor, q: Tensor) -> dict[str, Tensor]:
     Returns:
         ``exact``, ``e_k1``, ``e_k3``, each (N,).
     """
-    from roll_viz.pipeline.kl import token_kl
+    from roll_viz.core.pipeline.kl import token_kl
 
     support = p > 0
     logp = torch.where(support, p.clamp(min=1e-300).log(), torch.zeros_like(p))
@@ -1341,8 +1341,8 @@ def check_identical_policy(rollout: Rollout | None, batch: Batch) -> CheckResult
     Returns:
         The check; ``detail`` holds the largest |KL| per estimator.
     """
-    from roll_viz.pipeline.kl import KL_ESTIMATORS, token_kl
-    from roll_viz.records import meta_dict
+    from roll_viz.core.pipeline.kl import KL_ESTIMATORS, token_kl
+    from roll_viz.core.records import meta_dict
 
     mode = meta_dict(rollout).get("policy_mode", "") if rollout is not None else ""
     source = "sampler" if mode == "identical" else "ref = policy"
@@ -1421,7 +1421,7 @@ def with_padding(batch: Batch) -> Batch:
 
 def _mask_case(batch: Batch, framework: str, cfg: dict, poison_values: bool) -> tuple[float, float]:
     """(max |output| on padding, max change of valid advantages) when padding is poisoned."""
-    from roll_viz.pipeline import run
+    from roll_viz.core.pipeline import run
 
     mask = batch.response_mask.double()
     pad = mask == 0
@@ -1530,7 +1530,7 @@ def run_self_tests(rollout: Rollout | None, batch: Batch) -> list[CheckResult]:
     Returns:
         The checks in display order.
     """
-    from roll_viz.pipeline import FRAMEWORKS
+    from roll_viz.core.pipeline import FRAMEWORKS
 
     checks = [check_seed_case(*case) for case in SEED_CASES]
     checks += [check_every_position(batch.response_mask, fw) for fw in FRAMEWORKS]

@@ -1,12 +1,12 @@
 """Prompt presets with precomputed rollouts of the real bundled model, committed as small JSON.
 
 ``PRESETS[name] = (description, SamplingConfig, RewardSpec)`` is the literal registry; the file
-``roll_viz/presets/<name>.json`` holds the rollout SmolLM2-135M-Instruct produced for that config
+``data/presets/<name>.json`` holds the rollout SmolLM2-135M-Instruct produced for that config
 on CPU in float32, so the app paints instantly and tests run without the model.
 
 Regenerate (after changing a preset or the sampler) with::
 
-    python -m roll_viz.presets --regenerate [NAME ...]
+    python -m roll_viz.data.presets --regenerate [NAME ...]
 
 JSON format (``rollout_to_dict``): per-row lists of the valid positions only (padding is restored
 as zeros, which is what ``sample`` writes there), float32 values written as the shortest decimal
@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roll_viz.records import Rollout
+from roll_viz.core.records import Rollout
+from roll_viz.lm.sampling import SamplingConfig
 from roll_viz.rewards import RewardSpec
-from roll_viz.sampling import SamplingConfig
 
 PRESET_DIR = Path(__file__).with_name("presets")
 FORMAT_VERSION = 1
@@ -227,15 +227,15 @@ def load_preset(name: str) -> tuple[SamplingConfig, RewardSpec, Rollout]:
     data = json.loads(preset_path(name).read_text(encoding="utf-8"))
     if data.get("config") != _config_dict(cfg, spec):
         raise ValueError(
-            f"preset {name!r} is stale: run `python -m roll_viz.presets --regenerate {name}`"
+            f"preset {name!r} is stale: run `python -m roll_viz.data.presets --regenerate {name}`"
         )
     return cfg, spec, rollout_from_dict(data["rollout"])
 
 
 def regenerate(names: list[str] | None = None, model: str | None = None) -> list[Path]:
     """Sample each preset with the real model on CPU in float32 and write its JSON file."""
-    from roll_viz.models import load_models
-    from roll_viz.sampling import sample
+    from roll_viz.lm.models import load_models
+    from roll_viz.lm.sampling import sample
 
     bundle = load_models(model, device="cpu", dtype="float32")
     written = []
@@ -260,8 +260,8 @@ def regenerate(names: list[str] | None = None, model: str | None = None) -> list
 
 
 def main(argv: list[str]) -> int:
-    """``python -m roll_viz.presets --regenerate [NAME ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.presets")
+    """``python -m roll_viz.data.presets --regenerate [NAME ...]``."""
+    parser = argparse.ArgumentParser(prog="python -m roll_viz.data.presets")
     parser.add_argument(
         "--regenerate", action="store_true", help="resample and rewrite the JSON files"
     )

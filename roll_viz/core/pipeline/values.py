@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from roll_viz.ops import apply_mask
+from roll_viz.core.ops import apply_mask
 
 
 def ridge_fit(features: Tensor, targets: Tensor, alpha: float) -> tuple[Tensor, Tensor]:

@@ -3,7 +3,7 @@
 Each ``<framework>_pipeline(batch, cfg, running)`` reproduces that framework's order of
 operations, defaults and constants (algorithms.md section 1) on a validated float64 ``Batch`` and
 a resolved config (``config.resolve_config``), and returns a ``Trace`` whose ``notes`` list, in
-order, the conventions it applied. ``roll_viz.pipeline.run`` validates and dispatches.
+order, the conventions it applied. ``roll_viz.core.pipeline.run`` validates and dispatches.
 
 Orders of operations:
 - roll: reward_norm (grpo forces group/group) -> clip +-reward_clip -> reward on the last token,
@@ -49,10 +49,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.ops import apply_mask, group_stats, masked_mean, masked_sum, masked_whiten
-from roll_viz.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
-from roll_viz.pipeline.kl import kl_term_mean, next_kl_coef, observed_kl, token_kl
-from roll_viz.pipeline.postprocess import (
+from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_sum, masked_whiten
+from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.kl import kl_term_mean, next_kl_coef, observed_kl, token_kl
+from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
     leave_one_out_baseline,
     normalize_scores,
@@ -60,7 +60,7 @@ from roll_viz.pipeline.postprocess import (
     singleton_groups,
     update_running_moments,
 )
-from roll_viz.records import Batch, RunningMoments, Trace
+from roll_viz.core.records import Batch, RunningMoments, Trace
 
 ROLL_KL = {"kl": "k1", "abs": "abs", "mse": "k2", "k3": "k3"}
 VERL_KL = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2"}

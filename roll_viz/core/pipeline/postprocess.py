@@ -24,8 +24,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from roll_viz.ops import group_stats
-from roll_viz.records import RunningMoments
+from roll_viz.core.ops import group_stats
+from roll_viz.core.records import RunningMoments
 
 NORM_TYPES = (None, "group", "batch", "running")
 

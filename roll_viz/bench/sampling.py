@@ -1,6 +1,6 @@
 """Sampling benchmark: our batched decode loop against plain ``model.generate`` on the same model.
 
-``python -m roll_viz.bench --sampling`` (or ``python -m roll_viz.sampling_bench``) prints one JSON
+``python -m roll_viz.bench --sampling`` (or ``python -m roll_viz.bench.sampling``) prints one JSON
 line per measurement: the median wall time of a few runs after one warm-up run, and tokens/s.
 
 - CPU: 8 samples x 64 new tokens (one prompt, G = 8), float32.
@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-from roll_viz.models import ModelBundle, load_models
-from roll_viz.sampling import DecodeOptions, SamplingConfig, decode_batch, sample
+from roll_viz.lm.models import ModelBundle, load_models
+from roll_viz.lm.sampling import DecodeOptions, SamplingConfig, decode_batch, sample
 
 PROMPT = "Explain quantum entanglement in one sentence."
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(line) + "\n")
         out.write(json.dumps(bench_sample(gpu, group=8, new_tokens=128, runs=args.runs)) + "\n")
     if not args.no_rss:
-        cmd = [sys.executable, "-m", "roll_viz.sampling_bench", "--rss"]
+        cmd = [sys.executable, "-m", "roll_viz.bench.sampling", "--rss"]
         if args.model:
             cmd += ["--model", args.model]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -13,13 +13,13 @@ same run, interleaved with it so both see the same machine load (the line report
 load average). At RL scale the loop peer is timed on a subset of prompts and scaled linearly
 (the JSON line says so). "gae_scan" compares the blocked-scan GAE with the framework-style loop
 over T (torch ops across the batch, one Python iteration per token). "run:<framework>" lines
-time ``roll_viz.pipeline.run`` per dialect (no peer).
+time ``roll_viz.core.pipeline.run`` per dialect (no peer).
 
 ``--quick`` uses tiny batches (for the smoke test); ``--threads N`` sets torch's intra-op
 threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
 threading made the classroom pipeline ~15x slower, 68 ms vs 3.8 ms, while other processes held
 the cores; the loop peer is single-threaded anyway); ``--sampling ...`` delegates to
-``roll_viz.sampling_bench``.
+``roll_viz.bench.sampling``.
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
@@ -38,12 +38,16 @@ from collections.abc import Callable
 
 import torch
 
-from roll_viz.ops import SCAN_BLOCK, masked_whiten
-from roll_viz.pipeline import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, EstimatorParams, run
-from roll_viz.pipeline.advantages import gae, token_rewards
-from roll_viz.pipeline.kl import token_kl
-from roll_viz.pipeline.postprocess import clip_rewards, normalize_scores, update_running_moments
-from roll_viz.records import Batch, RunningMoments
+from roll_viz.core.ops import SCAN_BLOCK, masked_whiten
+from roll_viz.core.pipeline import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, EstimatorParams, run
+from roll_viz.core.pipeline.advantages import gae, token_rewards
+from roll_viz.core.pipeline.kl import token_kl
+from roll_viz.core.pipeline.postprocess import (
+    clip_rewards,
+    normalize_scores,
+    update_running_moments,
+)
+from roll_viz.core.records import Batch, RunningMoments
 
 GAMMA, LAM, BETA, CLIP, ADV_CLIP = 0.99, 0.95, 0.05, 5.0, 2.0
 
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per measurement; ``--quick`` for tiny sizes."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--sampling":
-        from roll_viz.sampling_bench import main as sampling_main
+        from roll_viz.bench.sampling import main as sampling_main
 
         return sampling_main(argv[1:])
     quick = "--quick" in argv
@@ -346,5 +350,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -9,7 +9,7 @@
    per-request ``torch.Generator`` seeded from ``cfg.seed`` (never the global RNG), stopping each
    row at EOS or after ``max_new_tokens``;
 3. one batched teacher-forced forward pass per model over context + response, then log-probs,
-   exact KL, entropy and top-K from the final hidden states (``roll_viz.scoring``);
+   exact KL, entropy and top-K from the final hidden states (``roll_viz.lm.scoring``);
 4. reference-model features for a value probe: the final hidden state at each response position
    times a FIXED seeded random projection to F dims.
 
@@ -30,11 +30,8 @@ Simplifications against real RL stacks (verl, ROLL, OpenRLHF):
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -42,9 +39,9 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import Tensor
 
-from roll_viz.models import ModelBundle
-from roll_viz.records import Rollout
-from roll_viz.scoring import score_positions
+from roll_viz.core.records import Rollout
+from roll_viz.lm.models import ModelBundle
+from roll_viz.lm.scoring import score_positions
 
 PolicyMode = Literal["identical", "steered"]
 POLICY_MODES: tuple[str, ...] = ("identical", "steered")
@@ -280,7 +277,7 @@ def sample(
     """Sample ``cfg.group_size`` responses per prompt and score each token under both models.
 
     Args:
-        bundle: the shared model (see ``roll_viz.models.load_models``).
+        bundle: the shared model (see ``roll_viz.lm.models.load_models``).
         cfg: what to sample.
         progress: optional callback ``(fraction in [0, 1], message)``, called with the lock held.
         decode: speed options of the decode loop (static cache, compiled step).
@@ -665,55 +662,3 @@ def rollout_json(rollout: Rollout, rewards: Tensor | None = None, reward_name: s
         "greedy_responses": list(rollout.greedy_responses),
         "samples": samples,
     }
-
-
-def cli_main(argv: list[str]) -> int:
-    """``python -m roll_viz sample --prompt TEXT ...``: print one JSON object, return exit code."""
-    from roll_viz.models import ModelNotFoundError, load_models
-    from roll_viz.rewards import REWARD_FNS, RewardSpec, score_rollout
-
-    parser = argparse.ArgumentParser(
-        prog="python -m roll_viz sample", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
-    parser.add_argument("--group-size", type=int, default=4, help="samples per prompt G")
-    parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--policy", choices=POLICY_MODES, default="identical")
-    parser.add_argument(
-        "--instruction", default=DEFAULT_INSTRUCTION, help="steered policy's hidden text"
-    )
-    parser.add_argument(
-        "--reward", choices=sorted(REWARD_FNS), default=None, help="toy reward to score"
-    )
-    parser.add_argument(
-        "--model", default=None, help="model spec (default: ROLL_VIZ_MODEL or bundled)"
-    )
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--dtype", default=None)
-    args = parser.parse_args(argv)
-    try:
-        cfg = SamplingConfig(
-            prompts=tuple(args.prompt),
-            group_size=args.group_size,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            max_new_tokens=args.max_new_tokens,
-            seed=args.seed,
-            policy_mode=args.policy,
-            instruction=args.instruction,
-        )
-        bundle = load_models(args.model, device=args.device, dtype=args.dtype)
-    except (ValueError, ModelNotFoundError) as err:
-        sys.stderr.write(f"error: {err}\n")
-        return 2
-    rollout = sample(bundle, cfg)
-    rewards = None
-    if args.reward:
-        rewards = score_rollout(rollout, RewardSpec(terms=((args.reward, 1.0, ()),)))
-    sys.stdout.write(
-        json.dumps(rollout_json(rollout, rewards, args.reward or ""), ensure_ascii=False) + "\n"
-    )
-    return 0

@@ -42,8 +42,8 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from roll_viz import explain
-from roll_viz.records import Batch, Rollout, RunningMoments, Trace, batch_from_rollout
+from roll_viz.core.records import Batch, Rollout, RunningMoments, Trace, batch_from_rollout
+from roll_viz.views import explain
 
 # ---------------------------------------------------------------------------------------------
 # Widget keys (also the URL query-parameter names). Keep them short and stable.
@@ -225,19 +225,19 @@ class AppState:
 # models / pipeline modules evolve)
 # ---------------------------------------------------------------------------------------------
 def _pipeline():
-    from roll_viz import pipeline
+    from roll_viz.core import pipeline
 
     return pipeline
 
 
 def _presets() -> dict:
-    from roll_viz import presets
+    from roll_viz.data import presets
 
     return presets.PRESETS
 
 
 def _model_spec() -> str:
-    from roll_viz import models
+    from roll_viz.lm import models
 
     return (os.environ.get("ROLL_VIZ_MODEL") or models.DEFAULT_MODEL).strip()
 
@@ -249,7 +249,7 @@ def model_choices() -> list[str]:
     so letting each visitor name a folder or hub id would let one URL exhaust the server's memory.
     Any other model is chosen by whoever starts the server (ROLL_VIZ_MODEL or the CLI's --model).
     """
-    from roll_viz import models
+    from roll_viz.lm import models
 
     return list(dict.fromkeys([_model_spec(), models.DEFAULT_MODEL, "tiny"]))
 
@@ -433,7 +433,7 @@ def _bound(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
 
 def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     """Data section: preset / live, prompts, G, sampling. Returns (source, preset, sampling)."""
-    from roll_viz import sampling as sampling_mod
+    from roll_viz.lm import sampling as sampling_mod
 
     presets = _presets()
     names = list(presets)
@@ -844,7 +844,7 @@ def page_setup(title: str) -> AppState:
 @st.cache_resource(show_spinner="Loading the policy and reference model...")
 def cached_models(spec: str | None = None) -> Any:
     """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
-    from roll_viz import models
+    from roll_viz.lm import models
 
     return models.load_models(spec or _model_spec())
 
@@ -889,7 +889,7 @@ def preset_available(name: str) -> bool:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _preset_rollout(name: str) -> Rollout:
-    from roll_viz import presets
+    from roll_viz.data import presets
 
     return presets.load_preset(name)[2]
 
@@ -904,8 +904,8 @@ def sample_live(model: str, sampling: Any) -> Rollout:
     Returns:
         The Rollout.
     """
-    from roll_viz import models as models_mod
-    from roll_viz import sampling as sampling_mod
+    from roll_viz.lm import models as models_mod
+    from roll_viz.lm import sampling as sampling_mod
 
     store = _live_store()
     key = (model, sampling)
@@ -1009,7 +1009,7 @@ def _probe(state: AppState) -> torch.Tensor:
 def _probe_cached(
     key: tuple, spec: Any, framework: str, config_items: tuple, _rollout: Rollout
 ) -> torch.Tensor:
-    from roll_viz.pipeline import values as values_mod
+    from roll_viz.core.pipeline import values as values_mod
 
     if _rollout.features is None:
         return torch.zeros_like(_rollout.response_mask)
@@ -1144,7 +1144,7 @@ def cached_trace(
 
 def kl_estimates(state: AppState, estimator: str) -> torch.Tensor:
     """(B, T) per-token KL of the current batch with a generic estimator name (k1/abs/k2/k3)."""
-    from roll_viz.pipeline import kl as kl_mod
+    from roll_viz.core.pipeline import kl as kl_mod
 
     rollout = cached_rollout(state)
     return kl_mod.token_kl(
@@ -1245,7 +1245,7 @@ def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None
 def trace_json(trace: Trace) -> str:
     """The whole trace as a JSON string (calculator.trace_to_dict when available)."""
     try:
-        from roll_viz.calculator import trace_to_dict
+        from roll_viz.cli.calculator import trace_to_dict
     except ImportError:  # pragma: no cover - fallback while the calculator is missing
         trace_to_dict = explain.trace_to_plain
     return json.dumps(trace_to_dict(trace), indent=1)

@@ -8,7 +8,7 @@ masked tokens are treated) travels in ``EstimatorParams``, so the call site neve
 Outcome estimators (grpo, dr_grpo, rloo, reinforce_pp_baseline) reduce the token rewards to one
 sequence reward ``s_i = sum_t r_{i,t}`` (so an in-reward KL penalty counts, as in verl) and
 broadcast the result back to every valid token. Token estimators (gae, reinforce, reinforce_pp,
-remax) run a reverse discounted cumsum over the tokens (``roll_viz.ops``: no Python loop over T).
+remax) run a reverse discounted cumsum over the tokens (``core.ops``: no Python loop over T).
 
 The defaults of ``EstimatorParams`` are verl's conventions; the dialects (``dialects.py``) pass
 their own framework's.
@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from roll_viz.ops import (
+from roll_viz.core.ops import (
     apply_mask,
     compact_valid,
     group_stats,
@@ -43,7 +43,7 @@ from roll_viz.ops import (
     reverse_discounted_cumsum,
     scatter_back,
 )
-from roll_viz.pipeline.postprocess import leave_one_out_baseline, require_group_size
+from roll_viz.core.pipeline.postprocess import leave_one_out_baseline, require_group_size
 
 SINGLETON_RULES = ("raw", "zero", "raise")
 EstimatorName = Literal[

@@ -4,7 +4,7 @@ With log_r = logprobs - ref_logprobs at the sampled token (Schulman 2020, "Appro
 divergence", http://joschu.net/blog/kl-approx.html):
 k1 = log_r (unbiased, can be negative), abs = |log_r|, k2 = log_r**2 / 2 (ROLL/verl "mse"),
 k3 = exp(-log_r) - 1 + log_r (verl "low_var_kl"; unbiased, always >= 0).
-E_p[k1] = E_p[k3] = KL(p || q) exactly; ``roll_viz.ops.full_vocab_kl`` computes that exact value.
+E_p[k1] = E_p[k3] = KL(p || q) exactly; ``core.ops.full_vocab_kl`` computes that exact value.
 
 Clamps, as each framework applies them (algorithms.md T7): ROLL k3 to [-10, 10]; verl k3 with the
 inner log-ratio clamped to [-20, 20] and the result to [-10, 10]; OpenRLHF every estimator to
@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from roll_viz.ops import apply_mask, as_bool, masked_mean
+from roll_viz.core.ops import apply_mask, as_bool, masked_mean
 
 KLName = Literal["k1", "abs", "k2", "k3"]
 

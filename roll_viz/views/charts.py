@@ -26,8 +26,8 @@ from plotly.colors import sample_colorscale, unlabel_rgb
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from roll_viz.explain import sample_labels, visible_whitespace
-from roll_viz.records import Rollout, Trace
+from roll_viz.core.records import Rollout, Trace
+from roll_viz.views.explain import sample_labels, visible_whitespace
 
 SIGNED_SCALE = "RdBu"
 SEQUENTIAL_SCALE = "YlGnBu"

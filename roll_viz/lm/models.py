@@ -23,7 +23,7 @@ Dtype: ``dtype`` argument, else ``ROLL_VIZ_DTYPE``, else bfloat16 on CUDA and fl
 
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
-context (see ``roll_viz.sampling.PolicySource``), so one copy of the weights serves both. A policy
+context (see ``lm.sampling.PolicySource``), so one copy of the weights serves both. A policy
 fine-tuned in the app would be a LoRA adapter over the same base.
 """
 
