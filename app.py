@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.views import charts
+from roll_viz.views import chips, scales
 
 state = ui.page_setup("Home")
 
@@ -74,9 +74,7 @@ with left:
         "Each preset is a batch sampled once from the real model and committed with the app: "
         "it loads immediately, no model needed."
     )
-    from roll_viz.data.presets import PRESETS
-
-    for name, (description, cfg, _spec) in PRESETS.items():
+    for name, (description, cfg, _spec) in ui.PRESETS.items():
         active = state.preset == name and not state.live
         c1, c2 = st.columns([1, 3], vertical_alignment="center")
         c1.button(
@@ -120,13 +118,13 @@ with left:
 with right:
     st.subheader("How to read the colours")
     st.html(
-        charts.colorbar_html(charts.SIGNED_SCALE, -3, 3, "signed (advantage, token reward, k1):")
+        chips.colorbar_html(scales.SIGNED_SCALE, -3, 3, "signed (advantage, token reward, k1):")
         + "<div style='font-size:0.85em;margin:-4px 0 10px 0'>red = negative, white = 0, "
         "blue = positive. The range is fixed and symmetric, so colours compare across "
         "settings.</div>"
-        + charts.colorbar_html(charts.SEQUENTIAL_SCALE, 0, 1, "non-negative (k2, k3, exact KL):")
+        + chips.colorbar_html(scales.SEQUENTIAL_SCALE, 0, 1, "non-negative (k2, k3, exact KL):")
         + "<div style='font-size:0.85em;margin:-4px 0 10px 0'>pale = 0, dark blue = large.</div>"
-        + charts.colorbar_html("YlOrRd", 0, 8, "token surprise -log p (Samples page):")
+        + chips.colorbar_html("YlOrRd", 0, 8, "token surprise -log p (Samples page):")
         + "<div style='font-size:0.85em;margin:-4px 0 10px 0'>pale = the model was sure, "
         "red = a surprising token.</div>"
         "<div style='font-size:0.85em'>Blank cells are padding (the response had ended), never "

@@ -5,7 +5,7 @@ import html
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.views import charts, explain
+from roll_viz.views import chips, tables, text
 
 state = ui.page_setup("Samples")
 st.title("1. Samples: what the policy wrote")
@@ -13,14 +13,14 @@ st.title("1. Samples: what the policy wrote")
 rollout = ui.cached_rollout(state)
 scores = ui.cached_scores(state)
 trace = ui.cached_trace(state)
-labels = explain.sample_labels(rollout)
+labels = text.sample_labels(rollout)
 
 main, side = st.columns([3, 1], gap="large")
 with side:
     view = st.radio(
         "Colour tokens by",
-        list(charts.CHIP_VIEWS),
-        format_func=lambda v: charts.CHIP_VIEWS[v][0],
+        list(chips.CHIP_VIEWS),
+        format_func=lambda v: chips.CHIP_VIEWS[v][0],
         key=ui.KEY_CHIP_VIEW,
         bind="query-params",
         help="Per-token numbers from the forward passes of the policy and the reference model.",
@@ -39,7 +39,7 @@ with side:
     st.latex(r"\text{surprise}_t = -\log \pi(y_t)")
 
 with main:
-    st.html(charts.chip_legend_html(view))
+    st.html(chips.chip_legend_html(view))
     for p, prompt in enumerate(rollout.prompts):
         rows = [b for b, g in enumerate(rollout.group_ids.tolist()) if g == p]
         group_scores = [float(scores[b]) for b in rows]
@@ -58,10 +58,10 @@ with main:
                     f":{'green' if finish == 'eos' else 'orange'}-badge[{finish}] {n} tokens"
                 )
                 with c2:
-                    ui.chips(charts.sample_chips_html(rollout, b, view))
+                    ui.chips(chips.sample_chips_html(rollout, b, view))
 
 st.subheader("All samples")
-table = explain.samples_table(rollout, scores)
+table = tables.samples_table(rollout, scores)
 st.dataframe(table, hide_index=True, key="samples_table")
 c1, c2 = st.columns(2)
 with c1:
@@ -69,7 +69,7 @@ with c1:
 with c2:
     ui.download_trace_json(trace, key="dl_trace_samples")
 with st.expander("Every token (long table)"):
-    tokens = explain.token_table(rollout)
+    tokens = tables.token_table(rollout)
     st.dataframe(tokens, hide_index=True, key="samples_tokens")
     ui.download_csv(tokens, "sample_tokens", key="dl_sample_tokens")
 

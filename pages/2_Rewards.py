@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.views import charts, explain
+from roll_viz.views import charts, explain, tables, text
 
 state = ui.page_setup("Rewards")
 st.title("2. Rewards: one number per response, then post-processing")
@@ -97,11 +97,11 @@ with main:
         explain.std_eps(trace),
         float(trace.rewards[b0]),
     )
-    st.markdown(f"Sample {explain.sample_labels(rollout)[b0]}, {formula.title}:")
+    st.markdown(f"Sample {text.sample_labels(rollout)[b0]}, {formula.title}:")
     st.latex(formula.numeric)
 
 st.subheader("Group statistics")
-groups = explain.group_table(rollout, scores)
+groups = tables.group_table(rollout, scores)
 g1, g2 = st.columns([3, 2], gap="large")
 with g1:
     ui.plot(
@@ -121,7 +121,7 @@ with g2:
     )
 
 st.subheader("Per sample")
-table = explain.rewards_table(rollout, trace)
+table = tables.rewards_table(rollout, trace)
 st.dataframe(table, hide_index=True, key="rewards_table")
 c1, c2 = st.columns(2)
 with c1:

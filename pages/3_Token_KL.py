@@ -3,8 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.core.pipeline.kl import observed_kl
-from roll_viz.views import charts, explain
+from roll_viz.views import charts, explain, heatmaps, scales, tables
 
 state = ui.page_setup("Token KL")
 st.title("3. Token KL: how far did the policy drift, token by token?")
@@ -59,22 +58,22 @@ with note:
 kl = ui.kl_estimates(state, view)
 signed = view == "k1"
 # fixed floors: an identical policy (KL ~ 1e-7 rounding noise) must look uniformly "zero"
-nonneg_top = charts.nice_ceiling(
+nonneg_top = scales.nice_ceiling(
     max(
-        charts.robust_range(rollout.exact_kl, mask),
-        0.0 if signed else charts.robust_range(kl, mask),
+        scales.robust_range(rollout.exact_kl, mask),
+        0.0 if signed else scales.robust_range(kl, mask),
         KL_FLOOR,
     )
 )
-k_top = charts.nice_ceiling(max(charts.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
+k_top = scales.nice_ceiling(max(scales.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
 c1, c2 = st.columns(2)
 with c1:
     ui.plot(
-        charts.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
+        heatmaps.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
         key="kl_heatmap",
     )
 with c2:
-    ui.plot(charts.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
+    ui.plot(heatmaps.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
 ui.explainer(
     "Each cell is one token. The estimators only see the **sampled** token's two log-probs; "
     "the right map is the **exact** KL over the whole vocabulary at that position. "
@@ -86,7 +85,7 @@ ui.explainer(
 )
 
 estimates = {name: ui.kl_estimates(state, name) for name in ESTIMATORS}
-summary = explain.kl_summary_table(rollout, estimates)
+summary = tables.kl_summary_table(rollout, estimates)
 s1, s2 = st.columns([3, 2], gap="large")
 with s1:
     ui.plot(
@@ -120,7 +119,7 @@ def beta_section() -> None:
             help="fixed: beta stays at the sidebar's value. adaptive: the Ziegler et al. (2019) "
             "controller nudges beta towards a target KL after every batch (ROLL, verl, OpenRLHF).",
         )
-        observed = observed_kl(trace.kl, mask)
+        observed = ui.observed_kl(trace.kl, mask)
         st.metric(
             f"observed KL ({dict(trace.config).get('kl_penalty', view)}, mean per token)",
             f"{observed:.4f}",
@@ -157,7 +156,7 @@ def beta_section() -> None:
             )
     with b2:
         if mode == "adaptive":
-            betas = explain.beta_schedule(
+            betas = explain.simulated_betas(
                 beta, observed, float(target), float(horizon), int(mask.shape[0]), int(steps)
             )
             ui.plot(
@@ -198,8 +197,8 @@ for col, name, overrides in ((k1, "in the reward", in_reward), (k2, "as a loss t
             continue
         traces[name] = result
 if traces:
-    shared = charts.nice_ceiling(
-        max(charts.symmetric_range(t.token_rewards, mask) for t in traces.values())
+    shared = scales.nice_ceiling(
+        max(scales.symmetric_range(t.token_rewards, mask) for t in traces.values())
     )
     for col, name in ((k1, "in the reward"), (k2, "as a loss term")):
         if name not in traces:
@@ -207,7 +206,7 @@ if traces:
         t = traces[name]
         with col:
             ui.plot(
-                charts.token_reward_heatmap(
+                heatmaps.token_reward_heatmap(
                     t, rollout, zmax=shared, title=f"Token rewards, KL {name}"
                 ),
                 key=f"token_rewards_{'reward' if name == 'in the reward' else 'loss'}",
@@ -229,7 +228,7 @@ ui.explainer(
 )
 
 st.subheader("Every token")
-tokens = explain.token_table(rollout, trace)
+tokens = tables.token_table(rollout, trace)
 st.dataframe(tokens, hide_index=True, key="kl_tokens")
 c1, c2 = st.columns(2)
 with c1:

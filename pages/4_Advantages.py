@@ -3,14 +3,14 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.views import charts, explain
+from roll_viz.views import chips, explain, heatmaps, scales, tables, text
 
 state = ui.page_setup("Advantages")
 st.title("4. Advantages: which tokens get pushed up, which down")
 
 rollout = ui.cached_rollout(state)
 mask = rollout.response_mask
-labels = explain.sample_labels(rollout)
+labels = text.sample_labels(rollout)
 fw = state.framework
 current = ui.generic_value(state, "estimator")
 
@@ -49,7 +49,7 @@ with side:
 
 with controls:
     if shown:
-        ui.plot(charts.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
+        ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
     for est, message in errors.items():
         st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
     st.latex(
@@ -101,13 +101,13 @@ def token_detail() -> None:
     main_est = ordered[0]
     main_trace = results[main_est]
     zmax = max(
-        charts.ADVANTAGE_RANGE,
-        charts.nice_ceiling(charts.symmetric_range(main_trace.advantages, mask)),
+        scales.ADVANTAGE_RANGE,
+        scales.nice_ceiling(scales.symmetric_range(main_trace.advantages, mask)),
     )
     tokens = list(rollout.tokens[b][:length])
     st.html(
-        charts.colorbar_html("RdBu", -zmax, zmax, f"advantage ({main_est}):")
-        + charts.token_chips_html(
+        chips.colorbar_html("RdBu", -zmax, zmax, f"advantage ({main_est}):")
+        + chips.token_chips_html(
             tokens,
             main_trace.advantages[b, :length].tolist(),
             "RdBu",
@@ -117,7 +117,7 @@ def token_detail() -> None:
             highlight=t,
         )
     )
-    token = explain.visible_whitespace(tokens[t]) if t < len(tokens) else ""
+    token = text.visible_whitespace(tokens[t]) if t < len(tokens) else ""
     st.markdown(f"Selected: sample **{labels[b]}**, position **t = {t}**, token `{token}`")
     tabs = st.tabs(ordered)
     for tab, est in zip(tabs, ordered, strict=True):
@@ -131,7 +131,7 @@ token_detail()
 
 trace = ui.cached_trace(state, values=critic)
 st.subheader("Every token")
-table = explain.token_table(rollout, trace, values, {est: results[est] for est in ordered})
+table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
 st.dataframe(table, hide_index=True, key="advantage_tokens")
 c1, c2 = st.columns(2)
 with c1:
@@ -140,7 +140,7 @@ with c2:
     ui.download_trace_json(trace, key="dl_trace_advantages")
 if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
     ui.plot(
-        charts.heatmap(
+        heatmaps.heatmap(
             values,
             mask,
             rollout=rollout,

@@ -1,6 +1,7 @@
 import streamlit as st
 
-from roll_viz import analysis, ui
+from roll_viz import ui
+from roll_viz.analysis import common, local_global, reward_table
 from roll_viz.views import compare as charts_compare
 
 state = ui.page_setup("Local vs global")
@@ -35,7 +36,7 @@ st.header("1. Try it by hand (no model needed)")
 edit_col, info_col = st.columns([2, 3])
 with edit_col:
     edited = st.data_editor(
-        analysis.default_reward_table(),
+        reward_table.default_reward_table(),
         key="lg_table",
         num_rows="dynamic",
         width="stretch",
@@ -64,22 +65,22 @@ with info_col:
     )
 
 try:
-    table = analysis.parse_reward_table(edited)
-except analysis.RewardTableError as err:
-    st.error(f"Cannot read the table: {analysis.md_escape(err)}", icon=":material/error:")
+    table = reward_table.parse_reward_table(edited)
+except reward_table.RewardTableError as err:
+    st.error(f"Cannot read the table: {common.md_escape(err)}", icon=":material/error:")
     table = None
 
 if table is not None:
     for message in table.messages:
-        st.info(analysis.md_escape(message), icon=":material/info:")
-    lg_hand = analysis.local_vs_global(table.scores, table.group_ids, table.prompts)
+        st.info(common.md_escape(message), icon=":material/info:")
+    lg_hand = local_global.local_vs_global(table.scores, table.group_ids, table.prompts)
     c1, c2 = st.columns([3, 2])
     with c1:
         ui.plot(charts_compare.local_global_scatter(lg_hand.samples), key="lg_hand_scatter")
     with c2:
         ui.plot(charts_compare.group_std_bars(lg_hand.groups), key="lg_hand_std")
     worst = lg_hand.groups.sort_values("local / global scale", ascending=False).iloc[0]
-    name = analysis.md_escape(worst["prompt"])
+    name = common.md_escape(worst["prompt"])
     st.markdown(
         f"Batch std = **{lg_hand.batch_std:.4g}**. The group **{name}** has std "
         f"**{worst['group std']:.4g}**, so local normalization divides its differences by a "
@@ -92,7 +93,7 @@ if table is not None:
 st.header("2. The same on the current batch")
 rollout = ui.cached_rollout(state)
 scores = ui.cached_scores(state)
-lg = analysis.local_vs_global(scores, rollout.group_ids, rollout.prompts)
+lg = local_global.local_vs_global(scores, rollout.group_ids, rollout.prompts)
 st.markdown(
     f"{len(rollout.prompts)} prompt{'s' if len(rollout.prompts) != 1 else ''} x "
     f"G = {state.group_size} answers from "

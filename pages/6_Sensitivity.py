@@ -1,12 +1,12 @@
 import streamlit as st
 
-from roll_viz import analysis, ui
-from roll_viz.core.pipeline import ALIASES, CHOICES
+from roll_viz import ui
+from roll_viz.analysis import common, sweep
 from roll_viz.views import compare as charts_compare
 
 state = ui.page_setup("Sensitivity")
 fw = state.framework
-aliases = ALIASES[fw]
+aliases = ui.ALIASES[fw]
 generic = dict(state.generic)
 config = state.config
 
@@ -33,7 +33,7 @@ LABELS = {
 SHORT = {"beta": "beta", "gamma": "gamma", "lam": "lambda", "G": "G"}
 FROM_SHORT = {v: k for k, v in SHORT.items()}
 est_key = aliases.get("estimator")
-estimators = list(CHOICES[fw].get(est_key, ())) if est_key else []
+estimators = list(ui.CHOICES[fw].get(est_key, ())) if est_key else []
 current_est = config.get(est_key) if est_key else None
 
 c1, c2, c3, c4 = st.columns(4)
@@ -41,8 +41,8 @@ with c1:
     param = FROM_SHORT[
         st.selectbox(
             "Sweep",
-            [SHORT[p] for p in analysis.SWEEP_PARAMS],
-            index=list(analysis.SWEEP_PARAMS).index("lam"),
+            [SHORT[p] for p in common.SWEEP_PARAMS],
+            index=list(common.SWEEP_PARAMS).index("lam"),
             key="sw",
             bind="query-params",
             help="The knob on the x axis: beta (KL coefficient), gamma (discount), lambda "
@@ -50,7 +50,7 @@ with c1:
         )
     ]
 with c2:
-    others = ["none"] + [SHORT[p] for p in analysis.SWEEP_PARAMS if p != param]
+    others = ["none"] + [SHORT[p] for p in common.SWEEP_PARAMS if p != param]
     param2 = st.selectbox(
         "...against (2-D grid)",
         others,
@@ -93,7 +93,7 @@ if "beta" in swept:
         )
     elif fw == "openrlhf" and base_config.get("use_loss"):
         notes.append("OpenRLHF's use_loss is on, so the KL is not in the reward: beta is flat.")
-if "beta" in swept and analysis.kl_is_zero(ui.cached_rollout(state)):
+if "beta" in swept and sweep.kl_is_zero(ui.cached_rollout(state)):
     notes.append(
         "This batch was sampled with policy = reference, so every KL is exactly 0 and beta "
         "cannot change anything. Pick a steered preset (e.g. 'pirate') or the steered policy."
@@ -106,8 +106,8 @@ for note in notes:
 
 batch = ui.current_batch(state, values=critic)
 G = state.group_size
-values = analysis.default_grid(param, G, points=11 if param2 is None else 7)
-values2 = analysis.default_grid(param2, G, points=7) if param2 else ()
+values = sweep.default_grid(param, G, points=11 if param2 is None else 7)
+values2 = sweep.default_grid(param2, G, points=7) if param2 else ()
 compare_config = dict(base_config)
 if est_key:
     compare_config[est_key] = compare
@@ -115,7 +115,7 @@ if est_key:
 
 @st.cache_data(show_spinner="Running the sweep...", max_entries=64)
 def run_sweep(key: tuple, p1, v1, p2, v2, cfg: tuple, cmp_cfg: tuple, _batch):
-    return analysis.sweep(_batch, fw, dict(cfg), p1, v1, p2, v2, dict(cmp_cfg))
+    return sweep.sweep(_batch, fw, dict(cfg), p1, v1, p2, v2, dict(cmp_cfg))
 
 
 cache_key = (state.source, state.preset, state.model, state.sampling, state.reward, critic, fw)
@@ -143,7 +143,7 @@ if param2 is None:
         charts_compare.sensitivity_lines(table, param, current_value(param)),
         key="sw_lines",
     )
-    if analysis.sweep_is_flat(table, "spread"):
+    if sweep.sweep_is_flat(table, "spread"):
         st.info(
             f"The spread does not move: {LABELS[param]} has no effect on {fw}'s {current_est} "
             "advantages with these settings.",

@@ -1,7 +1,7 @@
 import streamlit as st
 
-from roll_viz import analysis, ui
-from roll_viz.core.pipeline import FRAMEWORKS
+from roll_viz import ui
+from roll_viz.analysis import common, compare, sweep
 from roll_viz.views import compare as charts_compare
 
 state = ui.page_setup("Frameworks")
@@ -30,9 +30,9 @@ st.caption(
     "exactly which ones each dialect applied."
 )
 
-generic = analysis.canonical_generic(state.framework, dict(state.generic))
-estimators = list(analysis.ESTIMATOR_EQUIVALENTS)
-default_est = analysis.generic_estimator(state.framework, state.config)
+generic = compare.canonical_generic(state.framework, dict(state.generic))
+estimators = list(sweep.ESTIMATOR_EQUIVALENTS)
+default_est = compare.generic_estimator(state.framework, state.config)
 c1, c2, c3 = st.columns([2, 1, 1])
 with c1:
     estimator = st.selectbox(
@@ -46,8 +46,8 @@ with c1:
 with c2:
     reference = st.selectbox(
         "Compare against",
-        list(FRAMEWORKS),
-        index=list(FRAMEWORKS).index(state.framework),
+        list(ui.FRAMEWORKS),
+        index=list(ui.FRAMEWORKS).index(state.framework),
         key="fw_ref",
         bind="query-params",
         help="Differences are measured against this dialect.",
@@ -58,7 +58,7 @@ with c3:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(key: tuple, settings: tuple, est: str, ref: str, _batch, _prompts):
-    return analysis.compare_frameworks(_batch, dict(settings), est, reference=ref, prompts=_prompts)
+    return compare.compare_frameworks(_batch, dict(settings), est, reference=ref, prompts=_prompts)
 
 
 rollout = ui.cached_rollout(state)
@@ -113,15 +113,15 @@ for fw in ran:
         else f":orange-badge[max advantage difference {diff:.3g}]"
     )
     with st.container(border=True):
-        st.markdown(f"**{analysis.md_escape(ui.FRAMEWORK_LABELS.get(fw, fw))}** {verdict}")
+        st.markdown(f"**{common.md_escape(ui.FRAMEWORK_LABELS.get(fw, fw))}** {verdict}")
         only = cmp.note_diffs.get(fw, ())
         ref_only = cmp.reference_only.get(fw, ())
-        lines = [f"- {analysis.md_escape(n)}" for n in only] or ["- (no conventions of its own)"]
+        lines = [f"- {common.md_escape(n)}" for n in only] or ["- (no conventions of its own)"]
         st.markdown(f"Only in {fw}:\n" + "\n".join(lines))
         if ref_only:
             st.markdown(
                 f"Only in {cmp.reference}:\n"
-                + "\n".join(f"- {analysis.md_escape(n)}" for n in ref_only)
+                + "\n".join(f"- {common.md_escape(n)}" for n in ref_only)
             )
 
 st.subheader("Numbers")

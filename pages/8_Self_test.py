@@ -2,7 +2,8 @@ import json
 
 import streamlit as st
 
-from roll_viz import analysis, ui
+from roll_viz import ui
+from roll_viz.analysis import common, selftest
 
 state = ui.page_setup("Self-test")
 
@@ -27,7 +28,7 @@ st.latex(
 
 @st.cache_data(show_spinner="Running the checks...", max_entries=32)
 def checks_for(key: tuple, _rollout, _batch):
-    return analysis.run_self_tests(_rollout, _batch)
+    return selftest.run_self_tests(_rollout, _batch)
 
 
 rollout = ui.cached_rollout(state)
@@ -50,7 +51,7 @@ if n_pass == len(checks):
     st.success("Every check passes on the current batch.", icon=":material/check_circle:")
 else:
     failed = ", ".join(c.name for c in checks if not c.passed)
-    st.error(f"Failing: {analysis.md_escape(failed)}", icon=":material/error:")
+    st.error(f"Failing: {common.md_escape(failed)}", icon=":material/error:")
 
 for check in checks:
     badge = (
@@ -58,13 +59,13 @@ for check in checks:
         if check.passed
         else ":red-badge[:material/close: FAIL]"
     )
-    label = f"{badge} **{analysis.md_escape(check.name)}** — {analysis.md_escape(check.summary)}"
+    label = f"{badge} **{common.md_escape(check.name)}** — {common.md_escape(check.summary)}"
     with st.expander(label, expanded=not check.passed):
         if check.description:
-            st.markdown(analysis.md_escape(check.description))
+            st.markdown(common.md_escape(check.description))
         st.code(json.dumps(check.detail, indent=1, default=str), language="json")
 
-table = analysis.checks_table(checks)
+table = selftest.checks_table(checks)
 st.dataframe(table, key="st_table", hide_index=True, width="stretch")
 ui.download_csv(table, "self_test", key="st_csv")
 

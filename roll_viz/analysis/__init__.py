@@ -4,5 +4,3 @@ Plain tables in, plain tables and tensors out: calls the pipeline, never the mod
 ``core``, ``rewards``, ``data``. Must not import: ``lm``, ``views``, ``ui``, ``cli``, ``bench``;
 never Streamlit or Plotly.
 """
-
-from roll_viz.analysis._all import *  # noqa: F403

@@ -1,6 +1,140 @@
-"""Layer 7, the Streamlit layer (the only package code that imports streamlit).
+"""Layer 7, the Streamlit layer: the only package code that imports streamlit.
 
-May import every layer below. Must not import ``cli`` or ``bench``.
+A page reads top to bottom: ``state = ui.page_setup("Title")`` (sidebar -> frozen AppState), then
+``ui.cached_rollout(state)`` / ``ui.cached_trace(state)`` (the cached flow), then figures from
+``roll_viz.views`` drawn with ``ui.plot``. The modules, in import order:
+
+    state.py     widget keys, caps, AppState, the URL
+    settings.py  generic widget values -> each dialect's config keys
+    flow.py      the cached data flow: models -> rollout -> scores -> batch -> trace
+    sidebar.py   the shared sidebar and page_setup
+    widgets.py   plot, explainer, links, downloads, token chips
+
+This file re-exports what pages call, so a page needs one import. May import every layer below;
+must not import ``cli`` or ``bench``.
 """
 
-from roll_viz.ui._all import *  # noqa: F403
+# read-only dialect tables and the observed-KL readout, so pages need no import of the core
+from roll_viz.core.pipeline import ALIASES, CHOICES, FRAMEWORKS
+from roll_viz.core.pipeline.kl import observed_kl
+from roll_viz.data.presets import PRESETS
+from roll_viz.ui.flow import (
+    add_running_batch,
+    cached_models,
+    cached_rollout,
+    cached_scores,
+    cached_trace,
+    current_batch,
+    kl_estimates,
+    reset_running,
+    running_batches,
+    running_moments,
+    try_trace,
+)
+from roll_viz.ui.settings import (
+    estimator_options,
+    estimator_overrides,
+    generic_value,
+    kl_placement_overrides,
+    norm_overrides,
+)
+from roll_viz.ui.sidebar import go_live, page_setup, select_preset
+from roll_viz.ui.state import (
+    FRAMEWORK_LABELS,
+    KEY_BETA,
+    KEY_BETA_MODE,
+    KEY_CHIP_VIEW,
+    KEY_CLIP,
+    KEY_CRITIC,
+    KEY_ESTIMATOR,
+    KEY_FRAMEWORK,
+    KEY_G,
+    KEY_GAMMA,
+    KEY_HORIZON,
+    KEY_KL_VIEW,
+    KEY_LAM,
+    KEY_LIVE,
+    KEY_MODEL,
+    KEY_NORM,
+    KEY_POSITION,
+    KEY_PRESET,
+    KEY_PROMPTS,
+    KEY_REWARD,
+    KEY_SAMPLE,
+    KEY_STEPS,
+    KEY_TARGET_KL,
+    PRESET_REWARD,
+    AppState,
+)
+from roll_viz.ui.widgets import (
+    chips,
+    critic_radio,
+    download_csv,
+    download_trace_json,
+    explainer,
+    next_page,
+    page_link,
+    plot,
+    trace_json,
+)
+
+__all__ = [
+    "ALIASES",
+    "CHOICES",
+    "FRAMEWORKS",
+    "FRAMEWORK_LABELS",
+    "KEY_BETA",
+    "KEY_BETA_MODE",
+    "KEY_CHIP_VIEW",
+    "KEY_CLIP",
+    "KEY_CRITIC",
+    "KEY_ESTIMATOR",
+    "KEY_FRAMEWORK",
+    "KEY_G",
+    "KEY_GAMMA",
+    "KEY_HORIZON",
+    "KEY_KL_VIEW",
+    "KEY_LAM",
+    "KEY_LIVE",
+    "KEY_MODEL",
+    "KEY_NORM",
+    "KEY_POSITION",
+    "KEY_PRESET",
+    "KEY_PROMPTS",
+    "KEY_REWARD",
+    "KEY_SAMPLE",
+    "KEY_STEPS",
+    "KEY_TARGET_KL",
+    "PRESETS",
+    "PRESET_REWARD",
+    "AppState",
+    "add_running_batch",
+    "cached_models",
+    "cached_rollout",
+    "cached_scores",
+    "cached_trace",
+    "chips",
+    "critic_radio",
+    "current_batch",
+    "download_csv",
+    "download_trace_json",
+    "estimator_options",
+    "estimator_overrides",
+    "explainer",
+    "generic_value",
+    "go_live",
+    "kl_estimates",
+    "kl_placement_overrides",
+    "next_page",
+    "norm_overrides",
+    "observed_kl",
+    "page_link",
+    "page_setup",
+    "plot",
+    "reset_running",
+    "running_batches",
+    "running_moments",
+    "select_preset",
+    "trace_json",
+    "try_trace",
+]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from plotly.colors import sample_colorscale
 
-from roll_viz.views import charts
+from roll_viz.views import charts, chips, heatmaps, scales
 from tests.app.synthetic import synthetic_rollout, synthetic_trace
 
 
@@ -31,19 +31,19 @@ def _z_matches(z, values, mask):
 
 
 def test_advantage_heatmap_is_signed_rdbu_centred_at_zero(rollout, trace):
-    fig = charts.advantage_heatmap(trace, rollout)
+    fig = heatmaps.advantage_heatmap(trace, rollout)
     assert isinstance(fig, go.Figure)
     heat = fig.data[0]
     assert heat.type == "heatmap"
     assert heat.zmid == 0
     assert heat.zmin == -heat.zmax
-    assert heat.zmax >= charts.ADVANTAGE_RANGE
+    assert heat.zmax >= scales.ADVANTAGE_RANGE
     assert heat.colorscale == go.Heatmap(colorscale="RdBu").colorscale
     _z_matches(heat.z, trace.advantages, rollout.response_mask)
 
 
 def test_padding_is_blank_not_zero(rollout, trace):
-    heat = charts.advantage_heatmap(trace, rollout).data[0]
+    heat = heatmaps.advantage_heatmap(trace, rollout).data[0]
     mask = rollout.response_mask
     padded = [(b, t) for b in range(mask.shape[0]) for t in range(mask.shape[1]) if not mask[b, t]]
     assert padded, "the synthetic rollout must have padding"
@@ -53,27 +53,27 @@ def test_padding_is_blank_not_zero(rollout, trace):
 
 
 def test_fixed_range_is_respected(rollout, trace):
-    heat = charts.advantage_heatmap(trace, rollout, zmax=5.0).data[0]
+    heat = heatmaps.advantage_heatmap(trace, rollout, zmax=5.0).data[0]
     assert (heat.zmin, heat.zmax) == (-5.0, 5.0)
     assert "[-5, 5]" in heat.colorbar.title.text
 
 
 def test_kl_heatmap_signed_vs_sequential(rollout):
     kl = rollout.logprobs - rollout.ref_logprobs
-    signed = charts.kl_heatmap(kl, rollout, estimator="k1", signed=True).data[0]
+    signed = heatmaps.kl_heatmap(kl, rollout, estimator="k1", signed=True).data[0]
     assert signed.zmid == 0
     assert signed.zmin == -signed.zmax
     sq = kl * kl / 2
-    seq = charts.kl_heatmap(sq, rollout, estimator="k2", signed=False, zmax=1.0).data[0]
+    seq = heatmaps.kl_heatmap(sq, rollout, estimator="k2", signed=False, zmax=1.0).data[0]
     assert seq.zmin == 0.0
     assert seq.zmax == 1.0
     assert seq.zmid is None
-    assert seq.colorscale == go.Heatmap(colorscale=charts.SEQUENTIAL_SCALE).colorscale
+    assert seq.colorscale == go.Heatmap(colorscale=scales.SEQUENTIAL_SCALE).colorscale
     _z_matches(seq.z, sq, rollout.response_mask)
 
 
 def test_kl_hover_has_alternatives_under_both_models(rollout):
-    heat = charts.kl_heatmap(rollout.exact_kl, rollout, estimator="k3", signed=False).data[0]
+    heat = heatmaps.kl_heatmap(rollout.exact_kl, rollout, estimator="k3", signed=False).data[0]
     cell = heat.customdata[0][0]
     assert "top alternatives, p policy / p ref" in cell[-1]
     assert "log pi_ref" in heat.hovertemplate
@@ -82,7 +82,7 @@ def test_kl_hover_has_alternatives_under_both_models(rollout):
 
 def test_estimator_heatmaps_share_one_symmetric_scale(rollout, trace):
     advs = {"gae": trace.advantages, "grpo": -2 * trace.advantages}
-    fig = charts.estimator_heatmaps(advs, rollout)
+    fig = heatmaps.estimator_heatmaps(advs, rollout)
     assert [d.type for d in fig.data] == ["heatmap", "heatmap"]
     assert all(d.coloraxis == "coloraxis" for d in fig.data)
     axis = fig.layout.coloraxis
@@ -111,7 +111,7 @@ def test_beta_schedule_line():
 
 def test_token_chips_escape_untrusted_text():
     evil = "<script>alert(1)</script>"
-    out = charts.token_chips_html([evil, '" onmouseover="x', "a\nb"], [1.0, -1.0, 0.0])
+    out = chips.token_chips_html([evil, '" onmouseover="x', "a\nb"], [1.0, -1.0, 0.0])
     assert "<script>" not in out
     assert "&lt;script&gt;" in out
     assert '" onmouseover="x' not in out
@@ -120,33 +120,33 @@ def test_token_chips_escape_untrusted_text():
 
 def test_heatmap_hover_escapes_tokens():
     ro = synthetic_rollout(prompts=1, group_size=2, width=3, tokens=("<b>x</b>", " y"))
-    fig = charts.exact_kl_heatmap(ro)
+    fig = heatmaps.exact_kl_heatmap(ro)
     texts = [cell[0] for row in fig.data[0].customdata for cell in row]
     assert "&lt;b&gt;x&lt;/b&gt;" in texts
     assert not any("<b>x" in t for t in texts)
 
 
 def test_chip_colours_match_the_heatmap_colorscale():
-    out = charts.token_chips_html(["a", "b", "c"], [-2.0, 0.0, 2.0], "RdBu", vmin=-2, vmax=2)
+    out = chips.token_chips_html(["a", "b", "c"], [-2.0, 0.0, 2.0], "RdBu", vmin=-2, vmax=2)
     expected = sample_colorscale("RdBu", [0.0, 0.5, 1.0])
     for colour in expected:
         assert f"background:{colour}" in out
 
 
 def test_chip_text_contrast():
-    assert charts.text_color("rgb(5, 48, 97)") == "#ffffff"  # dark blue end of RdBu
-    assert charts.text_color("rgb(247, 247, 247)") == "#000000"
-    out = charts.token_chips_html(["x"], [3.0], "RdBu", vmin=-3, vmax=3)
+    assert scales.text_color("rgb(5, 48, 97)") == "#ffffff"  # dark blue end of RdBu
+    assert scales.text_color("rgb(247, 247, 247)") == "#000000"
+    out = chips.token_chips_html(["x"], [3.0], "RdBu", vmin=-3, vmax=3)
     assert "color:#ffffff" in out
 
 
 def test_chip_tooltip_has_the_number():
-    out = charts.token_chips_html(["tok"], [0.123456], "RdBu", name="A")
+    out = chips.token_chips_html(["tok"], [0.123456], "RdBu", name="A")
     assert "A = 0.1235" in out
 
 
 def test_sample_chips_use_surprisal_for_logprobs(rollout):
-    out = charts.sample_chips_html(rollout, 0, "logprob")
+    out = chips.sample_chips_html(rollout, 0, "logprob")
     assert out.count("<span") == int(rollout.response_mask[0].sum())
     assert "policy log-prob = " in out
 
@@ -154,10 +154,10 @@ def test_sample_chips_use_surprisal_for_logprobs(rollout):
 def test_ranges():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     v = torch.tensor([[-0.5, 0.25, 100.0]])
-    assert charts.symmetric_range(v, mask) == 0.5
-    assert charts.symmetric_range(torch.zeros(1, 3), mask) == 1e-6
-    assert charts.nice_ceiling(0.37) == 0.5
-    assert charts.nice_ceiling(3.0) == 3.0
-    assert charts.nice_ceiling(3.2) == 5.0
-    assert charts.nice_ceiling(0.0) == 1.0
-    assert charts.robust_range(v, mask, q=1.0) == 0.5
+    assert scales.symmetric_range(v, mask) == 0.5
+    assert scales.symmetric_range(torch.zeros(1, 3), mask) == 1e-6
+    assert scales.nice_ceiling(0.37) == 0.5
+    assert scales.nice_ceiling(3.0) == 3.0
+    assert scales.nice_ceiling(3.2) == 5.0
+    assert scales.nice_ceiling(0.0) == 1.0
+    assert scales.robust_range(v, mask, q=1.0) == 0.5

@@ -7,7 +7,7 @@ import torch
 
 from roll_viz.core import pipeline
 from roll_viz.core.records import batch_from_rollout
-from roll_viz.views import explain
+from roll_viz.views import explain, tables, text
 from tests.app.synthetic import SEED_SCORES, seed_rollout, synthetic_rollout
 
 
@@ -129,39 +129,39 @@ def test_every_estimator_ends_at_the_trace_value(framework):
 
 
 def test_fmt_and_term():
-    assert explain.fmt(0.20196) == "0.202"
-    assert explain.fmt(-0.0) == "0"
-    assert explain.fmt(1e-6) == "10^{-6}"
-    assert explain.fmt(2e-5) == r"2\cdot 10^{-5}"
-    assert explain.fmt(float("nan")) == r"\mathrm{NaN}"
-    assert explain.term(-1.5) == "(-1.500)"
+    assert text.fmt(0.20196) == "0.202"
+    assert text.fmt(-0.0) == "0"
+    assert text.fmt(1e-6) == "10^{-6}"
+    assert text.fmt(2e-5) == r"2\cdot 10^{-5}"
+    assert text.fmt(float("nan")) == r"\mathrm{NaN}"
+    assert text.term(-1.5) == "(-1.500)"
 
 
 def test_subsample_rollout_keeps_first_g_per_prompt():
     ro = synthetic_rollout(prompts=2, group_size=4, width=5)
-    sub = explain.subsample_rollout(ro, 2)
+    sub = tables.subsample_rollout(ro, 2)
     assert sub.group_ids.tolist() == [0, 0, 1, 1]
     assert sub.responses == (ro.responses[0], ro.responses[1], ro.responses[4], ro.responses[5])
     assert sub.response_mask.shape == (4, 5)
     assert sub.group_size == 2
-    assert explain.subsample_rollout(ro, 4) is ro
+    assert tables.subsample_rollout(ro, 4) is ro
     with pytest.raises(ValueError, match="group_size"):
-        explain.subsample_rollout(ro, 5)
+        tables.subsample_rollout(ro, 5)
 
 
 def test_tables():
     ro, trace = _seed_trace("roll", {"adv_estimator": "grpo"})
-    samples = explain.samples_table(ro, trace.scores)
+    samples = tables.samples_table(ro, trace.scores)
     assert list(samples["sample"]) == ["p0/s0", "p0/s1", "p0/s2"]
     assert list(samples["reward"]) == list(SEED_SCORES)
-    rewards = explain.rewards_table(ro, trace)
+    rewards = tables.rewards_table(ro, trace)
     assert rewards["processed_reward"].round(3).tolist() == [0.202, -1.086, 0.884]
-    groups = explain.group_table(ro, trace.scores)
+    groups = tables.group_table(ro, trace.scores)
     assert groups.loc[0, "mean"] == pytest.approx(7.9333333)
     assert groups.loc[0, "std_unbiased"] == pytest.approx(1.3203, abs=1e-4)
-    single = explain.group_table(explain.subsample_rollout(ro, 1), trace.scores[:1])
+    single = tables.group_table(tables.subsample_rollout(ro, 1), trace.scores[:1])
     assert math.isnan(single.loc[0, "std_unbiased"])
-    tokens = explain.token_table(ro, trace)
+    tokens = tables.token_table(ro, trace)
     assert len(tokens) == int(ro.response_mask.sum())
     assert {"token", "kl", "token_reward", "advantage"} <= set(tokens.columns)
 
@@ -169,31 +169,33 @@ def test_tables():
 def test_kl_summary_table():
     ro = synthetic_rollout()
     est = {"k1": ro.logprobs - ro.ref_logprobs}
-    table = explain.kl_summary_table(ro, est)
+    table = tables.kl_summary_table(ro, est)
     n = ro.response_mask[0].sum()
     assert table.loc[0, "k1"] == pytest.approx(float(est["k1"][0].sum() / n))
 
 
 def test_beta_schedule_grows_when_kl_above_target():
-    betas = explain.beta_schedule(
+    betas = explain.simulated_betas(
         0.2, observed_kl=1.0, target=0.1, horizon=100, n_steps=10, steps=3
     )
     assert betas[0] == 0.2
     assert betas[1] == pytest.approx(0.2 * 1.02)
     assert betas[3] == pytest.approx(0.2 * 1.02**3)
-    down = explain.beta_schedule(0.2, observed_kl=0.0, target=0.1, horizon=100, n_steps=10, steps=1)
+    down = explain.simulated_betas(
+        0.2, observed_kl=0.0, target=0.1, horizon=100, n_steps=10, steps=1
+    )
     assert down[1] == pytest.approx(0.2 * 0.98)
 
 
 def test_visible_whitespace():
-    assert explain.visible_whitespace(" a\n") == "\u00b7a\u21b5"
-    assert explain.visible_whitespace("") == "\u2205"
+    assert text.visible_whitespace(" a\n") == "\u00b7a\u21b5"
+    assert text.visible_whitespace("") == "\u2205"
 
 
 def test_trace_to_plain_is_json_able():
     import json
 
     _, trace = _seed_trace("roll", {"adv_estimator": "grpo"})
-    data = explain.trace_to_plain(trace)
+    data = tables.trace_to_plain(trace)
     json.dumps(data)
     assert data["framework"] == "roll"

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from roll_viz import analysis
+from roll_viz.analysis import common, compare, local_global, reward_table, sweep
 from roll_viz.core.records import Batch
 from tests.app_b.helpers import batch_of, consistent_rollout
 
@@ -17,7 +17,7 @@ T1_LOCAL = (0.201965964, -1.085567055, 0.883601091)
 
 # --- editable reward table -------------------------------------------------------------------
 def test_default_table_is_the_seed_example_plus_a_low_variance_prompt():
-    table = analysis.default_reward_table()
+    table = reward_table.default_reward_table()
     assert list(table.columns) == ["prompt", "reward"]
     assert table["reward"].tolist()[:3] == [8.2, 6.5, 9.1]
     assert table["prompt"].tolist()[:3] == ["quantum"] * 3
@@ -31,7 +31,7 @@ def test_parse_groups_by_first_appearance_and_drops_blank_rows():
             "reward": [1, "2.5", 3, None, 4.0, float("nan")],
         }
     )
-    t = analysis.parse_reward_table(df)
+    t = reward_table.parse_reward_table(df)
     assert t.prompts == ("b", "a")
     assert t.group_ids.tolist() == [0, 1, 0, 1]
     assert t.scores.tolist() == [1.0, 2.5, 3.0, 4.0]
@@ -51,21 +51,21 @@ def test_parse_groups_by_first_appearance_and_drops_blank_rows():
 )
 def test_parse_names_the_bad_row(prompt, reward, needle):
     df = pd.DataFrame({"prompt": ["q", prompt], "reward": [1.0, reward]}, dtype=object)
-    with pytest.raises(analysis.RewardTableError, match="row 2") as err:
-        analysis.parse_reward_table(df)
+    with pytest.raises(reward_table.RewardTableError, match="row 2") as err:
+        reward_table.parse_reward_table(df)
     assert needle in str(err.value)
 
 
 def test_parse_rejects_missing_columns_and_empty_tables():
-    with pytest.raises(analysis.RewardTableError, match="column"):
-        analysis.parse_reward_table(pd.DataFrame({"reward": [1.0]}))
-    with pytest.raises(analysis.RewardTableError, match="empty"):
-        analysis.parse_reward_table(pd.DataFrame({"prompt": [None], "reward": [None]}))
+    with pytest.raises(reward_table.RewardTableError, match="column"):
+        reward_table.parse_reward_table(pd.DataFrame({"reward": [1.0]}))
+    with pytest.raises(reward_table.RewardTableError, match="empty"):
+        reward_table.parse_reward_table(pd.DataFrame({"prompt": [None], "reward": [None]}))
 
 
 def test_singleton_and_constant_groups_are_explained_per_dialect():
     df = pd.DataFrame({"prompt": ["a", "b", "b"], "reward": [1.0, 2.0, 2.0]})
-    t = analysis.parse_reward_table(df)
+    t = reward_table.parse_reward_table(df)
     assert t.singletons == ("a",)
     text = " ".join(t.messages)
     for fw in ("roll", "verl", "openrlhf", "trl"):
@@ -75,8 +75,8 @@ def test_singleton_and_constant_groups_are_explained_per_dialect():
 
 # --- local vs global -------------------------------------------------------------------------
 def test_local_vs_global_seed_example_matches_t1():
-    t = analysis.parse_reward_table(analysis.default_reward_table())
-    lg = analysis.local_vs_global(t.scores, t.group_ids, t.prompts)
+    t = reward_table.parse_reward_table(reward_table.default_reward_table())
+    lg = local_global.local_vs_global(t.scores, t.group_ids, t.prompts)
     torch.testing.assert_close(
         lg.local[:3], torch.tensor(T1_LOCAL, dtype=torch.float64), atol=1e-8, rtol=0
     )
@@ -96,7 +96,7 @@ def test_local_vs_global_seed_example_matches_t1():
 def test_local_is_nan_for_a_singleton_and_global_still_defined():
     scores = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)
     ids = torch.tensor([0, 1, 1])
-    lg = analysis.local_vs_global(scores, ids)
+    lg = local_global.local_vs_global(scores, ids)
     assert math.isnan(lg.local[0].item())
     # group (2, 4): mean 3, unbiased std sqrt(2)
     assert lg.local[1:].tolist() == pytest.approx([-1 / (2**0.5 + 1e-6), 1 / (2**0.5 + 1e-6)])
@@ -107,7 +107,7 @@ def test_local_is_nan_for_a_singleton_and_global_still_defined():
 def test_local_vs_global_handles_interleaved_unequal_groups():
     scores = torch.tensor([1.0, 10.0, 3.0, 20.0, 5.0], dtype=torch.float64)
     ids = torch.tensor([0, 1, 0, 1, 0])
-    lg = analysis.local_vs_global(scores, ids)
+    lg = local_global.local_vs_global(scores, ids)
     g0 = scores[[0, 2, 4]]
     torch.testing.assert_close(lg.local[[0, 2, 4]], (g0 - g0.mean()) / (g0.std() + 1e-6))
     assert lg.samples["sample"].tolist() == [0, 0, 1, 1, 2]
@@ -122,18 +122,18 @@ def test_subsample_groups_keeps_the_first_g_of_every_prompt():
         group_ids=ids,
         group_labels=(0, 1),
     )
-    sub, keep = analysis.subsample_groups(batch, 2)
+    sub, keep = sweep.subsample_groups(batch, 2)
     assert keep.tolist() == [0, 1, 2, 3]
     assert sub.scores.tolist() == [0.0, 1.0, 2.0, 3.0]
     with pytest.raises(ValueError, match=">= 1"):
-        analysis.subsample_groups(batch, 0)
+        sweep.subsample_groups(batch, 0)
 
 
 def test_default_grids():
-    assert analysis.default_grid("G", 4) == (2.0, 3.0, 4.0)
-    assert analysis.default_grid("lam", 8, points=5) == (0.0, 0.25, 0.5, 0.75, 1.0)
+    assert sweep.default_grid("G", 4) == (2.0, 3.0, 4.0)
+    assert sweep.default_grid("lam", 8, points=5) == (0.0, 0.25, 0.5, 0.75, 1.0)
     with pytest.raises(ValueError, match="sweep parameter"):
-        analysis.default_grid("eps", 4)
+        sweep.default_grid("eps", 4)
 
 
 def test_advantage_stats_hand_values():
@@ -141,7 +141,7 @@ def test_advantage_stats_hand_values():
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
     ref = torch.tensor([[1.0, 1.0, 5.0]], dtype=torch.float64)
     other = torch.tensor([[2.0, -2.0, 9.0]], dtype=torch.float64)
-    s = analysis.advantage_stats(adv, mask, ref, other)
+    s = sweep.advantage_stats(adv, mask, ref, other)
     assert s["spread"] == pytest.approx(2**0.5)
     assert s["sign_flips"] == 0.5
     assert s["agreement"] == pytest.approx(1.0)
@@ -156,7 +156,7 @@ def batch():
 def test_sweep_lambda_moves_gae_and_is_zero_flip_at_the_current_value(batch):
     cfg = {"adv_estimator": "gae", "lambd": 0.5, "add_token_level_kl": True}
     grid = (0.0, 0.5, 1.0)
-    df = analysis.sweep(
+    df = sweep.sweep(
         batch, "roll", cfg, "lam", grid, compare_config={**cfg, "adv_estimator": "grpo"}
     )
     assert df["lam"].tolist() == list(grid)
@@ -167,14 +167,14 @@ def test_sweep_lambda_moves_gae_and_is_zero_flip_at_the_current_value(batch):
 
 
 def test_sweep_lambda_leaves_grpo_flat(batch):
-    df = analysis.sweep(batch, "roll", {"adv_estimator": "grpo"}, "lam", (0.0, 0.5, 1.0))
+    df = sweep.sweep(batch, "roll", {"adv_estimator": "grpo"}, "lam", (0.0, 0.5, 1.0))
     assert df["spread"].max() - df["spread"].min() < 1e-12
     assert df["agreement"].isna().all()
 
 
 def test_sweep_two_dimensional_with_g_reports_invalid_points(batch):
     cfg = {"adv_estimator": "grpo", "add_token_level_kl": True}
-    df = analysis.sweep(batch, "roll", cfg, "G", (1.0, 2.0, 4.0), "beta", (0.0, 0.2))
+    df = sweep.sweep(batch, "roll", cfg, "G", (1.0, 2.0, 4.0), "beta", (0.0, 0.2))
     assert len(df) == 6
     assert set(df.columns) >= {"G", "beta"}
     bad = df[df["G"] == 1.0]
@@ -190,9 +190,9 @@ def test_sweep_two_dimensional_with_g_reports_invalid_points(batch):
 
 def test_sweep_rejects_bad_parameters(batch):
     with pytest.raises(ValueError, match="sweep parameter"):
-        analysis.sweep(batch, "roll", {}, "eps", (1.0,))
+        sweep.sweep(batch, "roll", {}, "eps", (1.0,))
     with pytest.raises(ValueError, match="differ"):
-        analysis.sweep(batch, "roll", {}, "lam", (1.0,), "lam", (1.0,))
+        sweep.sweep(batch, "roll", {}, "lam", (1.0,), "lam", (1.0,))
 
 
 def test_sweep_calls_the_pipeline_once_per_point_and_estimator(batch):
@@ -204,7 +204,7 @@ def test_sweep_calls_the_pipeline_once_per_point_and_estimator(batch):
         calls.append(args[1])
         return run(*args, **kwargs)
 
-    analysis.sweep(
+    sweep.sweep(
         batch,
         "verl",
         {"adv_estimator": "gae"},
@@ -218,7 +218,7 @@ def test_sweep_calls_the_pipeline_once_per_point_and_estimator(batch):
 
 # --- frameworks ------------------------------------------------------------------------------
 def test_canonical_generic_and_dialect_settings():
-    gen = analysis.canonical_generic(
+    gen = compare.canonical_generic(
         "roll",
         {
             "estimator": "gae",
@@ -240,27 +240,26 @@ def test_canonical_generic_and_dialect_settings():
         "kl_estimator": "k2",
         "clip": None,
     }
-    cfg, ignored = analysis.dialect_settings("openrlhf", {**gen, "clip": 5.0})
+    cfg, ignored = compare.dialect_settings("openrlhf", {**gen, "clip": 5.0})
     assert cfg["use_loss"] is False
     assert cfg["kl_estimator"] == "k2"
     assert cfg["clip_range"] == (-5.0, 5.0)
     assert cfg["init_coef"] == 0.2
-    cfg, ignored = analysis.dialect_settings("verl", gen)
+    cfg, ignored = compare.dialect_settings("verl", gen)
     assert cfg["kl_penalty"] == "mse"
     assert cfg["use_kl_in_reward"] is True
-    cfg, ignored = analysis.dialect_settings("trl", gen)
+    cfg, ignored = compare.dialect_settings("trl", gen)
     assert cfg == {"beta": 0.2}
     assert "lam" in ignored
-    assert analysis.canonical_kl("verl", "low_var_kl") == "k3"
+    assert compare.canonical_kl("verl", "low_var_kl") == "k3"
 
 
 def test_generic_estimator_reverse_lookup():
-    assert analysis.generic_estimator("openrlhf", {"advantage_estimator": "group_norm"}) == "grpo"
+    assert compare.generic_estimator("openrlhf", {"advantage_estimator": "group_norm"}) == "grpo"
     assert (
-        analysis.generic_estimator("verl", {"adv_estimator": "reinforce_plus_plus"})
-        == "reinforce++"
+        compare.generic_estimator("verl", {"adv_estimator": "reinforce_plus_plus"}) == "reinforce++"
     )
-    assert analysis.generic_estimator("roll", {"adv_estimator": "gae"}) == "gae"
+    assert compare.generic_estimator("roll", {"adv_estimator": "gae"}) == "gae"
 
 
 def test_compare_frameworks_seed_example_differs_only_by_epsilon():
@@ -271,7 +270,7 @@ def test_compare_frameworks_seed_example_differs_only_by_epsilon():
         group_labels=(0,),
     )
     gen = {"beta": 0.0, "gamma": 1.0, "kl_in_reward": False, "clip": None}
-    cmp = analysis.compare_frameworks(batch, gen, "grpo", reference="roll", prompts=["quantum"])
+    cmp = compare.compare_frameworks(batch, gen, "grpo", reference="roll", prompts=["quantum"])
     assert list(cmp.traces) == ["roll", "verl", "openrlhf", "trl"]
     adv = cmp.samples.set_index("sample")
     assert adv["advantage trl"].tolist() == pytest.approx(
@@ -286,38 +285,38 @@ def test_compare_frameworks_seed_example_differs_only_by_epsilon():
 
 def test_compare_frameworks_skips_dialects_without_the_estimator():
     b = batch_of(consistent_rollout())
-    cmp = analysis.compare_frameworks(b, {"beta": 0.1, "kl_in_reward": True}, "rloo")
+    cmp = compare.compare_frameworks(b, {"beta": 0.1, "kl_in_reward": True}, "rloo")
     assert set(cmp.traces) == {"verl", "openrlhf"}
     assert "roll" in cmp.skipped
     assert "trl" in cmp.skipped
     assert cmp.reference == "verl"
     assert {"advantage verl", "advantage openrlhf", "reward verl"} <= set(cmp.samples.columns)
     with pytest.raises(ValueError, match="estimator"):
-        analysis.compare_frameworks(b, {}, "ppo")
+        compare.compare_frameworks(b, {}, "ppo")
 
 
 def test_single_threaded_restores_the_thread_count_even_when_nested():
     before = torch.get_num_threads()
-    with analysis.single_threaded():
+    with common.single_threaded():
         assert torch.get_num_threads() == 1
-        with analysis.single_threaded():
+        with common.single_threaded():
             assert torch.get_num_threads() == 1
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError), analysis.single_threaded():
+    with pytest.raises(RuntimeError), common.single_threaded():
         raise RuntimeError("boom")
     assert torch.get_num_threads() == before
 
 
 def test_md_escape_shows_typed_text_literally():
-    assert analysis.md_escape("r_t -= 0.2 * k1") == r"r\_t \-= 0.2 \* k1"
-    assert analysis.md_escape("$x$ <b>[a](b)") == r"\$x\$ \<b\>\[a\]\(b\)"
+    assert common.md_escape("r_t -= 0.2 * k1") == r"r\_t \-= 0.2 \* k1"
+    assert common.md_escape("$x$ <b>[a](b)") == r"\$x\$ \<b\>\[a\]\(b\)"
 
 
 def test_kl_is_zero_and_sweep_is_flat():
-    assert analysis.kl_is_zero(consistent_rollout(identical=True))
-    assert not analysis.kl_is_zero(consistent_rollout())
+    assert sweep.kl_is_zero(consistent_rollout(identical=True))
+    assert not sweep.kl_is_zero(consistent_rollout())
     flat = pd.DataFrame({"spread": [1.0, 1.0, float("nan")]})
-    assert analysis.sweep_is_flat(flat)
-    assert not analysis.sweep_is_flat(pd.DataFrame({"spread": [1.0, 2.0]}))
-    assert not analysis.sweep_is_flat(pd.DataFrame({"spread": [1.0]}))
+    assert sweep.sweep_is_flat(flat)
+    assert not sweep.sweep_is_flat(pd.DataFrame({"spread": [1.0, 2.0]}))
+    assert not sweep.sweep_is_flat(pd.DataFrame({"spread": [1.0]}))

@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from roll_viz import analysis
+from roll_viz.analysis import compare, local_global, reward_table, sweep
 from roll_viz.views import compare as charts_compare
 from tests.app_b.helpers import batch_of, consistent_rollout
 
 
 def _lg():
-    t = analysis.parse_reward_table(analysis.default_reward_table())
-    return analysis.local_vs_global(t.scores, t.group_ids, t.prompts)
+    t = reward_table.parse_reward_table(reward_table.default_reward_table())
+    return local_global.local_vs_global(t.scores, t.group_ids, t.prompts)
 
 
 def test_local_global_scatter_one_trace_per_prompt_plus_diagonal():
@@ -41,7 +41,7 @@ def test_group_std_bars_values_and_batch_line():
 
 
 def test_group_std_bars_singleton_is_labelled_not_zero():
-    lg = analysis.local_vs_global(
+    lg = local_global.local_vs_global(
         torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), torch.tensor([0, 1, 1])
     )
     fig = charts_compare.group_std_bars(lg.groups)
@@ -68,7 +68,7 @@ def test_sensitivity_lines_three_panels_and_current_marker():
 
 def test_sensitivity_heatmap_scales():
     b = batch_of(consistent_rollout())
-    table = analysis.sweep(
+    table = sweep.sweep(
         b,
         "roll",
         {"adv_estimator": "gae"},
@@ -91,7 +91,7 @@ def test_sensitivity_heatmap_scales():
 
 def test_frameworks_heatmap_and_bars():
     b = batch_of(consistent_rollout())
-    cmp = analysis.compare_frameworks(b, {"beta": 0.1, "kl_in_reward": True}, "grpo")
+    cmp = compare.compare_frameworks(b, {"beta": 0.1, "kl_in_reward": True}, "grpo")
     fws = list(cmp.traces)
     fig = charts_compare.frameworks_heatmap(cmp.samples, fws)
     z = np.asarray(fig.data[0].z, dtype=float)

@@ -1,0 +1,382 @@
+"""The cached data flow of a page, top to bottom: state -> rollout -> scores -> batch -> trace.
+
+    cached_models()           the one shared model (st.cache_resource)
+    cached_rollout(state)     the sampled batch: a committed preset (instant) or the live model
+    cached_scores(state)      (B,) raw rewards of the batch
+    current_batch(state)      the calculator's input (Batch), with a zero or a probe critic
+    cached_trace(state, ...)  the pipeline's Trace in the sidebar's dialect (or another one)
+
+A hyperparameter change (beta, gamma, lam, estimator ...) is a cache hit on the rollout and the
+scores and only reruns ``pipeline.run`` (pure, milliseconds). Nothing a page computes is handed to
+another page through ``st.session_state``; the only per-session state is the running reward
+statistics of the Rewards page. Live samples are cached in a small shared LRU held by
+``st.cache_resource`` rather than in ``st.cache_data``, so the sampling progress is drawn only on
+a cache miss, never replayed on a hit.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+import torch
+
+from roll_viz.core.records import Batch, Rollout, RunningMoments, Trace, batch_from_rollout
+from roll_viz.ui.settings import _preset_defaults, resolve_config
+from roll_viz.ui.state import (
+    KEY_RUNNING,
+    KEY_RUNNING_BATCHES,
+    LIVE_CACHE_ENTRIES,
+    AppState,
+    _freeze,
+    _model_spec,
+    _pipeline,
+)
+from roll_viz.views import tables
+
+
+# ---------------------------------------------------------------------------------------------
+# Cached data
+# ---------------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner="Loading the policy and reference model...")
+def cached_models(spec: str | None = None) -> Any:
+    """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
+    from roll_viz.lm import models
+
+    return models.load_models(spec or _model_spec())
+
+
+class _LiveStore:
+    """A small thread-safe LRU of live Rollouts, shared by every session."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.lock = threading.Lock()
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key: Any) -> Rollout | None:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+            return None
+
+    def put(self, key: Any, value: Rollout) -> None:
+        with self.lock:
+            self.items[key] = value
+            self.items.move_to_end(key)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+@st.cache_resource
+def _live_store() -> _LiveStore:
+    return _LiveStore(LIVE_CACHE_ENTRIES)
+
+
+@st.cache_data(show_spinner=False, max_entries=32, ttl=60)
+def preset_available(name: str) -> bool:
+    """Whether the preset's committed JSON loads (exists and matches its config)."""
+    try:
+        _preset_rollout(name)
+    except (OSError, ValueError, KeyError):
+        return False
+    return True
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _preset_rollout(name: str) -> Rollout:
+    from roll_viz.data import presets
+
+    return presets.load_preset(name)[2]
+
+
+def sample_live(model: str, sampling: Any) -> Rollout:
+    """A live rollout for ``sampling`` (cached; progress drawn only when it really samples).
+
+    Args:
+        model: model spec (part of the cache key).
+        sampling: the SamplingConfig.
+
+    Returns:
+        The Rollout.
+    """
+    from roll_viz.lm import models as models_mod
+    from roll_viz.lm import sampling as sampling_mod
+
+    store = _live_store()
+    key = (model, sampling)
+    rollout = store.get(key)
+    if rollout is not None:
+        return rollout
+    try:
+        bundle = cached_models(model)
+    except models_mod.ModelNotFoundError as err:
+        st.error(f"The live model is not available: {err}")
+        st.stop()
+    n_rows = len(sampling.prompts) * sampling.group_size
+    label = f"Sampling {n_rows} responses with {bundle.name}..."
+    if bundle.lock.locked():
+        label = "Waiting for the shared model (another user is sampling)... then " + label
+    with st.status(label, expanded=True) as status:
+        bar = st.progress(0.0, text="starting")
+
+        def progress(fraction: float, text: str) -> None:
+            bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
+
+        rollout = sampling_mod.sample(bundle, sampling, progress=progress)
+        status.update(label=f"Sampled {n_rows} responses", state="complete", expanded=False)
+    store.put(key, rollout)
+    return rollout
+
+
+def cached_rollout(state: AppState) -> Rollout:
+    """The batch the pages show: the preset's committed rollout, or a live sample.
+
+    Args:
+        state: from page_setup.
+
+    Returns:
+        The Rollout (for a preset with a smaller G: the first G samples of each prompt).
+    """
+    if state.live:
+        return sample_live(state.model, state.sampling)
+    rollout = _preset_rollout(state.preset)
+    if state.group_size < rollout.group_size:
+        rollout = _subsampled(state.preset, state.group_size)
+    return rollout
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _subsampled(preset: str, group_size: int) -> Rollout:
+    return tables.subsample_rollout(_preset_rollout(preset), group_size)
+
+
+def _rollout_key(state: AppState) -> tuple:
+    return (state.source, state.preset, state.model, state.sampling)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def _scores(_rollout: Rollout, key: tuple, spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    from roll_viz import rewards
+
+    scores = rewards.score_rollout(_rollout, spec)
+    greedy_fn = getattr(rewards, "score_greedy", None)
+    greedy = (
+        greedy_fn(_rollout, spec) if greedy_fn is not None and _rollout.greedy_responses else None
+    )
+    return scores, greedy
+
+
+def cached_scores(state: AppState) -> torch.Tensor:
+    """(B,) float64 raw rewards of the current batch under the sidebar's RewardSpec."""
+    return _scores(cached_rollout(state), _rollout_key(state), state.reward)[0]
+
+
+def current_batch(state: AppState, values: str = "zero") -> Batch:
+    """The calculator's input for the current batch.
+
+    Args:
+        state: from page_setup.
+        values: critic for GAE: "zero" (V = 0 everywhere) or "probe" (cross-fitted ridge probe on
+            the reference model's features, fitted to the Monte-Carlo returns).
+
+    Returns:
+        A Batch with scores, masks, log-probs, values and the greedy baseline scores (ReMax).
+    """
+    rollout = cached_rollout(state)
+    scores, greedy = _scores(rollout, _rollout_key(state), state.reward)
+    if values == "probe":
+        value_tensor = _probe(state)
+    elif values == "zero":
+        value_tensor = torch.zeros_like(rollout.response_mask)
+    else:
+        raise ValueError(f"values must be 'zero' or 'probe', got {values!r}")
+    return batch_from_rollout(rollout, scores, values=value_tensor, baseline_scores=greedy)
+
+
+def _probe(state: AppState) -> torch.Tensor:
+    rollout = cached_rollout(state)
+    return _probe_cached(
+        _rollout_key(state), state.reward, state.framework, state.config_items, _rollout=rollout
+    )
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _probe_cached(
+    key: tuple, spec: Any, framework: str, config_items: tuple, _rollout: Rollout
+) -> torch.Tensor:
+    from roll_viz.core.pipeline import values as values_mod
+
+    if _rollout.features is None:
+        return torch.zeros_like(_rollout.response_mask)
+    scores, greedy = _scores(_rollout, key, spec)
+    batch = batch_from_rollout(
+        _rollout, scores, values=torch.zeros_like(_rollout.response_mask), baseline_scores=greedy
+    )
+    targets = _mc_returns(batch, framework, dict(config_items))
+    return values_mod.probe_values(_rollout.features, targets, _rollout.response_mask)
+
+
+def _mc_returns(batch: Batch, framework: str, config: dict) -> torch.Tensor:
+    """Monte-Carlo returns of the dialect's token rewards: the value probe's targets.
+
+    Computed as the dialect's GAE with lam = 1, a zero critic and no whitening.
+    """
+    pipeline = _pipeline()
+    fw = framework
+    aliases = pipeline.ALIASES[fw]
+    choices = pipeline.CHOICES.get(fw, {})
+    est_key = aliases.get("estimator")
+    if est_key is None or "gae" not in choices.get(est_key, ()):
+        fw = "roll"
+        aliases = pipeline.ALIASES[fw]
+        est_key = aliases["estimator"]
+    overrides = {est_key: "gae"}
+    if aliases.get("lam"):
+        overrides[aliases["lam"]] = 1.0
+    if aliases.get("whiten"):
+        overrides[aliases["whiten"]] = False
+    base = config if fw == framework else {}
+    trace = pipeline.run(batch, fw, {**pipeline.DEFAULTS[fw], **base, **overrides})
+    return trace.returns
+
+
+def running_moments() -> RunningMoments:
+    """This session's running reward statistics (the Rewards page's "running" mode)."""
+    return st.session_state.get(KEY_RUNNING, RunningMoments())
+
+
+def running_batches() -> int:
+    """How many extra batches were added to this session's running statistics."""
+    return int(st.session_state.get(KEY_RUNNING_BATCHES, 0))
+
+
+def reset_running() -> None:
+    """Forget this session's running statistics."""
+    st.session_state[KEY_RUNNING] = RunningMoments()
+    st.session_state[KEY_RUNNING_BATCHES] = 0
+
+
+def add_running_batch(state: AppState, overrides: Mapping[str, Any] | None = None) -> None:
+    """Sample the next batch (same prompts, next seed), fold its rewards into the running stats.
+
+    Args:
+        state: from page_setup.
+        overrides: extra dialect config (e.g. the Rewards page's normalization mode).
+    """
+    pipeline = _pipeline()
+    k = running_batches() + 1
+    base = state.sampling
+    if not state.live:
+        base = _preset_defaults(state.preset)[0]
+        base = replace(base, group_size=state.group_size)
+    next_sampling = replace(base, seed=int(base.seed) + k)
+    rollout = sample_live(state.model, next_sampling)
+    key = ("live", state.preset, state.model, next_sampling)
+    scores, greedy = _scores(rollout, key, state.reward)
+    batch = batch_from_rollout(
+        rollout, scores, values=torch.zeros_like(rollout.response_mask), baseline_scores=greedy
+    )
+    config = resolve_config(state.framework, dict(state.generic), overrides)
+    trace = pipeline.run(batch, state.framework, config, running=running_moments())
+    if trace.running is not None:
+        st.session_state[KEY_RUNNING] = trace.running
+    st.session_state[KEY_RUNNING_BATCHES] = k
+
+
+def _uses_running(config: Mapping[str, Any]) -> bool:
+    return any(v == "running" for v in config.values())
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _trace_cached(
+    key: tuple,
+    spec: Any,
+    values: str,
+    framework: str,
+    config_items: tuple,
+    running: RunningMoments | None,
+    _batch: Batch,
+) -> Trace:
+    return _pipeline().run(_batch, framework, dict(config_items), running=running)
+
+
+def cached_trace(
+    state: AppState,
+    framework: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    values: str = "zero",
+) -> Trace:
+    """The pipeline's Trace for the current batch.
+
+    A bad config stops the page with one clear error message (pipeline.run raises ValueError).
+
+    Args:
+        state: from page_setup.
+        framework: dialect (default: the sidebar's). For another dialect the sidebar's generic
+            controls are mapped onto that dialect's keys where it has them.
+        overrides: framework keys (or generic names) -> values, applied last.
+        values: critic for GAE, "zero" or "probe".
+
+    Returns:
+        The Trace (running statistics from this session when the config normalizes by "running").
+    """
+    fw = framework or state.framework
+    if fw == state.framework and not overrides:
+        config = state.config
+    else:
+        config = resolve_config(fw, dict(state.generic), overrides)
+    running = running_moments() if _uses_running(config) else None
+    batch = current_batch(state, values=values)
+    try:
+        return _trace_cached(
+            _rollout_key(state), state.reward, values, fw, _freeze(config), running, _batch=batch
+        )
+    except ValueError as err:
+        st.error(f"This combination of settings is not valid in {fw}: {err}")
+        st.stop()
+        raise  # pragma: no cover - st.stop() raises
+
+
+def kl_estimates(state: AppState, estimator: str) -> torch.Tensor:
+    """(B, T) per-token KL of the current batch with a generic estimator name (k1/abs/k2/k3)."""
+    from roll_viz.core.pipeline import kl as kl_mod
+
+    rollout = cached_rollout(state)
+    return kl_mod.token_kl(
+        rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, estimator=estimator
+    )
+
+
+def try_trace(
+    state: AppState,
+    framework: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    values: str = "zero",
+) -> Trace | str:
+    """Like cached_trace, but returns the error message instead of stopping the page.
+
+    Args:
+        state: from page_setup.
+        framework: dialect (default: the sidebar's).
+        overrides: framework keys (or generic names) -> values.
+        values: critic for GAE, "zero" or "probe".
+
+    Returns:
+        The Trace, or the ValueError's message (an estimator undefined for this batch).
+    """
+    fw = framework or state.framework
+    config = resolve_config(fw, dict(state.generic), overrides)
+    running = running_moments() if _uses_running(config) else None
+    batch = current_batch(state, values=values)
+    try:
+        return _trace_cached(
+            _rollout_key(state), state.reward, values, fw, _freeze(config), running, _batch=batch
+        )
+    except ValueError as err:
+        return str(err)

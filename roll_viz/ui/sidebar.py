@@ -1,0 +1,560 @@
+"""The shared sidebar: data source, reward, algorithm; ``page_setup`` starts every page.
+
+``page_setup(title)`` sets the page config, draws the sidebar and returns the frozen AppState
+that the page hands to ``flow``. ``?present=true`` enlarges fonts and ``&hide=beta,G`` hides those
+controls (``hide=sidebar`` the whole sidebar) for a teacher's projector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from roll_viz.ui.flow import preset_available
+from roll_viz.ui.settings import (
+    _default_reward_choice,
+    _describe_terms,
+    _generic_defaults,
+    _preset_defaults,
+    _reward_choices,
+    _reward_defaults,
+    resolve_config,
+)
+from roll_viz.ui.state import (
+    _KEY_RE,
+    FRAMEWORK_LABELS,
+    GENERIC_KEYS,
+    KEY_BETA,
+    KEY_CLIP,
+    KEY_ESTIMATOR,
+    KEY_FRAMEWORK,
+    KEY_G,
+    KEY_GAMMA,
+    KEY_HIDE,
+    KEY_INSTRUCTION,
+    KEY_KL_ESTIMATOR,
+    KEY_KL_IN_REWARD,
+    KEY_LAM,
+    KEY_LIVE,
+    KEY_MAX_TOKENS,
+    KEY_MODEL,
+    KEY_NOISE,
+    KEY_POLICY,
+    KEY_PRESENT,
+    KEY_PRESET,
+    KEY_PROMPTS,
+    KEY_REWARD,
+    KEY_REWARD_PARAM_PREFIX,
+    KEY_SEED,
+    KEY_TEMPERATURE,
+    KEY_WHITEN,
+    MAX_GROUP_SIZE,
+    MAX_NEW_TOKENS,
+    MAX_PROMPTS,
+    PRESET_REWARD,
+    SINGLETON_NOTES,
+    AppState,
+    _freeze,
+    _model_spec,
+    _pipeline,
+    _presets,
+    model_choices,
+)
+
+PRESENT_CSS = """
+<style>
+[data-testid="stMain"] { font-size: 21px; }
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+[data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
+[data-testid="stMain"] .katex { font-size: 1.35em !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
+</style>
+"""
+
+BASE_CSS = """
+<style>
+.rv-chips { line-height: 2.0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2166ac;
+  border-radius: 0.5rem; color: #2166ac; text-decoration: none; font-weight: 600; }
+a.rv-link:hover { background: #2166ac; color: #ffffff; }
+</style>
+"""
+
+
+def _sidebar_model(live: bool) -> str:
+    """The live model's spec (a selector shown only when sampling live)."""
+    if not live:
+        return _model_spec()
+    return _bound(
+        st.sidebar.selectbox,
+        "Model",
+        model_choices(),
+        key=KEY_MODEL,
+        help="smollm2 = SmolLM2-135M-Instruct (bundled); tiny = a random 2-layer model that only "
+        "shows the mechanics. The server's ROLL_VIZ_MODEL comes first.",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Presentation mode
+# ---------------------------------------------------------------------------------------------
+def _sidebar_presentation() -> tuple[bool, tuple[str, ...]]:
+    """The presentation controls (bound to the URL: ``?present=true&hide=beta,gamma``)."""
+    with st.sidebar.expander("Presentation mode", expanded=False):
+        present = _bound(
+            st.toggle,
+            "Presentation mode (larger fonts)",
+            value=False,
+            key=KEY_PRESENT,
+            help="For a projector. In the URL as present=true.",
+        )
+        hide_text = _bound(
+            st.text_input,
+            "Hide these controls",
+            value="",
+            key=KEY_HIDE,
+            placeholder="beta,gamma  (or: sidebar)",
+            help="Comma-separated control keys as they appear in the URL (beta, gamma, lam, G, "
+            "seed, fw, est, ...); 'sidebar' hides the whole sidebar. In the URL as hide=...",
+        )
+    # keys only (letters, digits, _ and -): the text goes into a CSS selector
+    hide = tuple(h for h in (p.strip() for p in (hide_text or "").split(",")) if _KEY_RE.match(h))
+    return bool(present), hide
+
+
+def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
+    css = BASE_CSS
+    if present:
+        css += PRESENT_CSS
+    rules = []
+    for key in hide:
+        if key == "sidebar":
+            rules.append('[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"]')
+        else:
+            rules.append(f".st-key-{key}")
+    if rules:
+        css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
+    st.html(css)
+
+
+def _on_framework_change() -> None:
+    """Load the new dialect's shipped defaults into the generic controls."""
+    framework = st.session_state.get(KEY_FRAMEWORK, "roll")
+    for generic, value in _generic_defaults(framework).items():
+        key = GENERIC_KEYS.get(generic)
+        if key is not None and value is not None:
+            st.session_state[key] = value
+
+
+def _on_preset_change() -> None:
+    """Load the new preset's sampling and reward settings into the sidebar."""
+    name = st.session_state.get(KEY_PRESET)
+    if name not in _presets():
+        return
+    sampling, reward = _preset_defaults(name)
+    st.session_state[KEY_G] = int(sampling.group_size)
+    st.session_state[KEY_PROMPTS] = "\n".join(sampling.prompts)
+    st.session_state[KEY_TEMPERATURE] = float(sampling.temperature)
+    st.session_state[KEY_MAX_TOKENS] = int(sampling.max_new_tokens)
+    st.session_state[KEY_SEED] = int(sampling.seed)
+    st.session_state[KEY_POLICY] = sampling.policy_mode
+    st.session_state[KEY_INSTRUCTION] = sampling.instruction
+    _name, params = _reward_defaults(reward)
+    st.session_state[KEY_REWARD] = _default_reward_choice(reward)
+    for param, value in params.items():
+        st.session_state[KEY_REWARD_PARAM_PREFIX + param] = value
+    st.session_state[KEY_NOISE] = float(reward.noise_sigma)
+
+
+def _bound(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
+    """A widget bound to the URL query parameter ``key``, kept across page switches."""
+    return widget(*args, key=key, bind="query-params", persist_state="session", **kwargs)
+
+
+def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
+    """Data section: preset / live, prompts, G, sampling. Returns (source, preset, sampling)."""
+    from roll_viz.lm import sampling as sampling_mod
+
+    presets = _presets()
+    names = list(presets)
+    sb = st.sidebar
+    sb.markdown("### Data")
+    preset = _bound(
+        sb.selectbox,
+        "Preset",
+        names,
+        key=KEY_PRESET,
+        on_change=_on_preset_change,
+        help="A committed batch sampled from the real model: loads instantly, no model needed.",
+    )
+    sb.caption(presets[preset][0])
+    preset_sampling, _ = _preset_defaults(preset)
+    live = _bound(
+        sb.toggle,
+        "Sample live with the model",
+        value=False,
+        key=KEY_LIVE,
+        help="Sample your own prompts with the policy and score them under the reference model. "
+        "Runs only when the prompts, G, temperature, max tokens, seed or policy change.",
+    )
+    group_size = _bound(
+        sb.slider,
+        "Group size G (samples per prompt)",
+        1,
+        MAX_GROUP_SIZE,
+        value=int(preset_sampling.group_size),
+        key=KEY_G,
+        help="How many responses each prompt gets. GRPO-style estimators compare the samples "
+        "of one prompt with each other.",
+    )
+    if not live and not preset_available(preset):
+        messages.append(
+            f"The committed batch of preset {preset!r} is missing or stale: sampling its "
+            "settings with the live model instead."
+        )
+        live_fallback = True
+    else:
+        live_fallback = False
+    if not live:
+        if group_size > preset_sampling.group_size:
+            messages.append(
+                f"The preset {preset!r} has G = {preset_sampling.group_size} samples per prompt; "
+                f"showing all {preset_sampling.group_size} (asked for {group_size}). "
+                "Switch on 'Sample live' to sample more."
+            )
+            group_size = int(preset_sampling.group_size)
+        sampling = replace(preset_sampling, group_size=int(group_size))
+        if live_fallback:
+            return "live", preset, sampling
+        sb.caption(
+            f"{len(sampling.prompts)} prompts x G = {sampling.group_size}, "
+            f"temperature {sampling.temperature:g}, up to {sampling.max_new_tokens} tokens, "
+            f"seed {sampling.seed}, policy {sampling.policy_mode}. "
+            "G below the preset's keeps the first G samples of each prompt."
+        )
+        return f"preset:{preset}", preset, sampling
+
+    prompts_text = _bound(
+        sb.text_area,
+        "Prompts (one per line)",
+        value="\n".join(preset_sampling.prompts),
+        key=KEY_PROMPTS,
+        height=110,
+    )
+    temperature = _bound(
+        sb.slider,
+        "Temperature",
+        0.1,
+        2.0,
+        value=float(preset_sampling.temperature),
+        step=0.05,
+        key=KEY_TEMPERATURE,
+        help="Softmax temperature of the policy; log-probs are taken at this temperature.",
+    )
+    max_tokens = _bound(
+        sb.slider,
+        "Max new tokens",
+        4,
+        MAX_NEW_TOKENS,
+        value=int(preset_sampling.max_new_tokens),
+        step=4,
+        key=KEY_MAX_TOKENS,
+        help="Responses that hit this length are truncated (finish reason 'length').",
+    )
+    seed = _bound(
+        sb.number_input,
+        "Seed",
+        0,
+        2**31 - 1,
+        value=int(preset_sampling.seed),
+        step=1,
+        key=KEY_SEED,
+        help="Same seed, same samples (the seed is in the URL).",
+    )
+    policy = _bound(
+        sb.radio,
+        "Policy",
+        ["identical", "steered"],
+        index=0 if preset_sampling.policy_mode == "identical" else 1,
+        key=KEY_POLICY,
+        horizontal=True,
+        help="identical: policy = reference (KL is exactly 0). steered: the policy sees a hidden "
+        "instruction the reference does not, so the two disagree.",
+    )
+    instruction = preset_sampling.instruction
+    if policy == "steered":
+        instruction = _bound(
+            sb.text_area,
+            "Hidden instruction (policy only)",
+            value=preset_sampling.instruction or "Answer in one short sentence.",
+            key=KEY_INSTRUCTION,
+            height=68,
+        )
+
+    prompts = tuple(p.strip() for p in (prompts_text or "").splitlines() if p.strip())
+    if not prompts:
+        messages.append("The prompt box is empty: keeping the preset's prompts.")
+        prompts = tuple(preset_sampling.prompts)
+    if len(prompts) > MAX_PROMPTS:
+        messages.append(f"{len(prompts)} prompts is more than {MAX_PROMPTS}: using the first 8.")
+        prompts = prompts[:MAX_PROMPTS]
+    try:
+        cfg = replace(
+            preset_sampling,
+            prompts=prompts,
+            group_size=int(group_size),
+            temperature=float(temperature),
+            max_new_tokens=int(max_tokens),
+            seed=int(seed),
+            policy_mode=policy,
+            instruction=instruction if policy == "steered" else "",
+        )
+    except ValueError as err:
+        messages.append(f"Invalid sampling settings ({err}); using the preset's.")
+        cfg = preset_sampling
+    capped = getattr(sampling_mod, "capped", None)
+    if capped is not None:
+        cfg, cap_messages = capped(cfg)
+        messages.extend(cap_messages)
+    return "live", preset, cfg
+
+
+def _sidebar_reward(preset: str) -> Any:
+    """Reward section: function, its parameters, noise. Returns the RewardSpec."""
+    from roll_viz import rewards
+
+    sb = st.sidebar
+    sb.markdown("### Reward")
+    _sampling, preset_reward = _preset_defaults(preset)
+    default_name, default_params = _reward_defaults(preset_reward)
+    names = _reward_choices(preset_reward)
+    name = _bound(
+        sb.selectbox,
+        "Reward function",
+        names,
+        index=names.index(_default_reward_choice(preset_reward)),
+        key=KEY_REWARD,
+        help="A toy, rule-based reward on the response text (no reward model). 'preset' is the "
+        "preset's own weighted sum of several rewards; pick one reward to tune its parameters.",
+    )
+    if name == PRESET_REWARD:
+        sb.caption("reward = " + _describe_terms(preset_reward.terms))
+    params = {}
+    for param, (default, help_text) in rewards.REWARD_PARAMS.get(name, {}).items():
+        value = default_params.get(param, default) if name == default_name else default
+        key = KEY_REWARD_PARAM_PREFIX + param
+        if isinstance(default, bool):
+            params[param] = _bound(sb.toggle, param, value=bool(value), key=key, help=help_text)
+        elif isinstance(default, int | float):
+            params[param] = _bound(
+                sb.number_input,
+                param,
+                value=float(value) if isinstance(default, float) else int(value),
+                key=key,
+                help=help_text,
+            )
+        else:
+            params[param] = _bound(sb.text_area, param, value=str(value), key=key, help=help_text)
+    noise = _bound(
+        sb.slider,
+        "Reward noise sigma",
+        0.0,
+        2.0,
+        value=float(preset_reward.noise_sigma),
+        step=0.05,
+        key=KEY_NOISE,
+        help="Gaussian noise added to every score (seeded): a stand-in for a noisy reward model.",
+    )
+    terms = (
+        preset_reward.terms
+        if name == PRESET_REWARD
+        else ((name, 1.0, tuple(sorted(params.items()))),)
+    )
+    return rewards.RewardSpec(
+        terms=terms,
+        noise_sigma=float(noise),
+        noise_seed=int(getattr(preset_reward, "noise_seed", 0)),
+    )
+
+
+def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict, dict]:
+    """Algorithm section: dialect and generic knobs. Returns (framework, generic, config)."""
+    pipeline = _pipeline()
+    sb = st.sidebar
+    sb.markdown("### Algorithm")
+    frameworks = list(pipeline.FRAMEWORKS)
+    framework = _bound(
+        sb.selectbox,
+        "Framework dialect (roll = default)",
+        frameworks,
+        key=KEY_FRAMEWORK,
+        on_change=_on_framework_change,
+        help="Whose conventions the pipeline follows. Switching loads that framework's shipped "
+        "defaults into the controls below.",
+    )
+    aliases = pipeline.ALIASES[framework]
+    choices = pipeline.CHOICES.get(framework, {})
+    helps = pipeline.HELP.get(framework, {})
+    widget_defaults = _generic_defaults(framework)
+
+    def label(generic: str, text: str) -> str:
+        key = aliases.get(generic)
+        return f"{text} ({key})" if key else f"{text} (not in {framework})"
+
+    def help_for(generic: str) -> str:
+        key = aliases.get(generic)
+        if key is None:
+            return f"{FRAMEWORK_LABELS.get(framework, framework)} has no such setting."
+        return helps.get(key, "")
+
+    generic: dict[str, Any] = {}
+    est_key = aliases.get("estimator")
+    est_options = list(choices.get(est_key, ())) if est_key else []
+    if est_options:
+        default_est = widget_defaults.get("estimator")
+        generic["estimator"] = _bound(
+            sb.selectbox,
+            label("estimator", "Advantage estimator"),
+            est_options,
+            index=est_options.index(default_est) if default_est in est_options else 0,
+            key=KEY_ESTIMATOR,
+            help=help_for("estimator"),
+        )
+    generic["beta"] = _bound(
+        sb.slider,
+        label("beta", "KL coefficient beta"),
+        0.0,
+        1.0,
+        value=float(widget_defaults.get("beta") or 0.0),
+        step=0.001,
+        format="%.3f",
+        key=KEY_BETA,
+        disabled=aliases.get("beta") is None,
+        help=help_for("beta"),
+    )
+    kl_key = aliases.get("kl_estimator")
+    kl_options = list(choices.get(kl_key, ())) if kl_key else []
+    if kl_options:
+        default_kl = widget_defaults.get("kl_estimator")
+        generic["kl_estimator"] = _bound(
+            sb.selectbox,
+            label("kl_estimator", "KL estimator"),
+            kl_options,
+            index=kl_options.index(default_kl) if default_kl in kl_options else 0,
+            key=KEY_KL_ESTIMATOR,
+            help=help_for("kl_estimator"),
+        )
+    generic["kl_in_reward"] = _bound(
+        sb.toggle,
+        label("kl_in_reward", "KL in the reward"),
+        value=bool(widget_defaults.get("kl_in_reward")),
+        key=KEY_KL_IN_REWARD,
+        disabled=aliases.get("kl_in_reward") is None,
+        help=help_for("kl_in_reward"),
+    )
+    generic["gamma"] = _bound(
+        sb.slider,
+        label("gamma", "Discount gamma"),
+        0.0,
+        1.0,
+        value=float(widget_defaults.get("gamma", 1.0)),
+        step=0.01,
+        key=KEY_GAMMA,
+        disabled=aliases.get("gamma") is None,
+        help=help_for("gamma"),
+    )
+    generic["lam"] = _bound(
+        sb.slider,
+        label("lam", "GAE lambda"),
+        0.0,
+        1.0,
+        value=float(widget_defaults.get("lam", 1.0)),
+        step=0.01,
+        key=KEY_LAM,
+        disabled=aliases.get("lam") is None,
+        help=help_for("lam"),
+    )
+    generic["clip"] = _bound(
+        sb.number_input,
+        label("clip", "Reward clip (0 = off)"),
+        0.0,
+        100.0,
+        value=float(widget_defaults.get("clip") or 0.0),
+        step=0.5,
+        key=KEY_CLIP,
+        disabled=aliases.get("clip") is None,
+        help=help_for("clip"),
+    )
+    generic["whiten"] = _bound(
+        sb.toggle,
+        label("whiten", "Whiten advantages"),
+        value=bool(widget_defaults.get("whiten")),
+        key=KEY_WHITEN,
+        disabled=aliases.get("whiten") is None,
+        help=help_for("whiten"),
+    )
+    config = resolve_config(framework, generic)
+    if group_size < 2:
+        messages.append(
+            f"G = 1: a group of one has no spread. {SINGLETON_NOTES.get(framework, '')}"
+        )
+    return framework, generic, config
+
+
+def page_setup(title: str) -> AppState:
+    """Set up a page: page config, CSS, the shared sidebar. Call first on every page.
+
+    Args:
+        title: page title (browser tab).
+
+    Returns:
+        The frozen AppState the sidebar describes.
+    """
+    st.set_page_config(
+        page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
+    )
+    messages: list[str] = []
+    source, preset, sampling = _sidebar_data(messages)
+    model = _sidebar_model(source == "live")
+    reward = _sidebar_reward(preset)
+    framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
+    present, hide = _sidebar_presentation()
+    _inject_css(present, hide)
+    st.sidebar.caption(
+        "Every control is in the URL: copy it to share this exact state "
+        "(`?present=true&hide=beta,G` for a projector)."
+    )
+    state = AppState(
+        source=source,
+        preset=preset,
+        sampling=sampling,
+        reward=reward,
+        framework=framework,
+        config_items=_freeze(config),
+        generic=_freeze(generic),
+        model=model,
+        present=present,
+        messages=tuple(messages),
+    )
+    if messages:
+        st.warning("\n".join(f"- {m}" for m in messages), icon=":material/info:")
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# Page-level helpers (config mappings for page-local controls, one-click actions)
+# ---------------------------------------------------------------------------------------------
+def select_preset(name: str) -> None:
+    """Callback: switch to a committed preset (and its settings), live sampling off."""
+    st.session_state[KEY_PRESET] = name
+    st.session_state[KEY_LIVE] = False
+    _on_preset_change()
+
+
+def go_live() -> None:
+    """Callback: switch the data source to the live model (same settings as the preset)."""
+    st.session_state[KEY_LIVE] = True

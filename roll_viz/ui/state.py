@@ -1,0 +1,252 @@
+"""What the sidebar decided, as one frozen value: widget keys, caps, AppState and the URL.
+
+Every widget value lives in the URL (``bind="query-params"``; only non-default values appear),
+so a link reproduces the state, seed included.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import streamlit as st
+
+# ---------------------------------------------------------------------------------------------
+# Widget keys (also the URL query-parameter names). Keep them short and stable.
+# ---------------------------------------------------------------------------------------------
+KEY_PRESET = "preset"
+KEY_MODEL = "model"
+PRESET_REWARD = "preset"  # reward selector value: the preset's own (possibly weighted-sum) reward
+KEY_LIVE = "live"
+KEY_PROMPTS = "prompts"
+KEY_G = "G"
+KEY_TEMPERATURE = "temp"
+KEY_MAX_TOKENS = "T"
+KEY_SEED = "seed"
+KEY_POLICY = "policy"
+KEY_INSTRUCTION = "instr"
+KEY_REWARD = "reward"
+KEY_REWARD_PARAM_PREFIX = "rp_"
+KEY_NOISE = "noise"
+KEY_FRAMEWORK = "fw"
+KEY_ESTIMATOR = "est"
+KEY_BETA = "beta"
+KEY_KL_ESTIMATOR = "kl"
+KEY_KL_IN_REWARD = "klr"
+KEY_GAMMA = "gamma"
+KEY_LAM = "lam"
+KEY_CLIP = "clip"
+KEY_WHITEN = "whiten"
+
+# Page-local controls (defined here so tests and the browser suite can find them by key).
+KEY_CRITIC = "critic"  # Advantages: "zero" | "probe"
+KEY_SAMPLE = "sample"  # Advantages / Token KL: selected sample b
+KEY_POSITION = "pos"  # Advantages: selected token position t
+KEY_KL_VIEW = "klv"  # Token KL: which estimator the heatmap shows
+KEY_BETA_MODE = "beta_mode"  # Token KL: fixed | adaptive
+KEY_TARGET_KL = "target_kl"  # Token KL: target KL of the adaptive controller
+KEY_HORIZON = "horizon"  # Token KL: horizon of the adaptive controller
+KEY_STEPS = "steps"  # Token KL: simulated steps
+KEY_NORM = "norm"  # Rewards: none | group | batch | running
+KEY_CHIP_VIEW = "chips"  # Samples: what the token chips colour by
+
+# Per-session state (small values only, never tensors).
+KEY_RUNNING = "_running_moments"
+KEY_RUNNING_BATCHES = "_running_batches"
+KEY_PRESENT = "present"
+KEY_HIDE = "hide"
+
+#: Generic sidebar controls and their widget keys (generic names as in ``pipeline.ALIASES``).
+GENERIC_KEYS: dict[str, str] = {
+    "estimator": KEY_ESTIMATOR,
+    "beta": KEY_BETA,
+    "kl_estimator": KEY_KL_ESTIMATOR,
+    "kl_in_reward": KEY_KL_IN_REWARD,
+    "gamma": KEY_GAMMA,
+    "lam": KEY_LAM,
+    "clip": KEY_CLIP,
+    "whiten": KEY_WHITEN,
+}
+
+FRAMEWORK_LABELS = {
+    "roll": "ROLL (default)",
+    "verl": "verl",
+    "openrlhf": "OpenRLHF",
+    "trl": "TRL",
+}
+
+#: Live-sampling caps (the models engineer's ``sampling.capped`` applies its own on top).
+MAX_GROUP_SIZE = 16
+MAX_NEW_TOKENS = 256
+MAX_PROMPTS = 8
+LIVE_CACHE_ENTRIES = 16
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+PAGES = {
+    "home": "app.py",
+    "samples": "pages/1_Samples.py",
+    "rewards": "pages/2_Rewards.py",
+    "kl": "pages/3_Token_KL.py",
+    "advantages": "pages/4_Advantages.py",
+    "local_global": "pages/5_Local_vs_Global.py",
+    "sensitivity": "pages/6_Sensitivity.py",
+    "frameworks": "pages/7_Frameworks.py",
+    "self_test": "pages/8_Self_test.py",
+}
+
+#: What a group of one sample means in each dialect (shown when G = 1).
+SINGLETON_NOTES = {
+    "roll": "ROLL's group std of one sample is NaN (torch.std with n - 1 = 0), so GRPO / group "
+    "normalization is undefined; use gae or reinforce.",
+    "verl": "verl treats a group of one as mean 0, std 1: GRPO then passes the raw reward through, "
+    "RLOO keeps the raw score.",
+    "openrlhf": "OpenRLHF asserts n_samples_per_prompt > 1 for rloo, reinforce_baseline, "
+    "group_norm and dr_grpo; gae and reinforce still work.",
+    "trl": "TRL requires at least 2 generations per prompt (GRPO and RLOO are both group methods).",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The state a page works with
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AppState:
+    """Everything the sidebar decided, frozen and hashable (a cache key).
+
+    Attributes:
+        source: "preset:<name>" (committed rollout, no model needed) or "live".
+        preset: name of the selected preset (the live path starts from its settings).
+        sampling: the effective SamplingConfig (for a preset: its own config, group size possibly
+            reduced by subsampling).
+        reward: the RewardSpec scoring the samples.
+        framework: dialect, one of pipeline.FRAMEWORKS ("roll" by default).
+        config_items: the dialect's resolved config as sorted (key, value) pairs: the dialect's
+            shipped DEFAULTS overridden by the sidebar's generic controls.
+        generic: sorted (generic name, value) pairs of the sidebar's generic controls
+            (estimator, beta, kl_estimator, kl_in_reward, gamma, lam, clip, whiten).
+        model: model spec of the live path ("tiny", "smollm2", a path ...).
+        present: presentation mode is on.
+        messages: input problems the sidebar corrected (shown once, above the page).
+    """
+
+    source: str
+    preset: str
+    sampling: Any
+    reward: Any
+    framework: str = "roll"
+    config_items: tuple = ()
+    generic: tuple = ()
+    model: str = "smollm2"
+    present: bool = False
+    messages: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def config(self) -> dict:
+        """The dialect config (framework key names) as a dict."""
+        return dict(self.config_items)
+
+    @property
+    def dialect_config(self) -> dict:
+        """Alias of ``config``."""
+        return self.config
+
+    @property
+    def live(self) -> bool:
+        """True when the data comes from the live model rather than a committed preset."""
+        return self.source == "live"
+
+    @property
+    def group_size(self) -> int:
+        """Samples per prompt G of the batch the pages show."""
+        return int(self.sampling.group_size)
+
+    @property
+    def seed(self) -> int:
+        """Sampling seed of the batch."""
+        return int(self.sampling.seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers around the other modules (imported lazily: pages stay importable while the
+# models / pipeline modules evolve)
+# ---------------------------------------------------------------------------------------------
+def _pipeline():
+    from roll_viz.core import pipeline
+
+    return pipeline
+
+
+def _presets() -> dict:
+    from roll_viz.data import presets
+
+    return presets.PRESETS
+
+
+def _model_spec() -> str:
+    from roll_viz.lm import models
+
+    return (os.environ.get("ROLL_VIZ_MODEL") or models.DEFAULT_MODEL).strip()
+
+
+def model_choices() -> list[str]:
+    """Models a user may pick in the UI: the server's ROLL_VIZ_MODEL, the bundled one, tiny.
+
+    A short allow-list, not free text: every distinct model stays loaded in the shared process,
+    so letting each visitor name a folder or hub id would let one URL exhaust the server's memory.
+    Any other model is chosen by whoever starts the server (ROLL_VIZ_MODEL or the CLI's --model).
+    """
+    from roll_viz.lm import models
+
+    return list(dict.fromkeys([_model_spec(), models.DEFAULT_MODEL, "tiny"]))
+
+
+def _freeze(value: Any) -> Any:
+    """Lists -> tuples (recursively) so config values stay hashable."""
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _url_value(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float | str):
+        return str(value)
+    return None
+
+
+def url_state() -> dict[str, str]:
+    """The shared sidebar's current values as query parameters.
+
+    Returns:
+        key -> URL text for every shared control that has a value (defaults included; the next
+        page's widgets drop the ones equal to their default from the URL).
+    """
+    keys = [
+        KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE, KEY_MAX_TOKENS, KEY_SEED,
+        KEY_POLICY, KEY_INSTRUCTION, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK, *GENERIC_KEYS.values(),
+        KEY_PRESENT, KEY_HIDE,
+    ]  # fmt: skip
+    keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
+    params: dict[str, str] = {}
+    for key in keys:
+        if key in st.session_state:
+            text = _url_value(st.session_state[key])
+            if text is not None and text != "":
+                params[key] = text
+    return params
+
+
+def page_url(page: str, params: Mapping[str, str] | None = None) -> str:
+    """Relative URL of a page (pages/N_Title.py -> "Title", app.py -> "./") with a query."""
+    target = PAGES.get(page, page)
+    name = os.path.basename(target).removesuffix(".py")
+    path = "./" if target == PAGES["home"] else name.split("_", 1)[1] if "_" in name else name
+    query = urlencode(params or {})
+    return f"{path}?{query}" if query else path

@@ -1,0 +1,141 @@
+"""One visual vocabulary for every figure: colour scales, fixed ranges, masked arrays, contrast.
+
+Signed quantities (advantages, token rewards, k1) use one diverging scale with white at 0 and a
+fixed symmetric range; non-negative ones (k2, k3, exact KL) a light sequential scale. Padding is
+NaN, drawn blank, never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from plotly.colors import sample_colorscale, unlabel_rgb
+from torch import Tensor
+
+SIGNED_SCALE = "RdBu"
+SEQUENTIAL_SCALE = "YlGnBu"
+CHIP_SEQUENTIAL_SCALE = "YlOrRd"
+FONT = "ui-monospace, SFMono-Regular, Menlo, Consolas, monospace"
+
+#: Fixed symmetric range for (normalized) advantages: a classroom default (ux-principles 3.2).
+ADVANTAGE_RANGE = 3.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def masked_array(values: Tensor, mask: Tensor) -> np.ndarray:
+    """(B, T) tensor -> float64 numpy array with NaN on padding (a blank heatmap cell).
+
+    Args:
+        values: (B, T) numbers.
+        mask: (B, T) 1.0 on valid positions.
+
+    Returns:
+        (B, T) array.
+    """
+    out = values.detach().double().cpu().numpy().copy()
+    out[~mask.bool().cpu().numpy()] = np.nan
+    return out
+
+
+def symmetric_range(values: Tensor, mask: Tensor, floor: float = 1e-6) -> float:
+    """Largest |value| over valid positions (at least ``floor``): the M of a [-M, M] scale.
+
+    Args:
+        values: (B, T) numbers.
+        mask: (B, T) 1.0 on valid positions.
+        floor: smallest M returned (an all-zero tensor still gets a usable scale).
+
+    Returns:
+        M > 0.
+    """
+    m = mask.bool()
+    if not bool(m.any()):
+        return 1.0
+    peak = float(values[m].abs().max())
+    if not math.isfinite(peak):
+        return 1.0
+    return max(peak, floor)
+
+
+def robust_range(values: Tensor, mask: Tensor, q: float = 0.98, floor: float = 1e-6) -> float:
+    """The q-quantile of |value| over valid positions (UNIPO's robust symmetric domain).
+
+    One outlier cannot wash out the colours; values beyond the range saturate (hover shows them).
+
+    Args:
+        values: (B, T) numbers.
+        mask: (B, T) 1.0 on valid positions.
+        q: quantile in (0, 1].
+        floor: smallest value returned.
+
+    Returns:
+        M > 0.
+    """
+    m = mask.bool()
+    if not bool(m.any()):
+        return 1.0
+    peak = float(values[m].abs().double().quantile(q))
+    if not math.isfinite(peak):
+        return 1.0
+    return max(peak, floor)
+
+
+def nice_ceiling(x: float) -> float:
+    """Round a positive number up to 1, 2, 3 or 5 times a power of ten (stable colorbar ranges)."""
+    if x <= 0 or not math.isfinite(x):
+        return 1.0
+    exponent = math.floor(math.log10(x))
+    for step in (1.0, 2.0, 3.0, 5.0, 10.0):
+        candidate = step * 10**exponent
+        if candidate >= x * (1 - 1e-12):
+            return candidate
+    return 10.0 ** (exponent + 1)
+
+
+def _title(text: str) -> dict:
+    """The one title style of every figure: left-aligned, 15 px."""
+    return {"text": text, "font": {"size": 15}, "x": 0.01, "xanchor": "left"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Token chips (HTML)
+# ---------------------------------------------------------------------------------------------
+def scale_color(value: float, vmin: float, vmax: float, scale: str) -> str:
+    """The colour of ``value`` on a plotly colorscale over [vmin, vmax] (clipped), "rgb(...)"."""
+    if vmax <= vmin or not math.isfinite(value):
+        frac = 0.5
+    else:
+        frac = min(max((value - vmin) / (vmax - vmin), 0.0), 1.0)
+    return sample_colorscale(scale, [frac])[0]
+
+
+def scale_colors(values: Sequence[float], vmin: float, vmax: float, scale: str) -> list[str]:
+    """``scale_color`` for many values with one colorscale sampling call."""
+    fracs = []
+    for value in values:
+        if vmax <= vmin or not math.isfinite(value):
+            fracs.append(0.5)
+        else:
+            fracs.append(min(max((value - vmin) / (vmax - vmin), 0.0), 1.0))
+    return sample_colorscale(scale, fracs) if fracs else []
+
+
+@lru_cache(maxsize=4096)
+def text_color(rgb: str) -> str:
+    """Black or white text for a background colour, by relative luminance (WCAG)."""
+    if rgb.startswith("#"):
+        r, g, b = (int(rgb[i : i + 2], 16) for i in (1, 3, 5))
+    else:
+        r, g, b = (float(c) for c in unlabel_rgb(rgb))
+
+    def lin(c: float) -> float:
+        c = c / 255.0
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    lum = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+    return "#000000" if lum > 0.179 else "#ffffff"
