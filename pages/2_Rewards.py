@@ -5,130 +5,133 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.views import charts, explain, tables, text
 
-state = ui.page_setup("Rewards")
-st.title("2. Rewards: one number per response, then post-processing")
+with ui.page_guard("Rewards"):
+    state = ui.page_setup("Rewards")
+    st.title("2. Rewards: one number per response, then post-processing")
 
-rollout = ui.cached_rollout(state)
-scores = ui.cached_scores(state)
+    rollout = ui.cached_rollout(state)
+    scores = ui.cached_scores(state)
 
-side_controls, _ = st.columns([2, 3])
-with side_controls:
-    mode = st.segmented_control(
-        "Normalize the reward by",
-        ["none", "group", "batch", "running"],
-        default="group",
-        key=ui.KEY_NORM,
-        bind="query-params",
-        required=True,
-        help="Subtract a mean and divide by a std taken over the prompt's group, the whole "
-        "batch, or running statistics over many batches (ROLL's norm_mean_type / norm_std_type). "
-        "The reward clip is in the sidebar.",
-    )
-overrides = ui.norm_overrides(state.framework, mode)
-if overrides is None:
-    st.info(
-        f"{ui.FRAMEWORK_LABELS[state.framework]} has no separate reward-normalization stage: "
-        "the group statistics are applied inside the advantage estimator (see the Advantages "
-        "page). Showing the dialect's own response-level processing; switch the dialect to ROLL "
-        "to try the normalization modes.",
-        icon=":material/info:",
-    )
-elif state.config.get("adv_estimator") == "grpo" and mode != "group":
-    st.info(
-        "ROLL's GRPO forces group normalization (norm_mean_type = norm_std_type = group), so this "
-        "choice is overridden. Pick gae or reinforce in the sidebar to see it act.",
-        icon=":material/info:",
-    )
-
-if mode == "running":
-    r1, r2, r3 = st.columns([2, 2, 3], vertical_alignment="bottom")
-    if r1.button(
-        "Add the next batch",
-        key="running_add",
-        icon=":material/add:",
-        help="Samples the same prompts with the next seed (uses the live model) and folds their "
-        "rewards into the running mean and std.",
-    ):
-        ui.add_running_batch(state, overrides)
-    if r2.button("Reset running statistics", key="running_reset", icon=":material/restart_alt:"):
-        ui.reset_running()
-
-trace = ui.cached_trace(state, overrides=overrides)
-
-main, side = st.columns([3, 1], gap="large")
-with side:
-    ui.explainer(
-        "Grey bars are the **raw rewards** the reward function gave each response; blue bars "
-        "are what the pipeline keeps after **post-processing**.\n\n"
-        "- *group*: each answer is compared with the other answers to the **same prompt**: "
-        "above the group mean is positive.\n"
-        "- *batch*: compared with every answer in the batch.\n"
-        "- *running*: compared with statistics accumulated over batches (add batches below).\n\n"
-        "**Try:** choose *group* and look at a prompt whose answers all scored alike: a tiny "
-        "std makes tiny differences huge. Then set G = 2 in the sidebar."
-    )
-    st.latex(
-        r"\tilde r_i = \operatorname{clip}\!\left("
-        r"\dfrac{s_i - \mu}{\sigma + \varepsilon}, -c, c\right)"
-    )
-    st.metric(
-        "clip fraction", f"{trace.clip_frac:.1%}", help="Share of rewards changed by the clip."
-    )
-    st.metric(
-        "mean processed reward",
-        f"{float(trace.rewards.mean()):.3f}",
-        help="Group normalization makes each group's mean 0; batch makes the batch's mean 0.",
-    )
-    if mode == "running":
-        running = trace.running or ui.running_moments()
-        st.metric("batches in the running stats", ui.running_batches() + 1)
-        st.caption(
-            f"running mean {running.mean:.4f}, std {running.std:.4f}, count {running.count:g} "
-            "(this batch included, as ROLL updates before normalizing)."
+    side_controls, _ = st.columns([2, 3])
+    with side_controls:
+        mode = st.segmented_control(
+            "Normalize the reward by",
+            ["none", "group", "batch", "running"],
+            default="group",
+            key=ui.KEY_NORM,
+            bind="query-params",
+            required=True,
+            help="Subtract a mean and divide by a std taken over the prompt's group, the whole "
+            "batch, or running statistics over many batches (ROLL's norm_mean_type / norm_std_type). "
+            "The reward clip is in the sidebar.",
+        )
+    overrides = ui.norm_overrides(state.framework, mode)
+    if overrides is None:
+        st.info(
+            f"{ui.FRAMEWORK_LABELS[state.framework]} has no separate reward-normalization stage: "
+            "the group statistics are applied inside the advantage estimator (see the Advantages "
+            "page). Showing the dialect's own response-level processing; switch the dialect to ROLL "
+            "to try the normalization modes.",
+            icon=":material/info:",
+        )
+    elif state.config.get("adv_estimator") == "grpo" and mode != "group":
+        st.info(
+            "ROLL's GRPO forces group normalization (norm_mean_type = norm_std_type = group), so this "
+            "choice is overridden. Pick gae or reinforce in the sidebar to see it act.",
+            icon=":material/info:",
         )
 
-with main:
-    ui.plot(charts.reward_bars(rollout, scores, trace.rewards), key="reward_bars")
-    b0 = 0
-    formula = explain.normalized_reward_formula(
-        float(trace.scores[b0]),
-        float(trace.baseline[b0]),
-        float(trace.scale[b0]),
-        explain.std_eps(trace),
-        float(trace.rewards[b0]),
-    )
-    st.markdown(f"Sample {text.sample_labels(rollout)[b0]}, {formula.title}:")
-    st.latex(formula.numeric)
+    if mode == "running":
+        r1, r2, r3 = st.columns([2, 2, 3], vertical_alignment="bottom")
+        if r1.button(
+            "Add the next batch",
+            key="running_add",
+            icon=":material/add:",
+            help="Samples the same prompts with the next seed (uses the live model) and folds their "
+            "rewards into the running mean and std.",
+        ):
+            ui.add_running_batch(state, overrides)
+        if r2.button(
+            "Reset running statistics", key="running_reset", icon=":material/restart_alt:"
+        ):
+            ui.reset_running()
 
-st.subheader("Group statistics")
-groups = tables.group_table(rollout, scores)
-g1, g2 = st.columns([3, 2], gap="large")
-with g1:
-    ui.plot(
-        charts.group_stats_figure(
-            rollout, scores, groups["mean"].tolist(), groups["std_unbiased"].tolist()
-        ),
-        key="group_stats",
-    )
-with g2:
-    st.dataframe(
-        groups.drop(columns=["prompt"]), hide_index=True, key="group_table", width="stretch"
-    )
-    ui.download_csv(groups, "group_stats", key="dl_groups")
-    st.caption(
-        "std_unbiased divides by n - 1 (torch.std, used by every framework); std_population by n. "
-        "A group of one has no unbiased std (NaN)."
-    )
+    trace = ui.cached_trace(state, overrides=overrides)
 
-st.subheader("Per sample")
-table = tables.rewards_table(rollout, trace)
-st.dataframe(table, hide_index=True, key="rewards_table")
-c1, c2 = st.columns(2)
-with c1:
-    ui.download_csv(table, "rewards", key="dl_rewards")
-with c2:
-    ui.download_trace_json(trace, key="dl_trace_rewards")
-with st.expander("Conventions the dialect applied"):
-    st.markdown("\n".join(f"- {n}" for n in trace.notes) or "none")
+    main, side = st.columns([3, 1], gap="large")
+    with side:
+        ui.explainer(
+            "Grey bars are the **raw rewards** the reward function gave each response; blue bars "
+            "are what the pipeline keeps after **post-processing**.\n\n"
+            "- *group*: each answer is compared with the other answers to the **same prompt**: "
+            "above the group mean is positive.\n"
+            "- *batch*: compared with every answer in the batch.\n"
+            "- *running*: compared with statistics accumulated over batches (add batches below).\n\n"
+            "**Try:** choose *group* and look at a prompt whose answers all scored alike: a tiny "
+            "std makes tiny differences huge. Then set G = 2 in the sidebar."
+        )
+        st.latex(
+            r"\tilde r_i = \operatorname{clip}\!\left("
+            r"\dfrac{s_i - \mu}{\sigma + \varepsilon}, -c, c\right)"
+        )
+        st.metric(
+            "clip fraction", f"{trace.clip_frac:.1%}", help="Share of rewards changed by the clip."
+        )
+        st.metric(
+            "mean processed reward",
+            f"{float(trace.rewards.mean()):.3f}",
+            help="Group normalization makes each group's mean 0; batch makes the batch's mean 0.",
+        )
+        if mode == "running":
+            running = trace.running or ui.running_moments()
+            st.metric("batches in the running stats", ui.running_batches() + 1)
+            st.caption(
+                f"running mean {running.mean:.4f}, std {running.std:.4f}, count {running.count:g} "
+                "(this batch included, as ROLL updates before normalizing)."
+            )
 
-ui.next_page("kl", "Next: Token KL")
+    with main:
+        ui.plot(charts.reward_bars(rollout, scores, trace.rewards), key="reward_bars")
+        b0 = 0
+        formula = explain.normalized_reward_formula(
+            float(trace.scores[b0]),
+            float(trace.baseline[b0]),
+            float(trace.scale[b0]),
+            explain.std_eps(trace),
+            float(trace.rewards[b0]),
+        )
+        st.markdown(f"Sample {text.sample_labels(rollout)[b0]}, {formula.title}:")
+        st.latex(formula.numeric)
+
+    st.subheader("Group statistics")
+    groups = tables.group_table(rollout, scores)
+    g1, g2 = st.columns([3, 2], gap="large")
+    with g1:
+        ui.plot(
+            charts.group_stats_figure(
+                rollout, scores, groups["mean"].tolist(), groups["std_unbiased"].tolist()
+            ),
+            key="group_stats",
+        )
+    with g2:
+        st.dataframe(
+            groups.drop(columns=["prompt"]), hide_index=True, key="group_table", width="stretch"
+        )
+        ui.download_csv(groups, "group_stats", key="dl_groups")
+        st.caption(
+            "std_unbiased divides by n - 1 (torch.std, used by every framework); std_population by n. "
+            "A group of one has no unbiased std (NaN)."
+        )
+
+    st.subheader("Per sample")
+    table = tables.rewards_table(rollout, trace)
+    st.dataframe(table, hide_index=True, key="rewards_table")
+    c1, c2 = st.columns(2)
+    with c1:
+        ui.download_csv(table, "rewards", key="dl_rewards")
+    with c2:
+        ui.download_trace_json(trace, key="dl_trace_rewards")
+    with st.expander("Conventions the dialect applied"):
+        st.markdown("\n".join(f"- {n}" for n in trace.notes) or "none")
+
+    ui.next_page("kl", "Next: Token KL")

@@ -5,235 +5,239 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.views import charts, explain, heatmaps, scales, tables
 
-state = ui.page_setup("Token KL")
-st.title("3. Token KL: how far did the policy drift, token by token?")
+with ui.page_guard("Token KL"):
+    state = ui.page_setup("Token KL")
+    st.title("3. Token KL: how far did the policy drift, token by token?")
 
-rollout = ui.cached_rollout(state)
-mask = rollout.response_mask
-trace = ui.cached_trace(state)
-beta = float(ui.generic_value(state, "beta", trace.kl_coef))
+    rollout = ui.cached_rollout(state)
+    mask = rollout.response_mask
+    trace = ui.cached_trace(state)
+    beta = float(ui.generic_value(state, "beta", trace.kl_coef))
 
-if state.sampling.policy_mode == "identical":
-    # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
-    info, action = st.columns([4, 1], vertical_alignment="center")
-    with info:
-        st.info(
-            "Policy = reference in this batch (the first step of RL training), so every KL on this "
-            "page is **exactly 0**. Load the *pirate* preset, where the policy secretly follows an "
-            "extra instruction, to see real per-token KL.",
-            icon=":material/info:",
-        )
-    with action:
-        st.button(
-            "Load the pirate preset",
-            on_click=ui.select_preset,
-            args=("pirate",),
-            key="kl_pirate",
-            icon=":material/sailing:",
-        )
+    if state.sampling.policy_mode == "identical":
+        # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
+        info, action = st.columns([4, 1], vertical_alignment="center")
+        with info:
+            st.info(
+                "Policy = reference in this batch (the first step of RL training), so every KL on this "
+                "page is **exactly 0**. Load the *pirate* preset, where the policy secretly follows an "
+                "extra instruction, to see real per-token KL.",
+                icon=":material/info:",
+            )
+        with action:
+            st.button(
+                "Load the pirate preset",
+                on_click=ui.select_preset,
+                args=("pirate",),
+                key="kl_pirate",
+                icon=":material/sailing:",
+            )
 
-KL_FLOOR = 0.1
-ESTIMATORS = {
-    "k1": r"k_1 = \log\rho_t",
-    "abs": r"|k_1| = |\log\rho_t|",
-    "k2": r"k_2 = \tfrac12 (\log\rho_t)^2",
-    "k3": r"k_3 = e^{-\log\rho_t} - 1 + \log\rho_t",
-}
+    KL_FLOOR = 0.1
+    ESTIMATORS = {
+        "k1": r"k_1 = \log\rho_t",
+        "abs": r"|k_1| = |\log\rho_t|",
+        "k2": r"k_2 = \tfrac12 (\log\rho_t)^2",
+        "k3": r"k_3 = e^{-\log\rho_t} - 1 + \log\rho_t",
+    }
 
-controls, note = st.columns([1, 2], vertical_alignment="bottom")
-with controls:
-    view = st.segmented_control(
-        "KL estimator shown",
-        list(ESTIMATORS),
-        default="k1",
-        key=ui.KEY_KL_VIEW,
-        bind="query-params",
-        required=True,
-        help="Four per-token estimates of KL(policy || reference) from the sampled token alone. "
-        "The pipeline's own choice is the sidebar's KL estimator.",
-    )
-with note:
-    st.latex(r"\log\rho_t = \log\pi(y_t) - \log\pi_{\mathrm{ref}}(y_t), \qquad " + ESTIMATORS[view])
-
-kl = ui.kl_estimates(state, view)
-signed = view == "k1"
-# fixed floors: an identical policy (KL ~ 1e-7 rounding noise) must look uniformly "zero"
-nonneg_top = scales.nice_ceiling(
-    max(
-        scales.robust_range(rollout.exact_kl, mask),
-        0.0 if signed else scales.robust_range(kl, mask),
-        KL_FLOOR,
-    )
-)
-k_top = scales.nice_ceiling(max(scales.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
-c1, c2 = st.columns(2)
-with c1:
-    ui.plot(
-        heatmaps.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
-        key="kl_heatmap",
-    )
-with c2:
-    ui.plot(heatmaps.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
-ui.explainer(
-    "Each cell is one token. The estimators only see the **sampled** token's two log-probs; "
-    "the right map is the **exact** KL over the whole vocabulary at that position. "
-    "k1 is unbiased but can be negative (red); k2 and k3 are never negative. The colour range "
-    "is the 98th percentile (stated on the colorbar): hover a cell for the exact numbers, both "
-    "log-probs and the policy's top alternatives under both models.\n\n"
-    "**Try:** the *pirate* preset (a steered policy) vs *quantum* (identical policy: every "
-    "KL is exactly 0); switch to k3 and compare its per-sample means with the exact KL below."
-)
-
-estimates = {name: ui.kl_estimates(state, name) for name in ESTIMATORS}
-summary = tables.kl_summary_table(rollout, estimates)
-s1, s2 = st.columns([3, 2], gap="large")
-with s1:
-    ui.plot(
-        charts.kl_bars(
-            {"exact": summary["exact_kl"].tolist()} | {n: summary[n].tolist() for n in ESTIMATORS},
-            summary["sample"].tolist(),
-        ),
-        key="kl_bars",
-    )
-with s2:
-    st.dataframe(summary, hide_index=True, key="kl_table")
-    ui.download_csv(summary, "kl_per_sample", key="dl_kl")
-    st.caption(
-        "Averaged over many samples, k1 and k3 match the exact KL (both are unbiased); k2 is "
-        "biased but low-variance. On one sample they differ."
-    )
-
-st.header("The KL coefficient beta")
-
-
-@st.fragment
-def beta_section() -> None:
-    b1, b2 = st.columns([1, 2], gap="large")
-    with b1:
-        mode = st.radio(
-            "beta",
-            ["fixed", "adaptive"],
-            key=ui.KEY_BETA_MODE,
+    controls, note = st.columns([1, 2], vertical_alignment="bottom")
+    with controls:
+        view = st.segmented_control(
+            "KL estimator shown",
+            list(ESTIMATORS),
+            default="k1",
+            key=ui.KEY_KL_VIEW,
             bind="query-params",
-            horizontal=True,
-            help="fixed: beta stays at the sidebar's value. adaptive: the Ziegler et al. (2019) "
-            "controller nudges beta towards a target KL after every batch (ROLL, verl, OpenRLHF).",
+            required=True,
+            help="Four per-token estimates of KL(policy || reference) from the sampled token alone. "
+            "The pipeline's own choice is the sidebar's KL estimator.",
         )
-        observed = ui.observed_kl(trace.kl, mask)
-        st.metric(
-            f"observed KL ({dict(trace.config).get('kl_penalty', view)}, mean per token)",
-            f"{observed:.4f}",
+    with note:
+        st.latex(
+            r"\log\rho_t = \log\pi(y_t) - \log\pi_{\mathrm{ref}}(y_t), \qquad " + ESTIMATORS[view]
         )
-        if mode == "adaptive":
-            target = st.number_input(
-                "target KL",
-                min_value=0.0001,
-                max_value=10.0,
-                value=0.1,
-                step=0.01,
-                format="%.4f",
-                key=ui.KEY_TARGET_KL,
-                bind="query-params",
-            )
-            horizon = st.number_input(
-                "horizon",
-                min_value=1,
-                max_value=1_000_000,
-                value=1_000,
-                step=100,
-                key=ui.KEY_HORIZON,
-                bind="query-params",
-                help="Larger horizon = slower adaptation. The frameworks ship 10000; the "
-                "default here is smaller so the change is visible in a few hundred steps.",
-            )
-            steps = st.slider(
-                "simulated steps",
-                1,
-                1000,
-                value=300,
-                key=ui.KEY_STEPS,
-                bind="query-params",
-            )
-    with b2:
-        if mode == "adaptive":
-            betas = explain.simulated_betas(
-                beta, observed, float(target), float(horizon), int(mask.shape[0]), int(steps)
-            )
-            ui.plot(
-                charts.beta_schedule(betas, target=float(target), observed=observed),
-                key="beta_plot",
-            )
-            st.latex(
-                r"\beta \leftarrow \beta\left(1 + \operatorname{clip}\!\left("
-                r"\tfrac{\mathrm{KL}}{\mathrm{KL}_{\mathrm{target}}} - 1, -0.2, 0.2\right)"
-                r"\tfrac{n}{\mathrm{horizon}}\right)"
-            )
-            st.caption(
-                f"Each step sees this batch's KL again (n = {mask.shape[0]} samples per step). "
-                "Observed above target: beta grows (at most 20% x n / horizon per step); below: "
-                "it shrinks."
-            )
-        else:
-            ui.plot(charts.beta_schedule([beta] * 11), key="beta_plot")
-            st.caption("A fixed controller: beta is the sidebar's value at every step.")
 
-
-beta_section()
-
-st.header("KL in the reward, or as a loss term?")
-in_reward = ui.kl_placement_overrides(state.framework, True, beta)
-as_loss = ui.kl_placement_overrides(state.framework, False, beta)
-k1, k2 = st.columns(2, gap="large")
-traces = {}
-for col, name, overrides in ((k1, "in the reward", in_reward), (k2, "as a loss term", as_loss)):
-    with col:
-        st.subheader(f"KL {name}")
-        if overrides is None:
-            st.info(f"{ui.FRAMEWORK_LABELS[state.framework]} cannot put the KL {name}.")
-            continue
-        result = ui.try_trace(state, overrides=overrides)
-        if isinstance(result, str):
-            st.warning(result)
-            continue
-        traces[name] = result
-if traces:
-    shared = scales.nice_ceiling(
-        max(scales.symmetric_range(t.token_rewards, mask) for t in traces.values())
+    kl = ui.kl_estimates(state, view)
+    signed = view == "k1"
+    # fixed floors: an identical policy (KL ~ 1e-7 rounding noise) must look uniformly "zero"
+    nonneg_top = scales.nice_ceiling(
+        max(
+            scales.robust_range(rollout.exact_kl, mask),
+            0.0 if signed else scales.robust_range(kl, mask),
+            KL_FLOOR,
+        )
     )
-    for col, name in ((k1, "in the reward"), (k2, "as a loss term")):
-        if name not in traces:
-            continue
-        t = traces[name]
-        with col:
-            ui.plot(
-                heatmaps.token_reward_heatmap(
-                    t, rollout, zmax=shared, title=f"Token rewards, KL {name}"
-                ),
-                key=f"token_rewards_{'reward' if name == 'in the reward' else 'loss'}",
+    k_top = (
+        scales.nice_ceiling(max(scales.robust_range(kl, mask), KL_FLOOR)) if signed else nonneg_top
+    )
+    c1, c2 = st.columns(2)
+    with c1:
+        ui.plot(
+            heatmaps.kl_heatmap(kl, rollout, estimator=view, signed=signed, zmax=k_top),
+            key="kl_heatmap",
+        )
+    with c2:
+        ui.plot(heatmaps.exact_kl_heatmap(rollout, zmax=nonneg_top), key="exact_kl_heatmap")
+    ui.explainer(
+        "Each cell is one token. The estimators only see the **sampled** token's two log-probs; "
+        "the right map is the **exact** KL over the whole vocabulary at that position. "
+        "k1 is unbiased but can be negative (red); k2 and k3 are never negative. The colour range "
+        "is the 98th percentile (stated on the colorbar): hover a cell for the exact numbers, both "
+        "log-probs and the policy's top alternatives under both models.\n\n"
+        "**Try:** the *pirate* preset (a steered policy) vs *quantum* (identical policy: every "
+        "KL is exactly 0); switch to k3 and compare its per-sample means with the exact KL below."
+    )
+
+    estimates = {name: ui.kl_estimates(state, name) for name in ESTIMATORS}
+    summary = tables.kl_summary_table(rollout, estimates)
+    s1, s2 = st.columns([3, 2], gap="large")
+    with s1:
+        ui.plot(
+            charts.kl_bars(
+                {"exact": summary["exact_kl"].tolist()}
+                | {n: summary[n].tolist() for n in ESTIMATORS},
+                summary["sample"].tolist(),
+            ),
+            key="kl_bars",
+        )
+    with s2:
+        st.dataframe(summary, hide_index=True, key="kl_table")
+        ui.download_csv(summary, "kl_per_sample", key="dl_kl")
+        st.caption(
+            "Averaged over many samples, k1 and k3 match the exact KL (both are unbiased); k2 is "
+            "biased but low-variance. On one sample they differ."
+        )
+
+    st.header("The KL coefficient beta")
+
+    @st.fragment
+    def beta_section() -> None:
+        b1, b2 = st.columns([1, 2], gap="large")
+        with b1:
+            mode = st.radio(
+                "beta",
+                ["fixed", "adaptive"],
+                key=ui.KEY_BETA_MODE,
+                bind="query-params",
+                horizontal=True,
+                help="fixed: beta stays at the sidebar's value. adaptive: the Ziegler et al. (2019) "
+                "controller nudges beta towards a target KL after every batch (ROLL, verl, OpenRLHF).",
             )
-            if t.kl_loss is not None:
-                st.metric("KL loss term (mean k3)", f"{t.kl_loss:.5f}")
-            else:
-                st.caption(
-                    f"beta = {t.kl_coef:g}: every token pays -beta x KL; "
-                    "the last also gets the reward."
+            observed = ui.observed_kl(trace.kl, mask)
+            st.metric(
+                f"observed KL ({dict(trace.config).get('kl_penalty', view)}, mean per token)",
+                f"{observed:.4f}",
+            )
+            if mode == "adaptive":
+                target = st.number_input(
+                    "target KL",
+                    min_value=0.0001,
+                    max_value=10.0,
+                    value=0.1,
+                    step=0.01,
+                    format="%.4f",
+                    key=ui.KEY_TARGET_KL,
+                    bind="query-params",
                 )
-st.latex(r"r_t = \tilde r\,[t = T] - \beta\,\mathrm{KL}_t")
-ui.explainer(
-    "**In the reward** (ROLL add_token_level_kl, verl use_kl_in_reward, OpenRLHF by default), "
-    "every token's reward is lowered by beta x its KL, and the penalty flows through the returns "
-    "and advantages. **As a loss term** (TRL GRPO, verl/ROLL use_kl_loss), the token rewards "
-    "keep only the response reward and the KL is a separate term of the policy loss.",
-    title="Two places for the same penalty",
-)
+                horizon = st.number_input(
+                    "horizon",
+                    min_value=1,
+                    max_value=1_000_000,
+                    value=1_000,
+                    step=100,
+                    key=ui.KEY_HORIZON,
+                    bind="query-params",
+                    help="Larger horizon = slower adaptation. The frameworks ship 10000; the "
+                    "default here is smaller so the change is visible in a few hundred steps.",
+                )
+                steps = st.slider(
+                    "simulated steps",
+                    1,
+                    1000,
+                    value=300,
+                    key=ui.KEY_STEPS,
+                    bind="query-params",
+                )
+        with b2:
+            if mode == "adaptive":
+                betas = explain.simulated_betas(
+                    beta, observed, float(target), float(horizon), int(mask.shape[0]), int(steps)
+                )
+                ui.plot(
+                    charts.beta_schedule(betas, target=float(target), observed=observed),
+                    key="beta_plot",
+                )
+                st.latex(
+                    r"\beta \leftarrow \beta\left(1 + \operatorname{clip}\!\left("
+                    r"\tfrac{\mathrm{KL}}{\mathrm{KL}_{\mathrm{target}}} - 1, -0.2, 0.2\right)"
+                    r"\tfrac{n}{\mathrm{horizon}}\right)"
+                )
+                st.caption(
+                    f"Each step sees this batch's KL again (n = {mask.shape[0]} samples per step). "
+                    "Observed above target: beta grows (at most 20% x n / horizon per step); below: "
+                    "it shrinks."
+                )
+            else:
+                ui.plot(charts.beta_schedule([beta] * 11), key="beta_plot")
+                st.caption("A fixed controller: beta is the sidebar's value at every step.")
 
-st.subheader("Every token")
-tokens = tables.token_table(rollout, trace)
-st.dataframe(tokens, hide_index=True, key="kl_tokens")
-c1, c2 = st.columns(2)
-with c1:
-    ui.download_csv(tokens, "kl_tokens", key="dl_kl_tokens")
-with c2:
-    ui.download_trace_json(trace, key="dl_trace_kl")
+    beta_section()
 
-ui.next_page("advantages", "Next: Advantages")
+    st.header("KL in the reward, or as a loss term?")
+    in_reward = ui.kl_placement_overrides(state.framework, True, beta)
+    as_loss = ui.kl_placement_overrides(state.framework, False, beta)
+    k1, k2 = st.columns(2, gap="large")
+    traces = {}
+    for col, name, overrides in ((k1, "in the reward", in_reward), (k2, "as a loss term", as_loss)):
+        with col:
+            st.subheader(f"KL {name}")
+            if overrides is None:
+                st.info(f"{ui.FRAMEWORK_LABELS[state.framework]} cannot put the KL {name}.")
+                continue
+            result = ui.try_trace(state, overrides=overrides)
+            if isinstance(result, str):
+                st.warning(result)
+                continue
+            traces[name] = result
+    if traces:
+        shared = scales.nice_ceiling(
+            max(scales.symmetric_range(t.token_rewards, mask) for t in traces.values())
+        )
+        for col, name in ((k1, "in the reward"), (k2, "as a loss term")):
+            if name not in traces:
+                continue
+            t = traces[name]
+            with col:
+                ui.plot(
+                    heatmaps.token_reward_heatmap(
+                        t, rollout, zmax=shared, title=f"Token rewards, KL {name}"
+                    ),
+                    key=f"token_rewards_{'reward' if name == 'in the reward' else 'loss'}",
+                )
+                if t.kl_loss is not None:
+                    st.metric("KL loss term (mean k3)", f"{t.kl_loss:.5f}")
+                else:
+                    st.caption(
+                        f"beta = {t.kl_coef:g}: every token pays -beta x KL; "
+                        "the last also gets the reward."
+                    )
+    st.latex(r"r_t = \tilde r\,[t = T] - \beta\,\mathrm{KL}_t")
+    ui.explainer(
+        "**In the reward** (ROLL add_token_level_kl, verl use_kl_in_reward, OpenRLHF by default), "
+        "every token's reward is lowered by beta x its KL, and the penalty flows through the returns "
+        "and advantages. **As a loss term** (TRL GRPO, verl/ROLL use_kl_loss), the token rewards "
+        "keep only the response reward and the KL is a separate term of the policy loss.",
+        title="Two places for the same penalty",
+    )
+
+    st.subheader("Every token")
+    tokens = tables.token_table(rollout, trace)
+    st.dataframe(tokens, hide_index=True, key="kl_tokens")
+    c1, c2 = st.columns(2)
+    with c1:
+        ui.download_csv(tokens, "kl_tokens", key="dl_kl_tokens")
+    with c2:
+        ui.download_trace_json(trace, key="dl_trace_kl")
+
+    ui.next_page("advantages", "Next: Advantages")

@@ -5,153 +5,154 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.views import chips, explain, heatmaps, scales, tables, text
 
-state = ui.page_setup("Advantages")
-st.title("4. Advantages: which tokens get pushed up, which down")
+with ui.page_guard("Advantages"):
+    state = ui.page_setup("Advantages")
+    st.title("4. Advantages: which tokens get pushed up, which down")
 
-rollout = ui.cached_rollout(state)
-mask = rollout.response_mask
-labels = text.sample_labels(rollout)
-fw = state.framework
-current = ui.generic_value(state, "estimator")
+    rollout = ui.cached_rollout(state)
+    mask = rollout.response_mask
+    labels = text.sample_labels(rollout)
+    fw = state.framework
+    current = ui.generic_value(state, "estimator")
 
-controls, side = st.columns([3, 1], gap="large")
-with controls:
-    critic = ui.critic_radio(captions=True)
+    controls, side = st.columns([3, 1], gap="large")
+    with controls:
+        critic = ui.critic_radio(captions=True)
 
-estimators = ui.estimator_options(fw)
-results = {}
-errors = {}
-for est in estimators:
-    result = ui.try_trace(state, overrides=ui.estimator_overrides(fw, est), values=critic)
-    if isinstance(result, str):
-        errors[est] = result
-    else:
-        results[est] = result
-ordered = sorted(results, key=lambda e: (e != current, estimators.index(e)))
-shown = {f"{e}" + (" (sidebar)" if e == current else ""): results[e].advantages for e in ordered}
+    estimators = ui.estimator_options(fw)
+    results = {}
+    errors = {}
+    for est in estimators:
+        result = ui.try_trace(state, overrides=ui.estimator_overrides(fw, est), values=critic)
+        if isinstance(result, str):
+            errors[est] = result
+        else:
+            results[est] = result
+    ordered = sorted(results, key=lambda e: (e != current, estimators.index(e)))
+    shown = {
+        f"{e}" + (" (sidebar)" if e == current else ""): results[e].advantages for e in ordered
+    }
 
-with side:
-    ui.explainer(
-        "Each row is a response, each cell a token, coloured by its **advantage**: blue tokens "
-        "are made more likely by the update, red ones less likely, white ones are left alone. "
-        "All estimators share **one fixed colour scale**, so you can compare them cell by cell.\n\n"
-        "- **GAE** uses a critic V: A = discounted sum of TD errors.\n"
-        "- **GRPO** compares each answer with its group: all tokens of an answer get the "
-        "same A.\n"
-        "- **REINFORCE++** whitens the returns over the whole batch.\n\n"
-        "**Try:** lower gamma or lambda in the sidebar and watch early tokens fade in GAE; set "
-        "G = 2 and watch GRPO's values jump to about +-0.7."
-    )
-    st.caption(
-        "GAE critic shown: "
-        f"**{'zero (V = 0)' if critic == 'zero' else 'cross-fitted ridge probe'}**."
-    )
-
-with controls:
-    if shown:
-        ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
-    for est, message in errors.items():
-        st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
-    st.latex(
-        r"\text{GAE: } A_t=\sum_{l\ge0}(\gamma\lambda)^l\delta_{t+l},\ "
-        r"\delta_t=r_t+\gamma V_{t+1}-V_t"
-    )
-    st.latex(
-        r"\text{GRPO: } A_i=\dfrac{s_i-\operatorname{mean}(s)}{\operatorname{std}(s)+\varepsilon}"
-    )
-    st.latex(
-        r"\text{REINFORCE++: } A_t=\operatorname{whiten}\Big(\sum_{k\ge0}\gamma^k r_{t+k}\Big)"
-    )
-
-values = ui.current_batch(state, values=critic).values  # (B, T) critic used by GAE
-
-st.header("One token, every estimator: the formula with its numbers")
-
-
-@st.fragment
-def token_detail() -> None:
-    s1, s2 = st.columns([1, 2])
-    with s1:
-        b = st.selectbox(
-            "Sample",
-            list(range(len(labels))),
-            format_func=lambda i: labels[i],
-            key=ui.KEY_SAMPLE,
-            bind="query-params",
+    with side:
+        ui.explainer(
+            "Each row is a response, each cell a token, coloured by its **advantage**: blue tokens "
+            "are made more likely by the update, red ones less likely, white ones are left alone. "
+            "All estimators share **one fixed colour scale**, so you can compare them cell by cell.\n\n"
+            "- **GAE** uses a critic V: A = discounted sum of TD errors.\n"
+            "- **GRPO** compares each answer with its group: all tokens of an answer get the "
+            "same A.\n"
+            "- **REINFORCE++** whitens the returns over the whole batch.\n\n"
+            "**Try:** lower gamma or lambda in the sidebar and watch early tokens fade in GAE; set "
+            "G = 2 and watch GRPO's values jump to about +-0.7."
         )
-    length = int(mask[b].sum())
-    width = int(mask.shape[1])
-    with s2:
-        t = st.slider(
-            "Token position t",
-            0,
-            max(width - 1, 1),
-            value=0,
-            key=ui.KEY_POSITION,
-            bind="query-params",
-        )
-    if t >= length:
         st.caption(
-            f"Sample {labels[b]} has only {length} tokens: "
-            f"showing its last token (t = {length - 1})."
+            "GAE critic shown: "
+            f"**{'zero (V = 0)' if critic == 'zero' else 'cross-fitted ridge probe'}**."
         )
-        t = max(length - 1, 0)
-    if not results:
-        return
-    main_est = ordered[0]
-    main_trace = results[main_est]
-    zmax = max(
-        scales.ADVANTAGE_RANGE,
-        scales.nice_ceiling(scales.symmetric_range(main_trace.advantages, mask)),
-    )
-    tokens = list(rollout.tokens[b][:length])
-    st.html(
-        chips.colorbar_html("RdBu", -zmax, zmax, f"advantage ({main_est}):")
-        + chips.token_chips_html(
-            tokens,
-            main_trace.advantages[b, :length].tolist(),
-            "RdBu",
-            vmin=-zmax,
-            vmax=zmax,
-            name=f"A ({main_est})",
-            highlight=t,
+
+    with controls:
+        if shown:
+            ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
+        for est, message in errors.items():
+            st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
+        st.latex(
+            r"\text{GAE: } A_t=\sum_{l\ge0}(\gamma\lambda)^l\delta_{t+l},\ "
+            r"\delta_t=r_t+\gamma V_{t+1}-V_t"
         )
-    )
-    token = text.visible_whitespace(tokens[t]) if t < len(tokens) else ""
-    st.markdown(f"Selected: sample **{labels[b]}**, position **t = {t}**, token `{token}`")
-    tabs = st.tabs(ordered)
-    for tab, est in zip(tabs, ordered, strict=True):
-        with tab:
-            for step in explain.token_formulas(results[est], b, t, mask, values):
-                st.caption(step.title)
-                st.latex(step.symbolic + r"\qquad\Longrightarrow\qquad " + step.numeric)
+        st.latex(
+            r"\text{GRPO: } A_i=\dfrac{s_i-\operatorname{mean}(s)}{\operatorname{std}(s)+\varepsilon}"
+        )
+        st.latex(
+            r"\text{REINFORCE++: } A_t=\operatorname{whiten}\Big(\sum_{k\ge0}\gamma^k r_{t+k}\Big)"
+        )
 
+    values = ui.current_batch(state, values=critic).values  # (B, T) critic used by GAE
 
-token_detail()
+    st.header("One token, every estimator: the formula with its numbers")
 
-trace = ui.cached_trace(state, values=critic)
-st.subheader("Every token")
-table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
-st.dataframe(table, hide_index=True, key="advantage_tokens")
-c1, c2 = st.columns(2)
-with c1:
-    ui.download_csv(table, "advantages", key="dl_advantages")
-with c2:
-    ui.download_trace_json(trace, key="dl_trace_advantages")
-if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
-    ui.plot(
-        heatmaps.heatmap(
-            values,
-            mask,
-            rollout=rollout,
-            title=f"Critic values ({critic})",
-            quantity="V",
-            signed=True,
-        ),
-        key="values_heatmap",
-    )
-with st.expander("Conventions the dialect applied"):
-    for est in ordered:
-        st.markdown(f"**{est}**\n" + "\n".join(f"- {n}" for n in results[est].notes))
+    @st.fragment
+    def token_detail() -> None:
+        s1, s2 = st.columns([1, 2])
+        with s1:
+            b = st.selectbox(
+                "Sample",
+                list(range(len(labels))),
+                format_func=lambda i: labels[i],
+                key=ui.KEY_SAMPLE,
+                bind="query-params",
+            )
+        length = int(mask[b].sum())
+        width = int(mask.shape[1])
+        with s2:
+            t = st.slider(
+                "Token position t",
+                0,
+                max(width - 1, 1),
+                value=0,
+                key=ui.KEY_POSITION,
+                bind="query-params",
+            )
+        if t >= length:
+            st.caption(
+                f"Sample {labels[b]} has only {length} tokens: "
+                f"showing its last token (t = {length - 1})."
+            )
+            t = max(length - 1, 0)
+        if not results:
+            return
+        main_est = ordered[0]
+        main_trace = results[main_est]
+        zmax = max(
+            scales.ADVANTAGE_RANGE,
+            scales.nice_ceiling(scales.symmetric_range(main_trace.advantages, mask)),
+        )
+        tokens = list(rollout.tokens[b][:length])
+        st.html(
+            chips.colorbar_html("RdBu", -zmax, zmax, f"advantage ({main_est}):")
+            + chips.token_chips_html(
+                tokens,
+                main_trace.advantages[b, :length].tolist(),
+                "RdBu",
+                vmin=-zmax,
+                vmax=zmax,
+                name=f"A ({main_est})",
+                highlight=t,
+            )
+        )
+        token = text.visible_whitespace(tokens[t]) if t < len(tokens) else ""
+        st.markdown(f"Selected: sample **{labels[b]}**, position **t = {t}**, token `{token}`")
+        tabs = st.tabs(ordered)
+        for tab, est in zip(tabs, ordered, strict=True):
+            with tab:
+                for step in explain.token_formulas(results[est], b, t, mask, values):
+                    st.caption(step.title)
+                    st.latex(step.symbolic + r"\qquad\Longrightarrow\qquad " + step.numeric)
 
-ui.next_page("local_global", "Next: Local vs global")
+    token_detail()
+
+    trace = ui.cached_trace(state, values=critic)
+    st.subheader("Every token")
+    table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
+    st.dataframe(table, hide_index=True, key="advantage_tokens")
+    c1, c2 = st.columns(2)
+    with c1:
+        ui.download_csv(table, "advantages", key="dl_advantages")
+    with c2:
+        ui.download_trace_json(trace, key="dl_trace_advantages")
+    if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
+        ui.plot(
+            heatmaps.heatmap(
+                values,
+                mask,
+                rollout=rollout,
+                title=f"Critic values ({critic})",
+                quantity="V",
+                signed=True,
+            ),
+            key="values_heatmap",
+        )
+    with st.expander("Conventions the dialect applied"):
+        for est in ordered:
+            st.markdown(f"**{est}**\n" + "\n".join(f"- {n}" for n in results[est].notes))
+
+    ui.next_page("local_global", "Next: Local vs global")

@@ -26,6 +26,7 @@ seeded generator, so it is reproducible) imitates a noisy reward model.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import re2
 import torch
 from torch import Tensor
 
@@ -43,6 +45,8 @@ RewardFn = Callable[..., float]  # (prompt, response, **params) -> float
 MAX_PATTERN_CHARS = 100
 MAX_TEXT_CHARS = 5000  # rewards read at most this much of a response
 MAX_NOISE_SIGMA = 10.0
+MAX_PATTERN_MEMORY = 1 << 20  # bytes of RE2 program memory per pattern
+MAX_PARAM_ABS = 1e6  # numeric reward parameters must lie in [-1e6, 1e6]
 
 # fmt: off
 POSITIVE_WORDS = frozenset((
@@ -81,8 +85,15 @@ def target_length(prompt: str, response: str, *, target: int = 20, tolerance: in
     return max(0.0, 1.0 - abs(len(_words(response)) - target) / tolerance)
 
 
-def compile_pattern(pattern: str, regex: bool = False, case_sensitive: bool = False) -> re.Pattern:
-    """Compile a user keyword safely.
+@functools.lru_cache(maxsize=256)
+def compile_pattern(pattern: str, regex: bool = False, case_sensitive: bool = False) -> Any:
+    """Compile a user keyword with a linear-time engine (RE2): no input can stall the server.
+
+    Python's ``re`` backtracks, so a pattern such as ``.*.*.*.*.*#`` or ``(a+)+$`` can take
+    exponential time on a response and block the shared process. RE2 matches in time linear in
+    the text for every pattern it accepts; it rejects back-references and look-arounds, which
+    need backtracking. Patterns are also capped at ``MAX_PATTERN_CHARS`` characters, texts at
+    ``MAX_TEXT_CHARS`` and RE2's compiled program at ``MAX_PATTERN_MEMORY`` bytes.
 
     Args:
         pattern: a keyword, or a regular expression when ``regex`` is True.
@@ -90,53 +101,26 @@ def compile_pattern(pattern: str, regex: bool = False, case_sensitive: bool = Fa
         case_sensitive: match case exactly.
 
     Returns:
-        The compiled pattern.
+        The compiled pattern (``.search(text)`` like ``re``).
 
     Raises:
-        ValueError: empty or over-long pattern, nested quantifiers (catastrophic backtracking), or
-            invalid regex syntax.
+        ValueError: empty or over-long pattern, or a regular expression RE2 cannot compile
+            (syntax error, back-reference, look-around), with the reason.
     """
     if not pattern:
         raise ValueError("the keyword pattern is empty")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise ValueError(f"the keyword pattern is longer than {MAX_PATTERN_CHARS} characters")
-    if regex and _risky_regex(pattern):
-        raise ValueError(
-            "a repeated group that itself repeats or alternates, like (a+)+ or (a|b)*, is not "
-            "allowed (it can take forever on some texts)"
-        )
-    flags = 0 if case_sensitive else re.IGNORECASE
+    options = re2.Options()
+    options.case_sensitive = case_sensitive
+    options.literal = not regex
+    options.log_errors = False
+    options.max_mem = MAX_PATTERN_MEMORY
     try:
-        return re.compile(pattern if regex else re.escape(pattern), flags)
-    except re.error as err:
-        raise ValueError(f"invalid regular expression {pattern!r}: {err}") from err
-
-
-def _risky_regex(pattern: str) -> bool:
-    """True if a group contains a quantifier or ``|`` AND some group is quantified.
-
-    A conservative guard against catastrophic backtracking ((a+)+, (a|aa)*): it rejects some
-    harmless patterns, such as (ab|cd)+, in exchange for never hanging the shared server.
-    """
-    depth, inner, quantified_group = 0, False, False
-    escaped = False
-    for i, char in enumerate(pattern):
-        if escaped:
-            escaped = False
-            continue
-        if char == "\\":
-            escaped = True
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth = max(0, depth - 1)
-            if pattern[i + 1 : i + 2] in {"*", "+", "?", "{"}:
-                quantified_group = True
-        elif (depth > 0 and char in "*+{|") or (
-            depth > 0 and char == "?" and pattern[i - 1] != "("
-        ):
-            inner = True
-    return inner and quantified_group
+        return re2.compile(pattern, options)
+    except re2.error as err:
+        reason = err.args[0].decode() if err.args and isinstance(err.args[0], bytes) else err
+        raise ValueError(f"invalid regular expression {pattern!r}: {reason}") from None
 
 
 def keyword(
@@ -368,9 +352,9 @@ class RewardSpec:
             unknown = {k for k, _ in pairs} - set(REWARD_PARAMS[name])
             if unknown:
                 raise ValueError(f"reward {name} has no parameter(s) {sorted(unknown)}")
-            if name == "keyword":  # fail early on a bad pattern
-                merged = resolved_params(name, pairs)
-                compile_pattern(merged["pattern"], merged["regex"], merged["case_sensitive"])
+            problems = param_problems(name, pairs)  # fail early: never inside a reward fn
+            if problems:
+                raise ValueError(f"reward {name}: " + "; ".join(problems.values()))
             terms.append((name, float(weight), pairs))
         object.__setattr__(self, "terms", tuple(terms))
         if not (math.isfinite(self.noise_sigma) and 0.0 <= self.noise_sigma <= MAX_NOISE_SIGMA):
@@ -380,6 +364,54 @@ class RewardSpec:
     def single(cls, name: str, **params: Any) -> RewardSpec:
         """One reward with weight 1 and the given params."""
         return cls(terms=((name, 1.0, tuple(sorted(params.items()))),))
+
+
+#: Bounds of numeric reward parameters: (low, high, low_inclusive). Stated in the UI.
+PARAM_BOUNDS: dict[tuple[str, str], tuple[float, float, bool]] = {
+    ("target_length", "target"): (0.0, 1000.0, True),
+    ("target_length", "tolerance"): (0.0, 1000.0, False),
+    ("positive_words", "per_word"): (-MAX_PARAM_ABS, MAX_PARAM_ABS, True),
+    ("positive_words", "cap"): (0.0, MAX_PARAM_ABS, True),
+}
+
+
+def param_problems(name: str, params: Params | Mapping[str, Any]) -> dict[str, str]:
+    """What is wrong with a reward's parameters, one short message per bad parameter.
+
+    The sidebar shows each message next to its field and keeps the last valid value, so a bad
+    value never reaches a reward function (and never a traceback on a page).
+
+    Args:
+        name: a key of REWARD_FNS.
+        params: (key, value) pairs or a dict; missing keys take their defaults.
+
+    Returns:
+        Parameter name -> message; empty when every parameter is valid.
+    """
+    problems: dict[str, str] = {}
+    merged = resolved_params(name, params)
+    for param, value in merged.items():
+        bounds = PARAM_BOUNDS.get((name, param))
+        if bounds is None:
+            continue
+        low, high, low_inclusive = bounds
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            problems[param] = f"{param} must be a number, got {value!r}"
+            continue
+        above_low = number >= low if low_inclusive else number > low
+        if not math.isfinite(number) or not above_low or number > high:
+            side = "[" if low_inclusive else "("
+            problems[param] = f"{param} must be in {side}{low:g}, {high:g}], got {value!r}"
+    if name == "keyword":
+        try:
+            compile_pattern(
+                str(merged["pattern"]), bool(merged["regex"]), bool(merged["case_sensitive"])
+            )
+        except ValueError as err:
+            problems["pattern"] = str(err)
+    return problems
 
 
 def resolved_params(name: str, params: Params | Mapping[str, Any]) -> dict[str, Any]:

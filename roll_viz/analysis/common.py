@@ -7,7 +7,6 @@ here, so every analysis and its test use the same numbers.
 from __future__ import annotations
 
 import functools
-import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,23 +57,6 @@ def single_threaded() -> Iterator[None]:
             _THREADS_STATE["depth"] -= 1
             if _THREADS_STATE["depth"] == 0:
                 torch.set_num_threads(_THREADS_STATE["saved"])
-
-
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|$<>~-])")
-
-
-def md_escape(text: object) -> str:
-    """Text for a markdown renderer, shown literally (no emphasis, links, LaTeX or HTML).
-
-    Prompts, table cells and messages typed by users go through this before ``st.markdown``.
-
-    Args:
-        text: anything; converted with ``str``.
-
-    Returns:
-        The text with every markdown/LaTeX/HTML special character backslash-escaped.
-    """
-    return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 
 def _one_thread(fn: Callable) -> Callable:

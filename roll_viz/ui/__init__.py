@@ -9,6 +9,7 @@ A page reads top to bottom: ``state = ui.page_setup("Title")`` (sidebar -> froze
     flow.py      the cached data flow: models -> rollout -> scores -> batch -> trace
     sidebar.py   the shared sidebar and page_setup
     widgets.py   plot, explainer, links, downloads, token chips
+    guard.py     the page-level catch-all (no traceback on a page)
 
 This file re-exports what pages call, so a page needs one import. May import every layer below;
 must not import ``cli`` or ``bench``.
@@ -31,6 +32,7 @@ from roll_viz.ui.flow import (
     running_moments,
     try_trace,
 )
+from roll_viz.ui.guard import page_guard
 from roll_viz.ui.settings import (
     estimator_options,
     estimator_overrides,
@@ -75,6 +77,9 @@ from roll_viz.ui.widgets import (
     next_page,
     page_link,
     plot,
+    reset_reward_table,
+    reward_table_base,
+    share_reward_table,
     trace_json,
 )
 
@@ -128,13 +133,17 @@ __all__ = [
     "next_page",
     "norm_overrides",
     "observed_kl",
+    "page_guard",
     "page_link",
     "page_setup",
     "plot",
+    "reset_reward_table",
     "reset_running",
+    "reward_table_base",
     "running_batches",
     "running_moments",
     "select_preset",
+    "share_reward_table",
     "trace_json",
     "try_trace",
 ]

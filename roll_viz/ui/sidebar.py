@@ -7,7 +7,9 @@ controls (``hide=sidebar`` the whole sidebar) for a teacher's projector.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -38,6 +40,7 @@ from roll_viz.ui.state import (
     KEY_KL_ESTIMATOR,
     KEY_KL_IN_REWARD,
     KEY_LAM,
+    KEY_LAST_VALID_PARAMS,
     KEY_LIVE,
     KEY_MAX_TOKENS,
     KEY_MODEL,
@@ -52,7 +55,9 @@ from roll_viz.ui.state import (
     KEY_TEMPERATURE,
     KEY_WHITEN,
     MAX_GROUP_SIZE,
+    MAX_INSTRUCTION_CHARS,
     MAX_NEW_TOKENS,
+    MAX_PROMPT_CHARS,
     MAX_PROMPTS,
     PRESET_REWARD,
     SINGLETON_NOTES,
@@ -63,6 +68,7 @@ from roll_viz.ui.state import (
     _presets,
     model_choices,
 )
+from roll_viz.views import text
 
 PRESENT_CSS = """
 <style>
@@ -170,9 +176,100 @@ def _on_preset_change() -> None:
     st.session_state[KEY_NOISE] = float(reward.noise_sigma)
 
 
+_RUN = threading.local()  # per script run (each run is its own thread): what each URL key allows
+
+
+def _allowed_text(widget: Callable, args: tuple, kwargs: dict) -> str:
+    """How a bound widget's allowed values read in a notice ("1 to 16", "one of a, b")."""
+    name = getattr(widget, "__name__", "")
+    if name in {"slider", "number_input"} and len(args) >= 3:
+        return f"{args[1]:g} to {args[2]:g}"
+    if name in {"selectbox", "radio"} and len(args) >= 2:
+        options = [str(o) for o in args[1]]
+        shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
+        return f"one of {shown}"
+    if name == "toggle":
+        return "true or false"
+    return "a valid value"
+
+
 def _bound(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
     """A widget bound to the URL query parameter ``key``, kept across page switches."""
+    allowed = getattr(_RUN, "allowed", None)
+    if allowed is not None:
+        allowed[key] = _allowed_text(widget, args, kwargs)
     return widget(*args, key=key, bind="query-params", persist_state="session", **kwargs)
+
+
+def _same_value(raw: str, value: Any) -> bool:
+    """Whether a URL string means the widget's current value (then dropping it was no loss)."""
+    if isinstance(value, bool):
+        return raw.strip().lower() == str(value).lower()
+    if isinstance(value, int | float):
+        try:
+            return math.isclose(float(raw), float(value), rel_tol=1e-9, abs_tol=1e-12)
+        except ValueError:
+            return False
+    return raw == str(value)
+
+
+def _url_notices(raw: Mapping[str, Any]) -> list[str]:
+    """One line per URL value the bound widgets refused (out of range, NaN, unknown option).
+
+    Streamlit drops an invalid bound value silently; a student who pasted a link must learn
+    which value was ignored, what is allowed and what is used instead.
+    """
+    notices = []
+    kept = st.query_params
+    for key, allowed in getattr(_RUN, "allowed", {}).items():
+        if key not in raw or key in kept:
+            continue
+        value = raw[key]
+        raw_text = value[-1] if isinstance(value, list) else str(value)
+        current = st.session_state.get(key)
+        if current is None or _same_value(raw_text, current):
+            continue
+        notices.append(
+            f"The link's value {key}={raw_text[:40]} is not allowed ({key} takes {allowed}); "
+            f"using {current}."
+        )
+    return notices
+
+
+def _read_prompts(
+    typed: str | None, fallback: tuple[str, ...]
+) -> tuple[tuple[str, ...], list[str]]:
+    """The prompts as typed: one per line (split on line feeds only), each checked on its own.
+
+    Only a line feed starts a new prompt: U+2028, U+0085 and other separators a user did not
+    type as a new line stay inside their prompt (and are shown visibly). A prompt that breaks a
+    rule is reported and left out; the others are kept.
+
+    Returns:
+        (the prompts to sample, one note per problem).
+    """
+    lines = (typed or "").replace("\r\n", "\n").split("\n")
+    prompts, notes = [], []
+    for number, line in enumerate(lines, start=1):
+        prompt = line.strip()
+        if not prompt:
+            continue
+        if len(prompt) > MAX_PROMPT_CHARS:
+            notes.append(
+                f"Line {number} has {len(prompt)} characters (at most {MAX_PROMPT_CHARS}): "
+                "left out, the other prompts are kept."
+            )
+            continue
+        prompts.append(prompt)
+    if len(prompts) > MAX_PROMPTS:
+        notes.append(
+            f"{len(prompts)} prompts is more than {MAX_PROMPTS}: using the first {MAX_PROMPTS}."
+        )
+        prompts = prompts[:MAX_PROMPTS]
+    if not prompts:
+        notes.append("No prompt to sample: keeping the preset's prompts.")
+        return fallback, notes
+    return tuple(prompts), notes
 
 
 def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
@@ -231,7 +328,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         if live_fallback:
             return "live", preset, sampling
         sb.caption(
-            f"{len(sampling.prompts)} prompts x G = {sampling.group_size}, "
+            f"{text.count(len(sampling.prompts), 'prompt')} x G = {sampling.group_size}, "
             f"temperature {sampling.temperature:g}, up to {sampling.max_new_tokens} tokens, "
             f"seed {sampling.seed}, policy {sampling.policy_mode}. "
             "G below the preset's keeps the first G samples of each prompt."
@@ -244,7 +341,12 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         value="\n".join(preset_sampling.prompts),
         key=KEY_PROMPTS,
         height=110,
+        help=f"Up to {MAX_PROMPTS} prompts of at most {MAX_PROMPT_CHARS} characters each; "
+        "a new line starts a new prompt.",
     )
+    prompts, prompt_notes = _read_prompts(prompts_text, tuple(preset_sampling.prompts))
+    for note in prompt_notes:
+        sb.warning(text.md_escape(note), icon=":material/edit_note:")
     temperature = _bound(
         sb.slider,
         "Temperature",
@@ -293,15 +395,16 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
             value=preset_sampling.instruction or "Answer in one short sentence.",
             key=KEY_INSTRUCTION,
             height=68,
+            help=f"At most {MAX_INSTRUCTION_CHARS} characters.",
         )
+        if not instruction.strip() or len(instruction) > MAX_INSTRUCTION_CHARS:
+            sb.warning(
+                f"The hidden instruction must have 1 to {MAX_INSTRUCTION_CHARS} characters "
+                f"(it has {len(instruction)}): using the preset's instruction.",
+                icon=":material/edit_note:",
+            )
+            instruction = preset_sampling.instruction or "Answer in one short sentence."
 
-    prompts = tuple(p.strip() for p in (prompts_text or "").splitlines() if p.strip())
-    if not prompts:
-        messages.append("The prompt box is empty: keeping the preset's prompts.")
-        prompts = tuple(preset_sampling.prompts)
-    if len(prompts) > MAX_PROMPTS:
-        messages.append(f"{len(prompts)} prompts is more than {MAX_PROMPTS}: using the first 8.")
-        prompts = prompts[:MAX_PROMPTS]
     try:
         cfg = replace(
             preset_sampling,
@@ -321,6 +424,34 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         cfg, cap_messages = capped(cfg)
         messages.extend(cap_messages)
     return "live", preset, cfg
+
+
+def _valid_params(name: str, typed: dict[str, Any], slots: dict[str, Any]) -> dict[str, Any]:
+    """The reward's parameters with each bad one replaced by its last valid value.
+
+    Each problem is written under its own field (``slots``); the rest of the sidebar and the
+    page keep working on the last values that were valid (or the defaults).
+    """
+    from roll_viz import rewards
+
+    if name not in rewards.REWARD_PARAMS:
+        return typed
+    last = st.session_state.setdefault(KEY_LAST_VALID_PARAMS, {})
+    problems = rewards.param_problems(name, typed)
+    params = dict(typed)
+    for param, message in problems.items():
+        fallback = last.get((name, param), rewards.REWARD_PARAMS[name][param][0])
+        params[param] = fallback
+        slots[param].error(
+            text.md_escape(f"{message}. Using {fallback!r} until it is fixed."),
+            icon=":material/error:",
+        )
+    if rewards.param_problems(name, params):  # a combination of fallbacks can still clash
+        params = {p: d for p, (d, _) in rewards.REWARD_PARAMS[name].items()}
+    for param, value in params.items():
+        if param not in problems:
+            last[(name, param)] = value
+    return params
 
 
 def _sidebar_reward(preset: str) -> Any:
@@ -343,10 +474,14 @@ def _sidebar_reward(preset: str) -> Any:
     )
     if name == PRESET_REWARD:
         sb.caption("reward = " + _describe_terms(preset_reward.terms))
-    params = {}
+    params, slots = {}, {}
     for param, (default, help_text) in rewards.REWARD_PARAMS.get(name, {}).items():
         value = default_params.get(param, default) if name == default_name else default
         key = KEY_REWARD_PARAM_PREFIX + param
+        bounds = rewards.PARAM_BOUNDS.get((name, param))
+        if bounds is not None:
+            low, high, inclusive = bounds
+            help_text += f" (allowed: {'[' if inclusive else '('}{low:g}, {high:g}])"
         if isinstance(default, bool):
             params[param] = _bound(sb.toggle, param, value=bool(value), key=key, help=help_text)
         elif isinstance(default, int | float):
@@ -358,7 +493,17 @@ def _sidebar_reward(preset: str) -> Any:
                 help=help_text,
             )
         else:
-            params[param] = _bound(sb.text_area, param, value=str(value), key=key, help=help_text)
+            params[param] = _bound(
+                sb.text_area,
+                param,
+                value=str(value),
+                key=key,
+                max_chars=rewards.MAX_PATTERN_CHARS,
+                help=help_text + f" (at most {rewards.MAX_PATTERN_CHARS} characters; regular "
+                "expressions run on RE2, linear time: no back-references or look-arounds)",
+            )
+        slots[param] = sb.empty()  # the field's own message goes right under it
+    params = _valid_params(name, params, slots)
     noise = _bound(
         sb.slider,
         "Reward noise sigma",
@@ -518,12 +663,15 @@ def page_setup(title: str) -> AppState:
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
     messages: list[str] = []
+    raw_url = st.query_params.to_dict()  # before the bound widgets drop what they refuse
+    _RUN.allowed = {}
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
     reward = _sidebar_reward(preset)
     framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
     present, hide = _sidebar_presentation()
     _inject_css(present, hide)
+    messages = _url_notices(raw_url) + messages
     st.sidebar.caption(
         "Every control is in the URL: copy it to share this exact state "
         "(`?present=true&hide=beta,G` for a projector)."
@@ -541,7 +689,7 @@ def page_setup(title: str) -> AppState:
         messages=tuple(messages),
     )
     if messages:
-        st.warning("\n".join(f"- {m}" for m in messages), icon=":material/info:")
+        st.warning("\n".join(f"- {text.md_escape(m)}" for m in messages), icon=":material/info:")
     return state
 
 

@@ -15,6 +15,14 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
+from roll_viz.lm.sampling import (
+    CLASS_MAX_GROUP_SIZE,
+    CLASS_MAX_NEW_TOKENS,
+    CLASS_MAX_PROMPTS,
+)
+from roll_viz.lm.sampling import MAX_INSTRUCTION_CHARS as SAMPLER_MAX_INSTRUCTION_CHARS
+from roll_viz.lm.sampling import MAX_PROMPT_CHARS as SAMPLER_MAX_PROMPT_CHARS
+
 # ---------------------------------------------------------------------------------------------
 # Widget keys (also the URL query-parameter names). Keep them short and stable.
 # ---------------------------------------------------------------------------------------------
@@ -55,6 +63,7 @@ KEY_NORM = "norm"  # Rewards: none | group | batch | running
 KEY_CHIP_VIEW = "chips"  # Samples: what the token chips colour by
 
 # Per-session state (small values only, never tensors).
+KEY_LAST_VALID_PARAMS = "_last_valid_reward_params"  # (reward, param) -> last valid value
 KEY_RUNNING = "_running_moments"
 KEY_RUNNING_BATCHES = "_running_batches"
 KEY_PRESENT = "present"
@@ -80,9 +89,12 @@ FRAMEWORK_LABELS = {
 }
 
 #: Live-sampling caps (the models engineer's ``sampling.capped`` applies its own on top).
-MAX_GROUP_SIZE = 16
-MAX_NEW_TOKENS = 256
-MAX_PROMPTS = 8
+# One source for the classroom caps: the sampler's own (the sliders never offer more than it takes).
+MAX_GROUP_SIZE = CLASS_MAX_GROUP_SIZE  # G <= 16
+MAX_NEW_TOKENS = CLASS_MAX_NEW_TOKENS  # <= 128 new tokens
+MAX_PROMPTS = CLASS_MAX_PROMPTS  # <= 8 prompts
+MAX_PROMPT_CHARS = SAMPLER_MAX_PROMPT_CHARS  # per prompt
+MAX_INSTRUCTION_CHARS = SAMPLER_MAX_INSTRUCTION_CHARS
 LIVE_CACHE_ENTRIES = 16
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 

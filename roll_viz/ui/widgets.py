@@ -107,3 +107,52 @@ def plot(fig: Any, key: str, **kwargs: Any) -> None:
 def chips(html_text: str) -> None:
     """Render token chips (an already escaped HTML string from chips.token_chips_html)."""
     st.html(html_text)
+
+
+# ---------------------------------------------------------------------------------------------
+# The editable reward table travels in the link (?rt=..., compact) so a shared URL reproduces it
+# ---------------------------------------------------------------------------------------------
+KEY_TABLE_BASE = "_lg_table_base"  # the table the editor started from in this session
+KEY_TABLE_URL = "rt"
+
+
+def reward_table_base() -> tuple[Any, str]:
+    """The table the editor starts from: the link's (read once per session) or the example.
+
+    Returns:
+        (DataFrame, "" or why the link's table could not be read).
+    """
+    from roll_viz.analysis import reward_table
+
+    if KEY_TABLE_BASE in st.session_state:
+        return st.session_state[KEY_TABLE_BASE], ""
+    problem = ""
+    base = reward_table.default_reward_table()
+    encoded = st.query_params.get(KEY_TABLE_URL)
+    if encoded:
+        try:
+            base = reward_table.decode_table(encoded)
+        except reward_table.RewardTableError as err:
+            problem = f"The link's reward table was not loaded: {err}. Showing the example."
+    st.session_state[KEY_TABLE_BASE] = base
+    return base, problem
+
+
+def share_reward_table(edited: Any) -> None:
+    """Write the edited table into the URL (removed again when it equals the example)."""
+    from roll_viz.analysis import reward_table
+
+    encoded = reward_table.encode_table(edited)
+    if encoded == reward_table.encode_table(reward_table.default_reward_table()):
+        if KEY_TABLE_URL in st.query_params:
+            del st.query_params[KEY_TABLE_URL]
+    elif st.query_params.get(KEY_TABLE_URL) != encoded:
+        st.query_params[KEY_TABLE_URL] = encoded
+
+
+def reset_reward_table() -> None:
+    """Back to the seed's example table (the editor's edits and the link's table dropped)."""
+    st.session_state.pop("lg_table", None)
+    st.session_state.pop(KEY_TABLE_BASE, None)
+    if KEY_TABLE_URL in st.query_params:
+        del st.query_params[KEY_TABLE_URL]

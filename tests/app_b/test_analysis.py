@@ -10,6 +10,7 @@ import torch
 
 from roll_viz.analysis import common, compare, local_global, reward_table, sweep
 from roll_viz.core.records import Batch
+from roll_viz.views import text
 from tests.app_b.helpers import batch_of, consistent_rollout
 
 T1_LOCAL = (0.201965964, -1.085567055, 0.883601091)
@@ -309,8 +310,14 @@ def test_single_threaded_restores_the_thread_count_even_when_nested():
 
 
 def test_md_escape_shows_typed_text_literally():
-    assert common.md_escape("r_t -= 0.2 * k1") == r"r\_t \-= 0.2 \* k1"
-    assert common.md_escape("$x$ <b>[a](b)") == r"\$x\$ \<b\>\[a\]\(b\)"
+    assert text.md_escape("r_t -= 0.2 * k1") == r"r\_t \-\= 0.2 \* k1"
+    assert text.md_escape("$x$ <b>[a](b)") == r"\$x\$ \<b\>\[a\]\(b\)"
+    # Streamlit's own directives and images lose their meaning too
+    assert text.md_escape(":red[x] :material/home:") == r"\:red\[x\] \:material/home\:"
+    assert text.md_escape("![](http://h/x.png)") == r"\!\[\]\(http\://h/x.png\)"
+    # separators a user did not mean to type are made visible, newlines kept
+    assert text.md_escape("a\u2028b\x07c\nd") == "a\\<U\\+2028\\>b\\<U\\+0007\\>c\nd"
+    assert text.md_line("**a**\nb") == "\\*\\*a\\*\\* \u21b5 b"
 
 
 def test_kl_is_zero_and_sweep_is_flat():

@@ -57,8 +57,8 @@ def test_keyword_literal_and_regex():
     ("pattern", "message"),
     [
         ("(unclosed", "invalid regular expression"),
-        ("(a+)+$", "not allowed"),
-        ("(a|aa)*", "not allowed"),
+        (r"(a)\1", "invalid escape sequence"),  # back-references need backtracking
+        ("(?=a)", "invalid perl operator"),  # so do look-arounds
         ("x" * 101, "longer than"),
         ("", "empty"),
     ],
@@ -167,3 +167,31 @@ def test_score_rollout_and_greedy(identical):
     greedy = score_greedy(identical, spec)
     per_prompt = [target_length("", r, target=5, tolerance=10) for r in identical.greedy_responses]
     assert greedy.tolist() == pytest.approx([per_prompt[int(g)] for g in identical.group_ids])
+
+
+@pytest.mark.parametrize("pattern", [".*.*.*.*.*#", "(a+)+$", "(a|aa)*b", "(x+x+)+y"])
+def test_catastrophic_patterns_finish_in_linear_time(pattern):
+    # These patterns backtrack exponentially under Python's re (the first one froze the shared
+    # server from one URL); RE2 matches them in one pass over the capped text.
+    import time
+
+    text = "a" * 4000 + "x" * 1000
+    start = time.perf_counter()
+    for response in (text, text + "!", "a" * 30):
+        keyword("p", response, pattern=pattern, regex=True)
+    assert time.perf_counter() - start < 2.0  # a bound on a hang, not a benchmark
+
+
+def test_param_problems_name_each_bad_field():
+    from roll_viz.rewards import param_problems
+
+    assert param_problems("target_length", {"target": 20, "tolerance": 5}) == {}
+    for bad in (0, -1, float("inf"), float("nan"), "abc"):
+        problems = param_problems("target_length", {"tolerance": bad})
+        assert set(problems) == {"tolerance"}, bad
+        assert "tolerance must" in problems["tolerance"]
+    assert set(param_problems("target_length", {"target": float("nan")})) == {"target"}
+    assert set(param_problems("keyword", {"pattern": "(pirate", "regex": True})) == {"pattern"}
+    assert param_problems("keyword", {"pattern": "(pirate", "regex": False}) == {}  # literal
+    with pytest.raises(ValueError, match="tolerance must be in"):
+        RewardSpec.single("target_length", tolerance=0)

@@ -1,0 +1,223 @@
+"""Classroom-proofing: nothing a student types or links can stall the server or show a traceback.
+
+AppTest on the committed presets (no model) and, for custom prompts, the tiny live model.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pandas as pd
+import pytest
+
+from roll_viz import ui
+from roll_viz.analysis import reward_table
+from roll_viz.ui import guard, sidebar
+from tests.app.test_pages import open_page, rerun
+
+CHARTS = "plotly_chart"
+
+
+def shown(markdown: str) -> str:
+    """What a reader sees of escaped Markdown."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def sidebar_errors(at) -> list[str]:
+    return [shown(e.value) for e in at.sidebar.error]
+
+
+def notices(at) -> str:
+    return " ".join(shown(w.value) for w in at.warning)
+
+
+# --- no input can block the process -------------------------------------------------------------
+def test_the_url_that_froze_the_server_now_finishes():
+    start = time.perf_counter()
+    at = open_page(
+        "rewards", preset="quantum", reward="keyword", rp_regex="true", rp_pattern=".*.*.*.*.*#"
+    )
+    assert time.perf_counter() - start < 60  # it used to never return
+    assert not at.exception
+    assert len(at.get(CHARTS)) >= 1
+
+
+@pytest.mark.parametrize(
+    ("params", "field_message"),
+    [
+        ({"reward": "keyword", "rp_regex": "true", "rp_pattern": "(pirate"}, "missing )"),
+        ({"reward": "keyword", "rp_regex": "true", "rp_pattern": r"(a)\1"}, "invalid escape"),
+        ({"reward": "target_length", "rp_tolerance": "0"}, "tolerance must be in (0, 1000]"),
+        ({"reward": "target_length", "rp_tolerance": "-5"}, "tolerance must be in (0, 1000]"),
+        ({"reward": "target_length", "rp_target": "5000"}, "target must be in [0, 1000]"),
+    ],
+)
+@pytest.mark.parametrize("page", ["rewards", "advantages"])
+def test_bad_reward_settings_give_one_message_at_the_field(page, params, field_message):
+    at = open_page(page, preset="quantum", **params)
+    assert not at.exception
+    errors = sidebar_errors(at)
+    assert len(errors) == 1, errors
+    assert field_message in errors[0]
+    # the page and the lower sidebar sections still render
+    assert len(at.get(CHARTS)) + len(at.dataframe) >= 1
+    assert at.selectbox(key=ui.KEY_FRAMEWORK).value == "roll"
+
+
+def test_a_fixed_field_clears_its_message_and_uses_the_value():
+    at = open_page("rewards", preset="quantum", reward="target_length", rp_tolerance="0")
+    assert sidebar_errors(at)
+    at.number_input(key="rp_tolerance").set_value(7)
+    rerun(at)
+    assert not sidebar_errors(at)
+    assert not at.exception
+
+
+def test_catastrophic_regex_is_valid_and_fast():
+    at = open_page("rewards", preset="quantum", reward="keyword", rp_regex="true")
+    at.text_area(key="rp_pattern").input("(a+)+$")
+    rerun(at)
+    assert not sidebar_errors(at)  # RE2 accepts it and matches in linear time
+
+
+# --- out-of-range URL values get a notice -------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [("G", "1000000", "1 to 16"), ("beta", "nan", "0 to 1"), ("gamma", "2", "0 to 1")],
+)
+def test_out_of_range_url_values_are_named(key, value, allowed):
+    at = open_page("advantages", preset="quantum", **{key: value})
+    text = notices(at)
+    assert f"{key}={value}" in text
+    assert allowed in text
+
+
+def test_an_unknown_option_in_the_url_is_named():
+    at = open_page("advantages", preset="quantum", fw="deepspeed")
+    assert "fw=deepspeed" in notices(at)
+    assert "one of roll, verl" in notices(at)
+
+
+def test_a_valid_default_in_the_url_gives_no_notice():
+    at = open_page("advantages", preset="quantum", G="4", beta="0.2")
+    assert "is not allowed" not in notices(at)
+
+
+# --- prompts as typed ---------------------------------------------------------------------------
+def test_prompts_split_on_line_feeds_only_and_bad_ones_are_reported():
+    long = "x" * (ui.state.MAX_PROMPT_CHARS + 1)
+    prompts, notes = sidebar._read_prompts(f"a\u2028b\nc\u0085d\n{long}\n\ne", ("fallback",))
+    assert prompts == ("a\u2028b", "c\u0085d", "e")
+    assert len(notes) == 1
+    assert "Line 3" in notes[0]
+    assert "other prompts are kept" in notes[0]
+    assert sidebar._read_prompts("  \n ", ("fb",)) == (
+        ("fb",),
+        ["No prompt to sample: keeping the preset's prompts."],
+    )
+
+
+def test_markdown_and_image_prompts_render_literally():
+    evil = "**bold** $x^2$ :red[red] ![](http://127.0.0.1:9/x.png)"
+    at = open_page("samples", preset="quantum", live="true", G="2", T="4", prompts=evil)
+    assert not at.exception
+    labels = [e.label for e in at.expander]
+    heading = next(label for label in labels if label.startswith("Prompt p0"))
+    assert "\\*\\*bold\\*\\*" in heading
+    assert "\\!\\[\\]\\(http" in heading
+    assert "\\:red\\[red\\]" in heading
+    assert "\\$x^2\\$" in heading.replace("\\^", "^")
+    # the prompt box under the heading is escaped HTML, no <img>
+    html_bodies = " ".join(h.proto.body for h in at.get("html"))
+    assert "<img" not in html_bodies
+
+
+# --- the reward table takes numbers as typed ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("typed", "value"),
+    [("1e308", 1e308), ("1e-3", 1e-3), ("2.5e1", 25.0), ("-3", -3.0), (" 8.2 ", 8.2), (4, 4.0)],
+)
+def test_reward_cells_read_as_python_reads_them(typed, value):
+    assert reward_table.read_number(typed) == (value, "")
+
+
+@pytest.mark.parametrize(
+    ("typed", "why"),
+    [
+        ("1,5", "comma"),
+        ("abc", "not a number"),
+        ("NaN", "not a finite"),
+        ("inf", "not a finite"),
+        ("", "empty"),
+        (None, "empty"),
+    ],
+)
+def test_unreadable_reward_cells_are_refused_with_a_reason(typed, why):
+    _value, problem = reward_table.read_number(typed)
+    assert why in problem
+
+
+def test_the_table_names_every_cell_it_could_not_read():
+    df = pd.DataFrame({"prompt": ["q", "q", "q", "r"], "reward": ["1", "1,5", "abc", "2"]})
+    with pytest.raises(reward_table.RewardTableError) as err:
+        reward_table.parse_reward_table(df)
+    assert "row 2" in str(err.value)
+    assert "row 3" in str(err.value)
+
+
+def test_the_table_travels_in_a_link_and_garbage_is_refused():
+    df = pd.DataFrame({"prompt": ["q", "q", "<b>x</b>"], "reward": ["1e-3", "1,5", "2"]})
+    encoded = reward_table.encode_table(df)
+    assert len(encoded) < 200
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", encoded)
+    pd.testing.assert_frame_equal(reward_table.decode_table(encoded), df)
+    for bad in ("!!!", "eJzLSM3JyVcozy_KSQEAGgQEXQ", "x" * 7000):
+        with pytest.raises(reward_table.RewardTableError):
+            reward_table.decode_table(bad)
+
+
+def test_a_shared_link_restores_the_edited_table():
+    df = pd.DataFrame({"prompt": ["q", "q", "p", "p"], "reward": ["1", "2", "3", "7"]})
+    at = open_page("local_global" if False else None)  # warm the app
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.test_pages import APP
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("pages/5_Local_vs_Global.py")
+    at.query_params["rt"] = reward_table.encode_table(df)
+    at.run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "local advantage" in d.value.columns)
+    assert table["reward"].tolist() == [1.0, 2.0, 3.0, 7.0]
+
+
+# --- the catch-all ------------------------------------------------------------------------------
+def test_an_unforeseen_error_shows_a_friendly_message_not_a_traceback(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("/srv/secret/path.py exploded")
+
+    monkeypatch.setattr(ui, "cached_trace", broken)
+    at = (
+        open_page.__wrapped__("advantages", preset="quantum")
+        if hasattr(open_page, "__wrapped__")
+        else None
+    )
+    from streamlit.testing.v1 import AppTest
+
+    from tests.app.test_pages import APP
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page("pages/4_Advantages.py")
+    at.run()
+    assert not at.exception
+    message = " ".join(e.value for e in at.error)
+    assert "could not be drawn" in message
+    assert "/srv/secret" not in message
+    assert "Traceback" not in message
+
+
+def test_failure_hints_show_user_messages_only():
+    assert "group of one" in guard.failure_hint(ValueError("a group of one has no std"))
+    assert "logged on the server" in guard.failure_hint(KeyError("x"))
