@@ -71,7 +71,7 @@ with ui.page_guard("Samples"):
     with c1:
         ui.download_csv(table, "samples", key="dl_samples")
     with c2:
-        ui.download_trace_json(trace, key="dl_trace_samples")
+        ui.download_trace_json(trace, key="dl_trace_samples", state=state, rollout=rollout)
     with st.expander("Every token (long table)"):
         tokens = tables.token_table(rollout)
         st.dataframe(tokens, hide_index=True, key="samples_tokens")

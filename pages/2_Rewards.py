@@ -12,20 +12,8 @@ with ui.page_guard("Rewards"):
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
 
-    side_controls, _ = st.columns([2, 3])
-    with side_controls:
-        mode = st.segmented_control(
-            "Normalize the reward by",
-            ["none", "group", "batch", "running"],
-            default="group",
-            key=ui.KEY_NORM,
-            bind="query-params",
-            required=True,
-            help="Subtract a mean and divide by a std taken over the prompt's group, the whole "
-            "batch, or running statistics over many batches (ROLL's norm_mean_type / norm_std_type). "
-            "The reward clip is in the sidebar.",
-        )
-    overrides = ui.norm_overrides(state.framework, mode)
+    mode = ui.generic_value(state, "norm")
+    overrides = ui.norm_overrides(state.framework, mode) if mode else None
     if overrides is None:
         st.info(
             f"{ui.FRAMEWORK_LABELS[state.framework]} has no separate reward-normalization stage: "
@@ -36,11 +24,18 @@ with ui.page_guard("Rewards"):
         )
     elif state.config.get("adv_estimator") == "grpo" and mode != "group":
         st.info(
-            "ROLL's GRPO forces group normalization (norm_mean_type = norm_std_type = group), so this "
-            "choice is overridden. Pick gae or reinforce in the sidebar to see it act.",
+            "ROLL's GRPO forces group normalization (norm_mean_type = norm_std_type = group), so the "
+            f"sidebar's '{mode}' is overridden on every page. Pick gae or reinforce in the sidebar "
+            "to see it act.",
             icon=":material/info:",
         )
+    else:
+        st.caption(
+            f"Reward normalization **{mode}** (sidebar, ROLL norm_mean_type / norm_std_type): the "
+            "processed rewards below are the ones Token KL, Advantages and the Update use."
+        )
 
+    ui.beta_note(state, stage="rewards")
     if mode == "running":
         r1, r2, r3 = st.columns([2, 2, 3], vertical_alignment="bottom")
         if r1.button(
@@ -56,7 +51,7 @@ with ui.page_guard("Rewards"):
         ):
             ui.reset_running()
 
-    trace = ui.cached_trace(state, overrides=overrides)
+    trace = ui.cached_trace(state)  # the chain's own processing, as on every other page
 
     main, side = st.columns([3, 1], gap="large")
     with side:
@@ -130,7 +125,7 @@ with ui.page_guard("Rewards"):
     with c1:
         ui.download_csv(table, "rewards", key="dl_rewards")
     with c2:
-        ui.download_trace_json(trace, key="dl_trace_rewards")
+        ui.download_trace_json(trace, key="dl_trace_rewards", state=state, rollout=rollout)
     with st.expander("Conventions the dialect applied"):
         st.markdown("\n".join(f"- {n}" for n in trace.notes) or "none")
 

@@ -238,6 +238,6 @@ with ui.page_guard("Token KL"):
     with c1:
         ui.download_csv(tokens, "kl_tokens", key="dl_kl_tokens")
     with c2:
-        ui.download_trace_json(trace, key="dl_trace_kl")
+        ui.download_trace_json(trace, key="dl_trace_kl", state=state, rollout=rollout)
 
     ui.next_page("advantages", "Next: Advantages")

@@ -34,6 +34,7 @@ with ui.page_guard("Advantages"):
     }
 
     with side:
+        ui.beta_note(state)
         ui.explainer(
             "Each row is a response, each cell a token, coloured by its **advantage**: blue tokens "
             "are made more likely by the update, red ones less likely, white ones are left alone. "
@@ -138,7 +139,7 @@ with ui.page_guard("Advantages"):
     with c1:
         ui.download_csv(table, "advantages", key="dl_advantages")
     with c2:
-        ui.download_trace_json(trace, key="dl_trace_advantages")
+        ui.download_trace_json(trace, key="dl_trace_advantages", state=state, rollout=rollout)
     if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
         ui.plot(
             heatmaps.heatmap(

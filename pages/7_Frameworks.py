@@ -136,7 +136,9 @@ with ui.page_guard("Frameworks"):
             st.json({"config": dict(trace.config), "notes": list(trace.notes)}, expanded=False)
             st.download_button(
                 f"Download the whole {fw} trace (trace_{fw}.json)",
-                data=lambda t=trace: ui.trace_json(t).encode("utf-8"),  # built only on click
+                data=lambda t=trace: ui.trace_json(t, state, rollout).encode(
+                    "utf-8"
+                ),  # built only on click
                 file_name=f"trace_{fw}.json",
                 mime="application/json",
                 key=f"fw_json_{fw}",

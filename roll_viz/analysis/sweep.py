@@ -103,7 +103,8 @@ def advantage_stats(
 
     Returns:
         ``spread`` (unbiased std over valid tokens), ``mean_abs``, ``sign_flips`` (fraction of
-        valid tokens whose sign differs from ``reference``), ``agreement`` (Pearson r with
+        valid tokens whose sign is the opposite of ``reference``'s: a token that merely became
+        0, or was 0, is not a flip), ``agreement`` (Pearson r with
         ``other``; NaN if either side is constant) and ``sign_agreement`` (fraction of valid
         tokens with the same sign as ``other``).
     """
@@ -117,7 +118,8 @@ def advantage_stats(
         "sign_agreement": math.nan,
     }
     if reference is not None and a.numel():
-        out["sign_flips"] = float((_sign(a) != _sign(reference[valid])).double().mean())
+        opposite = _sign(a) * _sign(reference[valid].to(torch.float64)) < 0
+        out["sign_flips"] = float(opposite.double().mean())
     if other is not None and a.numel():
         b = other[valid].to(torch.float64)
         out["sign_agreement"] = float((_sign(a) == _sign(b)).double().mean())

@@ -69,6 +69,7 @@ from roll_viz.ui.state import (
     AppState,
 )
 from roll_viz.ui.widgets import (
+    beta_note,
     chips,
     critic_radio,
     download_csv,
@@ -114,6 +115,7 @@ __all__ = [
     "PRESET_REWARD",
     "AppState",
     "add_running_batch",
+    "beta_note",
     "cached_models",
     "cached_rollout",
     "cached_scores",

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -23,6 +24,7 @@ from roll_viz.ui.settings import (
     _preset_defaults,
     _reward_choices,
     _reward_defaults,
+    norm_overrides,
     resolve_config,
 )
 from roll_viz.ui.state import (
@@ -45,6 +47,7 @@ from roll_viz.ui.state import (
     KEY_MAX_TOKENS,
     KEY_MODEL,
     KEY_NOISE,
+    KEY_NORM,
     KEY_POLICY,
     KEY_PRESENT,
     KEY_PRESET,
@@ -67,6 +70,7 @@ from roll_viz.ui.state import (
     _pipeline,
     _presets,
     model_choices,
+    url_state,
 )
 from roll_viz.views import text
 
@@ -78,6 +82,13 @@ PRESENT_CSS = """
 [data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
 [data-testid="stMain"] .katex { font-size: 1.35em !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+/* tables draw on a canvas: zoom scales their text with the mode */
+[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.3; }
+/* one column on a projector: side panels stack under the figures instead of squeezing */
+[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-direction: column; }
+[data-testid="stMain"] [data-testid="stColumn"] {
+  width: 100% !important; flex: 1 1 100% !important; }
 </style>
 """
 
@@ -145,6 +156,15 @@ def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
     if rules:
         css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
     st.html(css)
+    if "sidebar" in hide:
+        # the sidebar and its toggle are hidden: leave a visible way back
+        params = {k: v for k, v in url_state().items() if k != KEY_HIDE}
+        kept = ",".join(h for h in hide if h != "sidebar")
+        if kept:
+            params[KEY_HIDE] = kept
+        st.link_button(
+            "Show the controls", "?" + urlencode(params), icon=":material/tune:", type="tertiary"
+        )
 
 
 def _on_framework_change() -> None:
@@ -642,7 +662,22 @@ def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict,
         disabled=aliases.get("whiten") is None,
         help=help_for("whiten"),
     )
-    config = resolve_config(framework, generic)
+    norm_overrides_ = None
+    if framework == "roll":
+        # ROLL's reward normalization is a stage of the chain: one control drives every page
+        generic["norm"] = _bound(
+            sb.segmented_control,
+            "Reward normalization (norm_mean_type / norm_std_type)",
+            ["none", "group", "batch", "running"],
+            default="none",
+            required=True,
+            key=KEY_NORM,
+            help="ROLL normalizes the response rewards before the KL and the estimator: subtract "
+            "the mean and divide by the std of the prompt's group, the whole batch, or running "
+            "statistics over many batches. ROLL's grpo forces group.",
+        )
+        norm_overrides_ = norm_overrides(framework, generic["norm"])
+    config = resolve_config(framework, generic, overrides=norm_overrides_)
     if group_size < 2:
         messages.append(
             f"G = 1: a group of one has no spread. {SINGLETON_NOTES.get(framework, '')}"

@@ -243,7 +243,7 @@ def url_state() -> dict[str, str]:
     keys = [
         KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE, KEY_MAX_TOKENS, KEY_SEED,
         KEY_POLICY, KEY_INSTRUCTION, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK, *GENERIC_KEYS.values(),
-        KEY_PRESENT, KEY_HIDE,
+        KEY_NORM, KEY_PRESENT, KEY_HIDE,
     ]  # fmt: skip
     keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
     params: dict[str, str] = {}

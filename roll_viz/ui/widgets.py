@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from typing import Any
@@ -10,8 +11,8 @@ import pandas as pd
 import streamlit as st
 
 from roll_viz.core.records import Trace
-from roll_viz.ui.state import KEY_CRITIC, page_url, url_state
-from roll_viz.views import tables
+from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
+from roll_viz.views import scales, tables
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,16 +66,67 @@ def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None
     )
 
 
-def trace_json(trace: Trace) -> str:
-    """The whole trace as a JSON string (every field of the Trace, tensors as nested lists)."""
-    return json.dumps(tables.trace_to_plain(trace), indent=1)
+def trace_json(trace: Trace, state: Any = None, rollout: Any = None) -> str:
+    """The whole trace as JSON, with the inputs that produced it when ``state`` is given.
+
+    The inputs (prompts, responses, tokens and their ids, log-probs, seed, sampling and reward
+    settings, the dialect config) make the file self-describing: ``inputs.compute_case`` is a
+    case for ``python -m roll_viz compute`` that recomputes the trace's rewards and advantages.
+    """
+    body: dict[str, Any] = {"trace": tables.trace_to_plain(trace)}
+    if state is not None and rollout is not None:
+        body = {"inputs": trace_inputs(state, rollout, trace), **body}
+    return json.dumps(body, indent=1)
 
 
-def download_trace_json(trace: Trace, key: str, name: str = "trace") -> None:
-    """A download button for the whole trace as JSON."""
+def trace_inputs(state: Any, rollout: Any, trace: Trace) -> dict[str, Any]:
+    """Everything needed to reproduce a trace, as plain JSON values."""
+    mask = rollout.response_mask
+    lengths = mask.sum(dim=1).long().tolist()
+    group = rollout.group_ids.tolist()
+    sampling = dataclasses.asdict(state.sampling)
+    return {
+        "source": state.source,
+        "model": state.model if state.live else dict(rollout.meta).get("model", state.preset),
+        "sampling": sampling,
+        "reward": {
+            "terms": [[n, w, dict(p)] for n, w, p in state.reward.terms],
+            "noise_sigma": state.reward.noise_sigma,
+            "noise_seed": state.reward.noise_seed,
+        },
+        "framework": state.framework,
+        "config": dict(state.config_items),
+        "prompts": list(rollout.prompts),
+        "samples": [
+            {
+                "prompt": group[b],
+                "response": rollout.responses[b],
+                "finish_reason": rollout.finish_reasons[b],
+                "token_ids": rollout.token_ids[b, : lengths[b]].tolist(),
+                "tokens": list(rollout.tokens[b]),
+            }
+            for b in range(len(rollout.responses))
+        ],
+        "compute_case": {
+            "batch": {
+                "scores": trace.scores.tolist(),
+                "response_mask": mask.tolist(),
+                "group": group,
+                "logprobs": rollout.logprobs.tolist(),
+                "ref_logprobs": rollout.ref_logprobs.tolist(),
+            },
+            "config": {"framework": state.framework, **dict(state.config_items)},
+        },
+    }
+
+
+def download_trace_json(
+    trace: Trace, key: str, name: str = "trace", state: Any = None, rollout: Any = None
+) -> None:
+    """A download button for the whole trace as JSON (with its inputs when state is given)."""
     st.download_button(
         f"Download the whole trace ({name}.json)",
-        data=lambda: trace_json(trace).encode("utf-8"),
+        data=lambda: trace_json(trace, state, rollout).encode("utf-8"),
         file_name=f"{name}.json",
         mime="application/json",
         key=key,
@@ -100,7 +152,13 @@ def critic_radio(key: str = KEY_CRITIC, captions: bool = False) -> str:
 
 
 def plot(fig: Any, key: str, **kwargs: Any) -> None:
-    """st.plotly_chart with a key and the figure's own colours (theme off for fixed scales)."""
+    """st.plotly_chart with a key and the figure's own colours (theme off for fixed scales).
+
+    In presentation mode the figure's fonts (ticks, axis titles, legend, colour bars, subplot
+    titles) are enlarged for a projector.
+    """
+    if st.session_state.get(KEY_PRESENT):
+        fig = scales.projector_fonts(fig)
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
 
 
@@ -156,3 +214,29 @@ def reset_reward_table() -> None:
     st.session_state.pop(KEY_TABLE_BASE, None)
     if KEY_TABLE_URL in st.query_params:
         del st.query_params[KEY_TABLE_URL]
+
+
+def beta_note(state: Any, *, stage: str = "advantages") -> None:
+    """Say when the sidebar's beta cannot change what this page shows, and why.
+
+    Args:
+        state: from page_setup.
+        stage: "advantages" (beta acts only through KL in the reward) or "rewards" (the
+            response-level processing comes before any KL, so beta never acts here).
+    """
+    from roll_viz.core.pipeline import ALIASES
+
+    beta = dict(state.generic).get("beta")
+    key = ALIASES[state.framework].get("kl_in_reward")
+    in_reward = bool(dict(state.generic).get("kl_in_reward")) if key else False
+    if stage == "rewards":
+        st.caption(
+            f"beta = {beta:g} does not act on this page: the response-level reward is processed "
+            "before any KL penalty (see Token KL for where beta enters)."
+        )
+    elif not in_reward:
+        where = f"'{key}' is off" if key else f"{state.framework} puts the KL in the loss only"
+        st.caption(
+            f"beta = {beta:g} has no effect on these advantages: {where}, so the KL is a term of "
+            "the policy loss (see the Update page), not part of the token rewards."
+        )

@@ -221,3 +221,68 @@ def test_an_unforeseen_error_shows_a_friendly_message_not_a_traceback(monkeypatc
 def test_failure_hints_show_user_messages_only():
     assert "group of one" in guard.failure_hint(ValueError("a group of one has no std"))
     assert "logged on the server" in guard.failure_hint(KeyError("x"))
+
+
+# --- self-describing exports --------------------------------------------------------------------
+def test_trace_json_carries_its_inputs_and_recomputes_with_the_calculator():
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from roll_viz.data.presets import PRESETS
+    from roll_viz.ui import settings, state
+
+    _desc, sampling, reward = PRESETS["quantum"]
+    config = settings.resolve_config("roll", {"estimator": "grpo"})
+    app_state = ui.AppState(
+        source="preset:quantum",
+        preset="quantum",
+        sampling=sampling,
+        reward=reward,
+        framework="roll",
+        config_items=state._freeze(config),
+    )
+    rollout = ui.cached_rollout(app_state)
+    trace = ui.cached_trace(app_state)
+    body = json.loads(ui.trace_json(trace, app_state, rollout))
+    inputs = body["inputs"]
+    assert inputs["prompts"] == list(rollout.prompts)
+    assert inputs["sampling"]["seed"] == sampling.seed
+    assert inputs["samples"][0]["response"] == rollout.responses[0]
+    assert inputs["config"]["adv_estimator"] == "grpo"
+    out = subprocess.run(
+        [sys.executable, "-m", "roll_viz", "compute", "-"],
+        input=json.dumps(inputs["compute_case"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    recomputed = json.loads(out.stdout)
+    np.testing.assert_allclose(recomputed["advantages"], body["trace"]["advantages"], atol=1e-9)
+
+
+# --- a projector at 1280 x 720 ------------------------------------------------------------------
+def test_presentation_mode_scales_chart_fonts_and_stacks_columns():
+    import json
+
+    at = open_page("advantages", preset="quantum", present="true")
+    css = " ".join(h.proto.body for h in at.get("html"))
+    assert "flex-direction: column" in css
+    assert "zoom: 1.3" in css  # table text
+    fig = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert fig["layout"]["font"]["size"] == 18
+    assert fig["layout"]["xaxis"]["tickfont"]["size"] == 18
+    plain = json.loads(open_page("advantages", preset="quantum").get("plotly_chart")[0].proto.spec)
+    assert "size" not in plain["layout"].get("font", {})
+
+
+def test_a_hidden_sidebar_leaves_a_way_back():
+    at = open_page("advantages", preset="quantum", hide="sidebar,beta", G="3")
+    buttons = [b for b in at.get("link_button") if "Show the controls" in b.proto.label]
+    assert len(buttons) == 1
+    url = buttons[0].proto.url
+    assert "sidebar" not in url
+    assert "hide=beta" in url
+    assert "G=3" in url

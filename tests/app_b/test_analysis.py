@@ -149,6 +149,13 @@ def test_advantage_stats_hand_values():
     assert s["sign_agreement"] == 1.0
 
 
+def test_a_token_that_becomes_zero_is_not_a_sign_flip():
+    mask = torch.ones(1, 4, dtype=torch.float64)
+    ref = torch.tensor([[1.0, -1.0, 0.0, 2.0]], dtype=torch.float64)
+    adv = torch.tensor([[0.0, 0.0, 3.0, -2.0]], dtype=torch.float64)  # only the last one flips
+    assert sweep.advantage_stats(adv, mask, ref)["sign_flips"] == 0.25
+
+
 @pytest.fixture(scope="module")
 def batch():
     return batch_of(consistent_rollout(prompts=3, group_size=4, width=7))
