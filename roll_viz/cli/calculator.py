@@ -11,6 +11,18 @@ Output (stdout): one JSON object per case (a list for a list), in input order, w
 rest of the Trace (baseline, scale, clip_frac, kl_coef, next_kl_coef, kl_in_reward, kl_loss,
 running, notes, resolved config).
 
+Policy-update loss: with ``old_logprobs`` (B, T) in the batch, ``logprobs`` is the CURRENT
+policy (required then) and ``old_logprobs`` the rollout policy: the pipeline's in-reward KL uses
+old_logprobs vs ref_logprobs (as the frameworks do), and the loss (``policy_loss``) uses the
+pipeline's advantages, logprobs vs old_logprobs for the ratio and logprobs vs ref_logprobs for a
+KL loss; ref_logprobs is optional then (needed only when the config turns a KL loss on). An
+optional ``entropy`` (B, T) feeds the entropy bonus. ``config`` also takes each dialect's loss
+keys (``LOSS_DEFAULTS``). The output then also has per-token ``ratio``, ``pg_loss``,
+``grad_coef`` (d loss / d logp_t), ``loss_weight`` and the 0/1 masks ``clipped_high``,
+``clipped_low``, ``dual_clipped``, plus ``loss`` (total, policy, kl, entropy, value,
+coefficients), ``metrics`` (the framework's own names; NaN as null) and ``loss_notes``. The
+critic loss needs new value predictions, which the calculator does not take (value is null).
+
 Bad input exits with status 2 and one line on stderr naming the field; every case is computed
 before anything is printed, so stdout is either complete or empty.
 """
@@ -24,7 +36,7 @@ from typing import Any
 
 import torch
 
-from roll_viz.core.pipeline import FRAMEWORKS, run
+from roll_viz.core.pipeline import FRAMEWORKS, LossResult, policy_loss, run
 from roll_viz.core.records import Batch, Trace
 
 BATCH_KEYS = (
@@ -35,6 +47,8 @@ BATCH_KEYS = (
     "ref_logprobs",
     "values",
     "baseline_scores",
+    "old_logprobs",
+    "entropy",
 )
 USAGE = "usage: python -m roll_viz compute CASES.json|-"
 
@@ -95,6 +109,25 @@ def parse_case(obj: Any) -> tuple[Batch, str, dict[str, Any]]:
     Raises:
         InputError: (a ValueError) naming the offending field.
     """
+    batch, framework, config, _loss = parse_loss_case(obj)
+    return batch, framework, config
+
+
+def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any] | None]:
+    """``parse_case`` plus the policy-update inputs.
+
+    Args:
+        obj: ``{"batch": {...}, "config": {...}}`` as parsed from JSON.
+
+    Returns:
+        ``(batch, framework, config, loss)``: ``loss`` is None without ``old_logprobs``, else a
+        dict with (B, T) float64 ``logprobs`` (current policy), ``old_logprobs``,
+        ``ref_logprobs`` (or None) and ``entropy`` (or None); the Batch then carries
+        old_logprobs as its (rollout) logprobs.
+
+    Raises:
+        InputError: (a ValueError) naming the offending field.
+    """
     if not isinstance(obj, dict):
         raise InputError("case: expected an object with 'batch' and 'config'")
     for key in obj:
@@ -137,13 +170,29 @@ def parse_case(obj: Any) -> tuple[Batch, str, dict[str, Any]]:
             raise InputError(f"batch.group[{i}]: expected a string or integer, got {g!r}")
         labels.setdefault(g, len(labels))
     optional = {}
-    for key in ("logprobs", "ref_logprobs", "values"):
+    for key in ("logprobs", "ref_logprobs", "values", "old_logprobs", "entropy"):
         if key in raw:
             optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)
     if "baseline_scores" in raw:
         optional["baseline_scores"] = torch.tensor(
             _vector(raw, "baseline_scores", B), dtype=torch.float64
         )
+    loss = None
+    if "entropy" in optional and "old_logprobs" not in optional:
+        raise InputError("batch.entropy: only used by the loss, which needs old_logprobs")
+    if "old_logprobs" in optional:
+        if "logprobs" not in optional:
+            raise InputError("batch.logprobs: needed with old_logprobs (the current policy)")
+        loss = {
+            "logprobs": optional.pop("logprobs"),
+            "old_logprobs": optional.pop("old_logprobs"),
+            "ref_logprobs": optional.get("ref_logprobs"),
+            "entropy": optional.pop("entropy", None),
+        }
+        if "ref_logprobs" in optional:  # the reward-side KL uses the rollout policy
+            optional["logprobs"] = loss["old_logprobs"]
+        else:
+            optional.pop("ref_logprobs", None)
     if ("logprobs" in optional) != ("ref_logprobs" in optional):
         missing = "ref_logprobs" if "logprobs" in optional else "logprobs"
         raise InputError(f"batch.{missing}: logprobs and ref_logprobs must be given together")
@@ -154,7 +203,7 @@ def parse_case(obj: Any) -> tuple[Batch, str, dict[str, Any]]:
         group_labels=tuple(labels),
         **optional,
     )
-    return batch, framework, config
+    return batch, framework, config, loss
 
 
 def _plain(value: Any) -> Any:
@@ -199,6 +248,36 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
     }
 
 
+def loss_to_dict(result: LossResult) -> dict[str, Any]:
+    """The JSON-ready loss fields of a LossResult (masks as 0/1, NaN metrics as null).
+
+    Args:
+        result: a ``policy_loss`` result.
+
+    Returns:
+        dict with ratio, pg_loss, grad_coef, loss_weight, clipped_high, clipped_low,
+        dual_clipped (B, T), loss (total, the four terms, coefficients), metrics, loss_notes.
+    """
+    tok = result.per_token
+    out: dict[str, Any] = {
+        key: _plain(tok[key]) for key in ("ratio", "pg_loss", "grad_coef", "loss_weight")
+    }
+    for key in ("clipped_high", "clipped_low", "dual_clipped"):
+        out[key] = tok[key].to(torch.int64).tolist()
+    terms = {k: None if v is None else v.detach().item() for k, v in result.terms.items()}
+    out["loss"] = {
+        "total": result.total.detach().item(),
+        **terms,
+        "coefficients": dict(result.coefficients),
+    }
+    out["metrics"] = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v
+        for k, v in result.metrics.items()
+    }
+    out["loss_notes"] = list(result.notes)
+    return out
+
+
 # which input field a pipeline ValueError is about, by the message's wording
 _FIELD_HINTS = (
     ("config key", "config"),
@@ -212,6 +291,14 @@ _FIELD_HINTS = (
 
 def _field_of(message: str) -> str:
     return next((field for hint, field in _FIELD_HINTS if hint in message), "batch")
+
+
+def _loss_field_of(message: str) -> str:
+    """Field of a ``policy_loss`` ValueError (its messages start with the argument's name)."""
+    name = message.split(":", 1)[0].split("[", 1)[0]
+    if name in ("logprobs", "old_logprobs", "ref_logprobs", "entropy", "response_mask"):
+        return f"batch.{name}"
+    return "config"
 
 
 def compute(cases: Any) -> Any:
@@ -228,12 +315,26 @@ def compute(cases: Any) -> Any:
     for i, case in enumerate(items):
         where = "" if single else f"case {i}: "
         try:
-            batch, framework, config = parse_case(case)
-            out.append(trace_to_dict(run(batch, framework, config)))
+            batch, framework, config, loss = parse_loss_case(case)
+            trace = run(batch, framework, config)
+            result = trace_to_dict(trace)
         except ValueError as err:
             if isinstance(err, InputError):
                 raise InputError(f"{where}{err}") from None
             raise InputError(f"{where}{_field_of(str(err))}: {err}") from None
+        if loss is not None:
+            try:
+                res = policy_loss(
+                    framework,
+                    config,
+                    advantages=trace.advantages,
+                    response_mask=batch.response_mask,
+                    **loss,
+                )
+            except ValueError as err:
+                raise InputError(f"{where}{_loss_field_of(str(err))}: {err}") from None
+            result.update(loss_to_dict(res))
+        out.append(result)
     return out[0] if single else out
 
 

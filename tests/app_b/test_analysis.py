@@ -20,9 +20,9 @@ T1_LOCAL = (0.201965964, -1.085567055, 0.883601091)
 def test_default_table_is_the_seed_example_plus_a_low_variance_prompt():
     table = reward_table.default_reward_table()
     assert list(table.columns) == ["prompt", "reward"]
-    assert table["reward"].tolist()[:3] == [8.2, 6.5, 9.1]
+    assert table["reward"].tolist()[:3] == ["8.2", "6.5", "9.1"]  # cells as typed (text)
     assert table["prompt"].tolist()[:3] == ["quantum"] * 3
-    assert table["reward"].iloc[3:].std() < 0.2
+    assert table["reward"].iloc[3:].astype(float).std() < 0.2
 
 
 def test_parse_groups_by_first_appearance_and_drops_blank_rows():
@@ -47,7 +47,7 @@ def test_parse_groups_by_first_appearance_and_drops_blank_rows():
         ("q", float("nan"), "row 2: the reward is empty"),
         ("q", None, "row 2: the reward is empty"),
         (None, 3.0, "row 2: the prompt is empty"),
-        ("q", float("inf"), "row 2: the reward inf is not a finite number"),
+        ("q", float("inf"), "row 2: the reward 'inf' is not a finite number"),
     ],
 )
 def test_parse_names_the_bad_row(prompt, reward, needle):
@@ -153,7 +153,7 @@ def test_a_token_that_becomes_zero_is_not_a_sign_flip():
     mask = torch.ones(1, 4, dtype=torch.float64)
     ref = torch.tensor([[1.0, -1.0, 0.0, 2.0]], dtype=torch.float64)
     adv = torch.tensor([[0.0, 0.0, 3.0, -2.0]], dtype=torch.float64)  # only the last one flips
-    assert sweep.advantage_stats(adv, mask, ref)["sign_flips"] == 0.25
+    assert sweep.advantage_stats(adv, mask, ref, None)["sign_flips"] == 0.25
 
 
 @pytest.fixture(scope="module")

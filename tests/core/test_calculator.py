@@ -163,3 +163,106 @@ def test_parse_case_and_trace_to_dict_round_trip():
     assert d["advantages"][1][1] == 0.0
     assert d["config"]["scale_rewards"] == "group"
     assert set(d) >= {"rewards", "kl", "token_rewards", "advantages", "returns", "notes", "running"}
+
+
+# ---------------------------------------------------------------- policy-update loss fields
+
+LOSS_BATCH = {
+    "scores": SEED_SCORES,
+    "response_mask": [[1, 1, 1], [1, 1, 0], [1, 1, 1]],
+    "group": ["q", "q", "q"],
+    "logprobs": [[-1.0, -1.0, -1.0], [-1.0, -1.0, 0.0], [-1.0, -1.0, -1.0]],
+    "old_logprobs": [[-1.1, -0.9, -1.0], [-1.0, -1.5, 0.0], [-1.0, -1.0, -2.0]],
+    "ref_logprobs": [[-1.2, -1.0, -1.0], [-1.0, -1.0, 0.0], [-1.0, -1.0, -1.0]],
+}
+
+
+def test_cli_loss_fields_match_policy_loss():
+    from roll_viz.core.pipeline import policy_loss
+
+    config = {"framework": "verl", "adv_estimator": "grpo", "use_kl_loss": True}
+    proc = _cli({"batch": LOSS_BATCH, "config": config})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    f = torch.float64
+    batch, framework, cfg = calculator.parse_case({"batch": LOSS_BATCH, "config": config})
+    # the pipeline's in-reward KL sees the rollout (old) log-probs
+    assert batch.logprobs.tolist() == LOSS_BATCH["old_logprobs"]
+    trace = run(batch, framework, cfg)
+    res = policy_loss(
+        framework,
+        cfg,
+        logprobs=torch.tensor(LOSS_BATCH["logprobs"], dtype=f),
+        old_logprobs=torch.tensor(LOSS_BATCH["old_logprobs"], dtype=f),
+        ref_logprobs=torch.tensor(LOSS_BATCH["ref_logprobs"], dtype=f),
+        advantages=trace.advantages,
+        response_mask=batch.response_mask,
+    )
+    for key in ("ratio", "pg_loss", "grad_coef", "loss_weight"):
+        got = torch.tensor(out[key], dtype=f)
+        torch.testing.assert_close(got, res.per_token[key], rtol=0, atol=1e-15, msg=key)
+    assert out["ratio"][0][0] == pytest.approx(1.1051709180756477)
+    assert out["ratio"][1][2] == 0.0  # padding
+    assert out["clipped_high"] == [[0, 0, 0], [0, 0, 0], [0, 0, 1]]  # r = e with A > 0
+    assert out["clipped_low"] == [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert out["dual_clipped"] == [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert out["grad_coef"][2][2] == 0.0
+    loss = out["loss"]
+    assert loss["total"] == pytest.approx(res.total.item())
+    assert loss["kl"] == pytest.approx(res.terms["kl"].item())
+    assert loss["kl"] > 0  # current logprobs differ from ref at token (0, 0)
+    assert loss["entropy"] is None
+    assert loss["value"] is None
+    assert loss["coefficients"] == {"rl": 1.0, "kl": 0.001, "entropy": 0.0}
+    assert set(out["metrics"]) >= {"actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl"}
+    assert out["metrics"]["actor/pg_clipfrac"] == pytest.approx(1 / 8)
+    assert out["config"]["clip_ratio_c"] == 3.0
+    assert out["loss_notes"]
+
+
+def test_cli_loss_with_entropy_and_without_ref(monkeypatch, capsys):
+    batch = {k: v for k, v in LOSS_BATCH.items() if k != "ref_logprobs"}
+    batch["entropy"] = [[1.0, 2.0, 3.0], [0.5, 0.5, 9.0], [1.0, 1.0, 1.0]]
+    code, out, err = _main(
+        monkeypatch,
+        capsys,
+        {"batch": batch, "config": {"framework": "trl", "entropy_coef": 0.1, "loss_type": "grpo"}},
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["loss"]["entropy"] == pytest.approx(10.0 / 8)  # TRL: token-mean entropy
+    assert result["loss"]["kl"] is None
+    assert "clip_ratio/region_mean" in result["metrics"]
+    assert all(v == 0 for v in result["kl"][0])  # no ref: the pipeline KL is 0
+    without = _main(monkeypatch, capsys, {"batch": GOOD, "config": {"framework": "trl"}})[1]
+    assert "grad_coef" not in json.loads(without)
+
+
+LOSS_BAD_INPUTS = [
+    ({**LOSS_BATCH, "old_logprobs": [[-1.0, -1.0, -1.0]]}, {}, "batch.old_logprobs"),
+    ({**LOSS_BATCH, "old_logprobs": [[-1.0, -1.0]] * 3}, {}, "batch.old_logprobs[0]"),
+    ({**LOSS_BATCH, "old_logprobs": [[-1.0, "x", -1.0]] * 3}, {}, "batch.old_logprobs[0][1]"),
+    ({k: v for k, v in LOSS_BATCH.items() if k != "logprobs"}, {}, "batch.logprobs"),
+    ({**GOOD, "entropy": [[1.0, 1.0], [1.0, 1.0]]}, {}, "batch.entropy"),
+    ({**LOSS_BATCH, "entropy": [[1.0, 1.0, 1.0]] * 2}, {}, "batch.entropy"),
+    (
+        {k: v for k, v in LOSS_BATCH.items() if k != "ref_logprobs"},
+        {"framework": "trl", "beta": 0.1},
+        "batch.ref_logprobs",
+    ),
+    (LOSS_BATCH, {"framework": "trl", "entropy_coef": 0.1}, "batch.entropy"),
+    (LOSS_BATCH, {"framework": "verl", "adv_estimator": "grpo", "clip_ratio_c": 0.5}, "config"),
+    (LOSS_BATCH, {"framework": "trl", "loss_type": "ppo"}, "'loss_type'"),
+]
+
+
+@pytest.mark.parametrize(("batch", "config", "field"), LOSS_BAD_INPUTS)
+def test_cli_loss_bad_inputs(monkeypatch, capsys, batch, config, field):
+    config = {"framework": "trl", **config}
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert field in lines[0], lines[0]

@@ -5,15 +5,22 @@ Public API::
     from roll_viz.core.pipeline import run, FRAMEWORKS, DEFAULTS, CHOICES, HELP, ALIASES
     trace = run(batch, "roll", {"adv_estimator": "grpo"}, running=None)
 
+    from roll_viz.core.pipeline import policy_loss, LOSS_DEFAULTS, LOSS_CHOICES, LOSS_HELP
+    result = policy_loss("verl", {"loss_agg_mode": "token-mean"}, logprobs=lp,
+                         old_logprobs=old, advantages=trace.advantages, response_mask=mask)
+
 Stages (one module each): ``postprocess`` (response-level normalization, running statistics,
 clipping), ``kl`` (token KL estimators, controllers), ``advantages`` (token rewards and the
 estimators, one signature), ``dialects`` (one composition per framework), ``values`` (a
-cross-fitted ridge value probe that gives GAE a critic). Nothing here imports Streamlit, Plotly
-or a model; nothing keeps state between calls (running statistics go in and come out).
+cross-fitted ridge value probe that gives GAE a critic), ``losses`` (the policy-update losses,
+aggregation modes, closed-form gradient coefficients and each framework's metrics). Nothing
+here imports Streamlit, Plotly or a model; nothing keeps state between calls (running
+statistics go in and come out).
 
 What roll-viz simplifies against the real recipes: one training step on one batch, one domain,
-float64 everywhere, no PPO update or loss aggregation (the KL loss is reported, not optimized),
-no dynamic sampling or length penalties. Each module's docstring lists its own simplifications.
+float64 everywhere, ``run`` does no PPO update (its KL loss is reported, not optimized; the
+update's loss is ``policy_loss``), no dynamic sampling or length penalties. Each module's
+docstring lists its own simplifications.
 """
 
 from __future__ import annotations
@@ -33,14 +40,30 @@ from roll_viz.core.pipeline.config import (
     ESTIMATOR_KEY,
     FRAMEWORKS,
     HELP,
+    LOSS_CHOICES,
+    LOSS_DEFAULTS,
+    LOSS_HELP,
+    LOSS_KEYS,
     resolve_config,
 )
 from roll_viz.core.pipeline.dialects import PIPELINES
 from roll_viz.core.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.core.pipeline.losses import (
+    AGG_MODES,
+    LossResult,
+    agg_weights,
+    aggregate,
+    importance_ratio,
+    loss_agg_modes,
+    policy_loss,
+    ppo_token_loss,
+    value_loss,
+)
 from roll_viz.core.records import Batch, RunningMoments, Trace
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "AGG_MODES",
     "ALIASES",
     "CHOICES",
     "DEFAULTS",
@@ -48,13 +71,25 @@ __all__ = [
     "FRAMEWORKS",
     "HELP",
     "KL_ESTIMATORS",
+    "LOSS_CHOICES",
+    "LOSS_DEFAULTS",
+    "LOSS_HELP",
+    "LOSS_KEYS",
     "EstimatorParams",
+    "LossResult",
+    "agg_weights",
+    "aggregate",
+    "importance_ratio",
+    "loss_agg_modes",
     "next_kl_coef",
+    "policy_loss",
+    "ppo_token_loss",
     "prepare_batch",
     "resolve_config",
     "run",
     "token_kl",
     "token_rewards",
+    "value_loss",
 ]
 
 

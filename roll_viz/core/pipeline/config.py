@@ -6,6 +6,13 @@ OpenRLHF ``--algo.kl.init_coef`` -> ``init_coef``), and defaults are what the fr
 ``viz_std_ddof``, ``viz_whiten_ddof`` and ``viz_eps`` (None = the framework's own constant), so
 the app can show what a convention changes; they are not framework options.
 
+The policy-update (loss) keys live in their own tables ``LOSS_DEFAULTS`` / ``LOSS_CHOICES`` /
+``LOSS_HELP`` (policy-update.md 1.2; verl ``actor.policy_loss.loss_mode`` -> ``loss_mode``,
+OpenRLHF ``--actor.eps_clip`` -> ``eps_clip``); the KL-loss keys the reward stage already knows
+(``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``, ``use_loss``, ``init_coef``,
+``kl_estimator``, ``beta``) stay in ``DEFAULTS``. ``LOSS_KEYS`` lists, per dialect, every key the
+loss reads. A dialect config accepts the union of both tables.
+
 ``resolve_config`` is the only validator: unknown key or bad value -> ValueError naming the key.
 Configs are plain dicts in, a new dict out; nothing is ever mutated.
 """
@@ -196,6 +203,162 @@ HELP: dict[str, dict[str, str]] = {
     },
 }
 
+# ------------------------------------------------------------------ policy-update (loss) keys
+
+_ROLL_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+_VERL_AGG = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+
+LOSS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "roll": {
+        "pg_variant": "ppo",
+        "pg_clip": 0.2,
+        "use_pg_clip_range": False,
+        "pg_clip_low": 0.2,
+        "pg_clip_high": 0.2,
+        "dual_clip_loss": False,
+        "loss_agg_mode": "seq-mean-token-mean",
+        "importance_sampling": "token",
+        "entropy_loss_coef": 0.0,
+        "rl_loss_coef": 1.0,
+        "value_clip": None,
+        "cispo_epsilon_low": 0.1,
+        "cispo_epsilon_high": 0.1,
+        "cispo_use_unified_mask": False,
+    },
+    "verl": {
+        "loss_mode": "vanilla",
+        "clip_ratio": 0.2,
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.2,
+        "clip_ratio_c": 3.0,
+        "loss_agg_mode": "token-mean",
+        "loss_scale_factor": None,
+        "entropy_coeff": 0.0,
+        "cliprange_value": 0.5,
+        "tau_pos": 1.0,
+        "tau_neg": 1.05,
+    },
+    "openrlhf": {
+        "policy_loss_type": "ppo",
+        "eps_clip": 0.2,
+        "eps_clip_low_high": None,
+        "dual_clip": None,
+        "token_level_loss": True,
+        "entropy_coef": None,
+        "value_clip": 0.5,
+    },
+    "trl": {
+        "loss_type": "dapo",
+        "epsilon": 0.2,
+        "epsilon_high": None,
+        "delta": None,
+        "importance_sampling_level": "token",
+        "max_completion_length": 512,
+        "entropy_coef": 0.0,
+        "sapo_temperature_pos": 1.0,
+        "sapo_temperature_neg": 1.05,
+    },
+}
+
+LOSS_CHOICES: dict[str, dict[str, tuple]] = {
+    "roll": {
+        "pg_variant": ("vanilla", "ppo", "cispo"),
+        "loss_agg_mode": _ROLL_AGG,
+        "importance_sampling": ("token", "seq"),
+    },
+    "verl": {"loss_mode": ("vanilla", "gspo", "cispo", "gpg", "sapo"), "loss_agg_mode": _VERL_AGG},
+    "openrlhf": {"policy_loss_type": ("ppo", "gspo")},
+    "trl": {
+        "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"),
+        "importance_sampling_level": ("token", "sequence"),
+    },
+}
+
+LOSS_HELP: dict[str, dict[str, str]] = {
+    "roll": {
+        "pg_variant": "actor_train.pg_variant: ppo = the default ActorWorker (clipped surrogate), "
+        "vanilla = -A*logp (ActorPGWorker), cispo = -sg(clip(r, 1-lo, 1+hi))*A*logp.",
+        "pg_clip": "pg_clip: PPO clip epsilon (both sides unless use_pg_clip_range); also sets the "
+        "dual-clip constant 1 + 2*pg_clip.",
+        "use_pg_clip_range": "use_pg_clip_range: use pg_clip_low / pg_clip_high, not pg_clip.",
+        "pg_clip_low": "pg_clip_low: lower clip epsilon (only with use_pg_clip_range).",
+        "pg_clip_high": "pg_clip_high: upper clip epsilon (only with use_pg_clip_range).",
+        "dual_clip_loss": "dual_clip_loss: for A<0 cap the loss at -c*A with c = 1 + 2*pg_clip.",
+        "loss_agg_mode": "loss_agg_mode: aggregation of the policy, KL and entropy terms; "
+        "seq-mean-token-sum-norm is sum / L_max with no batch division.",
+        "importance_sampling": "importance_sampling: token ratio or seq = exp(masked mean "
+        "log-ratio) broadcast to the tokens (GSPO-like); no log-ratio clamp.",
+        "entropy_loss_coef": "entropy_loss_coef: total -= coef * agg(entropy) when > 0.",
+        "rl_loss_coef": "rl_loss_coef: multiplies (policy + KL loss) before the entropy term.",
+        "value_clip": "value_clip: critic clip around the old values (None = plain MSE); the "
+        "critic loss is always the mean over samples of per-sample token means.",
+        "cispo_epsilon_low": "cispo_epsilon_low: CISPO weight floor 1 - eps (pg_variant cispo).",
+        "cispo_epsilon_high": "cispo_epsilon_high: CISPO weight cap 1 + eps (pg_variant cispo).",
+        "cispo_use_unified_mask": "cispo_use_unified_mask: also zero the tokens PPO would clip "
+        "(A>0 and r>1+hi, A<0 and r<1-lo).",
+    },
+    "verl": {
+        "loss_mode": "actor.policy_loss.loss_mode: vanilla (PPO clip + always-on dual clip), gspo "
+        "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp) or sapo (soft gate).",
+        "clip_ratio": "actor.clip_ratio: PPO epsilon, used where clip_ratio_low/high are null.",
+        "clip_ratio_low": "actor.clip_ratio_low: lower epsilon (null = clip_ratio).",
+        "clip_ratio_high": "actor.clip_ratio_high: upper epsilon (null = clip_ratio; DAPO "
+        "clip-higher uses 0.28).",
+        "clip_ratio_c": "actor.clip_ratio_c: dual-clip constant c > 1, always on for A<0.",
+        "loss_agg_mode": "actor.loss_agg_mode: aggregation of policy, KL, entropy and critic "
+        "terms (gspo and sapo force seq-mean-token-mean for the policy term).",
+        "loss_scale_factor": "actor.loss_scale_factor: divisor of seq-mean-token-sum-norm "
+        "(null = L_max, the tensor width).",
+        "entropy_coeff": "actor.entropy_coeff: policy_loss -= coeff * agg(entropy).",
+        "cliprange_value": "critic.cliprange_value: critic clip around the old values.",
+        "tau_pos": "actor.tau_pos: SAPO gate temperature for A > 0.",
+        "tau_neg": "actor.tau_neg: SAPO gate temperature for A <= 0.",
+    },
+    "openrlhf": {
+        "policy_loss_type": "--actor.policy_loss_type: ppo (token ratio, log-ratio clamped "
+        "+-20) or gspo (sequence ratio, forces per-sample aggregation).",
+        "eps_clip": "--actor.eps_clip: PPO clip epsilon.",
+        "eps_clip_low_high": "--actor.eps_clip_low_high: [low, high] epsilons (None = eps_clip "
+        "on both sides).",
+        "dual_clip": "--actor.dual_clip: dual-clip constant c > 1 for A<0 (None = off).",
+        "token_level_loss": "token_level_loss (not on the CLI): True = sum / tokens, False = mean "
+        "of per-sample token means; the KL and entropy terms are always token-level.",
+        "entropy_coef": "--actor.entropy_coef: None = entropy not computed, 0 = logged only, > 0 "
+        "= loss -= coef * token-mean entropy.",
+        "value_clip": "--critic.value_clip: critic clip around the old values (None = plain MSE).",
+    },
+    "trl": {
+        "loss_type": "GRPOConfig.loss_type: dapo (sum / active tokens), grpo (mean of sequence "
+        "means), bnpo (token mean), dr_grpo (sum / (B * max_completion_length)), cispo, sapo.",
+        "epsilon": "GRPOConfig.epsilon: lower clip epsilon (and upper when epsilon_high is None).",
+        "epsilon_high": "GRPOConfig.epsilon_high: upper clip epsilon (None = epsilon); for cispo "
+        "the absolute cap on the weight min(r, epsilon_high) (ScaleRL recommends 5.0).",
+        "delta": "GRPOConfig.delta: two-sided cap r <= delta before the PPO min (INTELLECT-2).",
+        "importance_sampling_level": "GRPOConfig.importance_sampling_level: token ratio or "
+        "sequence = exp(mean log-ratio).",
+        "max_completion_length": "GRPOConfig.max_completion_length: the dr_grpo divisor.",
+        "entropy_coef": "GRPOConfig.entropy_coef: loss -= coef * mean per-token entropy "
+        "(independent of loss_type).",
+        "sapo_temperature_pos": "GRPOConfig.sapo_temperature_pos: SAPO temperature for A > 0.",
+        "sapo_temperature_neg": "GRPOConfig.sapo_temperature_neg: SAPO temperature for A <= 0.",
+    },
+}
+
+# every key the policy update reads, per dialect (loss table plus the reward-stage KL-loss keys)
+LOSS_KEYS: dict[str, tuple[str, ...]] = {
+    "roll": (*LOSS_DEFAULTS["roll"], "use_kl_loss", "kl_loss_coef"),
+    "verl": (*LOSS_DEFAULTS["verl"], "use_kl_loss", "kl_loss_coef", "kl_loss_type"),
+    "openrlhf": (*LOSS_DEFAULTS["openrlhf"], "use_loss", "init_coef", "kl_estimator"),
+    "trl": (*LOSS_DEFAULTS["trl"], "beta"),
+}
+
+
 ESTIMATOR_KEY: dict[str, str] = {
     "roll": "adv_estimator",
     "verl": "adv_estimator",
@@ -250,6 +413,20 @@ ALIASES: dict[str, dict[str, str | None]] = {
 _UNIT = {"gamma", "lambd", "lam"}
 _POSITIVE = {"reward_clip", "advantage_clip", "target_kl", "target", "kl_horizon", "horizon"}
 _NONNEG = {"init_kl_coef", "kl_loss_coef", "kl_coef", "init_coef", "beta", "viz_eps"}
+_POSITIVE |= {"value_clip", "cliprange_value", "loss_scale_factor", "delta", "tau_pos", "tau_neg"}
+_POSITIVE |= {"sapo_temperature_pos", "sapo_temperature_neg"}
+_NONNEG |= {"entropy_loss_coef", "rl_loss_coef", "entropy_coeff", "entropy_coef"}
+_NONNEG |= {"pg_clip", "pg_clip_low", "pg_clip_high", "clip_ratio", "clip_ratio_low"}
+_NONNEG |= {"clip_ratio_high", "eps_clip", "epsilon", "epsilon_high"}
+_NONNEG |= {"cispo_epsilon_low", "cispo_epsilon_high"}
+_ABOVE_ONE = {"clip_ratio_c", "dual_clip"}  # dual-clip constants: both frameworks assert c > 1
+_NULLABLE = {"clip_ratio_low", "clip_ratio_high", "value_clip"}  # verl: null -> clip_ratio
+_INTEGER = {"max_completion_length"}
+
+
+def _default(framework: str, key: str) -> Any:
+    table = DEFAULTS[framework]
+    return table[key] if key in table else LOSS_DEFAULTS[framework][key]
 
 
 def _is_number(value: Any) -> bool:
@@ -259,8 +436,8 @@ def _is_number(value: Any) -> bool:
 def _check_value(framework: str, key: str, value: Any) -> Any:
     """Validated (possibly normalized) value of one key; ValueError naming the key otherwise."""
     where = f"{framework} config key {key!r}"
-    default = DEFAULTS[framework][key]
-    choices = CHOICES[framework].get(key)
+    default = _default(framework, key)
+    choices = CHOICES[framework].get(key, LOSS_CHOICES[framework].get(key))
     if framework == "trl" and key == "scale_rewards" and isinstance(value, bool):
         return "group" if value else "none"  # TRL maps True -> group, False -> none
     if choices is not None:
@@ -273,8 +450,10 @@ def _check_value(framework: str, key: str, value: Any) -> Any:
         return value
     if key == "clip_range":
         return _check_range(where, value)
+    if key == "eps_clip_low_high":
+        return _check_pair(where, value)
     if value is None:
-        if default is None or key == "viz_eps":
+        if default is None or key == "viz_eps" or key in _NULLABLE:
             return None
         raise ValueError(f"{where}: a number is required, got None")
     if not _is_number(value) or not math.isfinite(value):
@@ -285,7 +464,26 @@ def _check_value(framework: str, key: str, value: Any) -> Any:
         raise ValueError(f"{where}: must be > 0, got {value}")
     if key in _NONNEG and value < 0:
         raise ValueError(f"{where}: must be >= 0, got {value}")
+    if key in _ABOVE_ONE and not value > 1:
+        raise ValueError(f"{where}: must be > 1, got {value}")
+    if key in _INTEGER:
+        if value != int(value) or value < 1:
+            raise ValueError(f"{where}: must be a positive integer, got {value}")
+        return int(value)
     return float(value)
+
+
+def _check_pair(where: str, value: Any) -> tuple[float, float] | None:
+    """OpenRLHF ``eps_clip_low_high``: None or two finite epsilons >= 0."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(_is_number(v) and math.isfinite(v) and v >= 0 for v in value)
+    ):
+        return (float(value[0]), float(value[1]))
+    raise ValueError(f"{where}: expected [low, high] with two numbers >= 0, got {value!r}")
 
 
 def _check_range(where: str, value: Any) -> tuple[float, float] | None:
@@ -313,7 +511,7 @@ def resolve_config(framework: str, config: Mapping[str, Any] | None) -> dict[str
         config: the framework's own keys (and viz_ keys); missing keys take the shipped defaults.
 
     Returns:
-        A new dict with every key of ``DEFAULTS[framework]``.
+        A new dict with every key of ``DEFAULTS[framework]`` and ``LOSS_DEFAULTS[framework]``.
 
     Raises:
         ValueError: unknown framework, unknown key, or a bad value (the message names the key).
@@ -321,7 +519,7 @@ def resolve_config(framework: str, config: Mapping[str, Any] | None) -> dict[str
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
     config = dict(config or {})
-    known = DEFAULTS[framework]
+    known = {**DEFAULTS[framework], **LOSS_DEFAULTS[framework]}
     for key in config:
         if key not in known:
             raise ValueError(

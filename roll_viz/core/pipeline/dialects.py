@@ -35,8 +35,12 @@ Edge cases (defined behaviour, never a silent NaN; ``run`` also rejects any non-
 - missing logprobs: KL 0 everywhere (noted); missing values for gae or baseline_scores for remax
   -> ValueError naming the field.
 
+KL loss readout (``Trace.kl_loss``): ROLL and verl aggregate it with ``loss_agg_mode`` (ROLL's
+default seq-mean-token-mean), OpenRLHF token-level, and OpenRLHF with ``use_loss`` and
+``init_coef = 0`` builds no reference model and reports 0; the full loss is ``losses.py``.
+
 What roll-viz simplifies against the real recipes: one step, one domain, no PPO update (so the
-KL loss uses the rollout log-probs), no dynamic sampling, length penalties or loss aggregation;
+KL loss uses the rollout log-probs), no dynamic sampling or length penalties;
 missing log-probs mean policy == reference (KL 0); the adaptive controller is applied once to this
 batch with n_steps = batch size (OpenRLHF updates it after the train step from the training KL).
 """
@@ -52,6 +56,7 @@ from torch import Tensor
 from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_sum, masked_whiten
 from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
 from roll_viz.core.pipeline.kl import kl_term_mean, next_kl_coef, observed_kl, token_kl
+from roll_viz.core.pipeline.losses import aggregate, loss_agg_modes
 from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
     leave_one_out_baseline,
@@ -253,8 +258,12 @@ def roll_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
 
     kl_loss = None
     if cfg["use_kl_loss"]:
-        kl_loss = kl_term_mean(_kl(batch, "k3", clamp=10.0), mask)
-        notes.append("KL loss is always k3 (clamped +-10), independent of kl_penalty")
+        mode, factor = loss_agg_modes("roll", cfg)["kl"]
+        kl_loss = aggregate(_kl(batch, "k3", clamp=10.0), mask, mode, factor).item()
+        notes.append(
+            "KL loss is always k3 (clamped +-10), independent of kl_penalty; aggregated with "
+            f"loss_agg_mode {cfg['loss_agg_mode']}"
+        )
     return _trace(
         "roll",
         cfg,
@@ -347,8 +356,12 @@ def verl_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | N
 
     kl_loss = None
     if cfg["use_kl_loss"]:
-        kl_loss = kl_term_mean(_verl_kl(batch, cfg["kl_loss_type"]), mask)
-        notes.append(f"KL loss term: {cfg['kl_loss_type']} (coef {_num(cfg['kl_loss_coef'])})")
+        mode, factor = loss_agg_modes("verl", cfg)["kl"]
+        kl_loss = aggregate(_verl_kl(batch, cfg["kl_loss_type"]), mask, mode, factor).item()
+        notes.append(
+            f"KL loss term: {cfg['kl_loss_type']} (coef {_num(cfg['kl_loss_coef'])}), "
+            f"aggregated with loss_agg_mode {cfg['loss_agg_mode']}"
+        )
     return _trace(
         "verl",
         cfg,
@@ -485,9 +498,15 @@ def openrlhf_pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments
             )
 
     kl_loss = None
-    if cfg["use_loss"]:
+    if cfg["use_loss"] and beta == 0:
+        kl_loss = 0.0
+        notes.append("KL in the loss with init_coef = 0: no reference model, KL loss 0")
+    elif cfg["use_loss"]:
         kl_loss = kl_term_mean(kl, mask)
-        notes.append(f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {_num(beta)}")
+        notes.append(
+            f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {_num(beta)}, "
+            "token-level mean (aggregate_loss default)"
+        )
     return _trace(
         "openrlhf",
         cfg,

@@ -141,7 +141,10 @@ def next_kl_coef(
 
 
 def kl_term_mean(kl: Tensor, response_mask: Tensor) -> float:
-    """Token-mean of a KL term over all valid tokens (what the frameworks log as kl_loss).
+    """Token-mean of a KL term over all valid tokens (verl token-mean, OpenRLHF, TRL's "kl").
+
+    ROLL and verl aggregate their KL loss with ``loss_agg_mode`` instead; the dialects use
+    ``losses.aggregate`` for them.
 
     Args:
         kl: (B, T) per-token KL.
