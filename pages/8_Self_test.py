@@ -12,7 +12,7 @@ with ui.page_guard("Self-test"):
     st.title("Self-test: is the math right, right now?")
     st.markdown(
         "These checks run live on the data the other pages show. They compare the pipeline with "
-        "numbers computed by hand (docs/algorithms.md, written into the checks as literals), with "
+        "numbers computed by hand (docs/reference-values.md, written into the checks as literals), with "
         "an exact enumeration of the KL, and with properties that must hold exactly. The unit "
         "tests run the very same functions, so a green page here is a green test suite there."
     )
@@ -71,7 +71,7 @@ with ui.page_guard("Self-test"):
 
     ui.explainer(
         "- **seed example** rows: the 8.2 / 6.5 / 9.1 group in each dialect's own estimator, "
-        "against the values printed in docs/algorithms.md (T1, T2, T4, T5, T14).\n"
+        "against the values printed in docs/reference-values.md (T1, T2, T4, T5, T14).\n"
         "- **at every position**: the same group placed on every row of the current batch's "
         "response mask, so padding and lengths are the real ones.\n"
         "- **E_p[k1] = E_p[k3]**: the two unbiased KL estimators average to the exact KL.\n"

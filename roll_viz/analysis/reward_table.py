@@ -35,7 +35,7 @@ def default_reward_table() -> pd.DataFrame:
 # Editable reward table -> scores and groups
 # ---------------------------------------------------------------------------------------------
 
-#: What each dialect does with a prompt that has a single sample (docs/algorithms.md, section 3).
+#: What each dialect does with a prompt that has a single sample (T3 in docs/reference-values.md).
 SINGLETON_BEHAVIOUR: dict[str, str] = {
     "roll": (
         "ROLL (RLVR grpo) takes the unbiased std of one value, which is NaN, so the reward becomes "

@@ -43,7 +43,7 @@ class CheckResult:
     summary: str = ""
 
 
-#: Tolerance for hand values printed to 9 decimals in docs/algorithms.md.
+#: Tolerance for hand values printed to 9 decimals in docs/reference-values.md.
 HAND_TOL = 2e-8
 #: Response lengths of the T4/T5 whitening example.
 WHITEN_LENGTHS = (3, 2, 4)
@@ -198,7 +198,7 @@ def check_seed_case(
         detail={"expected": list(expected), "got": got, "max abs error": err},
         description=(
             f"rewards {', '.join(map(str, EXAMPLE_REWARDS))} through {framework}'s pipeline; "
-            "every valid token must carry the hand value from docs/algorithms.md."
+            "every valid token must carry the hand value from docs/reference-values.md."
         ),
     )
 

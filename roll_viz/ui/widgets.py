@@ -94,8 +94,8 @@ def trace_inputs(state: Any, rollout: Any, trace: Trace) -> dict[str, Any]:
             "noise_sigma": state.reward.noise_sigma,
             "noise_seed": state.reward.noise_seed,
         },
-        "framework": state.framework,
-        "config": dict(state.config_items),
+        "framework": trace.framework,  # the trace's dialect (the Frameworks page runs all four)
+        "config": dict(trace.config),
         "prompts": list(rollout.prompts),
         "samples": [
             {
@@ -115,7 +115,7 @@ def trace_inputs(state: Any, rollout: Any, trace: Trace) -> dict[str, Any]:
                 "logprobs": rollout.logprobs.tolist(),
                 "ref_logprobs": rollout.ref_logprobs.tolist(),
             },
-            "config": {"framework": state.framework, **dict(state.config_items)},
+            "config": {"framework": trace.framework, **dict(trace.config)},
         },
     }
 

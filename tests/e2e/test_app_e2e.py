@@ -100,8 +100,11 @@ def test_download_a_whole_trace_as_json_built_on_click(server, page):
         button.click()
     download = info.value
     assert download.suggested_filename == "trace_verl.json"
-    trace = json.loads(Path(download.path()).read_text())
+    body = json.loads(Path(download.path()).read_text())
+    trace = body["trace"]
     assert trace["framework"] == "verl"
+    assert body["inputs"]["sampling"]["seed"] == 0  # self-describing: the inputs travel along
+    assert body["inputs"]["compute_case"]["config"]["framework"] == "verl"
     assert len(trace["advantages"]) == 8  # the default preset: 1 prompt x G = 8
 
 
@@ -117,8 +120,8 @@ def test_typing_into_the_reward_table_redraws_the_scatter(server, page):
     page.wait_for_selector(f"{cell}[aria-selected='true']", state="attached")
     assert page.locator(cell).inner_text() == "5.1"
     page.keyboard.type("9")
-    page.wait_for_selector("input.gdg-input")
-    assert page.locator("input.gdg-input").input_value() == "9"
+    page.wait_for_selector(".gdg-input")
+    assert page.locator(".gdg-input").input_value() == "9"
     sp.after_rerun(page, lambda: page.keyboard.press("Enter"), timeout=60_000)
     assert sp.exceptions(page) == []
     after = sp.chart_data(page, 0)
