@@ -12,7 +12,6 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -70,7 +69,6 @@ from roll_viz.ui.state import (
     _pipeline,
     _presets,
     model_choices,
-    url_state,
 )
 from roll_viz.views import text
 
@@ -143,6 +141,11 @@ def _sidebar_presentation() -> tuple[bool, tuple[str, ...]]:
     return bool(present), hide
 
 
+def _show_sidebar(kept: str) -> None:
+    """Callback: drop 'sidebar' from the hidden controls (the URL follows)."""
+    st.session_state[KEY_HIDE] = kept
+
+
 def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
     css = BASE_CSS
     if present:
@@ -157,13 +160,14 @@ def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
         css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
     st.html(css)
     if "sidebar" in hide:
-        # the sidebar and its toggle are hidden: leave a visible way back
-        params = {k: v for k, v in url_state().items() if k != KEY_HIDE}
-        kept = ",".join(h for h in hide if h != "sidebar")
-        if kept:
-            params[KEY_HIDE] = kept
-        st.link_button(
-            "Show the controls", "?" + urlencode(params), icon=":material/tune:", type="tertiary"
+        # the sidebar and its toggle are hidden: leave a visible way back (same tab, same state)
+        st.button(
+            "Show the controls",
+            key="show_sidebar",
+            on_click=_show_sidebar,
+            args=(",".join(h for h in hide if h != "sidebar"),),
+            icon=":material/tune:",
+            type="tertiary",
         )
 
 

@@ -280,9 +280,10 @@ def test_presentation_mode_scales_chart_fonts_and_stacks_columns():
 
 def test_a_hidden_sidebar_leaves_a_way_back():
     at = open_page("advantages", preset="quantum", hide="sidebar,beta", G="3")
-    buttons = [b for b in at.get("link_button") if "Show the controls" in b.proto.label]
-    assert len(buttons) == 1
-    url = buttons[0].proto.url
-    assert "sidebar" not in url
-    assert "hide=beta" in url
-    assert "G=3" in url
+    assert at.text_input(key=ui.state.KEY_HIDE).value == "sidebar,beta"
+    at.button(key="show_sidebar").click()
+    rerun(at)
+    assert at.text_input(key=ui.state.KEY_HIDE).value == "beta"
+    css = " ".join(h.proto.body for h in at.get("html"))
+    assert "stSidebar" not in css
+    assert ".st-key-beta" in css

@@ -79,8 +79,7 @@ def test_presentation_mode_at_1280x720(server, browser):
         back = pg.get_by_text("Show the controls")
         assert back.is_visible()
         pg.screenshot(path=str(SHOTS / "09_presentation_no_sidebar.png"))
-        back.click()
-        sp.wait_idle(pg)
+        sp.after_rerun(pg, back.click)
         assert pg.get_by_test_id("stSidebar").is_visible()
     finally:
         context.close()
