@@ -19,6 +19,22 @@ with ui.page_guard("Advantages"):
     with controls:
         critic = ui.critic_radio(captions=True)
 
+    with controls:
+        st.subheader("Instant knobs: recomputed in your browser as you drag")
+        st.caption(
+            "The same pipeline in JavaScript (checked against the Python one to 1e-9): no server "
+            "round trip while you drag. On release the sidebar takes the values and the figures "
+            "below follow."
+        )
+        knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
+        ui.instant_panel(
+            ui.instant_payload(state, critic),
+            {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
+            | {"G": state.group_size},
+            key="adv_instant",
+            knobs=knobs,
+        )
+
     estimators = ui.estimator_options(fw)
     results = {}
     errors = {}

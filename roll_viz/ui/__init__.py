@@ -26,6 +26,7 @@ from roll_viz.ui.flow import (
     cached_scores,
     cached_trace,
     current_batch,
+    instant_payload,
     kl_estimates,
     reset_running,
     running_batches,
@@ -33,6 +34,7 @@ from roll_viz.ui.flow import (
     try_trace,
 )
 from roll_viz.ui.guard import page_guard
+from roll_viz.ui.instant import instant_panel
 from roll_viz.ui.settings import (
     estimator_options,
     estimator_overrides,
@@ -130,6 +132,8 @@ __all__ = [
     "explainer",
     "generic_value",
     "go_live",
+    "instant_panel",
+    "instant_payload",
     "kl_estimates",
     "kl_placement_overrides",
     "next_page",

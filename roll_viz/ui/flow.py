@@ -380,3 +380,11 @@ def try_trace(
         )
     except ValueError as err:
         return str(err)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def instant_payload(state: AppState, values: str = "zero") -> dict:
+    """The batch the instant component recomputes in the browser (built once per batch)."""
+    from roll_viz.ui.instant import instant_payload as build
+
+    return build(current_batch(state, values), state.framework, state.config)

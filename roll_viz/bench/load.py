@@ -1,0 +1,996 @@
+"""Classroom load: N simulated students on one ``streamlit run app.py`` server on 127.0.0.1.
+
+``python -m roll_viz.bench.load --students 5 15 30 --seconds 30`` starts one server per N (the
+tiny model, a free local port), runs the classroom and prints one JSON line per N::
+
+    {"name": "classroom_load", "students": 5, "interactions": ..., "p50_ms": ..., "p95_ms": ...,
+     "max_ms": ..., "reruns_per_s": ..., "errors": 0, "exceptions": 0, "isolation_ok": true,
+     "rss_mib_start": ..., "rss_mib_peak": ..., "rss_mib_end": ..., ...}
+
+A student is one websocket session speaking the browser's protocol (protobuf ``BackMsg`` /
+``ForwardMsg`` over ``/_stcore/stream``), far cheaper than a browser per student. It opens a
+page, switches page once, then every 0.5-1.5 s (its own seeded ``random.Random``) moves a
+sidebar slider (beta, gamma, lambda, G) or switches page (``page_script_hash`` from the
+``navigation`` message). Like the frontend it sends the moved slider's new value in
+``WidgetStates`` under the widget id read from the deltas of its last run, together with the
+current values of the other widgets it tracks, and edits the URL itself (``key=value``, or the
+key dropped at its default: the widgets are bound to the query string). One interaction = from
+sending the rerun to its ``script_finished``. A few students switch on live sampling with the
+tiny model at the same moment (a barrier, then one send each), so they contend for the shared
+model and its LRU.
+
+What is recorded, per run of every student:
+
+- exceptions: ``Exception`` elements in the deltas (the red box a browser would show);
+- error alerts: ``st.error`` boxes (the app's page guard turns a failure into one);
+- errors: connection drops, runs that do not finish within ``RUN_TIMEOUT_S``, compile errors,
+  page-not-found, runs nobody asked for, protocol surprises;
+- the displayed content: a digest of the final page (every content element - markdown, plots,
+  tables, metrics, html - in delta-path order; widgets, progress bars and download buttons left
+  out, so a live run that sampled and one that hit the cache read the same).
+
+Isolation: every run is keyed by (page, the widget values this student set, defaults dropped).
+Two runs with the same key must show the same digest, whoever ran them and whatever ran
+alongside; after the load, up to ``reference_keys`` of the keys (most-shared first) are opened
+alone by a fresh session through the shareable URL (``page?beta=...``) and must match too; a
+mismatch names the first differing elements. Server RSS is sampled with psutil on the server
+pid; ``Server.tracebacks()`` reads the exceptions the server logged.
+
+Traffic goes only to the server's 127.0.0.1 port; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import websockets
+
+# The wire format only (generated protobuf classes); nothing of Streamlit's runtime is imported.
+from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: TID251
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: TID251
+
+ROOT = Path(__file__).resolve().parents[2]
+ENTRY = "app.py"  # the home page script `streamlit run` starts (Home.py if app.py is gone)
+RUN_TIMEOUT_S = 90.0
+CONNECT_TIMEOUT_S = 30.0
+SERVER_START_TIMEOUT_S = 90.0
+#: Pages the students wander through (url path names; "" is Home), those of them the server
+#: lists. Self_test is left out: it runs the oracle suite, a different load from a class
+#: exploring the chain. Update and Training are only drawn (nobody presses their buttons).
+PAGES = (
+    "",
+    "Samples",
+    "Rewards",
+    "Token_KL",
+    "Advantages",
+    "Local_vs_Global",
+    "Sensitivity",
+    "Frameworks",
+    "Update",
+    "Training",
+)
+START_PAGE = "Advantages"
+#: Every student makes at least this many moves (even past the end time), at most MAX_ACTIONS.
+MIN_ACTIONS = 2
+MAX_ACTIONS = 10_000
+#: Slider values the students pick from (each is checked against the slider's range and step).
+SLIDER_CHOICES: dict[str, tuple[float, ...]] = {
+    "beta": (0.0, 0.05, 0.1, 0.2, 0.3),
+    "gamma": (1.0, 0.99, 0.95),
+    "lam": (0.95, 0.9, 1.0),
+    "G": (4.0, 6.0, 8.0),
+}
+LIVE_KEY = "live"
+TRACKED = frozenset({*SLIDER_CHOICES, LIVE_KEY})
+#: Content elements that make up the digest (what a student reads off the page).
+CONTENT_KINDS = frozenset(
+    {
+        "alert",
+        "code",
+        "dataframe",
+        "table",
+        "heading",
+        "html",
+        "json",
+        "markdown",
+        "metric",
+        "plotly_chart",
+        "text",
+        "vega_lite_chart",
+    }
+)
+#: Widget kinds whose id and value the client tracks (the ones it may change).
+SLIDER, CHECKBOX = "slider", "checkbox"
+
+
+# --------------------------------------------------------------------------- one page run
+
+
+@dataclasses.dataclass(frozen=True)
+class Widget:
+    """A slider or checkbox as the deltas describe it (what the client needs to move it)."""
+
+    id: str
+    kind: str
+    lo: float
+    hi: float
+    step: float
+    default: float | bool
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one script run showed a student.
+
+    Attributes:
+        ms: from sending the rerun to ``script_finished`` (ms).
+        status: ``script_finished`` status name, or an error label.
+        digest: sha256 of the final page's content elements (see the module docstring).
+        parts: (delta path, kind, short hash, text) of each of those elements, for diagnosis.
+        exceptions: "Type: message" of every Exception element the run drew.
+        error_alerts: bodies of st.error boxes the run drew.
+        widgets: user key -> Widget, for the sliders / checkboxes the run drew.
+    """
+
+    ms: float
+    status: str
+    digest: str = ""
+    parts: list[tuple[tuple[int, ...], str, str, str]] = dataclasses.field(default_factory=list)
+    exceptions: list[str] = dataclasses.field(default_factory=list)
+    error_alerts: list[str] = dataclasses.field(default_factory=list)
+    widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
+
+
+def _user_key(widget_id: str) -> str:
+    """``$$ID-<hash>-beta`` -> ``beta`` (the user key Streamlit appends to keyed widget ids)."""
+    parts = widget_id.split("-", 2)
+    return parts[2] if len(parts) == 3 and parts[0] == "$$ID" else ""
+
+
+class Session:
+    """One browser-like websocket session on the app (a student's tab).
+
+    Args:
+        base: server base URL, ``http://127.0.0.1:<port>``.
+    """
+
+    def __init__(self, base: str) -> None:
+        parsed = urllib.parse.urlparse(base)
+        if parsed.hostname != "127.0.0.1":
+            raise ValueError(f"the load driver only talks to 127.0.0.1, not {base!r}")
+        self.url = f"ws://127.0.0.1:{parsed.port}/_stcore/stream"
+        self.ws: Any = None
+        self.query = ""
+        self.page_hashes: dict[str, str] = {}
+        self.page = ""
+        self.page_hash = ""
+        self.runs = 0
+
+    async def connect(self) -> None:
+        """Open the websocket (subprotocol ``streamlit``, as the frontend does)."""
+        self.ws = await asyncio.wait_for(
+            websockets.connect(
+                self.url, subprotocols=["streamlit"], max_size=None, open_timeout=CONNECT_TIMEOUT_S
+            ),
+            CONNECT_TIMEOUT_S,
+        )
+
+    async def close(self) -> None:
+        """Close the websocket (quietly)."""
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    async def run(
+        self,
+        page: str | None = None,
+        changes: dict[str, Any] | None = None,
+        widgets: dict[str, Widget] | None = None,
+        query: str | None = None,
+        keep: dict[str, Any] | None = None,
+    ) -> RunResult:
+        """Send one rerun and read the page until its ``script_finished``.
+
+        Like the frontend, a change of a URL-bound widget also edits the query string sent
+        with the rerun (``key=value``, or the key removed when the value is its default), and
+        the rerun carries the current value of every widget the client tracks (``keep``), not
+        only the changed one.
+
+        Args:
+            page: url path of the page to run (None: stay on the current page).
+            changes: user key -> new value for widgets of the last run (sliders: float,
+                checkboxes: bool).
+            widgets: the last run's widget table (``RunResult.widgets``) to resolve keys to ids.
+            query: query string to send (None: the current one, edited by ``changes``).
+            keep: user key -> current value of other widgets of the last run to resend.
+
+        Returns:
+            The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
+        """
+        msg = BackMsg()
+        cs = msg.rerun_script
+        if query is not None:
+            self.query = query
+        widgets = widgets or {}
+        if changes:
+            params = dict(urllib.parse.parse_qsl(self.query, keep_blank_values=True))
+            for key, value in changes.items():
+                if value == widgets[key].default:
+                    params.pop(key, None)
+                else:
+                    params[key] = _url_value(value)
+            self.query = urllib.parse.urlencode(params)
+        cs.query_string = self.query
+        if page is not None and page != self.page:
+            self.page = page
+            self.page_hash = self.page_hashes.get(page, "")
+        cs.page_name = self.page
+        cs.page_script_hash = self.page_hash
+        for key, value in {**(keep or {}), **(changes or {})}.items():
+            widget = widgets[key]
+            state = cs.widget_states.widgets.add()
+            state.id = widget.id
+            if widget.kind == SLIDER:
+                state.double_array_value.data.append(float(value))
+            else:
+                state.bool_value = bool(value)
+        t0 = time.perf_counter()
+        await self.ws.send(msg.SerializeToString())
+        return await self._read_run(t0)
+
+    async def _read_run(self, t0: float) -> RunResult:
+        elements: dict[tuple[int, ...], tuple[str, bytes, str]] = {}
+        result = RunResult(ms=0.0, status="")
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                result.status = "timeout"
+                break
+            try:
+                data = await asyncio.wait_for(self.ws.recv(), left)
+            except TimeoutError:
+                result.status = "timeout"
+                break
+            fm = ForwardMsg()
+            fm.ParseFromString(data)
+            kind = fm.WhichOneof("type")
+            if kind == "new_session":
+                elements.clear()
+                result.widgets.clear()
+                result.exceptions.clear()
+                result.error_alerts.clear()
+            elif kind in ("navigation", "page_info_changed"):
+                self._track(fm)
+            elif kind == "delta":
+                self._delta(fm, elements, result)
+            elif kind == "ref_hash":
+                result.status = "unexpected ref_hash (client sent no cached hashes)"
+                break
+            elif kind == "page_not_found":
+                result.status = f"page_not_found: {fm.page_not_found.page_name}"
+                break
+            elif kind == "script_finished":
+                status = ForwardMsg.ScriptFinishedStatus.Name(fm.script_finished)
+                if status == "FINISHED_EARLY_FOR_RERUN":
+                    continue  # the server started a newer run; its script_finished follows
+                result.status = status
+                break
+        result.ms = (time.perf_counter() - t0) * 1000.0
+        self.runs += 1
+        h = hashlib.sha256()
+        for path in sorted(elements):
+            ek, blob, text = elements[path]
+            h.update(ek.encode() + b"\0" + blob + b"\1")
+            result.parts.append((path, ek, hashlib.sha1(blob).hexdigest()[:8], text))
+        result.digest = h.hexdigest()
+        return result
+
+    def _track(self, fm: Any) -> None:
+        """Follow the page list, the current page and the URL the server sets."""
+        kind = fm.WhichOneof("type")
+        if kind == "navigation":
+            for p in fm.navigation.app_pages:
+                self.page_hashes[p.url_pathname] = p.page_script_hash
+            if fm.navigation.page_script_hash:
+                self.page_hash = fm.navigation.page_script_hash
+        elif kind == "page_info_changed":
+            self.query = fm.page_info_changed.query_string
+
+    async def idle(self, seconds: float) -> int:
+        """Think for ``seconds`` while reading what the server still sends (URL updates...).
+
+        Returns:
+            How many runs the server started on its own meanwhile (0 expected).
+        """
+        deadline = time.monotonic() + seconds
+        started = 0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                data = await asyncio.wait_for(self.ws.recv(), left)
+            except TimeoutError:
+                break
+            fm = ForwardMsg()
+            fm.ParseFromString(data)
+            kind = fm.WhichOneof("type")
+            if kind == "new_session":
+                started += 1
+            self._track(fm)
+        return started
+
+    @staticmethod
+    def _delta(fm: Any, elements: dict, result: RunResult) -> None:
+        path = tuple(fm.metadata.delta_path)
+        delta = fm.delta
+        dk = delta.WhichOneof("type")
+        if dk == "add_block":
+            for p in [p for p in elements if p[: len(path)] == path]:
+                del elements[p]
+            return
+        if dk != "new_element":
+            return
+        el = delta.new_element
+        ek = el.WhichOneof("type")
+        body = getattr(el, ek)
+        elements.pop(path, None)
+        if ek == "exception":
+            result.exceptions.append(f"{body.type}: {body.message}")
+        elif ek in CONTENT_KINDS:
+            if ek == "alert" and body.format == body.ERROR:
+                result.error_alerts.append(body.body)
+            text = getattr(body, "body", "") if isinstance(getattr(body, "body", None), str) else ""
+            elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
+        elif ek in (SLIDER, CHECKBOX):
+            key = _user_key(body.id)
+            if key:
+                if ek == SLIDER:
+                    default = float(body.default[0]) if len(body.default) else float(body.min)
+                    result.widgets[key] = Widget(
+                        body.id, ek, float(body.min), float(body.max), float(body.step), default
+                    )
+                else:
+                    result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, bool(body.default))
+
+
+# --------------------------------------------------------------------------- the classroom
+
+
+@dataclasses.dataclass
+class Interaction:
+    """One timed interaction of one student."""
+
+    student: int
+    action: str
+    page: str
+    key: str
+    ms: float
+    status: str
+    digest: str = ""
+
+
+@dataclasses.dataclass
+class ClassroomResult:
+    """Everything one classroom run measured (``summary()`` is the benchmark line)."""
+
+    students: int
+    seconds: float
+    live_students: int
+    interactions: list[Interaction]
+    errors: list[str]
+    exceptions: list[str]
+    error_alerts: list[str]
+    isolation_mismatches: list[str]
+    digests: dict[str, set[str]]
+    reference_checked: int
+    live_ms: list[float]
+    alone_ms: list[float]
+    wall_s: float
+    rss_mib: list[float]
+    server_runs: int
+
+    @property
+    def isolation_ok(self) -> bool:
+        """True when every key showed one digest, equal to its solo reference."""
+        return not self.isolation_mismatches
+
+    def summary(self) -> dict[str, Any]:
+        """The benchmark line (JSON-ready).
+
+        ``p50_ms`` / ``p95_ms`` / ``max_ms`` cover every finished interaction (the first
+        open and the live switch included); ``steady_*`` only slider moves and page switches.
+        """
+        done = [i for i in self.interactions if i.status == "FINISHED_SUCCESSFULLY"]
+        ok = sorted(i.ms for i in done)
+        steady = sorted(i.ms for i in done if i.action == "page" or i.action.startswith("slider"))
+        by_action: dict[str, list[float]] = {}
+        for i in done:
+            by_action.setdefault(i.action, []).append(i.ms)
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        return {
+            "name": "classroom_load",
+            "students": self.students,
+            "seconds": self.seconds,
+            "live_students": self.live_students,
+            "interactions": len(self.interactions),
+            "p50_ms": _pct(ok, 0.5),
+            "p95_ms": _pct(ok, 0.95),
+            "max_ms": _pct(ok, 1.0),
+            "steady_p50_ms": _pct(steady, 0.5),
+            "steady_p95_ms": _pct(steady, 0.95),
+            "steady_max_ms": _pct(steady, 1.0),
+            "median_ms_by_action": {
+                a: round(statistics.median(v), 1) for a, v in sorted(by_action.items())
+            },
+            "live_switch_ms": [round(x, 1) for x in self.live_ms],
+            # peer: the same run keys opened alone (fresh session, one at a time) right after
+            "alone_p50_ms": _pct(sorted(self.alone_ms), 0.5),
+            "alone_max_ms": _pct(sorted(self.alone_ms), 1.0),
+            "reruns_per_s": round(self.server_runs / self.wall_s, 2) if self.wall_s else 0.0,
+            "errors": len(self.errors),
+            "exceptions": len(self.exceptions),
+            "error_alerts": len(self.error_alerts),
+            "isolation_ok": self.isolation_ok,
+            "isolation_keys": len(self.digests),
+            "isolation_keys_shared": sum(1 for k in self.digests if _shared(self, k)),
+            "reference_checked": self.reference_checked,
+            "rss_mib_start": round(self.rss_mib[0], 1) if self.rss_mib else None,
+            "rss_mib_peak": round(max(self.rss_mib), 1) if self.rss_mib else None,
+            "rss_mib_end": round(self.rss_mib[-1], 1) if self.rss_mib else None,
+            "wall_s": round(self.wall_s, 1),
+            "cpus": os.cpu_count(),
+            "load1": round(load1, 2),
+        }
+
+
+def inconsistent_keys(digests: dict[str, dict[str, list[int]]]) -> list[str]:
+    """Run keys that showed more than one page.
+
+    Args:
+        digests: run key -> page digest -> the students (one entry per run) that saw it.
+
+    Returns:
+        One line per inconsistent key, naming the digests and who saw each.
+    """
+    lines = []
+    for key, seen in sorted(digests.items()):
+        if len(seen) > 1:
+            who = "; ".join(f"{d[:10]} by students {sorted(set(v))}" for d, v in seen.items())
+            lines.append(f"{key}: {len(seen)} different pages: {who}")
+    return lines
+
+
+def _diff_parts(
+    seen: list[tuple[tuple[int, ...], str, str, str]],
+    ref: list[tuple[tuple[int, ...], str, str, str]],
+    limit: int = 3,
+) -> str:
+    """The first ``limit`` content elements that differ (path, kind, text), seen vs alone."""
+    a, b = dict((p[0], p[1:]) for p in seen), dict((p[0], p[1:]) for p in ref)
+    out = []
+    for path in sorted(set(a) | set(b)):
+        if a.get(path) != b.get(path):
+            out.append(f"{list(path)} load={a.get(path)} alone={b.get(path)}")
+            if len(out) == limit:
+                break
+    return "; ".join(out) or "same elements, different order"
+
+
+def _pct(sorted_ms: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an ascending list (None when empty)."""
+    if not sorted_ms:
+        return None
+    return round(sorted_ms[min(len(sorted_ms) - 1, math.ceil(q * len(sorted_ms)) - 1)], 1)
+
+
+def _shared(res: ClassroomResult, key: str) -> bool:
+    return len({i.student for i in res.interactions if i.key == key}) > 1
+
+
+def _state_key(page: str, values: dict[str, Any]) -> str:
+    """``page|beta=0.1&live=true`` (sorted; the same string names the shareable URL)."""
+    return page + "|" + _query_of(values)
+
+
+def _url_value(v: Any) -> str:
+    """A widget value as Streamlit writes it into the URL (5.0 -> "5", True -> "true")."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def _query_of(values: dict[str, Any]) -> str:
+    return urllib.parse.urlencode({k: _url_value(values[k]) for k in sorted(values)})
+
+
+def _valid(value: float, spec: Widget) -> bool:
+    lo, hi, step = spec.lo, spec.hi, spec.step
+    if not lo - 1e-9 <= value <= hi + 1e-9:
+        return False
+    n = (value - lo) / step if step > 0 else 0.0
+    return abs(n - round(n)) < 1e-6
+
+
+class _Student:
+    def __init__(self, idx: int, base: str, seed: int, live: bool) -> None:
+        self.idx = idx
+        self.session = Session(base)
+        self.rng = random.Random(seed * 1000 + idx)
+        self.live = live
+        self.values: dict[str, Any] = {}
+        self.widgets: dict[str, Widget] = {}
+        self.page = START_PAGE
+        self.history: list[str] = []
+
+    def keep(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Current values of the tracked widgets on this page that ``changes`` leaves alone."""
+        return {
+            key: self.values.get(key, w.default)
+            for key, w in self.widgets.items()
+            if key in TRACKED and key not in changes
+        }
+
+    def set(self, changes: dict[str, Any]) -> None:
+        """Remember the values this student set.
+
+        A value back at its default is dropped, so "beta at its default" and "beta never
+        touched" are the same run key.
+        """
+        for key, value in changes.items():
+            widget = self.widgets.get(key)
+            if widget is not None and value == widget.default:
+                self.values.pop(key, None)
+            else:
+                self.values[key] = value
+
+
+async def _record(
+    student: _Student,
+    action: str,
+    coro: Any,
+    out: dict[str, Any],
+) -> RunResult | None:
+    try:
+        res = await coro
+    except Exception as err:  # a dropped connection, a protocol error: an error, not a crash
+        out["errors"].append(f"student {student.idx} {action} on /{student.page}: {err!r}")
+        out["interactions"].append(
+            Interaction(student.idx, action, student.page, "", float("nan"), "error")
+        )
+        return None
+    key = _state_key(student.page, student.values)
+    out["interactions"].append(
+        Interaction(student.idx, action, student.page, key, res.ms, res.status, res.digest[:10])
+    )
+    where = f"student {student.idx} /{student.page} ({action}, {key})"
+    if res.status != "FINISHED_SUCCESSFULLY":
+        out["errors"].append(f"{where}: run ended with {res.status}")
+        return None
+    out["exceptions"].extend(f"{where}: {e}" for e in res.exceptions)
+    out["error_alerts"].extend(f"{where}: {e}" for e in res.error_alerts)
+    if not res.exceptions:
+        out["digests"].setdefault(key, {}).setdefault(res.digest, []).append(student.idx)
+        out["examples"].setdefault(
+            (key, res.digest), (student.idx, list(student.history[-3:]), res.parts)
+        )
+    student.history.append(f"{action} -> {key}")
+    student.widgets = res.widgets or student.widgets
+    return res
+
+
+def _next_action(student: _Student) -> tuple[str, str | None, dict[str, Any]]:
+    """(action, page, changes): a slider move (70 %) or a page switch (30 %)."""
+    rng = student.rng
+    sliders = [k for k in SLIDER_CHOICES if k in student.widgets]
+    if sliders and rng.random() < 0.7:
+        key = rng.choice(sliders)
+        current = student.values.get(key, student.widgets[key].default)
+        options = [
+            v for v in SLIDER_CHOICES[key] if v != current and _valid(v, student.widgets[key])
+        ]
+        if options:
+            return f"slider:{key}", None, {key: rng.choice(options)}
+    listed = student.session.page_hashes
+    page = rng.choice([p for p in PAGES if p != student.page and (not listed or p in listed)])
+    return "page", page, {}
+
+
+async def _student_loop(
+    student: _Student,
+    t_end: float,
+    live_at: float,
+    live_barrier: asyncio.Barrier | None,
+    out: dict[str, Any],
+) -> None:
+    s = student.session
+    try:
+        await s.connect()
+    except Exception as err:
+        out["errors"].append(f"student {student.idx} could not connect: {err!r}")
+        return
+    try:
+        res = await _record(student, "open", s.run(page=student.page, query=""), out)
+        if res is None:
+            return
+        live_done = not student.live
+        n = actions = 0
+        while (time.monotonic() < t_end or actions < MIN_ACTIONS) and n < MAX_ACTIONS:
+            n += 1
+            think = student.rng.uniform(0.5, 1.5)
+            if not live_done and time.monotonic() + think >= live_at:
+                await s.idle(max(0.0, live_at - time.monotonic()))
+                live_done = True
+                if live_barrier is not None:
+                    with contextlib.suppress(asyncio.BrokenBarrierError, TimeoutError):
+                        await asyncio.wait_for(live_barrier.wait(), RUN_TIMEOUT_S)
+                if LIVE_KEY not in student.widgets:
+                    student.page = START_PAGE
+                    res = await _record(student, "page", s.run(page=START_PAGE), out)
+                    if res is None:
+                        return
+                student.set({LIVE_KEY: True})
+                t0 = time.perf_counter()
+                res = await _record(
+                    student,
+                    "live",
+                    s.run(
+                        changes={LIVE_KEY: True},
+                        widgets=student.widgets,
+                        keep=student.keep({LIVE_KEY: True}),
+                    ),
+                    out,
+                )
+                out["live_ms"].append((time.perf_counter() - t0) * 1000.0)
+                if res is None:
+                    return
+                continue
+            unasked = await s.idle(think)
+            if unasked:
+                out["errors"].append(
+                    f"student {student.idx} /{student.page}: {unasked} run(s) nobody asked for"
+                )
+                return
+            if time.monotonic() >= t_end and actions >= MIN_ACTIONS:
+                break
+            if actions == 0:  # first a page switch: every student leaves the start page
+                listed = s.page_hashes
+                others = [p for p in PAGES if p != START_PAGE and (not listed or p in listed)]
+                action, page, changes = "page", others[student.idx % len(others)], {}
+            else:
+                action, page, changes = _next_action(student)
+            actions += 1
+            if page is not None:
+                student.page = page
+            student.set(changes)
+            res = await _record(
+                student,
+                action,
+                s.run(
+                    page=page,
+                    changes=changes,
+                    widgets=student.widgets,
+                    keep=student.keep(changes) if page is None else None,
+                ),
+                out,
+            )
+            if res is None:
+                return
+    finally:
+        await s.close()
+
+
+async def open_alone(base: str, key: str) -> RunResult:
+    """Open run key ``page|query`` in a fresh session (the shareable URL) and read its page.
+
+    Args:
+        base: ``http://127.0.0.1:<port>``.
+        key: a run key as in ``Interaction.key``, e.g. ``"Advantages|beta=0.1&klr=true"``.
+
+    Returns:
+        The RunResult of that one run.
+    """
+    page, _, query = key.partition("|")
+    s = Session(base)
+    await s.connect()
+    try:
+        return await s.run(page=page, query=query)
+    finally:
+        await s.close()
+
+
+async def _rss_sampler(pid: int | None, samples: list[float], stop: asyncio.Event) -> None:
+    if pid is None:
+        return
+    try:
+        proc = psutil.Process(pid)
+        while not stop.is_set():
+            samples.append(proc.memory_info().rss / 2**20)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        samples.append(proc.memory_info().rss / 2**20)
+    except psutil.Error:
+        return
+
+
+async def classroom(
+    base: str,
+    students: int,
+    seconds: float,
+    *,
+    live_students: int = 3,
+    live_at_fraction: float = 0.3,
+    seed: int = 0,
+    server_pid: int | None = None,
+    reference_keys: int = 8,
+) -> ClassroomResult:
+    """Run ``students`` simulated students against the server at ``base`` for ``seconds``.
+
+    Args:
+        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run app.py``.
+        students: number of concurrent sessions N.
+        seconds: how long the students keep interacting (each finishes its last run after).
+        live_students: how many of them switch on live sampling at the same moment.
+        live_at_fraction: when (fraction of ``seconds``) they do so.
+        seed: seeds every student's ``random.Random`` (student i: seed * 1000 + i).
+        server_pid: the server's pid for the RSS samples (None: no RSS).
+        reference_keys: how many run keys to re-open alone afterwards (shared keys first).
+
+    Returns:
+        The ClassroomResult.
+    """
+    out: dict[str, Any] = {
+        "interactions": [],
+        "errors": [],
+        "exceptions": [],
+        "error_alerts": [],
+        "digests": {},
+        "examples": {},
+        "live_ms": [],
+    }
+    n_live = min(live_students, students)
+    pool = [_Student(i, base, seed, live=i < n_live) for i in range(students)]
+    barrier = asyncio.Barrier(n_live) if n_live > 1 else None
+    rss: list[float] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_rss_sampler(server_pid, rss, stop))
+    t0 = time.monotonic()
+    t_end = t0 + seconds
+    live_at = t0 + seconds * live_at_fraction
+    await asyncio.gather(
+        *(_student_loop(st, t_end, live_at, barrier, out) for st in pool),
+        return_exceptions=False,
+    )
+    wall = time.monotonic() - t0
+    server_runs = sum(st.session.runs for st in pool)
+    digests: dict[str, dict[str, list[int]]] = out["digests"]
+    mismatches = inconsistent_keys(digests)
+    # solo references: shared keys first (most students), then the rest, deterministic order
+    order = sorted(
+        digests,
+        key=lambda k: (-len({s for v in digests[k].values() for s in v}), k),
+    )
+    checked = 0
+    alone_ms: list[float] = []
+    for key in order[:reference_keys]:
+        try:
+            ref = await open_alone(base, key)
+        except Exception as err:
+            out["errors"].append(f"reference run {key}: {err!r}")
+            continue
+        checked += 1
+        alone_ms.append(ref.ms)
+        if ref.status != "FINISHED_SUCCESSFULLY" or ref.exceptions or ref.error_alerts:
+            out["errors"].append(
+                f"reference run {key}: {ref.status} {ref.exceptions} {ref.error_alerts}"
+            )
+            continue
+        seen = set(digests[key])
+        if seen != {ref.digest}:
+            detail = []
+            for d in sorted(seen - {ref.digest}):
+                who, before, parts = out["examples"][(key, d)]
+                detail.append(f"student {who} after {before}: " + _diff_parts(parts, ref.parts))
+            mismatches.append(
+                f"{key}: alone {ref.digest[:10]}, under load {sorted(d[:10] for d in seen)}; "
+                + " | ".join(detail)
+            )
+    stop.set()
+    await sampler
+    return ClassroomResult(
+        students=students,
+        seconds=seconds,
+        live_students=n_live,
+        interactions=out["interactions"],
+        errors=out["errors"],
+        exceptions=out["exceptions"],
+        error_alerts=out["error_alerts"],
+        isolation_mismatches=mismatches,
+        digests={k: set(v) for k, v in digests.items()},
+        reference_checked=checked,
+        live_ms=out["live_ms"],
+        alone_ms=alone_ms,
+        wall_s=wall,
+        rss_mib=rss,
+        server_runs=server_runs,
+    )
+
+
+def run_classroom(base: str, students: int, seconds: float, **kwargs: Any) -> ClassroomResult:
+    """Synchronous wrapper of ``classroom`` (a fresh event loop)."""
+    return asyncio.run(classroom(base, students, seconds, **kwargs))
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def health(base: str, timeout: float = 2.0) -> bool:
+    """True when ``base``/_stcore/health answers ``ok``."""
+    try:
+        with urllib.request.urlopen(f"{base}/_stcore/health", timeout=timeout) as resp:
+            return resp.read().decode().strip() == "ok"
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass
+class Server:
+    """A running ``streamlit run app.py``: its base URL, process and log file."""
+
+    base: str
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        """The server's pid (for RSS)."""
+        return self.proc.pid
+
+    def tracebacks(self) -> list[str]:
+        """The exception line of every traceback the server logged.
+
+        Catches a page that failed even when a page guard turned the error into a friendly
+        message. Plain and rich (boxed, coloured) tracebacks are both recognised.
+        """
+        text = _ANSI.sub("", self.log.read_text(errors="replace"))
+        found, inside = [], False
+        for line in text.splitlines():
+            if "Traceback (most recent call last)" in line:
+                inside = True
+            elif inside and _EXC_LINE.match(line):
+                found.append(line.strip())
+                inside = False
+        return found
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*")
+
+
+@contextlib.contextmanager
+def server(model: str = "tiny", log: Path | None = None) -> Iterator[Server]:
+    """Start ``streamlit run app.py`` headless on a free 127.0.0.1 port; kill its group after.
+
+    Args:
+        model: ROLL_VIZ_MODEL for the server (the tiny test model by default).
+        log: where the server's output goes (default: .pytest_cache/load_server.log).
+
+    Yields:
+        The Server, once /_stcore/health answers.
+    """
+    port = free_port()
+    env = {**os.environ, "ROLL_VIZ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    log = log or ROOT / ".pytest_cache" / "load_server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    venv = ROOT / ".venv" / "bin" / "python"
+    python = str(venv) if venv.exists() else sys.executable
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                python,
+                "-m",
+                "streamlit",
+                "run",
+                ENTRY if (ROOT / ENTRY).exists() else "Home.py",
+                "--server.headless=true",
+                "--server.address=127.0.0.1",
+                f"--server.port={port}",
+                "--server.fileWatcherType=none",
+                "--browser.gatherUsageStats=false",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+            while not health(base):
+                if proc.poll() is not None:
+                    raise RuntimeError(
+                        f"streamlit exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
+                    )
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"streamlit not healthy:\n{log.read_text()[-3000:]}")
+                time.sleep(0.2)
+            yield Server(base, proc, log)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: one JSON line per N (a fresh server each)."""
+    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.load", description=__doc__)
+    ap.add_argument("--students", type=int, nargs="+", default=[5, 15, 30])
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--live", type=int, default=3, help="students sampling live at once")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="also print errors / mismatches")
+    args = ap.parse_args(argv)
+    if not 0 < args.seconds <= 600 or not all(0 < n <= 200 for n in args.students):
+        ap.error("--seconds in (0, 600], --students in [1, 200]")
+    worst = 0
+    for n in args.students:
+        with server() as srv:
+            res = run_classroom(
+                srv.base,
+                n,
+                args.seconds,
+                live_students=args.live,
+                seed=args.seed,
+                server_pid=srv.pid,
+            )
+            line = res.summary()
+            line["health_after"] = health(srv.base)
+            tracebacks = srv.tracebacks()
+            line["server_tracebacks"] = len(tracebacks)
+        print(json.dumps(line), flush=True)
+        if args.verbose:
+            for what in ("errors", "exceptions", "error_alerts", "isolation_mismatches"):
+                for item in getattr(res, what)[:20]:
+                    print(f"  {what}: {item}", file=sys.stderr)
+            for item in tracebacks[:20]:
+                print(f"  server traceback: {item}", file=sys.stderr)
+        if res.errors or res.exceptions or res.error_alerts or tracebacks or not res.isolation_ok:
+            worst = 1
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Instant hyperparameters: the reward -> advantage pipeline recomputed in the browser.
+
+``instant_advantages(payload, params, key)`` mounts an ``st.components.v2`` component that gets
+the batch once (``instant_payload``: a few hundred KB of base64 float64), and on every slider
+input event recomputes beta / gamma / lambda / G / the estimator with ``pipeline.js`` (the same
+functions as ``roll_viz.core.pipeline``, checked to 1e-9 by tests/js) and redraws a canvas
+heatmap and a per-sample table in place. On release it reports the settled values back; this
+function returns them (or None before the first release), so the page can write the URL and
+recompute the rest server-side with ``roll_viz.core.pipeline.run``: Python stays the source of
+truth. A config the browser pipeline does not cover (``covered`` in pipeline.js) is shown as
+"server path" in the component, and only the values on release count.
+
+Why a canvas and not Plotly.js: a v2 component's JS travels inline with every rerun's delta
+(there is no asset directory for an uninstalled package), so shipping plotly.min.js (4.8 MB)
+would cost that on every rerun; a canvas with one pixel per token scaled without smoothing has
+no cell gaps and redraws in well under a millisecond.
+
+Page use::
+
+    from roll_viz.ui import instant
+    payload = instant.instant_payload(batch, framework, config, running)
+    settled = instant.instant_advantages(payload, params=initial, key="adv_instant")
+    if settled:
+        config = instant.apply_params(framework, config, settled)  # then G via subset_groups
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from roll_viz.ui.instant.payload import (
+    SLIDERS,
+    apply_params,
+    batch_payload,
+    encode_array,
+    instant_payload,
+    jsonable_config,
+    max_group_size,
+    subset_groups,
+)
+
+__all__ = [
+    "KNOBS",
+    "SLIDERS",
+    "VIEWS",
+    "apply_params",
+    "batch_payload",
+    "component_source",
+    "encode_array",
+    "instant_advantages",
+    "instant_payload",
+    "jsonable_config",
+    "max_group_size",
+    "payload_id",
+    "subset_groups",
+]
+
+HERE = Path(__file__).parent
+COMPONENT_NAME = "roll_viz.instant_advantages"
+KNOBS = ("estimator", "beta", "gamma", "lam", "G")
+VIEWS = ("advantages", "token_rewards", "returns", "kl")
+
+CSS = """
+.rv-instant { font-family: var(--st-font, sans-serif); color: var(--st-text-color, #222);
+  font-size: 0.9rem; }
+.rv-controls { display: flex; flex-wrap: wrap; gap: 0.5rem 1.25rem; align-items: center;
+  margin: 0.4rem 0; }
+.rv-knob { display: inline-flex; gap: 0.35rem; align-items: center; }
+.rv-knob[hidden] { display: none; }
+.rv-knob input[type=range] { width: 9rem; }
+.rv-knob output { min-width: 2.6rem; font-variant-numeric: tabular-nums; }
+.rv-status { padding: 0.3rem 0.5rem; border-radius: 0.3rem; margin-bottom: 0.3rem; }
+.rv-live { background: rgba(33, 195, 84, 0.12); }
+.rv-fallback { background: rgba(255, 189, 69, 0.25); font-weight: 600; }
+.rv-error { background: rgba(255, 43, 43, 0.15); font-weight: 600; }
+.rv-heatmap { display: block; width: 100%; image-rendering: pixelated; }
+.rv-legend, .rv-tip { font-size: 0.8rem; min-height: 1.1em; opacity: 0.85; }
+.rv-table-wrap { max-height: 18rem; overflow: auto; margin-top: 0.4rem; }
+.rv-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+.rv-table th, .rv-table td { padding: 0.1rem 0.6rem; text-align: right;
+  border-bottom: 1px solid var(--st-border-color, #ddd); }
+"""
+
+
+@functools.cache
+def component_source() -> str:
+    """pipeline.js followed by component.js: one ES module, the component's default export."""
+    return (HERE / "pipeline.js").read_text() + "\n" + (HERE / "component.js").read_text()
+
+
+@functools.cache
+def _component():
+    return st.components.v2.component(COMPONENT_NAME, css=CSS, js=component_source())
+
+
+def payload_id(payload: Mapping[str, Any]) -> str:
+    """Content hash of a payload: the component rebuilds only when this changes."""
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def instant_advantages(
+    payload: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    key: str = "instant_advantages",
+    cell_height: int = 10,
+    knobs: tuple[str, ...] = KNOBS,
+    view: str = "advantages",
+) -> dict[str, Any] | None:
+    """Mount the instant component; the values the user settled on, or None before a release.
+
+    Args:
+        payload: ``instant_payload(batch, framework, config, running)`` (build it inside a
+            cached function on big batches; it is a pure function of its inputs).
+        params: initial knob values ``{"beta", "gamma", "lam", "estimator", "G"}`` (any may be
+            missing: the payload's config and the full group size are used). Changing them from
+            Python (URL, sidebar) moves the sliders; passing back what was settled is a no-op.
+        key: Streamlit widget key (one per component on a page).
+        cell_height: heatmap pixels per sample row.
+        knobs: controls to show, a subset of ``KNOBS`` (e.g. ``("beta",)`` on Token KL);
+            hidden knobs keep the payload's config values.
+        view: first heatmap: "advantages", "token_rewards", "returns" or "kl".
+
+    Returns:
+        ``{"beta", "gamma", "lam", "estimator", "G", "config"}`` after a release (config is the
+        resolved config the browser used, reward-stage keys only; rebuild it with
+        ``apply_params`` to validate), else None.
+    """
+    data = {
+        "payload": dict(payload),
+        "payload_id": payload_id(payload),
+        "params": dict(params or {}),
+        "cell_height": int(cell_height),
+        "knobs": [k for k in knobs if k in KNOBS],
+        "view": view if view in VIEWS else "advantages",
+    }
+    result = _component()(
+        key=key, data=data, default={"settled": None}, on_settled_change=lambda: None
+    )
+    settled = result.get("settled") if hasattr(result, "get") else None
+    return dict(settled) if settled else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Page glue: the sidebar follows what the student settled on, so every page stays one chain
+# ---------------------------------------------------------------------------------------------
+#: knob -> the sidebar widget key it drives
+SIDEBAR_KEYS = {"beta": "beta", "gamma": "gamma", "lam": "lam", "estimator": "est", "G": "G"}
+
+
+def _settled_value(key: str) -> dict[str, Any] | None:
+    value = st.session_state.get(key)
+    settled = getattr(value, "settled", None)
+    if settled is None and hasattr(value, "get"):
+        settled = value.get("settled")
+    return dict(settled) if settled else None
+
+
+def sync_sidebar(key: str, knobs: tuple[str, ...]) -> None:
+    """Callback on release: copy the settled knobs into the sidebar (and so the URL).
+
+    The rest of the page and every other page then recompute on the server from the same
+    values (Python stays the source of truth).
+    """
+    settled = _settled_value(key)
+    if not settled:
+        return
+    for knob in knobs:
+        target = SIDEBAR_KEYS.get(knob)
+        if target is not None and settled.get(knob) is not None:
+            st.session_state[target] = settled[knob]
+
+
+def instant_panel(
+    payload: Mapping[str, Any], params: Mapping[str, Any], key: str, knobs: tuple[str, ...]
+) -> None:
+    """The instant component whose releases drive the sidebar (``sync_sidebar``)."""
+    data = {
+        "payload": dict(payload),
+        "payload_id": payload_id(payload),
+        "params": dict(params or {}),
+        "cell_height": 10,
+        "knobs": [k for k in knobs if k in KNOBS],
+        "view": "advantages",
+    }
+    _component()(
+        key=key,
+        data=data,
+        default={"settled": None},
+        on_settled_change=lambda: sync_sidebar(key, knobs),
+    )

@@ -1,0 +1,193 @@
+"""The batch the browser pipeline (``pipeline.js``) recomputes from, built once in Python.
+
+The payload carries the calculator's inputs (scores, mask, group ids, log-probs, values, greedy
+baseline scores) as base64 little-endian arrays (float64 bit-exact, so the browser reproduces
+``roll_viz.core.pipeline.run`` to rounding), the framework's *resolved* config (Python's
+``resolve_config`` stays the only source of defaults and validation), the estimator choices and
+the generic-knob aliases of that framework. No model or user text is included except the group
+labels, which the component only ever renders with ``textContent``.
+
+This module imports no Streamlit, so the conformance tests can use it directly.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.core.pipeline import (
+    ALIASES,
+    CHOICES,
+    DEFAULTS,
+    ESTIMATOR_KEY,
+    prepare_batch,
+    resolve_config,
+)
+from roll_viz.core.records import Batch, RunningMoments
+
+PAYLOAD_VERSION = 1
+
+# generic knob -> slider spec (min, max, step); the config key comes from ALIASES[framework]
+SLIDERS: dict[str, tuple[float, float, float]] = {
+    "beta": (0.0, 1.0, 0.001),
+    "gamma": (0.0, 1.0, 0.01),
+    "lam": (0.0, 1.0, 0.01),
+}
+
+
+def encode_array(x: Tensor | None, dtype: str = "f8") -> dict[str, Any] | None:
+    """A (B,) or (B, T) tensor as ``{"dtype", "shape", "b64"}`` (little-endian bytes).
+
+    Args:
+        x: tensor or None.
+        dtype: "f8" (float64, bit-exact), "u1" (0/1 mask) or "i4" (group ids).
+
+    Returns:
+        The encoding, or None for None.
+    """
+    if x is None:
+        return None
+    torch_dtype = {"f8": torch.float64, "u1": torch.uint8, "i4": torch.int32}[dtype]
+    arr = x.detach().to(torch_dtype).contiguous().cpu().numpy()
+    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    return {"dtype": dtype, "shape": list(arr.shape), "b64": base64.b64encode(data).decode()}
+
+
+def batch_payload(batch: Batch) -> dict[str, Any]:
+    """The validated batch, encoded for ``pipeline.js``'s ``decodeBatch``.
+
+    Args:
+        batch: the calculator input; validated with ``prepare_batch`` (ValueError if bad).
+
+    Returns:
+        JSON-serializable dict with the Batch's field names.
+    """
+    clean = prepare_batch(batch)
+    return {
+        "scores": encode_array(clean.scores),
+        "response_mask": encode_array(clean.response_mask, "u1"),
+        "group_ids": encode_array(clean.group_ids, "i4"),
+        "group_labels": [str(label) for label in clean.group_labels],
+        "logprobs": encode_array(clean.logprobs),
+        "ref_logprobs": encode_array(clean.ref_logprobs),
+        "values": encode_array(clean.values),
+        "baseline_scores": encode_array(clean.baseline_scores),
+    }
+
+
+def jsonable_config(framework: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The reward-stage keys of a resolved config (``DEFAULTS[framework]``), tuples as lists.
+
+    Policy-update (loss) keys are left out: ``pipeline.run`` does not read them, so they cannot
+    change what the browser recomputes.
+    """
+    return {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in cfg.items()
+        if k in DEFAULTS[framework]
+    }
+
+
+def max_group_size(batch: Batch) -> int:
+    """Largest number of samples of one prompt in the batch."""
+    return int(torch.bincount(torch.as_tensor(batch.group_ids).to(torch.long)).max().item())
+
+
+def subset_groups(batch: Batch, group_size: int) -> Batch:
+    """The first ``group_size`` samples (in row order) of every prompt: what the G slider shows.
+
+    Args:
+        batch: the full batch.
+        group_size: G >= 1; groups with fewer samples keep all of theirs.
+
+    Returns:
+        A new Batch with the selected rows (group ids and labels unchanged).
+    """
+    if group_size < 1:
+        raise ValueError(f"group size must be >= 1, got {group_size}")
+    gids = torch.as_tensor(batch.group_ids).to(torch.long)
+    seen: dict[int, int] = {}
+    keep = []
+    for row, g in enumerate(gids.tolist()):
+        seen[g] = seen.get(g, 0) + 1
+        if seen[g] <= group_size:
+            keep.append(row)
+    idx = torch.tensor(keep, dtype=torch.long)
+
+    def pick(x):
+        return None if x is None else torch.as_tensor(x)[idx]
+
+    return Batch(
+        scores=pick(batch.scores),
+        response_mask=pick(batch.response_mask),
+        group_ids=gids[idx],
+        group_labels=tuple(batch.group_labels),
+        logprobs=pick(batch.logprobs),
+        ref_logprobs=pick(batch.ref_logprobs),
+        values=pick(batch.values),
+        baseline_scores=pick(batch.baseline_scores),
+    )
+
+
+def instant_payload(
+    batch: Batch,
+    framework: str,
+    config: Mapping[str, Any] | None = None,
+    running: RunningMoments | None = None,
+) -> dict[str, Any]:
+    """Everything the instant component needs, sent once per batch/config.
+
+    Args:
+        batch: the calculator input (the page's ``ui.current_batch`` / the Batch it traces).
+        framework: "roll", "verl", "openrlhf" or "trl".
+        config: that framework's keys (resolved here; ValueError on a bad key or value).
+        running: running reward statistics before this batch (ROLL "running" norm types).
+
+    Returns:
+        JSON-serializable dict: version, framework, config (resolved), batch (encoded),
+        running, estimator_key, estimators (the framework's choices), aliases (generic knob ->
+        config key or None), sliders, max_group_size.
+    """
+    cfg = resolve_config(framework, config)
+    est_key = ESTIMATOR_KEY[framework]
+    return {
+        "version": PAYLOAD_VERSION,
+        "framework": framework,
+        "config": jsonable_config(framework, cfg),
+        "batch": batch_payload(batch),
+        "running": None
+        if running is None
+        else {"mean": running.mean, "var": running.var, "count": running.count},
+        "estimator_key": est_key,
+        "estimators": list(CHOICES[framework][est_key]),
+        "aliases": dict(ALIASES[framework]),
+        "sliders": {k: list(v) for k, v in SLIDERS.items()},
+        "max_group_size": max_group_size(batch),
+    }
+
+
+def apply_params(
+    framework: str, config: Mapping[str, Any] | None, params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The config the settled slider values mean: generic knobs mapped to this framework's keys.
+
+    Args:
+        framework: dialect.
+        config: the config the payload was built from.
+        params: what the component reported, e.g. ``{"beta": 0.3, "gamma": 0.9, "lam": 0.95,
+            "estimator": "grpo", "G": 4}`` (``G`` is not a config key; see ``subset_groups``).
+
+    Returns:
+        A resolved config (ValueError if a value is out of range).
+    """
+    cfg = dict(resolve_config(framework, config))
+    aliases = ALIASES[framework]
+    for knob in ("beta", "gamma", "lam", "estimator"):
+        key = aliases.get(knob)
+        if key is not None and params.get(knob) is not None:
+            cfg[key] = params[knob]
+    return resolve_config(framework, cfg)
