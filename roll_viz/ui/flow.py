@@ -145,6 +145,10 @@ def cached_rollout(state: AppState) -> Rollout:
     """
     if state.live:
         return sample_live(state.model, state.sampling)
+    if state.source.startswith("run:"):
+        from roll_viz.ui import runs
+
+        return runs.step_rollout(state.source)
     rollout = _preset_rollout(state.preset)
     if state.group_size < rollout.group_size:
         rollout = _subsampled(state.preset, state.group_size)
@@ -164,6 +168,10 @@ def _rollout_key(state: AppState) -> tuple:
 def _scores(_rollout: Rollout, key: tuple, spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
     from roll_viz import rewards
 
+    if str(key[0]).startswith("run:"):  # an imported run: its file's scores, no reward fn
+        from roll_viz.ui import runs
+
+        return runs.step_scores(key[0]), None
     scores = rewards.score_rollout(_rollout, spec)
     greedy_fn = getattr(rewards, "score_greedy", None)
     greedy = (

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import streamlit as st
+import torch
 
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.settings import (
@@ -53,7 +54,10 @@ from roll_viz.ui.state import (
     KEY_PROMPTS,
     KEY_REWARD,
     KEY_REWARD_PARAM_PREFIX,
+    KEY_RUN_SOURCE,
+    KEY_RUN_URL,
     KEY_SEED,
+    KEY_STEP_URL,
     KEY_TEMPERATURE,
     KEY_WHITEN,
     MAX_GROUP_SIZE,
@@ -64,6 +68,7 @@ from roll_viz.ui.state import (
     PRESET_REWARD,
     SINGLETON_NOTES,
     AppState,
+    RunSampling,
     _freeze,
     _model_spec,
     _pipeline,
@@ -296,6 +301,45 @@ def _read_prompts(
     return tuple(prompts), notes
 
 
+def _stop_run() -> None:
+    st.session_state.pop(KEY_RUN_SOURCE, None)
+    for key in (KEY_RUN_URL, KEY_STEP_URL):
+        if key in st.query_params:
+            del st.query_params[key]
+
+
+def _run_data(messages: list[str]) -> tuple[str, str, Any] | None:
+    """The imported run step as the data source, when one is chosen (Your run page or URL)."""
+    from roll_viz.ui import runs
+
+    source = st.session_state.get(KEY_RUN_SOURCE)
+    if source is None and KEY_RUN_URL in st.query_params and KEY_STEP_URL in st.query_params:
+        source = f"run:{st.query_params[KEY_RUN_URL]}#{st.query_params[KEY_STEP_URL]}"
+    if source is None:
+        return None
+    try:
+        run_id, step_no = runs.parse_source(source)
+        step = runs.step_cached(run_id, step_no)
+    except (ValueError, KeyError, OSError) as err:
+        messages.append(f"The run in the link cannot be opened ({err}); using the presets.")
+        st.session_state.pop(KEY_RUN_SOURCE, None)
+        return None
+    st.session_state[KEY_RUN_SOURCE] = source
+    sb = st.sidebar
+    sb.info(
+        text.md_escape(
+            f"Data: your run {run_id.split('/')[-1].removeprefix('dir:')}, step {step_no} "
+            f"({text.count(len(step.prompts), 'prompt')}, {int(step.scores.numel())} samples; "
+            f"scores: {step.score_kind} from the file)."
+        ),
+        icon=":material/folder_open:",
+    )
+    sb.button("Back to the presets", key="stop_run", on_click=_stop_run)
+    group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
+    preset = st.session_state.get(KEY_PRESET) or next(iter(_presets()))
+    return source, preset, RunSampling(run_id=run_id, step=step_no, group_size=group_size)
+
+
 def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     """Data section: preset / live, prompts, G, sampling. Returns (source, preset, sampling)."""
     from roll_viz.lm import sampling as sampling_mod
@@ -304,6 +348,9 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     names = list(presets)
     sb = st.sidebar
     sb.markdown("### Data")
+    run = _run_data(messages)
+    if run is not None:
+        return run
     preset = _bound(
         sb.selectbox,
         "Preset",
@@ -707,6 +754,8 @@ def page_setup(title: str) -> AppState:
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
     reward = _sidebar_reward(preset)
+    if source.startswith("run:"):
+        st.sidebar.caption("These reward settings do not apply: the run's file gives the scores.")
     framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
     present, hide = _sidebar_presentation()
     _inject_css(present, hide)

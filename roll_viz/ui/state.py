@@ -63,6 +63,8 @@ KEY_NORM = "norm"  # Rewards: none | group | batch | running
 KEY_CHIP_VIEW = "chips"  # Samples: what the token chips colour by
 
 # Per-session state (small values only, never tensors).
+KEY_RUN_SOURCE = "_run_source"  # "run:<id>#<step>" when an imported run step is the data
+KEY_RUN_URL, KEY_STEP_URL = "run", "step"  # the same in the URL
 KEY_LAST_VALID_PARAMS = "_last_valid_reward_params"  # (reward, param) -> last valid value
 KEY_RUNNING = "_running_moments"
 KEY_RUNNING_BATCHES = "_running_batches"
@@ -99,7 +101,7 @@ LIVE_CACHE_ENTRIES = 16
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 PAGES = {
-    "home": "app.py",
+    "home": "Home.py",
     "samples": "pages/1_Samples.py",
     "rewards": "pages/2_Rewards.py",
     "kl": "pages/3_Token_KL.py",
@@ -125,6 +127,29 @@ SINGLETON_NOTES = {
 # ---------------------------------------------------------------------------------------------
 # The state a page works with
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunSampling:
+    """What stands for the sampling settings when an imported run step is the data.
+
+    Attributes:
+        run_id: the run ("dir:<name>" or "upload:<hash>/<name>").
+        step: the training step shown.
+        group_size: the largest group of the step (groups of a real run may differ in size).
+        prompts: not repeated here (the rollout has them); kept empty for a small cache key.
+    """
+
+    run_id: str
+    step: int
+    group_size: int
+    prompts: tuple[str, ...] = ()
+    seed: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 0
+    policy_mode: str = "run"
+    instruction: str = ""
+
+
 @dataclass(frozen=True)
 class AppState:
     """Everything the sidebar decided, frozen and hashable (a cache key).
@@ -247,6 +272,10 @@ def url_state() -> dict[str, str]:
     ]  # fmt: skip
     keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
     params: dict[str, str] = {}
+    run_source = st.session_state.get(KEY_RUN_SOURCE)
+    if run_source:
+        run_id, _, step = run_source.removeprefix("run:").rpartition("#")
+        params[KEY_RUN_URL], params[KEY_STEP_URL] = run_id, step
     for key in keys:
         if key in st.session_state:
             text = _url_value(st.session_state[key])
@@ -256,7 +285,7 @@ def url_state() -> dict[str, str]:
 
 
 def page_url(page: str, params: Mapping[str, str] | None = None) -> str:
-    """Relative URL of a page (pages/N_Title.py -> "Title", app.py -> "./") with a query."""
+    """Relative URL of a page (pages/N_Title.py -> "Title", Home.py -> "./") with a query."""
     target = PAGES.get(page, page)
     name = os.path.basename(target).removesuffix(".py")
     path = "./" if target == PAGES["home"] else name.split("_", 1)[1] if "_" in name else name

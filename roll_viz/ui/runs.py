@@ -1,0 +1,171 @@
+"""Imported training runs in the app: which files may be opened, the cached scan, one step.
+
+A run comes from a folder whoever starts the server allows (``ROLL_VIZ_RUNS=DIR``; only its
+direct entries, never a path a visitor types) or from an upload (kept in a per-process temporary
+folder named by the content's hash). The scan (``data.runs.open_run``: per-step summaries, bounded
+memory) and each loaded step are shared by every session; nothing read is executed.
+
+A run step becomes the data source of every page (``state.source == "run:<id>#<step>"``): its
+scores are the file's, its tokens and log-probs the file's where it has them. A file without
+token log-probs still drives the reward, advantage, local-vs-global and framework pages; the
+token pages say what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+import torch
+
+from roll_viz.core.records import Rollout
+
+RUNS_ENV = "ROLL_VIZ_RUNS"
+MAX_LISTED = 200  # entries of the allowed folder shown in the picker
+MAX_UPLOAD_BYTES = 200 * 1024 * 1024  # Streamlit's own upload cap (server.maxUploadSize) too
+UPLOAD_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def runs_folder() -> Path | None:
+    """The folder the server allows runs from (``ROLL_VIZ_RUNS``), or None."""
+    value = os.environ.get(RUNS_ENV, "").strip()
+    if not value:
+        return None
+    folder = Path(value).expanduser().resolve()
+    return folder if folder.is_dir() else None
+
+
+def allowed_runs() -> list[str]:
+    """Names of the runs in the allowed folder (files and per-step folders), sorted."""
+    folder = runs_folder()
+    if folder is None:
+        return []
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    return names[:MAX_LISTED]
+
+
+def _upload_root() -> Path:
+    root = Path(tempfile.gettempdir()) / "roll-viz-uploads"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def save_upload(name: str, data: bytes) -> str:
+    """Keep an uploaded file under its content hash; returns its run id ("upload:<hash>/<name>").
+
+    Raises:
+        ValueError: too large, or a file type no reader takes.
+    """
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ValueError(f"the file is larger than {MAX_UPLOAD_BYTES // 2**20} MB")
+    safe = _SAFE_NAME.sub("_", Path(name).name)[:80] or "run.jsonl"
+    if not safe.lower().endswith(UPLOAD_SUFFIXES):
+        raise ValueError(f"{name!r}: expected one of {', '.join(UPLOAD_SUFFIXES)}")
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    target = _upload_root() / digest / safe
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return f"upload:{digest}/{safe}"
+
+
+def resolve(run_id: str) -> Path:
+    """The path behind a run id, only inside the allowed folder or the upload folder.
+
+    Raises:
+        ValueError: an unknown id, or one that points outside those folders.
+    """
+    kind, _, rest = run_id.partition(":")
+    if kind == "dir":
+        folder = runs_folder()
+        if folder is None:
+            raise ValueError(f"this server allows no run folder ({RUNS_ENV} is not set)")
+        base = folder
+    elif kind == "upload":
+        base = _upload_root()
+    else:
+        raise ValueError(f"unknown run {run_id!r}")
+    path = (base / rest).resolve()
+    if base not in path.parents and path != base:
+        raise ValueError(f"run {run_id!r} is outside the allowed folders")
+    if not path.exists():
+        raise ValueError(f"run {run_id!r} is not there (uploads last until the server restarts)")
+    return path
+
+
+@st.cache_resource(show_spinner="Scanning the run...", max_entries=8)
+def open_cached(run_id: str) -> Any:
+    """The scanned run (``data.runs.Run``), shared by every session."""
+    from roll_viz.data.runs import open_run
+
+    return open_run(resolve(run_id))
+
+
+@st.cache_resource(show_spinner="Loading the step...", max_entries=16)
+def step_cached(run_id: str, step: int) -> Any:
+    """One step of a run as tensors (``data.runs.RunStep``), shared by every session."""
+    from roll_viz.data.runs import load_step
+
+    return load_step(open_cached(run_id), step)
+
+
+def parse_source(source: str) -> tuple[str, int]:
+    """("<run id>", step) of a ``run:<id>#<step>`` source."""
+    body = source.removeprefix("run:")
+    run_id, _, step = body.rpartition("#")
+    return run_id, int(step)
+
+
+def step_rollout(source: str) -> Rollout:
+    """The step as a Rollout; without token data, one slot per response (and KL exactly 0)."""
+    run_id, step_no = parse_source(source)
+    step = step_cached(run_id, step_no)
+    try:
+        return step.to_rollout()
+    except ValueError:
+        return _scores_only_rollout(step)
+
+
+def step_scores(source: str) -> torch.Tensor:
+    """(B,) the file's response-level scores of the step."""
+    run_id, step_no = parse_source(source)
+    return step_cached(run_id, step_no).scores.to(torch.float64)
+
+
+def _scores_only_rollout(step: Any) -> Rollout:
+    """A Rollout for a step with no token data: each response is one slot (its whole text)."""
+    b = int(step.scores.numel())
+    mask = torch.ones(b, 1, dtype=torch.float64)
+    zeros = torch.zeros(b, 1, dtype=torch.float64)
+    missing = "tokens,logprobs,ref_logprobs,exact_kl,entropy,topk"
+    return Rollout(
+        prompts=tuple(step.prompts),
+        group_ids=step.group_ids,
+        responses=tuple(step.responses),
+        token_ids=torch.zeros(b, 1, dtype=torch.long),
+        tokens=tuple((text[:60] or "(empty)",) for text in step.responses),
+        response_mask=mask,
+        logprobs=zeros,
+        ref_logprobs=zeros,
+        exact_kl=zeros,
+        entropy=zeros,
+        topk_ids=torch.zeros(b, 1, 0, dtype=torch.long),
+        topk_logprobs=torch.zeros(b, 1, 0, dtype=torch.float64),
+        topk_ref_logprobs=torch.zeros(b, 1, 0, dtype=torch.float64),
+        finish_reasons=tuple("unknown" for _ in range(b)),
+        greedy_responses=(),
+        features=None,
+        vocab={0: ""},
+        meta=(
+            ("missing", missing),
+            ("model", f"imported run ({step.source_format})"),
+            ("source", step.source_format),
+            ("step", step.step),
+        ),
+    )
