@@ -1,9 +1,19 @@
-"""Command line: ``python -m roll_viz compute CASES.json`` and ``python -m roll_viz sample ...``."""
+"""Command line: ``python -m roll_viz compute | sample | train | runs`` (see each ``--help``)."""
 
 import sys
 
 USAGE = """usage: python -m roll_viz compute CASES.json|-
-       python -m roll_viz sample --prompt TEXT [--prompt TEXT ...] [options]  (see sample --help)"""
+       python -m roll_viz sample --prompt TEXT [--prompt TEXT ...] [options]  (see sample --help)
+       python -m roll_viz train --prompt TEXT --steps N [options]             (see train --help)
+       python -m roll_viz runs inspect PATH | runs export PATH --step K --to unipo|rllb|compute"""
+
+#: subcommand -> module whose ``main(argv) -> exit code`` runs it
+COMMANDS = {
+    "compute": "roll_viz.cli.calculator",
+    "sample": "roll_viz.cli.sample",
+    "train": "roll_viz.cli.train",
+    "runs": "roll_viz.cli.runs",
+}
 
 
 def main(argv: list[str]) -> int:
@@ -12,16 +22,11 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    if command == "compute":
-        from roll_viz.cli.calculator import main as compute_main
-
-        return compute_main(rest)
-    if command == "sample":
-        from roll_viz.cli.sample import main as sample_main
-
-        return sample_main(rest)
-    print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
-    return 2
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    module = __import__(COMMANDS[command], fromlist=["main"])
+    return module.main(rest)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ time ``roll_viz.core.pipeline.run`` per dialect (no peer).
 ``--quick`` uses tiny batches (for the smoke test); ``--threads N`` sets torch's intra-op
 threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
 threading made the classroom pipeline ~15x slower, 68 ms vs 3.8 ms, while other processes held
-the cores; the loop peer is single-threaded anyway); ``--sampling ...`` delegates to
-``roll_viz.bench.sampling``.
+the cores; the loop peer is single-threaded anyway); ``--sampling``, ``--update``, ``--train``,
+``--runs`` and ``--load`` delegate to the module of that family (``roll_viz.bench.<family>``).
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
@@ -328,10 +328,16 @@ def bench_dialects(P: int, G: int, T: int, repeats: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per measurement; ``--quick`` for tiny sizes."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "--sampling":
-        from roll_viz.bench.sampling import main as sampling_main
-
-        return sampling_main(argv[1:])
+    families = {  # --flag -> the module whose main(argv) runs that benchmark family
+        "--sampling": "roll_viz.bench.sampling",
+        "--update": "roll_viz.bench.update",
+        "--train": "roll_viz.bench.train",
+        "--runs": "roll_viz.bench.runs",
+        "--load": "roll_viz.bench.load",
+    }
+    if argv and argv[0] in families:
+        module = __import__(families[argv[0]], fromlist=["main"])
+        return module.main(argv[1:])
     quick = "--quick" in argv
     threads = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 1
     torch.set_num_threads(threads)

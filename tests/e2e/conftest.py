@@ -1,4 +1,4 @@
-"""Real-browser fixtures: a `streamlit run app.py` server on 127.0.0.1 and Debian's Chromium.
+"""Real-browser fixtures: a `streamlit run Home.py` server on 127.0.0.1 and Debian's Chromium.
 
 The server runs the tiny test model (ROLL_VIZ_MODEL=tiny) and is killed with its whole process
 group at teardown. Without /usr/bin/chromium every e2e test is skipped with the reason, unless
@@ -68,11 +68,12 @@ def _python() -> str:
 
 @pytest.fixture(scope="session")
 def server():
-    """Base URL of a headless `streamlit run app.py` on a free local port."""
+    """Base URL of a headless `streamlit run Home.py` on a free local port."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing (apt-get install -y chromium)")
     port = _free_port()
     env = {**os.environ, "ROLL_VIZ_MODEL": "tiny", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env["ROLL_VIZ_RUNS"] = str(ROOT / "tests" / "fixtures" / "runs")  # the Your run page
     log = (ROOT / ".pytest_cache").joinpath("e2e_server.log")
     log.parent.mkdir(exist_ok=True)
     out = log.open("w")
@@ -82,7 +83,7 @@ def server():
             "-m",
             "streamlit",
             "run",
-            "app.py",
+            "Home.py",
             "--server.headless=true",
             "--server.address=127.0.0.1",
             f"--server.port={port}",

@@ -1,0 +1,27 @@
+"""The Your run page in a real browser: open a ROLL logging-board dump, use a step everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e import streamlit_page as sp
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "docs" / "screenshots"
+
+
+def test_open_a_run_and_walk_the_pages(server, page):
+    sp.goto(page, f"{server}/Your_run")
+    picker = page.locator(".st-key-run_pick")
+    picker.click()
+    option = page.get_by_role("option", name="rllb", exact=True)
+    sp.after_rerun(page, option.click)
+    assert sp.exceptions(page) == []
+    assert page.get_by_test_id("stPlotlyChart").count() >= 2
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    sp.full_page_screenshot(page, str(SHOTS / "11_your_run.png"))
+    sp.after_rerun(page, lambda: page.locator(".st-key-run_use button").click())
+    assert "run=dir" in page.url
+    sp.goto(page, page.url.replace("/Your_run", "/Advantages"))
+    assert sp.exceptions(page) == []
+    assert "your run" in page.get_by_test_id("stSidebar").inner_text()
