@@ -54,13 +54,13 @@ with ui.page_guard("Your run"):
         st.stop()
 
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Format", run.label)
+    c1.metric("Format", run.format, help=run.label)
     c2.metric("Steps", len(run.steps))
     c3.metric("Samples (last step)", run.summaries[-1].samples if run.summaries else 0)
     c4.metric("Rows skipped", len(run.warnings) + run.warnings_dropped)
     st.caption(
         text.md_escape(
-            f"Present: {', '.join(run.present) or 'scores only'}. "
+            f"{run.label}. Present: {', '.join(run.present) or 'scores only'}. "
             f"Missing: {', '.join(run.missing) or 'nothing'}."
         )
     )
@@ -158,7 +158,17 @@ with ui.page_guard("Your run"):
     if n < 3:
         st.info("PODS needs groups of at least 3 rollouts.")
     else:
-        m = st.slider("Rollouts kept per prompt m", 2, n - 1, value=max(2, n // 2), key="run_m")
+        if n - 1 > 2:
+            m = st.slider(
+                f"Rollouts kept per prompt m (of n = {n})",
+                2,
+                n - 1,
+                value=max(2, n // 2),
+                key="run_m",
+            )
+        else:
+            m = 2
+            st.caption(f"n = {n} rollouts per prompt: keeping m = 2.")
         result = pods.compare_step(step.scores, step.group_ids, tuple(step.group_labels), m)
         ui.plot(history_charts.pods_groups(result.results, result.group_labels), key="run_pods")
         summary_rows = [

@@ -42,6 +42,7 @@ def test_every_format_opens_with_history_and_pods(monkeypatch, folder, run):
     assert formats[0]
     keys = [el.proto.id for el in at.get("plotly_chart")]
     assert any(k.endswith("-run_zero") for k in keys)
+    assert not at.error, [e.value for e in at.error]  # every section drew, PODS included
 
 
 def test_a_step_drives_every_page(runs_dir):

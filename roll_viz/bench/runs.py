@@ -1,0 +1,300 @@
+"""``python -m roll_viz.bench.runs``: open a big RL Logging Board dump; the pipeline at RL scale.
+
+Prints one JSON line per measurement:
+
+- ``write``: a synthetic dump of P prompts x G samples x up to T tokens (one step, one row per
+  sample, lengths uniform in [T/4, T], every token series ROLL writes) in a temp folder. To
+  write ~1-2 GB fast, the heavy token arrays come from a pool of pre-serialised rows (each row
+  still differs in prompt, reward and length-pool slot), so the file parses like a real one;
+- ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
+- ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
+  with its peak RSS;
+- ``load_step``: ``load_step`` of the step (token tensors for whole prompts up to
+  ``MAX_STEP_TOKENS`` positions), its peak RSS;
+- ``pipeline``: ``roll_viz.core.pipeline.run`` (ROLL GRPO with token-level KL in the reward) on
+  a P x G x T float64 batch, beside a framework-style per-sample Python loop (group stats,
+  normalised reward, per-token k1 KL, token rewards, reward-to-go) timed on ``--loop-prompts``
+  prompts and scaled linearly; both are checked to agree on that subset.
+
+Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own.
+``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+POOL = 32
+FILE_NAME = "data_20260101_000000_000.jsonl"
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _emit(record: dict) -> None:
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def write_dump(folder: Path, P: int, G: int, T: int, seed: int = 0) -> dict:
+    """Write the synthetic board dump; returns bytes, rows and seconds."""
+    rng = random.Random(seed)  # a local generator (no global RNG)
+    pool = []
+    for k in range(POOL):
+        n = rng.randint(max(1, T // 4), T)
+        lp = [round(-rng.random() * 3, 4) for _ in range(n)]
+        ref = [round(v - 0.1 + 0.2 * rng.random(), 4) for v in lp]
+        ent = [round(rng.random() * 2, 4) for _ in range(n)]
+        tokens = [f"t{(k * 7919 + t) % 50000}" for t in range(n)]
+        pad = T - n
+        zeros = ", ".join(["0.0"] * pad)
+        tail = ", " + zeros if pad else ""
+        arrays = {
+            "response_tokens": json.dumps(tokens),
+            "logprobs": "[" + ", ".join(map(str, lp)) + tail + "]",
+            "log_probs2": "[" + ", ".join(map(str, lp)) + tail + "]",
+            "ref_logprobs": "[" + ", ".join(map(str, ref)) + tail + "]",
+            "old_log_probs2_entropy": "[" + ", ".join(map(str, ent)) + tail + "]",
+            "new_response_mask": "["
+            + ", ".join(["1"] * n)
+            + (", " + ", ".join(["0"] * pad) if pad else "")
+            + "]",
+        }
+        pool.append((n, ", ".join(f'"{key}": {value}' for key, value in arrays.items())))
+    start = time.perf_counter()
+    path = folder / FILE_NAME
+    rows = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for p in range(P):
+            prompt = json.dumps(f"<|im_start|>user\nQuestion {p}: what is {p} + {p}?<|im_end|>\n")
+            for g in range(G):
+                n, arrays = pool[(p * G + g) % POOL]
+                reward = round(rng.gauss(0.0, 1.0), 4)
+                token_rewards = (
+                    "[" + ", ".join(["0.0"] * (n - 1) + [str(reward)] + ["0.0"] * (T - n)) + "]"
+                )
+                handle.write(
+                    f'{{"step": 0, "prompt": {prompt}, "response": "answer {p} {g}", '
+                    f'"reward": {reward}, {arrays}, "values": {token_rewards}, '
+                    f'"token_rewards": {token_rewards}}}\n'
+                )
+                rows += 1
+    return {"bytes": path.stat().st_size, "rows": rows, "seconds": time.perf_counter() - start}
+
+
+def phase_read_peer(folder: Path) -> dict:
+    """The reading floor: ``json.loads`` of every line, nothing kept."""
+    start = time.perf_counter()
+    count = 0
+    with open(folder / FILE_NAME, "rb") as handle:
+        for line in handle:
+            json.loads(line)
+            count += 1
+    return {"rows": count, "seconds": time.perf_counter() - start}
+
+
+def phase_scan(folder: Path) -> dict:
+    """``open_run`` of the dump (detect, validate, per-step summaries)."""
+    from roll_viz.data.runs import open_run
+
+    start = time.perf_counter()
+    run = open_run(folder)
+    seconds = time.perf_counter() - start
+    s = run.summaries[0]
+    return {
+        "seconds": seconds,
+        "steps": len(run.steps),
+        "samples": s.samples,
+        "prompts": s.num_prompts,
+        "warnings": len(run.warnings),
+        "kl_k3_mean": float(s.kl_k3.mean()),
+    }
+
+
+def phase_load(folder: Path) -> dict:
+    """``open_run`` then ``load_step`` of its step (timed alone)."""
+    from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run
+
+    run = open_run(folder)
+    rss_after_scan = _rss_mb()
+    start = time.perf_counter()
+    step = load_step(run, run.steps[0])
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "kept_prompts": len(step.prompts),
+        "total_prompts": step.total_prompts,
+        "kept_samples": int(step.scores.numel()),
+        "token_positions": int(step.response_mask.sum()),
+        "max_step_tokens": MAX_STEP_TOKENS,
+        "rss_after_scan_mb": rss_after_scan,
+    }
+
+
+def make_batch(P: int, G: int, T: int, seed: int = 0):
+    """A P x G x T float64 Batch with lengths in [T/4, T] (seeded torch.Generator)."""
+    from roll_viz.core.records import Batch
+
+    gen = torch.Generator().manual_seed(seed)
+    B = P * G
+    lengths = torch.randint(max(1, T // 4), T + 1, (B,), generator=gen)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).to(torch.float64)
+    lp = -torch.rand(B, T, generator=gen, dtype=torch.float64) * 3 * mask
+    ref = (lp + (torch.rand(B, T, generator=gen, dtype=torch.float64) - 0.5) * 0.2) * mask
+    return Batch(
+        scores=torch.randn(B, generator=gen, dtype=torch.float64),
+        response_mask=mask,
+        group_ids=torch.arange(B) // G,
+        group_labels=tuple(range(P)),
+        logprobs=lp,
+        ref_logprobs=ref,
+    )
+
+
+BETA = 0.05
+CONFIG = {"adv_estimator": "grpo", "add_token_level_kl": True, "init_kl_coef": BETA}
+
+
+def loop_peer(scores: list, mask: list, lp: list, ref: list, G: int) -> list:
+    """Framework-style per-sample loop: ROLL GRPO with k1 KL in the reward (plain floats).
+
+    Group mean and unbiased std (+1e-6), normalised reward on the last valid token, minus
+    beta * (logp - ref) on every token, reward-to-go with gamma 1.
+    """
+    out = []
+    for b in range(len(scores)):
+        start = (b // G) * G
+        group = scores[start : start + G]
+        mu = sum(group) / G
+        sd = math.sqrt(sum((x - mu) ** 2 for x in group) / (G - 1))
+        reward = (scores[b] - mu) / (sd + 1e-6)
+        row_mask = mask[b]
+        last = max(t for t in range(len(row_mask)) if row_mask[t])
+        tok = []
+        for t in range(len(row_mask)):
+            if not row_mask[t]:
+                tok.append(0.0)
+                continue
+            r = -BETA * (lp[b][t] - ref[b][t])
+            if t == last:
+                r += reward
+            tok.append(r)
+        adv, running = [0.0] * len(tok), 0.0
+        for t in reversed(range(len(tok))):
+            running = tok[t] + running
+            adv[t] = running * row_mask[t]
+        out.append(adv)
+    return out
+
+
+def phase_pipeline(P: int, G: int, T: int, loop_prompts: int) -> dict:
+    """``pipeline.run`` on P x G x T beside the per-sample loop on a subset, scaled by P."""
+    from roll_viz.core.pipeline import run
+
+    torch.set_num_threads(1)
+    batch = make_batch(P, G, T)
+    start = time.perf_counter()
+    trace = run(batch, "roll", CONFIG)
+    seconds = time.perf_counter() - start
+    rss = _rss_mb()
+    n = loop_prompts * G
+    sub = make_batch(loop_prompts, G, T, seed=1)
+    vec = run(sub, "roll", CONFIG).advantages
+    start = time.perf_counter()
+    loop = loop_peer(
+        sub.scores.tolist(),
+        sub.response_mask.tolist(),
+        sub.logprobs.tolist(),
+        sub.ref_logprobs.tolist(),
+        G,
+    )
+    loop_seconds = time.perf_counter() - start
+    diff = float((torch.tensor(loop, dtype=torch.float64) - vec).abs().max())
+    scaled = loop_seconds * (P / loop_prompts)
+    del trace
+    return {
+        "seconds": seconds,
+        "peak_rss_after_run_mb": rss,
+        "loop_subset": f"{loop_prompts}x{G}x{T}",
+        "loop_seconds_subset": loop_seconds,
+        "loop_seconds_scaled": scaled,
+        "loop_scaled_by": P / loop_prompts,
+        "speedup": scaled / seconds,
+        "max_abs_diff_subset": diff,
+        "rows_checked": n,
+    }
+
+
+def _child(phase: str, args: argparse.Namespace) -> dict:
+    folder = Path(args.dir)
+    if phase == "write":
+        return write_dump(folder, args.prompts, args.group, args.tokens)
+    if phase == "read_peer":
+        return phase_read_peer(folder)
+    if phase == "scan":
+        return phase_scan(folder)
+    if phase == "load_step":
+        return phase_load(folder)
+    if phase == "pipeline":
+        return phase_pipeline(args.prompts, args.group, args.tokens, args.loop_prompts)
+    raise ValueError(f"unknown phase {phase!r}")
+
+
+PHASES = ("write", "read_peer", "scan", "load_step", "pipeline")
+
+
+def main(argv: list[str]) -> int:
+    """Run every phase in a subprocess and print one JSON line each."""
+    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench.runs")
+    parser.add_argument("--prompts", type=int, default=512)
+    parser.add_argument("--group", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--loop-prompts", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--keep", default=None, help="write the dump to this folder and keep it")
+    parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument("--phase", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.group, args.tokens, args.loop_prompts = 4, 4, 64, 1
+    if args.phase is not None:
+        before = _rss_mb()
+        record = _child(args.phase, args)
+        _emit({"phase": args.phase, **record, "peak_rss_mb": _rss_mb(), "rss_at_start_mb": before})
+        return 0
+    scale = f"{args.prompts}x{args.group}x{args.tokens}"
+    with tempfile.TemporaryDirectory(prefix="rollviz-bench-runs-") as tmp:
+        folder = Path(args.keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for phase in args.phases.split(","):
+            cmd = [
+                sys.executable, "-m", "roll_viz.bench.runs", "--phase", phase, "--dir",
+                str(folder), "--prompts", str(args.prompts), "--group", str(args.group),
+                "--tokens", str(args.tokens), "--loop-prompts", str(args.loop_prompts),
+            ]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+            if done.returncode != 0:
+                _emit({"name": phase, "scale": scale, "error": done.stderr.strip()[-500:]})
+                return 1
+            record = json.loads(done.stdout.strip().splitlines()[-1])
+            record.pop("phase")
+            _emit({"name": phase, "scale": scale, **record, "load1": os.getloadavg()[0]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,35 @@
+"""The runs benchmark's phases at tiny sizes (numbers only in the benchmark, never asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from roll_viz.bench import runs as bench
+from roll_viz.core.pipeline import run
+from roll_viz.data.runs import load_step, open_run
+
+
+def test_synthetic_dump_reads_back_and_the_loop_peer_agrees(tmp_path):
+    info = bench.write_dump(tmp_path, P=3, G=4, T=32)
+    assert info["rows"] == 12
+    first = json.loads((tmp_path / bench.FILE_NAME).read_text().splitlines()[0])
+    assert len(first["logprobs"]) == 32
+    assert len(first["token_rewards"]) == 32
+    scan = bench.phase_scan(tmp_path)
+    assert (scan["samples"], scan["prompts"], scan["warnings"]) == (12, 3, 0)
+    step = load_step(open_run(tmp_path), 0)
+    n = int(sum(first["new_response_mask"]))
+    assert step.logprobs[0, :n].tolist() == first["logprobs"][:n]
+    assert step.token_rewards[0, n - 1].item() == first["reward"]
+    batch = bench.make_batch(2, 4, 16)
+    loop = bench.loop_peer(
+        batch.scores.tolist(),
+        batch.response_mask.tolist(),
+        batch.logprobs.tolist(),
+        batch.ref_logprobs.tolist(),
+        4,
+    )
+    vec = run(batch, "roll", bench.CONFIG).advantages
+    assert torch.allclose(torch.tensor(loop, dtype=torch.float64), vec, atol=1e-12)
