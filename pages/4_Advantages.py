@@ -149,13 +149,15 @@ with ui.page_guard("Advantages"):
 
     trace = ui.cached_trace(state, values=critic)
     st.subheader("Every token")
-    table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
-    st.dataframe(table, hide_index=True, key="advantage_tokens")
     c1, c2 = st.columns(2)
-    with c1:
-        ui.download_csv(table, "advantages", key="dl_advantages")
     with c2:
         ui.download_trace_json(trace, key="dl_trace_advantages", state=state, rollout=rollout)
+    # the long table is built and sent only on request: it is most of a redraw's bytes
+    if st.toggle("Show the table of every token", key="show_token_table"):
+        table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
+        st.dataframe(table, hide_index=True, key="advantage_tokens")
+        with c1:
+            ui.download_csv(table, "advantages", key="dl_advantages")
     if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
         ui.plot(
             heatmaps.heatmap(
