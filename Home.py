@@ -54,9 +54,9 @@ with ui.page_guard("Home"):
         (
             "7",
             "Update",
-            "the advantage scales each token's log-prob gradient",
-            "frameworks",
-            "Frameworks",
+            "the advantage scales each token's log-prob gradient: one real LoRA step",
+            "update",
+            "Update",
         ),
     ]
     for row in (CHAIN[:4], CHAIN[4:]):
@@ -67,6 +67,15 @@ with ui.page_guard("Home"):
                 st.markdown(f"**{num}. {title}**{arrow}")
                 st.caption(text)
                 ui.page_link(page, label=label, icon=":material/arrow_outward:")
+    beyond = st.columns(2, gap="small")
+    with beyond[0], st.container(border=True):
+        st.markdown("**8. Train for many steps**")
+        st.caption("watch reward rise, KL grow, beta adapt, and a gameable reward get hacked")
+        ui.page_link("training", label="Training", icon=":material/arrow_outward:")
+    with beyond[1], st.container(border=True):
+        st.markdown("**Your run**")
+        st.caption("open a ROLL, verl, TRL or UNIPO dump and walk every page on any step")
+        ui.page_link("your_run", label="Your run", icon=":material/arrow_outward:")
 
     left, right = st.columns([3, 2], gap="large")
     with left:

@@ -110,6 +110,9 @@ PAGES = {
     "sensitivity": "pages/6_Sensitivity.py",
     "frameworks": "pages/7_Frameworks.py",
     "self_test": "pages/8_Self_test.py",
+    "update": "pages/9_Update.py",
+    "training": "pages/10_Training.py",
+    "your_run": "pages/11_Your_run.py",
 }
 
 #: What a group of one sample means in each dialect (shown when G = 1).

@@ -1,0 +1,103 @@
+"""Stage 7: one real policy-gradient step on the model, through this session's LoRA adapter."""
+
+import streamlit as st
+
+from roll_viz import ui
+from roll_viz.ui import update as upd
+from roll_viz.views import text, update_charts
+
+with ui.page_guard("Update"):
+    state = ui.page_setup("Update")
+    st.title("Update: one real gradient step on the model")
+
+    rollout = ui.cached_rollout(state)
+    trace = ui.cached_trace(state)
+    labels = text.sample_labels(rollout)
+    mask = rollout.response_mask
+
+    main, side = st.columns([3, 1], gap="large")
+    with side:
+        ui.explainer(
+            "Press the button and the app takes **one real optimizer step** on the model with the "
+            "advantages of the Advantages page, through a small **LoRA adapter** that belongs to "
+            "your browser session only (the shared model itself never changes; the reference is "
+            "the model with your adapter switched off).\n\n"
+            "Then it re-scores the same tokens: **blue** tokens became more likely, **red** less. "
+            "Tokens with a positive advantage should mostly turn blue, negative ones red. Not all "
+            "of them do: every token shares the same weights.\n\n"
+            "**Try:** K = 2 epochs with a large learning rate and watch the clip fraction of "
+            "epoch 2; in epoch 1 every ratio is exactly 1, so nothing can clip."
+        )
+
+    bundle = ui.cached_models(state.model)
+    problem = upd.model_problem(rollout, bundle)
+    with main:
+        lr, epochs, minibatches = upd.controls()
+        if problem:
+            st.info(problem + " Sample a live batch with the loaded model to take a step.")
+            st.button("Use the live model", key="upd_go_live", on_click=ui.go_live)
+            st.stop()
+        c1, c2 = st.columns([1, 1])
+        with c1:
+            clicked = st.button("Take one update step", key=upd.KEY_STEP, type="primary")
+        with c2:
+            st.button("Reset my adapter", key=upd.KEY_RESET, on_click=upd.reset_adapter)
+        st.caption(
+            f"Loss: the **{ui.FRAMEWORK_LABELS.get(state.framework, state.framework)}** policy "
+            "loss with its shipped defaults; old log-probs are the batch's own (the behaviour "
+            "policy). Steps accumulate in your adapter until you reset it."
+        )
+        if clicked:
+            with st.spinner(f"Forward, backward and optimizer step on {bundle.name}..."):
+                upd.take_step(state, rollout, trace, lr, epochs, minibatches)
+
+    result = upd.stored_result(state)
+    if result is None:
+        with main:
+            st.caption("No step taken on this batch yet.")
+        st.stop()
+
+    with main:
+        st.markdown(upd.summary_markdown(result))
+        if dict(rollout.meta).get("policy_mode") == "steered":
+            st.caption(
+                "This batch was sampled by the steered policy (hidden instruction), the adapter sees "
+                "the plain prompt: the ratio starts away from 1."
+            )
+        ui.plot(update_charts.delta_heatmap(result, rollout), key="upd_delta_heatmap")
+        ui.plot(update_charts.delta_scatter(result, rollout), key="upd_delta_scatter")
+        ui.plot(update_charts.grad_coef_heatmap(result, rollout), key="upd_grad_heatmap")
+
+    c1, c2 = st.columns(2)
+    with c1:
+        ui.plot(update_charts.loss_terms_bars(result.epochs), key="upd_loss_terms")
+    with c2:
+        ui.plot(update_charts.ratio_figure(result.epochs, mask), key="upd_ratio")
+    st.caption(
+        "Clip fractions are the loss's own masks, as the framework names them (their meaning "
+        "differs between frameworks: see the Frameworks page)."
+    )
+    ui.plot(update_charts.aggregation_figure(mask, labels), key="upd_aggregation")
+    st.caption(" | ".join(f"**{mode}**: {how}" for mode, how in update_charts.AGG_MODES.items()))
+
+    st.header("One token: its loss and gradient with the numbers")
+    s1, s2 = st.columns([1, 2])
+    with s1:
+        b = st.selectbox(
+            "Sample", list(range(len(labels))), format_func=lambda i: labels[i], key=upd.KEY_SAMPLE
+        )
+    length = int(mask[b].sum())
+    with s2:
+        t = st.slider("Token position t", 0, max(length - 1, 1), value=0, key=upd.KEY_POSITION)
+    t = min(t, max(length - 1, 0))
+    if length:
+        st.text("Selected token: " + text.visible_whitespace(rollout.tokens[b][t]))
+        for line in upd.token_formula(result, b, t):
+            st.latex(line)
+
+    ui.plot(update_charts.seconds_bars(result.seconds), key="upd_seconds")
+    st.caption(
+        " ".join(f"{k}: {v:.3f} s." for k, v in result.seconds.items())
+        + f" Adapter {result.adapter_bytes / 2**20:.1f} MB, AdamW state "
+        f"{result.optimizer_bytes / 2**20:.1f} MB."
+    )

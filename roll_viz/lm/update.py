@@ -1,0 +1,826 @@
+"""One real policy-gradient step on the shared model through a per-user LoRA adapter.
+
+``LoraPolicy(bundle, ...)`` gives one user a LoRA adapter (peft 0.21.2) over the SHARED base
+weights of ``bundle.model``; ``update_step(policy, rollout, advantages, ...)`` takes K epochs of
+PPO-style minibatch steps on a Rollout with a framework's policy loss
+(``roll_viz.core.pipeline.losses.policy_loss``), then re-scores the batch. The trained policy is a
+``PolicySource`` (``lm.sampling``): ``sample(bundle, cfg, source=policy)`` samples from it, and its
+reference is the base model with the adapter switched off (one copy of the weights, as TRL's
+GRPOTrainer does with PEFT: ``ref_model = None``).
+
+Design (why peft layers injected into the shared model, kept disabled):
+
+- The sampler runs ``bundle.model`` inside ``source.activate(bundle)``, so the policy has to be
+  computed BY ``bundle.model``. The LoRA layers are therefore injected into it once per bundle
+  (peft's multi-adapter support: one named adapter per user, ``rv_lora_<n>``), and every LoRA layer
+  stays DISABLED (``disable_adapters``: the layer calls its untouched ``base_layer`` only, so the
+  output is bitwise the base model's) except inside ``activate``, which the caller enters while
+  holding ``bundle.lock``; it enables exactly this user's adapter and disables it again on exit,
+  also on error. Other users, who hold the same lock for their own requests, can never observe an
+  enabled adapter.
+- The base weights are never written: the original ``nn.Linear`` modules become the LoRA layers'
+  ``base_layer`` (same Parameter objects, ``requires_grad`` False), the optimizer only sees this
+  user's A and B matrices, and ``close()`` deletes the named adapter; when the last adapter of a
+  bundle is closed, peft's ``unload()`` puts the original modules back (the model's module tree is
+  then exactly what ``load_models`` built).
+- A functional alternative (``torch.func.functional_call`` with W + s * B A) would leave the module
+  tree untouched, but the sampler could not use it, and its backward forms a full-size dW for
+  every adapted matrix (one more weight-sized matmul per layer, about +50 % backward time).
+- Per-user memory: rank r adapter on all 7 linear maps of each layer (q, k, v, o, gate, up, down);
+  SmolLM2-135M at r=8 has 2.44 M adapter parameters (9.8 MB fp32), AdamW keeps two more copies
+  (19.5 MB): about 29 MB per user (``LoraPolicy.nbytes()``), freed by ``close()``.
+- Randomness: LoRA A is drawn from a ``torch.Generator`` seeded by ``seed`` (uniform in
+  +-1/sqrt(fan_in), peft's kaiming-uniform(a=sqrt(5)) bound), B is zero, so a fresh adapter IS the
+  base model and the same seed gives the same adapter. peft's own init draws from the global RNG,
+  so injection runs inside ``torch.random.fork_rng`` and the global state is restored. Minibatch
+  order comes from a generator seeded by ``UpdateConfig.seed``.
+
+Memory-bounded backward: the loss of a minibatch aggregates over all its tokens, but holding the
+graph of 64 x 128 tokens of a 30-layer model is >10 GB. When a minibatch has more than
+``micro_tokens`` tokens it is run in row chunks (gradient accumulation): for each chunk the loss
+is evaluated on the whole minibatch with the chunk's rows live and the other rows held at
+constant placeholders (the old log-probs), and back-propagated. This is exact because every loss
+in ``core.pipeline.losses`` is row-separable: aggregation weights depend only on the mask, and a
+token's loss only on its own row (token ratio, or the sequence ratio of its row), so the gradient
+w.r.t. a chunk's rows does not depend on the placeholder values. A custom ``loss_fn`` must have
+the same property. The reported loss, terms, metrics and grad_coef come from one more call of
+the loss on all rows' (detached) log-probs: no extra model forward. The test
+``test_chunked_backward_equals_one_backward`` checks chunked against unchunked.
+
+Learning rate: DEFAULT_LR = 2e-4 with rank 8, alpha 16. policy-update.md 2.3 measured LoRA r16
+at 1e-4 as "visible" (mean |dlogp| 0.038 per token, 2.1 % of tokens outside [0.8, 1.2] for a
+second epoch) and 1e-3 as "too big" (48 %) on SmolLM2-135M. The same probe for this adapter
+(``python -m roll_viz.bench.update --lr-probe smollm2``: 8 x 48 sampled tokens, one K=1 step,
+verl loss) measured mean |dlogp| 0.0023 / 0.023 / 0.046 / 0.23 and next-epoch clip share
+0 / 1.1 / 3.8 / 32 % at lr 1e-5 / 1e-4 / 2e-4 / 1e-3, with 80-82 % of tokens moving in their
+advantage's direction at every lr. 2e-4 is therefore in the "visible" band (a few per cent clip
+in epoch 2, so K=2 shows clipping without destroying the step); 1e-3 is "too big".
+
+Simplifications against ROLL/verl/OpenRLHF/TRL: no value head (the critic is not trained), no
+learning-rate schedule or warm-up, fp32 only, no gradient checkpointing, one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.core.records import Rollout
+from roll_viz.lm.models import ModelBundle
+from roll_viz.lm.sampling import response_hidden
+
+DEFAULT_LR = 2e-4
+DEFAULT_RANK = 8
+DEFAULT_ALPHA = 16.0
+MAX_LR = 1e-2
+MAX_EPOCHS = 8
+MAX_RANK = 64
+MICRO_TOKENS = 1024  # rows per micro-batch are chosen so rows * T stays below this
+LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ADAPTER_PREFIX = "rv_lora_"
+
+LossFn = Callable[..., Any]
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and result records
+
+
+@dataclass(frozen=True)
+class UpdateConfig:
+    """How one update step runs. Frozen and hashable.
+
+    Attributes:
+        lr: AdamW learning rate of the adapter (0, MAX_LR].
+        epochs: K passes over the batch (PPO epochs); clipping can only bite from epoch 2.
+        minibatches: the batch's rows are split into this many minibatches (one optimizer step
+            each, order shuffled per epoch by a seeded generator).
+        lora_rank: r of the adapter (used when the adapter is created).
+        lora_alpha: LoRA alpha; the update is scaled by alpha / r.
+        max_grad_norm: gradient-norm clip before each optimizer step (1.0 in all four
+            frameworks); None disables it.
+        seed: seeds the LoRA A init and the minibatch order.
+        weight_decay: AdamW weight decay (0: an adapter that starts at zero stays comparable).
+        micro_tokens: a minibatch with more tokens than this is back-propagated in row chunks
+            (two-phase, see the module docstring).
+    """
+
+    lr: float = DEFAULT_LR
+    epochs: int = 1
+    minibatches: int = 1
+    lora_rank: int = DEFAULT_RANK
+    lora_alpha: float = DEFAULT_ALPHA
+    max_grad_norm: float | None = 1.0
+    seed: int = 0
+    weight_decay: float = 0.0
+    micro_tokens: int = MICRO_TOKENS
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not (math.isfinite(self.lr) and 0.0 < self.lr <= MAX_LR):
+            problems.append(f"lr must be in (0, {MAX_LR:g}] (got {self.lr})")
+        if not 1 <= self.epochs <= MAX_EPOCHS:
+            problems.append(f"epochs must be 1..{MAX_EPOCHS} (got {self.epochs})")
+        if self.minibatches < 1:
+            problems.append(f"minibatches must be >= 1 (got {self.minibatches})")
+        if not 1 <= self.lora_rank <= MAX_RANK:
+            problems.append(f"lora_rank must be 1..{MAX_RANK} (got {self.lora_rank})")
+        if not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0):
+            problems.append(f"lora_alpha must be > 0 (got {self.lora_alpha})")
+        if self.max_grad_norm is not None and not (
+            math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0
+        ):
+            problems.append("max_grad_norm must be > 0 or None")
+        if not 0 <= self.seed < 2**63:
+            problems.append("seed must be a non-negative integer below 2**63")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            problems.append("weight_decay must be >= 0")
+        if self.micro_tokens < 1:
+            problems.append("micro_tokens must be >= 1")
+        if problems:
+            raise ValueError("invalid UpdateConfig: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    """What one epoch (pass over all minibatches) did.
+
+    Attributes:
+        epoch: 1-based epoch number.
+        terms: loss terms (policy, kl, entropy, value, total), mean over the epoch's minibatches.
+        ratio_mean: mean importance ratio exp(logp - old) over the epoch's valid tokens.
+        ratio_min: smallest ratio.
+        ratio_max: largest ratio.
+        clip_fractions: share of valid tokens in each boolean clip mask the loss reports
+            (per_token keys containing "clip"), by mask name.
+        metrics: the loss's own metrics (framework names), mean over minibatches.
+        grad_norms: pre-clip gradient norm of each optimizer step of the epoch.
+        ratio: (B, T) the ratio each token had when its minibatch was stepped (0 on padding).
+    """
+
+    epoch: int
+    terms: dict[str, float]
+    ratio_mean: float
+    ratio_min: float
+    ratio_max: float
+    clip_fractions: dict[str, float]
+    metrics: dict[str, float]
+    grad_norms: tuple[float, ...]
+    ratio: Tensor
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """One update step's numbers (all (B, T) tensors are float32 CPU, 0 on padding).
+
+    Attributes:
+        framework: the loss dialect used.
+        config: the UpdateConfig.
+        step: how many steps the adapter had taken after this one (1 for the first).
+        response_mask: (B, T) float mask of the response tokens.
+        advantages: (B, T) the advantages used.
+        old_logprobs: (B, T) the rollout's log-probs (the behaviour policy).
+        logprobs_before: (B, T) the adapted policy's log-probs before the step.
+        logprobs_after: (B, T) after the step (re-scored).
+        delta: (B, T) logprobs_after - logprobs_before.
+        grad_coef: (B, T) dL/dlogp per token in epoch 1 (autograd through the loss of the
+            token's minibatch; negative = the step raises the token's log-prob).
+        per_token: the loss's per_token tensors of epoch 1 (ratio, pg_loss, grad_coef, clip
+            masks, ...), assembled over minibatches into (B, T).
+        epochs: one EpochStats per epoch.
+        grad_norm: pre-clip gradient norm of the first optimizer step.
+        seconds: wall time per phase: forward, backward, optimizer, rescore, total.
+        adapter_bytes: bytes of this user's adapter weights.
+        optimizer_bytes: bytes of its AdamW state.
+    """
+
+    framework: str
+    config: UpdateConfig
+    step: int
+    response_mask: Tensor
+    advantages: Tensor
+    old_logprobs: Tensor
+    logprobs_before: Tensor
+    logprobs_after: Tensor
+    delta: Tensor
+    grad_coef: Tensor
+    per_token: dict[str, Tensor]
+    epochs: tuple[EpochStats, ...]
+    grad_norm: float
+    seconds: dict[str, float]
+    adapter_bytes: int
+    optimizer_bytes: int
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-bundle adapter registry (peft multi-adapter injection)
+
+
+class _Hub:
+    """The LoRA layers injected into one bundle's model; all use under ``bundle.lock``."""
+
+    def __init__(self) -> None:
+        self.tuner: Any = None  # peft LoraModel wrapping bundle.model (None: not injected)
+        self.layers: list[tuple[str, Any]] = []  # (module name, LoraLayer), sorted by name
+        self.names: set[str] = set()
+        self.counter = itertools.count()
+
+
+_HUBS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_HUBS_LOCK = threading.Lock()  # guards _HUBS itself (not the model)
+
+
+def _hub(bundle: ModelBundle) -> _Hub:
+    with _HUBS_LOCK:
+        hub = _HUBS.get(bundle)
+        if hub is None:
+            hub = _HUBS[bundle] = _Hub()
+        return hub
+
+
+def adapter_names(bundle: ModelBundle) -> tuple[str, ...]:
+    """Names of the live adapters injected into ``bundle.model`` (sorted)."""
+    return tuple(sorted(_hub(bundle).names))
+
+
+def _lora_config(rank: int, alpha: float, targets: tuple[str, ...]) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=list(targets),
+        bias="none",
+        init_lora_weights=True,
+    )
+
+
+def _inject(bundle: ModelBundle, name: str, rank: int, alpha: float, targets: tuple) -> None:
+    """Add adapter ``name`` to the bundle's model (caller holds the lock); leaves all disabled."""
+    from peft.tuners.lora import LoraLayer, LoraModel
+
+    hub = _hub(bundle)
+    config = _lora_config(rank, alpha, targets)
+    with torch.random.fork_rng(devices=[]):  # peft's init draws from the global RNG
+        if hub.tuner is None:
+            hub.tuner = LoraModel(bundle.model, config, name)
+        else:
+            hub.tuner.peft_config[name] = config
+            hub.tuner.inject_adapter(bundle.model, name)
+    hub.layers = sorted((n, m) for n, m in bundle.model.named_modules() if isinstance(m, LoraLayer))
+    hub.names.add(name)
+    for _, layer in hub.layers:
+        layer.enable_adapters(False)
+
+
+def _remove(bundle: ModelBundle, name: str) -> None:
+    """Delete adapter ``name``; unload peft when it was the last (caller holds the lock)."""
+    hub = _hub(bundle)
+    if name not in hub.names or hub.tuner is None:
+        return
+    hub.names.discard(name)
+    if hub.names:
+        keep = sorted(hub.names)[0]
+        for _, layer in hub.layers:  # move off the deleted adapter first (no peft warning)
+            layer.set_adapter(keep)
+        hub.tuner.delete_adapter(name)
+        for _, layer in hub.layers:
+            layer.enable_adapters(False)
+    else:
+        hub.tuner.unload()  # the original nn.Linear modules go back in place
+        hub.tuner = None
+        hub.layers = []
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy source
+
+
+class LoraPolicy:
+    """One user's LoRA policy over the shared base model; a ``PolicySource`` for the sampler.
+
+    The reference stays the base model (adapter off). Create, step with ``update_step``, sample
+    with ``lm.sampling.sample(bundle, cfg, source=policy)``, and ``close()`` when done (or use it
+    as a context manager). Every method that touches the model takes ``bundle.lock`` itself,
+    except ``activate``, which the caller enters while holding it (as the sampler does).
+
+    Args:
+        bundle: the shared model.
+        rank: LoRA r.
+        alpha: LoRA alpha (scale alpha / r).
+        seed: seeds the init of the A matrices (B starts at 0).
+        target_modules: names of the linear maps to adapt (Llama's seven by default).
+    """
+
+    mode: str = "lora"
+    shares_reference: bool = False
+
+    def __init__(
+        self,
+        bundle: ModelBundle,
+        rank: int = DEFAULT_RANK,
+        alpha: float = DEFAULT_ALPHA,
+        seed: int = 0,
+        target_modules: tuple[str, ...] = LLAMA_TARGETS,
+    ) -> None:
+        self.bundle = bundle
+        self.rank = int(rank)
+        self.alpha = float(alpha)
+        self.seed = int(seed)
+        self.steps = 0
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._closed = False
+        hub = _hub(bundle)
+        with bundle.lock:
+            self.name = f"{ADAPTER_PREFIX}{next(hub.counter)}"
+            _inject(bundle, self.name, self.rank, self.alpha, tuple(target_modules))
+            self._params = self._collect()
+            generator = torch.Generator().manual_seed(self.seed)
+            with torch.no_grad():
+                for a_weight, b_weight in self._pairs():
+                    bound = 1.0 / math.sqrt(a_weight.shape[1])
+                    draw = torch.rand(a_weight.shape, generator=generator, dtype=torch.float32)
+                    a_weight.copy_((draw * 2 - 1) * bound)
+                    b_weight.zero_()
+
+    # PolicySource protocol --------------------------------------------------------------------
+
+    def context_ids(self, bundle: ModelBundle, prompt: str) -> list[int]:
+        """The plain chat-templated prompt (the adapter, not the prompt, is what differs)."""
+        return bundle.chat_ids(prompt)
+
+    @contextlib.contextmanager
+    def activate(self, bundle: ModelBundle) -> Iterator[None]:
+        """This user's adapter on, every other adapter off; caller holds ``bundle.lock``.
+
+        Raises:
+            RuntimeError: closed policy, another bundle, or the lock is not held.
+        """
+        if self._closed:
+            raise RuntimeError("this LoRA policy was closed")
+        if bundle is not self.bundle:
+            raise RuntimeError("this LoRA policy belongs to another model bundle")
+        if not bundle.lock.locked():
+            raise RuntimeError("hold bundle.lock around LoraPolicy.activate")
+        layers = _hub(bundle).layers
+        try:
+            for _, layer in layers:
+                layer.set_adapter(self.name)
+                layer.enable_adapters(True)
+            yield
+        finally:
+            for _, layer in layers:
+                layer.enable_adapters(False)
+
+    # Parameters, memory, lifetime -------------------------------------------------------------
+
+    def _collect(self) -> list[Tensor]:
+        return [w for pair in self._pairs() for w in pair]
+
+    def _pairs(self) -> list[tuple[Tensor, Tensor]]:
+        out = []
+        for _, layer in _hub(self.bundle).layers:
+            if self.name in layer.lora_A:
+                out.append((layer.lora_A[self.name].weight, layer.lora_B[self.name].weight))
+        return out
+
+    def parameters(self) -> list[Tensor]:
+        """This adapter's trainable tensors (A then B of each adapted layer, by module name)."""
+        return list(self._params)
+
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held for this user: adapter weights, AdamW state, and their total."""
+        adapter = sum(p.numel() * p.element_size() for p in self._params)
+        optim = 0
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                for value in state.values():
+                    if isinstance(value, Tensor):
+                        optim += value.numel() * value.element_size()
+        return {"adapter": adapter, "optimizer": optim, "total": adapter + optim}
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran."""
+        return self._closed
+
+    def close(self) -> None:
+        """Delete the adapter from the shared model and drop the optimizer (idempotent).
+
+        Takes ``bundle.lock``: do not call it while holding the lock.
+        """
+        if self._closed:
+            return
+        with self.bundle.lock:
+            _remove(self.bundle, self.name)
+        self._closed = True
+        self.optimizer = None
+        self._params = []
+
+    def __enter__(self) -> LoraPolicy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _optimizer(self, cfg: UpdateConfig) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(
+                self._params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False
+            )
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr
+            group["weight_decay"] = cfg.weight_decay
+        return self.optimizer
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-probs under the adapted policy
+
+
+def _temperature(rollout: Rollout) -> float:
+    value = dict(rollout.meta).get("logprob_temperature", 1.0)
+    return float(value) if value else 1.0
+
+
+def _row_contexts(bundle: ModelBundle, rollout: Rollout) -> list[list[int]]:
+    """(B,) plain chat-templated prompt ids per row (caller holds the lock)."""
+    per_prompt = [bundle.chat_ids(p) for p in rollout.prompts]
+    return [per_prompt[g] for g in rollout.group_ids.tolist()]
+
+
+def _forward(
+    bundle: ModelBundle,
+    contexts: list[list[int]],
+    token_ids: Tensor,
+    mask: Tensor,
+    temperature: float,
+    want_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """Teacher-forced log-probs (and entropy) of ``token_ids`` under the active model.
+
+    Args:
+        bundle: the model (caller holds the lock; grad mode as the caller set it).
+        contexts: (n,) prompt ids.
+        token_ids: (n, T) long response ids (ordinary tensors, not inference tensors).
+        mask: (n, T) bool real tokens.
+        temperature: logits are divided by it.
+        want_entropy: also return the full-vocabulary entropy per token.
+
+    Returns:
+        (n, T) float32 log-probs (0 on padding) and (n, T) entropy or None, on bundle.device.
+    """
+    hidden = response_hidden(bundle, contexts, token_ids, mask)  # (n, T, H)
+    valid = mask.to(hidden.device)
+    logits = bundle.model.get_output_embeddings()(hidden[valid]).float() / temperature  # (N, V)
+    lse = torch.logsumexp(logits, dim=-1)
+    targets = token_ids.to(hidden.device)[valid]
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - lse  # (N,)
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    out = out.masked_scatter(valid, picked)
+    if not want_entropy:
+        return out, None
+    probs = torch.softmax(logits, dim=-1)
+    ent = lse - (probs * logits).sum(-1)
+    ent_full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    return out, ent_full.masked_scatter(valid, ent)
+
+
+def _chunks(rows: Tensor, width: int, micro_tokens: int) -> list[Tensor]:
+    per = max(1, micro_tokens // max(width, 1))
+    return list(torch.split(rows, per))
+
+
+def _score_rows(
+    policy: LoraPolicy,
+    rollout: Rollout,
+    contexts: list[list[int]],
+    rows: Tensor,
+    micro_tokens: int,
+    want_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """No-grad log-probs (and entropy) of ``rows``, in micro-batches (lock held, adapter on)."""
+    ids, mask = rollout.token_ids.clone(), rollout.response_mask > 0
+    lps, ents = [], []
+    with torch.no_grad():
+        for chunk in _chunks(rows, ids.shape[1], micro_tokens):
+            lp, ent = _forward(
+                policy.bundle,
+                [contexts[i] for i in chunk.tolist()],
+                ids[chunk],
+                mask[chunk],
+                _temperature(rollout),
+                want_entropy,
+            )
+            lps.append(lp.cpu())
+            if ent is not None:
+                ents.append(ent.cpu())
+    return torch.cat(lps), (torch.cat(ents) if want_entropy else None)
+
+
+def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) -> Tensor:
+    """Per-token log-probs of the rollout's tokens under the adapted policy.
+
+    Takes ``bundle.lock`` for the forward pass. With ``grad=True`` the result is attached to the
+    graph of this adapter's parameters (one forward over the whole batch: keep it small); its
+    backward needs no lock (it reads saved tensors and writes only this adapter's ``.grad``).
+
+    Args:
+        policy: the user's LoraPolicy.
+        rollout: the batch; its ``meta`` logprob temperature is used.
+        grad: keep the autograd graph.
+
+    Returns:
+        (B, T) float32 log-probs, 0 on padding.
+    """
+    bundle = policy.bundle
+    with bundle.lock, policy.activate(bundle):
+        contexts = _row_contexts(bundle, rollout)
+        if not grad:
+            rows = torch.arange(rollout.token_ids.shape[0])
+            return _score_rows(policy, rollout, contexts, rows, MICRO_TOKENS)[0]
+        with torch.enable_grad():
+            lp, _ = _forward(
+                bundle,
+                contexts,
+                rollout.token_ids.clone(),
+                rollout.response_mask > 0,
+                _temperature(rollout),
+                False,
+            )
+    return lp
+
+
+# ---------------------------------------------------------------------------------------------
+# The update step
+
+
+def _default_loss() -> LossFn:
+    from roll_viz.core.pipeline.losses import policy_loss
+
+    return policy_loss
+
+
+def _wants_entropy(config: Mapping[str, Any] | None) -> bool:
+    """Whether any entropy coefficient in the loss config is nonzero (then entropy has grad)."""
+    for key, value in (config or {}).items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if "entropy" in key and number and value != 0:
+            return True
+    return False
+
+
+def _scalar(value: Any) -> float:
+    if isinstance(value, Tensor):
+        return float(value.detach().float().mean()) if value.numel() else 0.0
+    return float(value)
+
+
+@dataclass
+class _Timer:
+    seconds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("forward", "backward", "optimizer", "rescore"), 0.0)
+    )
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+
+def update_step(
+    policy: LoraPolicy,
+    rollout: Rollout,
+    advantages: Tensor,
+    *,
+    framework: str = "verl",
+    loss_config: Mapping[str, Any] | None = None,
+    ref_logprobs: Tensor | None = None,
+    cfg: UpdateConfig | None = None,
+    loss_fn: LossFn | None = None,
+) -> UpdateResult:
+    """K epochs of minibatch policy-gradient steps on ``rollout``, then a re-score.
+
+    ``bundle.lock`` is held for the whole step (forward, backward, optimizer, re-score), and
+    released between steps.
+
+    Args:
+        policy: the user's LoraPolicy (its rank/alpha must match ``cfg``).
+        rollout: the batch: token_ids (B, T), response_mask (B, T); old log-probs are
+            ``rollout.logprobs`` (the behaviour policy's).
+        advantages: (B, T) advantages (e.g. a pipeline ``Trace.advantages``).
+        framework: the loss dialect ("roll", "verl", "openrlhf", "trl").
+        loss_config: that dialect's loss keys (None = its defaults).
+        ref_logprobs: (B, T) reference log-probs for a KL loss (None: ``rollout.ref_logprobs``).
+        cfg: UpdateConfig (None = defaults).
+        loss_fn: the loss, with the signature of ``core.pipeline.losses.policy_loss``; None uses
+            that function.
+
+    Returns:
+        The UpdateResult.
+
+    Raises:
+        ValueError: shape mismatch, too many minibatches, or rank/alpha differ from the adapter.
+    """
+    cfg = cfg or UpdateConfig()
+    loss_fn = loss_fn or _default_loss()
+    if policy.closed:
+        raise ValueError("this LoRA policy was closed")
+    if (cfg.lora_rank, float(cfg.lora_alpha)) != (policy.rank, policy.alpha):
+        raise ValueError(
+            f"cfg asks for LoRA r={cfg.lora_rank}, alpha={cfg.lora_alpha:g}, but the adapter has "
+            f"r={policy.rank}, alpha={policy.alpha:g}: create a new LoraPolicy"
+        )
+    ids = rollout.token_ids
+    num_rows, width = ids.shape
+    advantages = advantages.detach().float().cpu()
+    if advantages.shape != (num_rows, width):
+        raise ValueError(f"advantages must be (B, T) = {(num_rows, width)}")
+    if cfg.minibatches > num_rows:
+        raise ValueError(f"minibatches ({cfg.minibatches}) exceeds the batch's {num_rows} rows")
+    mask_f = (rollout.response_mask > 0).float()
+    mask_b = mask_f > 0
+    old = rollout.logprobs.detach().float() * mask_f
+    ref = (rollout.ref_logprobs if ref_logprobs is None else ref_logprobs).detach().float()
+    ref = ref * mask_f
+    want_entropy = _wants_entropy(loss_config)
+    bundle = policy.bundle
+    order_gen = torch.Generator().manual_seed(cfg.seed + policy.steps)
+    timer = _Timer()
+    start_total = time.perf_counter()
+    grad_coef = torch.zeros(num_rows, width)
+    first_per_token: dict[str, Tensor] = {}
+    epochs: list[EpochStats] = []
+    before = torch.zeros(num_rows, width)
+    all_rows = torch.arange(num_rows)
+
+    def run_loss(rows: Tensor, logprobs: Tensor, entropy: Tensor | None) -> Any:
+        return loss_fn(
+            framework,
+            loss_config,
+            logprobs=logprobs,
+            old_logprobs=old[rows],
+            advantages=advantages[rows],
+            response_mask=mask_f[rows],
+            ref_logprobs=ref[rows],
+            entropy=entropy,
+        )
+
+    with bundle.lock, policy.activate(bundle):
+        contexts = _row_contexts(bundle, rollout)
+        optimizer = policy._optimizer(cfg)
+        params = policy.parameters()
+        with timer.phase("forward"):
+            if cfg.minibatches > 1:  # later minibatches see a moved adapter: score all first
+                before = _score_rows(policy, rollout, contexts, all_rows, cfg.micro_tokens)[0]
+        for epoch in range(1, cfg.epochs + 1):
+            perm = (
+                torch.randperm(num_rows, generator=order_gen) if cfg.minibatches > 1 else all_rows
+            )
+            ratio_epoch = torch.zeros(num_rows, width)
+            clip_counts: dict[str, float] = {}
+            term_sums: dict[str, float] = {}
+            metric_sums: dict[str, float] = {}
+            norms: list[float] = []
+            for rows in torch.tensor_split(perm, cfg.minibatches):
+                rows = rows.sort().values
+                chunks = _chunks(rows, width, cfg.micro_tokens)
+                if len(chunks) == 1:  # one forward with grad, one backward
+                    with timer.phase("forward"), torch.enable_grad():
+                        lp, ent = _forward(
+                            bundle,
+                            [contexts[i] for i in rows.tolist()],
+                            ids[rows].clone(),
+                            mask_b[rows],
+                            _temperature(rollout),
+                            want_entropy,
+                        )
+                        lp.retain_grad()
+                        result = run_loss(rows, lp, ent)
+                    with timer.phase("backward"):
+                        result.total.backward()
+                    coef = lp.grad.detach().cpu()
+                    current = lp.detach().cpu()
+                else:  # row chunks: each chunk's rows live, the others held at placeholders
+                    lp_parts, ent_parts = [], []
+                    offset = 0
+                    for chunk in chunks:
+                        part = slice(offset, offset + len(chunk))
+                        offset += len(chunk)
+                        with timer.phase("forward"), torch.enable_grad():
+                            lp_c, ent_c = _forward(
+                                bundle,
+                                [contexts[i] for i in chunk.tolist()],
+                                ids[chunk].clone(),
+                                mask_b[chunk],
+                                _temperature(rollout),
+                                want_entropy,
+                            )
+                            full_lp = old[rows].clone().to(lp_c.device)
+                            full_lp[part] = lp_c
+                            full_ent = None
+                            if ent_c is not None:
+                                full_ent = torch.zeros(len(rows), width, device=ent_c.device)
+                                full_ent[part] = ent_c
+                            partial = run_loss(rows, full_lp, full_ent)
+                        with timer.phase("backward"):
+                            partial.total.backward()
+                        lp_parts.append(lp_c.detach().cpu())
+                        if ent_c is not None:
+                            ent_parts.append(ent_c.detach().cpu())
+                    with timer.phase("forward"):  # the minibatch's true loss, on detached inputs
+                        current = torch.cat(lp_parts)
+                        lp_leaf = current.clone().requires_grad_(True)
+                        ent_all = torch.cat(ent_parts) if ent_parts else None
+                        with torch.enable_grad():
+                            result = run_loss(rows, lp_leaf, ent_all)
+                            coef = torch.autograd.grad(result.total, lp_leaf, allow_unused=True)[0]
+                    coef = torch.zeros_like(current) if coef is None else coef.detach().cpu()
+                if epoch == 1:
+                    grad_coef[rows] = coef
+                    if cfg.minibatches == 1:
+                        before = current.clone()
+                    for key, value in result.per_token.items():
+                        if isinstance(value, Tensor) and value.shape == (len(rows), width):
+                            if key not in first_per_token:
+                                first_per_token[key] = torch.zeros(
+                                    num_rows, width, dtype=torch.float32
+                                )
+                            first_per_token[key][rows] = value.detach().float().cpu()
+                ratio_epoch[rows] = torch.exp(current - old[rows]) * mask_f[rows]
+                for key, value in result.per_token.items():
+                    if "clip" in key and isinstance(value, Tensor) and value.dtype == torch.bool:
+                        hits = float((value.cpu() & mask_b[rows]).sum())
+                        clip_counts[key] = clip_counts.get(key, 0.0) + hits
+                terms = {k: _scalar(v) for k, v in result.terms.items() if v is not None}
+                terms["total"] = _scalar(result.total)
+                for key, value in terms.items():
+                    term_sums[key] = term_sums.get(key, 0.0) + value
+                for key, value in result.metrics.items():
+                    metric_sums[key] = metric_sums.get(key, 0.0) + _scalar(value)
+                with timer.phase("optimizer"):
+                    if cfg.max_grad_norm is not None:
+                        norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                    else:
+                        norm = torch.linalg.vector_norm(
+                            torch.stack(
+                                [p.grad.norm() for p in params if p.grad is not None]
+                                or [torch.zeros(())]
+                            )
+                        )
+                    norms.append(float(norm))
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+            valid_ratio = ratio_epoch[mask_b]
+            n_valid = max(int(mask_b.sum()), 1)
+            epochs.append(
+                EpochStats(
+                    epoch=epoch,
+                    terms={k: v / cfg.minibatches for k, v in term_sums.items()},
+                    ratio_mean=float(valid_ratio.mean()) if valid_ratio.numel() else 1.0,
+                    ratio_min=float(valid_ratio.min()) if valid_ratio.numel() else 1.0,
+                    ratio_max=float(valid_ratio.max()) if valid_ratio.numel() else 1.0,
+                    clip_fractions={k: v / n_valid for k, v in clip_counts.items()},
+                    metrics={k: v / cfg.minibatches for k, v in metric_sums.items()},
+                    grad_norms=tuple(norms),
+                    ratio=ratio_epoch,
+                )
+            )
+        with timer.phase("rescore"):
+            after = _score_rows(policy, rollout, contexts, all_rows, cfg.micro_tokens)[0]
+    policy.steps += 1
+    seconds = dict(timer.seconds)
+    seconds["total"] = time.perf_counter() - start_total
+    sizes = policy.nbytes()
+    return UpdateResult(
+        framework=framework,
+        config=cfg,
+        step=policy.steps,
+        response_mask=mask_f,
+        advantages=advantages * mask_f,
+        old_logprobs=old,
+        logprobs_before=before * mask_f,
+        logprobs_after=after * mask_f,
+        delta=(after - before) * mask_f,
+        grad_coef=grad_coef * mask_f,
+        per_token=first_per_token,
+        epochs=tuple(epochs),
+        grad_norm=epochs[0].grad_norms[0],
+        seconds=seconds,
+        adapter_bytes=sizes["adapter"],
+        optimizer_bytes=sizes["optimizer"],
+    )

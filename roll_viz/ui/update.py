@@ -1,0 +1,219 @@
+"""Streamlit glue of the Update page: the per-session LoRA adapter, the step button, the views.
+
+The adapter lives in a SESSION-scoped ``st.cache_resource`` (Streamlit 1.67): one LoraPolicy per
+browser session, released with ``LoraPolicy.close()`` by ``on_release`` when the session ends or
+the entry is replaced (another model, rank or seed), so its adapter and AdamW state (tens of MB
+at most) never outlive the session. The step's UpdateResult (a few (B, T) tensors) is kept in
+``st.session_state`` next to the key of the batch it was taken on, so a result is never drawn
+over another batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import streamlit as st
+
+from roll_viz.core.records import Rollout, Trace
+from roll_viz.ui.flow import cached_models
+from roll_viz.ui.state import AppState
+from roll_viz.views import text
+
+KEY_LR = "upd_lr"
+KEY_EPOCHS = "upd_epochs"
+KEY_MINIBATCHES = "upd_minibatches"
+KEY_STEP = "upd_step"
+KEY_RESET = "upd_reset"
+KEY_RESULT = "upd_result"
+KEY_SAMPLE = "upd_sample"
+KEY_POSITION = "upd_pos"
+
+#: the learning rates offered (LoRA r8, alpha 16): 1e-5 barely moves, 1e-3 and up clip a lot
+LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
+MAX_EPOCHS = 4
+MAX_MINIBATCHES = 4
+
+
+def _release(policy: Any) -> None:
+    policy.close()
+
+
+@st.cache_resource(scope="session", on_release=_release, max_entries=1, show_spinner=False)
+def session_policy(spec: str, rank: int, alpha: float, seed: int) -> Any:
+    """This session's LoraPolicy on the shared model ``spec`` (closed when the session ends).
+
+    Args:
+        spec: model spec (as ``cached_models`` takes it).
+        rank: LoRA r.
+        alpha: LoRA alpha.
+        seed: seed of the LoRA A init.
+
+    Returns:
+        The LoraPolicy.
+    """
+    from roll_viz.lm.update import LoraPolicy
+
+    return LoraPolicy(cached_models(spec), rank=rank, alpha=alpha, seed=seed)
+
+
+def batch_key(state: AppState) -> tuple:
+    """What identifies the batch and advantages a step was taken on."""
+    return (
+        state.source,
+        state.preset,
+        state.model,
+        state.sampling,
+        state.framework,
+        state.config_items,
+        state.reward,
+    )
+
+
+def model_problem(rollout: Rollout, bundle: Any) -> str:
+    """Why the shared model cannot take a step on this batch ("" when it can)."""
+    meta = dict(rollout.meta)
+    spec = str(meta.get("model_spec", ""))
+    vocab = int(bundle.model.get_output_embeddings().weight.shape[0])
+    if spec and spec != bundle.spec:
+        return (
+            f"This batch was sampled with model {text.md_escape(spec)}, the loaded model is "
+            f"{text.md_escape(bundle.spec)}: a step needs the model that wrote the tokens."
+        )
+    if rollout.token_ids.numel() and int(rollout.token_ids.max()) >= vocab:
+        return "The batch's token ids do not fit the loaded model's vocabulary."
+    return ""
+
+
+def controls() -> tuple[float, int, int]:
+    """The step's learning rate, epochs K and minibatches (bounded widgets)."""
+    c1, c2, c3 = st.columns(3)
+    with c1:
+        lr = st.select_slider(
+            "Learning rate (LoRA r8, alpha 16)",
+            options=LR_CHOICES,
+            value=2e-4,
+            format_func=lambda v: f"{v:g}",
+            key=KEY_LR,
+            help="1e-5: barely visible. 1e-4 to 5e-4: visible. 1e-3 and up: too big, many "
+            "tokens clip in the second epoch.",
+        )
+    with c2:
+        epochs = st.number_input(
+            f"Epochs K (1 to {MAX_EPOCHS})",
+            min_value=1,
+            max_value=MAX_EPOCHS,
+            value=1,
+            step=1,
+            key=KEY_EPOCHS,
+            help="Passes over the batch. In epoch 1 every ratio is 1; clipping can only bite "
+            "from epoch 2.",
+        )
+    with c3:
+        minibatches = st.number_input(
+            f"Minibatches (1 to {MAX_MINIBATCHES})",
+            min_value=1,
+            max_value=MAX_MINIBATCHES,
+            value=1,
+            step=1,
+            key=KEY_MINIBATCHES,
+            help="The batch is split into this many minibatches, one optimizer step each.",
+        )
+    return float(lr), int(epochs), int(minibatches)
+
+
+def take_step(
+    state: AppState, rollout: Rollout, trace: Trace, lr: float, epochs: int, minibatches: int
+) -> Any:
+    """One update step with this session's adapter; stores and returns the UpdateResult."""
+    from roll_viz.lm.update import DEFAULT_ALPHA, DEFAULT_RANK, UpdateConfig, update_step
+
+    seed = int(state.sampling.seed) if state.sampling is not None else 0
+    policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
+    if policy.closed:  # released under us (cache cleared): make a new one
+        session_policy.clear()
+        policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
+    cfg = UpdateConfig(
+        lr=lr,
+        epochs=epochs,
+        minibatches=min(minibatches, int(rollout.token_ids.shape[0])),
+        seed=seed,
+    )
+    result = update_step(
+        policy,
+        rollout,
+        trace.advantages,
+        framework=state.framework,
+        ref_logprobs=rollout.ref_logprobs,
+        cfg=cfg,
+    )
+    st.session_state[KEY_RESULT] = (batch_key(state), result)
+    return result
+
+
+def reset_adapter() -> None:
+    """Callback: drop this session's adapter (a fresh one, equal to the base, on the next step)."""
+    session_policy.clear()
+    st.session_state.pop(KEY_RESULT, None)
+
+
+def stored_result(state: AppState) -> Any:
+    """The last UpdateResult if it was taken on the current batch, else None."""
+    item = st.session_state.get(KEY_RESULT)
+    if item is None or item[0] != batch_key(state):
+        return None
+    return item[1]
+
+
+def summary_markdown(result: Any) -> str:
+    """Plain-language readout of the step (sign agreement, mean |delta|, grad norm, memory)."""
+    mask = result.response_mask.bool()
+    delta, adv = result.delta[mask], result.advantages[mask]
+    moving = adv != 0
+    agree = float(((delta * adv)[moving] > 0).float().mean()) if bool(moving.any()) else math.nan
+    mem = (result.adapter_bytes + result.optimizer_bytes) / 2**20
+    return (
+        f"Step {result.step} of this session's adapter ({result.framework} loss, lr "
+        f"{result.config.lr:g}, K = {result.config.epochs}, {result.config.minibatches} "
+        f"minibatch(es)): mean |delta log pi| = **{float(delta.abs().mean()):.4f}** per token, "
+        f"**{agree:.0%}** of the tokens with A != 0 moved in their advantage's direction. "
+        f"Gradient norm before clipping {result.grad_norm:.3g} (clipped at "
+        f"{result.config.max_grad_norm}). Adapter + AdamW state: {mem:.1f} MB."
+    )
+
+
+def token_formula(result: Any, b: int, t: int) -> list[str]:
+    """LaTeX lines: the selected token's ratio, PPO loss, gradient coefficient and delta."""
+    old = float(result.old_logprobs[b, t])
+    before = float(result.logprobs_before[b, t])
+    after = float(result.logprobs_after[b, t])
+    adv = float(result.advantages[b, t])
+    ratio = math.exp(before - old)
+    lines = [
+        r"r_t=\exp(\log\pi_\theta-\log\pi_{old})=\exp("
+        + text.fmt(before, 4)
+        + "-("
+        + text.fmt(old, 4)
+        + "))="
+        + text.fmt(ratio, 4),
+    ]
+    pg = result.per_token.get("pg_loss")
+    if pg is not None:
+        lines.append(
+            r"\ell_t=\max\big(-A_t r_t,\,-A_t\,\mathrm{clip}(r_t,1-\epsilon,1+\epsilon)\big),\ "
+            r"A_t=" + text.fmt(adv, 4) + r"\ \Rightarrow\ \ell_t=" + text.fmt(float(pg[b, t]), 4)
+        )
+    lines.append(
+        r"\frac{\partial L}{\partial\log\pi_t}=w_t\,\frac{\partial\ell_t}{\partial\log\pi_t}="
+        + text.fmt(float(result.grad_coef[b, t]), 5)
+        + r"\quad(w_t:\ \text{the aggregation weight of the token})"
+    )
+    lines.append(
+        r"\Delta\log\pi_t="
+        + text.fmt(after, 4)
+        + "-("
+        + text.fmt(before, 4)
+        + ")="
+        + text.fmt(after - before, 5)
+    )
+    return lines

@@ -1,0 +1,129 @@
+"""AppTest of the Update page (pages/9_Update.py) on the tiny live model (ROLL_VIZ_MODEL=tiny)."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from roll_viz.ui import update as upd
+from roll_viz.views import update_charts
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "Home.py")
+PAGE = "pages/9_Update.py"
+LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
+
+
+def open_page(**params: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.switch_page(PAGE)
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]  # page_guard turns errors into st.error
+    return at
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    """Plotly figure JSON of every chart on the page, by key."""
+    out = {}
+    for el in at.get("plotly_chart"):
+        key = el.proto.id.rsplit("-", 1)[-1]
+        out[key] = json.loads(el.proto.spec)
+    return out
+
+
+def click_step(at: AppTest) -> AppTest:
+    at.button(key=upd.KEY_STEP).click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_preset_batch_of_another_model_asks_for_the_live_model():
+    at = open_page(preset="quantum")
+    assert any("a step needs the model that wrote the tokens" in i.value for i in at.info)
+    assert at.button(key="upd_go_live") is not None
+    assert not [b for b in at.button if b.key == upd.KEY_STEP]
+    assert not charts(at)
+
+
+def test_step_draws_every_view_and_accumulates():
+    at = open_page(**LIVE)
+    assert not charts(at)  # nothing before the button
+    assert any("No step taken" in c.value for c in at.caption)
+    at.select_slider(key=upd.KEY_LR).set_value(3e-3)
+    at.number_input(key=upd.KEY_EPOCHS).set_value(2)
+    click_step(at)
+    figs = charts(at)
+    assert {
+        "upd_delta_heatmap",
+        "upd_delta_scatter",
+        "upd_grad_heatmap",
+        "upd_loss_terms",
+        "upd_ratio",
+        "upd_aggregation",
+        "upd_seconds",
+    } <= set(figs)
+    assert figs["upd_delta_heatmap"]["data"][0]["z"]  # the delta grid (numbers or typed array)
+    rows = figs["upd_delta_scatter"]["data"]
+    assert 1 <= len(rows) <= 2 * 2  # one trace per sample with tokens
+    assert all(r["mode"] == "markers" for r in rows)
+    assert len(figs["upd_aggregation"]["data"]) == 3
+    names = {t.get("name") for t in figs["upd_loss_terms"]["data"]}
+    assert names == {"epoch 1", "epoch 2"}
+    assert len([t for t in figs["upd_ratio"]["data"] if t["type"] == "histogram"]) == 2
+    assert any("Step 1 of this session's adapter" in m.value for m in at.markdown)
+    assert any("lr 0.003, K = 2" in m.value for m in at.markdown)
+    assert len(at.latex) >= 3
+    assert any(t.value.startswith("Selected token: ") for t in at.text)
+    click_step(at)  # steps accumulate in the session's adapter
+    assert any("Step 2 of this session's adapter" in m.value for m in at.markdown)
+    at.button(key=upd.KEY_RESET).click().run()
+    assert not at.exception
+    assert not charts(at)
+
+
+def test_aggregation_weights_by_hand():
+    """L = (3, 1, 0), B = 3, T = 4: the answer weights of the three modes, computed by hand."""
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float32)
+    w = update_charts.aggregation_weights(mask)
+    np.testing.assert_allclose(w["seq-mean-token-mean"], [0.5, 0.5, 0.0])  # 1/n, n = 2 answers
+    np.testing.assert_allclose(w["token-mean"], [0.75, 0.25, 0.0])  # L_i / 4 tokens
+    np.testing.assert_allclose(w["Dr.GRPO constant"], [3 / 12, 1 / 12, 0.0])  # L_i / (B * T)
+
+
+def test_update_figures_escape_model_text():
+    """Token text reaches the hovers HTML-escaped; padding is blank in the delta heatmap."""
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    rollout = SimpleNamespace(
+        tokens=(("<b>x</b>", "&"), ("<script>",)),
+        response_mask=mask,
+        group_ids=torch.tensor([0, 0]),
+    )
+    result = SimpleNamespace(
+        response_mask=mask,
+        delta=torch.tensor([[0.1, -0.2], [0.3, 0.0]]),
+        advantages=torch.tensor([[1.0, 1.0], [-1.0, 0.0]]),
+        logprobs_before=torch.zeros(2, 2),
+        logprobs_after=torch.zeros(2, 2),
+        grad_coef=torch.zeros(2, 2),
+    )
+    heat_fig = update_charts.delta_heatmap(result, rollout)
+    heat = heat_fig.to_plotly_json()
+    hover = str(heat["data"][0]["customdata"].tolist())
+    assert "&lt;b&gt;x&lt;/b&gt;" in hover
+    assert "&lt;script&gt;" in hover
+    assert "<script>" not in hover
+    z = np.asarray(heat_fig.data[0].z, dtype=float)
+    assert np.isnan(z[1][1])
+    assert z[0][1] == pytest.approx(-0.2)
+    scatter = update_charts.delta_scatter(result, rollout).to_plotly_json()
+    assert [t["name"] for t in scatter["data"]] == ["p0/s0", "p0/s1"]
+    assert "&lt;script&gt;" in str(scatter["data"][1]["customdata"])
+    assert list(scatter["data"][0]["y"]) == pytest.approx([0.1, -0.2])
