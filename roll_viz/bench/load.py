@@ -1,4 +1,4 @@
-"""Classroom load: N simulated students on one ``streamlit run app.py`` server on 127.0.0.1.
+"""Classroom load: N simulated students on one ``streamlit run Home.py`` server on 127.0.0.1.
 
 ``python -m roll_viz.bench.load --students 5 15 30 --seconds 30`` starts one server per N (the
 tiny model, a free local port), runs the classroom and prints one JSON line per N::
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -71,7 +72,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: TID251
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: TID251
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRY = "app.py"  # the home page script `streamlit run` starts (Home.py if app.py is gone)
+ENTRY = "Home.py"  # the home page script `streamlit run` starts
 RUN_TIMEOUT_S = 90.0
 CONNECT_TIMEOUT_S = 30.0
 SERVER_START_TIMEOUT_S = 90.0
@@ -747,7 +748,7 @@ async def classroom(
     """Run ``students`` simulated students against the server at ``base`` for ``seconds``.
 
     Args:
-        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run app.py``.
+        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run Home.py``.
         students: number of concurrent sessions N.
         seconds: how long the students keep interacting (each finishes its last run after).
         live_students: how many of them switch on live sampling at the same moment.
@@ -836,9 +837,23 @@ async def classroom(
     )
 
 
+def run_coroutine(coro: Any) -> Any:
+    """``asyncio.run(coro)``, in a worker thread when this thread already runs an event loop.
+
+    Playwright's sync API (the browser tests in the same pytest process) leaves a loop running
+    in the main thread, where ``asyncio.run`` refuses to start.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def run_classroom(base: str, students: int, seconds: float, **kwargs: Any) -> ClassroomResult:
     """Synchronous wrapper of ``classroom`` (a fresh event loop)."""
-    return asyncio.run(classroom(base, students, seconds, **kwargs))
+    return run_coroutine(classroom(base, students, seconds, **kwargs))
 
 
 # --------------------------------------------------------------------------- the server
@@ -862,7 +877,7 @@ def health(base: str, timeout: float = 2.0) -> bool:
 
 @dataclasses.dataclass
 class Server:
-    """A running ``streamlit run app.py``: its base URL, process and log file."""
+    """A running ``streamlit run Home.py``: its base URL, process and log file."""
 
     base: str
     proc: subprocess.Popen
@@ -896,7 +911,7 @@ _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning
 
 @contextlib.contextmanager
 def server(model: str = "tiny", log: Path | None = None) -> Iterator[Server]:
-    """Start ``streamlit run app.py`` headless on a free 127.0.0.1 port; kill its group after.
+    """Start ``streamlit run Home.py`` headless on a free 127.0.0.1 port; kill its group after.
 
     Args:
         model: ROLL_VIZ_MODEL for the server (the tiny test model by default).

@@ -9,7 +9,6 @@ alone), a server that stops answering. Latency, reruns/s and RSS are printed as 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.parse
 
@@ -88,7 +87,7 @@ def test_a_slider_move_shows_what_its_url_shows_alone(srv):
             await s.close()
         return a, b, c, first, moved, query
 
-    a, b, c, first, moved, query = asyncio.run(go(srv.base))
+    a, b, c, first, moved, query = load.run_coroutine(go(srv.base))
     for r in (a, b, c, first, moved):
         assert r.status == "FINISHED_SUCCESSFULLY"
         assert r.exceptions == []
