@@ -59,6 +59,15 @@ with ui.page_guard("Update"):
 
     with main:
         st.markdown(upd.summary_markdown(result))
+        st.button(
+            "Use the updated policy on every page",
+            key="upd_use_policy",
+            on_click=lambda: st.session_state.__setitem__("_policy_view", "updated"),
+            icon=":material/swap_horiz:",
+            help="The pages then sample the same prompts from your updated policy and compare it "
+            "with the reference (the base model): Token KL shows the KL this update produced. "
+            "Switch back under Policy in the sidebar.",
+        )
         if dict(rollout.meta).get("policy_mode") == "steered":
             st.caption(
                 "This batch was sampled by the steered policy (hidden instruction), the adapter sees "

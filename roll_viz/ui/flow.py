@@ -143,6 +143,10 @@ def cached_rollout(state: AppState) -> Rollout:
     Returns:
         The Rollout (for a preset with a smaller G: the first G samples of each prompt).
     """
+    if "|" in state.source:  # an adapted (updated or trained) policy of this session
+        from roll_viz.ui import policies
+
+        return policies.policy_rollout(state.source, state.model, state.sampling)
     if state.live:
         return sample_live(state.model, state.sampling)
     if state.source.startswith("run:"):

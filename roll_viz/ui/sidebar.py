@@ -301,6 +301,39 @@ def _read_prompts(
     return tuple(prompts), notes
 
 
+def _sidebar_policy(source: str, model: str, sampling: Any) -> str:
+    """The policy the pages show: the original, or this session's updated / trained adapter."""
+    from roll_viz.ui import policies
+
+    if source.startswith("run:"):
+        return source
+    choices = policies.available(model, int(getattr(sampling, "seed", 0)))
+    if not choices:
+        return source
+    views = [policies.ORIGINAL, *choices]
+    chosen = st.session_state.get(policies.KEY_POLICY_VIEW, policies.ORIGINAL)
+    if chosen not in views:
+        chosen = policies.ORIGINAL
+    # a plain session key holds the choice (a widget's own state does not follow page switches)
+    view = st.sidebar.radio(
+        "Policy the pages show",
+        views,
+        index=views.index(chosen),
+        format_func=lambda v: policies.label(v, choices[v][1] if v in choices else 0),
+        key=policies.KEY_POLICY_WIDGET,
+        on_change=lambda: st.session_state.__setitem__(
+            policies.KEY_POLICY_VIEW, st.session_state[policies.KEY_POLICY_WIDGET]
+        ),
+        help="Your updated or trained LoRA policy samples the same prompts and settings; the "
+        "reference stays the base model, so Token KL shows the KL the update produced.",
+    )
+    st.session_state[policies.KEY_POLICY_VIEW] = view
+    if view == policies.ORIGINAL:
+        return source
+    policy, steps = choices[view]
+    return source + policies.suffix(view, policy, steps)
+
+
 def _stop_run() -> None:
     st.session_state.pop(KEY_RUN_SOURCE, None)
     for key in (KEY_RUN_URL, KEY_STEP_URL):
@@ -753,6 +786,7 @@ def page_setup(title: str) -> AppState:
     _RUN.allowed = {}
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
+    source = _sidebar_policy(source, model, sampling)
     reward = _sidebar_reward(preset)
     if source.startswith("run:"):
         st.sidebar.caption("These reward settings do not apply: the run's file gives the scores.")

@@ -127,3 +127,25 @@ def test_update_figures_escape_model_text():
     assert [t["name"] for t in scatter["data"]] == ["p0/s0", "p0/s1"]
     assert "&lt;script&gt;" in str(scatter["data"][1]["customdata"])
     assert list(scatter["data"][0]["y"]) == pytest.approx([0.1, -0.2])
+
+
+def test_the_updated_policy_drives_the_other_pages():
+    # After a step, "updated" appears under Policy in the sidebar; choosing it makes Token KL
+    # compare the updated policy with the reference: the KL the update produced is not 0.
+    at = open_page(**LIVE)
+    at.select_slider(key=upd.KEY_LR).set_value(3e-3)
+    click_step(at)
+    at.button(key="upd_use_policy").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    radio = at.sidebar.radio(key="policy_view")
+    assert radio.value == "updated"
+    assert "updated" in radio.options[1]
+    at.switch_page("pages/3_Token_KL.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert not any("Policy = reference in this batch" in i.value for i in at.info)
+    from roll_viz import ui
+
+    kl_charts = [el for el in at.get("plotly_chart") if "kl" in el.proto.id]
+    assert kl_charts
+    assert ui.state.KEY_RUN_SOURCE not in at.session_state
