@@ -26,6 +26,8 @@ PAGES = {
     "06_sensitivity": "Sensitivity",
     "07_frameworks": "Frameworks",
     "08_self_test": "Self_test",
+    "09_update": "Update",
+    "10_training": "Training",
 }
 
 _OBSERVE = """
