@@ -2,8 +2,16 @@
 
 ``python -m roll_viz.bench --sampling`` (or ``python -m roll_viz.bench.sampling``) prints one JSON
 line per measurement: the median wall time of a few runs after one warm-up run, and tokens/s.
+Peers of one line group take turns (a, b, c, a, b, c, ...), so a busy spell on the shared machine
+slows them alike; ``loadavg`` records how busy it was.
 
-- CPU: 8 samples x 64 new tokens (one prompt, G = 8), float32.
+- CPU decode line: 8 samples x 64 new tokens (one prompt, G = 8): ``generate`` vs our loop in its
+  exact float form (same draws as the plain loop), the plain loop (``PLAIN_DECODE``), and the
+  labelled int8 fast path (``FAST_DECODE``); ``speedup_vs_generate`` on each of ours.
+- CPU lecture request: ``sample()`` of 2 prompts x 8 samples x 64 tokens (steered: two scoring
+  passes), float and int8 decode, against the 15 s target, with ``estimate_seconds`` before it.
+- ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
+  while a second process runs a single-threaded matmul loop (a competing student).
 - CUDA (when present): 8 x 128 in bfloat16, plain generate vs our loop with a dynamic cache vs our
   loop with a static cache and a torch.compile'd decode step (CUDA graphs).
 - ``--rss``: peak resident memory of ``sample()`` for 8 prompts x 8 samples x 128 tokens on CPU
@@ -18,19 +26,37 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
-from roll_viz.lm.models import ModelBundle, load_models
-from roll_viz.lm.sampling import DecodeOptions, SamplingConfig, decode_batch, sample
+from roll_viz.lm.models import ModelBundle, configure_threads, load_models
+from roll_viz.lm.sampling import (
+    FAST_DECODE,
+    PLAIN_DECODE,
+    DecodeOptions,
+    SamplingConfig,
+    decode_batch,
+    estimate_seconds,
+    sample,
+)
 
 PROMPT = "Explain quantum entanglement in one sentence."
+LECTURE_PROMPTS = (PROMPT, "Write a haiku about the sea.")
+COMPETITOR = (  # a second student's work on one core; exits when the benchmark process is gone
+    "import os, torch\n"
+    "parent = os.getppid()\n"
+    "torch.set_num_threads(1)\n"
+    "a = torch.randn(768, 768)\n"
+    "while os.getppid() == parent:\n"
+    "    a = torch.tanh(a @ a)\n"
+)
 
 
 def _timed(fns: dict[str, Callable[[], object]], runs: int, sync: bool) -> dict[str, list[float]]:
@@ -65,8 +91,10 @@ def _line(what: str, bundle: ModelBundle, rows: int, new_tokens: int, times: lis
         "new_tokens": new_tokens,
         "runs": len(times),
         "median_s": round(median, 4),
+        "min_s": round(min(times), 4),
         "tokens_per_s": round(rows * new_tokens / median, 1),
         "threads": torch.get_num_threads(),
+        "loadavg": round(os.getloadavg()[0], 2),
     }
 
 
@@ -104,10 +132,15 @@ def bench_decode(bundle: ModelBundle, rows: int, new_tokens: int, runs: int) -> 
 
         return run
 
-    fns = {"hf_generate": generate, "roll_viz_decode": ours(DecodeOptions(static_cache=False))}
+    fns = {"hf_generate": generate}
     if bundle.device.type == "cuda":
+        fns["roll_viz_decode"] = ours(DecodeOptions(static_cache=False))
         options = DecodeOptions(static_cache=True, compile_decode=True)
         fns["roll_viz_decode_static_compiled"] = ours(options)
+    else:
+        fns["roll_viz_decode"] = ours(DecodeOptions())  # exact: the plain loop's draws
+        fns["roll_viz_decode_plain"] = ours(PLAIN_DECODE)  # the loop before the speed work
+        fns["roll_viz_decode_int8"] = ours(FAST_DECODE)  # labelled approximate fast path
     times = _timed(fns, runs, sync)
     lines = [_line(name, bundle, rows, new_tokens, times[name]) for name in fns]
     base = lines[0]["median_s"]
@@ -124,6 +157,99 @@ def bench_sample(bundle: ModelBundle, group: int, new_tokens: int, runs: int) ->
     )
     times = _timed({"sample": lambda: sample(no_eos, cfg)}, runs, bundle.device.type == "cuda")
     return _line("roll_viz_sample_steered_full", bundle, group, new_tokens, times["sample"])
+
+
+def bench_lecture(bundle: ModelBundle, runs: int) -> list[dict]:
+    """``sample()`` of 2 prompts x 8 samples x 64 tokens (steered), float vs int8 decode."""
+    no_eos = dataclasses.replace(bundle, eos_ids=(-1,))
+    cfg = SamplingConfig(
+        prompts=LECTURE_PROMPTS, group_size=8, max_new_tokens=64, policy_mode="steered"
+    )
+    variants = {"float_decode": DecodeOptions(), "int8_decode": FAST_DECODE}
+    estimates: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+
+    def run(name: str) -> Callable[[], None]:
+        def go() -> None:
+            estimates[name].append(estimate_seconds(no_eos, cfg, variants[name]))
+            start = time.process_time()
+            sample(no_eos, cfg, decode=variants[name])
+            cpu[name].append(time.process_time() - start)
+
+        return go
+
+    times = _timed({name: run(name) for name in variants}, runs, bundle.device.type == "cuda")
+    lines = []
+    for name in variants:
+        line = _line(f"roll_viz_sample_2x8x64_steered_{name}", bundle, 16, 64, times[name])
+        line["estimate_s_before_run"] = [round(e, 2) for e in estimates[name][1:]]
+        # CPU seconds of this process (all its threads): what the run costs on an idle machine
+        line["cpu_s_median"] = round(statistics.median(cpu[name][1:]), 2)
+        line["target_s"] = 15.0
+        lines.append(line)
+    return lines
+
+
+def _step_ms(bundle: ModelBundle, rows: int, steps: int) -> float:
+    """Median ms of one cached decode step of ``rows`` rows (float model, plain forward)."""
+    with bundle.lock:
+        ctx = bundle.chat_ids(PROMPT)
+    ids = torch.tensor([ctx] * rows)
+    width = ids.shape[1]
+    times = []
+    with bundle.lock, torch.inference_mode():
+        out = bundle.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        token = torch.zeros(rows, 1, dtype=torch.long)
+        for step in range(steps):
+            start = time.perf_counter()
+            out = bundle.model(
+                input_ids=token,
+                attention_mask=torch.ones(rows, width + step + 1, dtype=torch.long),
+                position_ids=torch.full((rows, 1), width + step),
+                past_key_values=out.past_key_values,
+                use_cache=True,
+            )
+            times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1000, 1)
+
+
+def bench_threads(bundle: ModelBundle, steps: int = 6, rounds: int = 2) -> Iterator[dict]:
+    """Decode-step ms at 1 vs 2 threads, quiet and with a competing single-thread matmul process.
+
+    Thread counts take turns within each condition; each cell is the median over rounds of the
+    median step time of ``steps`` steps.
+    """
+    saved = torch.get_num_threads()
+    for condition in ("no_competitor", "competing_load"):
+        proc = None
+        if condition == "competing_load":
+            proc = subprocess.Popen([sys.executable, "-c", COMPETITOR])
+            time.sleep(2.0)
+        try:
+            for rows in (8, 18):
+                cells: dict[int, list[float]] = {1: [], 2: []}
+                for _ in range(rounds):
+                    for threads in (1, 2):
+                        torch.set_num_threads(threads)
+                        cells[threads].append(_step_ms(bundle, rows, steps))
+                for threads, values in cells.items():
+                    yield (
+                        {
+                            "what": "decode_step_threads",
+                            "model": bundle.name,
+                            "condition": condition,
+                            "rows": rows,
+                            "threads": threads,
+                            "median_step_ms": statistics.median(values),
+                            "rounds_ms": values,
+                            "loadavg": round(os.getloadavg()[0], 2),
+                        }
+                    )
+        finally:
+            torch.set_num_threads(saved)
+            if proc is not None:
+                proc.kill()
+                proc.wait()
 
 
 def peak_rss(model: str | None) -> dict:
@@ -159,23 +285,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss", action="store_true", help="only measure peak RSS (8x8x128, CPU)")
     parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocess")
     parser.add_argument("--cpu-only", action="store_true", help="skip the CUDA measurements")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    parser.add_argument(
+        "--threads", default=None, help="torch CPU threads (default: ROLL_VIZ_THREADS / policy)"
+    )
+    parser.add_argument(
+        "--threads-table", action="store_true", help="also time 1 vs 2 threads, quiet and loaded"
+    )
+    parser.add_argument(
+        "--only", default="", help="comma list of parts: decode,lecture,sample,threads"
+    )
     args = parser.parse_args(argv)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    parts = set(filter(None, args.only.split(","))) or {"decode", "lecture", "sample"}
+    if args.threads_table:
+        parts.add("threads")
     out = sys.stdout
     if args.rss:
+        configure_threads(args.threads)
         out.write(json.dumps(peak_rss(args.model)) + "\n")
         return 0
-    cpu = load_models(args.model, device="cpu", dtype="float32")
+    cpu = load_models(args.model, device="cpu", dtype="float32", threads=args.threads)
     out.write(json.dumps({"what": "load", "model": cpu.name, "source": cpu.source,
-                          "seconds": round(cpu.load_seconds, 2)}) + "\n")  # fmt: skip
-    for line in bench_decode(cpu, rows=8, new_tokens=64, runs=args.runs):
-        out.write(json.dumps(line) + "\n")
-    out.write(json.dumps(bench_sample(cpu, group=8, new_tokens=64, runs=args.runs)) + "\n")
+                          "seconds": round(cpu.load_seconds, 2),
+                          "threads": torch.get_num_threads()}) + "\n")  # fmt: skip
     out.flush()
+    if "threads" in parts:
+        for line in bench_threads(cpu):
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+    if "decode" in parts:
+        for line in bench_decode(cpu, rows=8, new_tokens=64, runs=args.runs):
+            out.write(json.dumps(line) + "\n")
+        out.flush()
+    if "lecture" in parts:
+        for line in bench_lecture(cpu, runs=args.runs):
+            out.write(json.dumps(line) + "\n")
+        out.flush()
+    if "sample" in parts:
+        out.write(json.dumps(bench_sample(cpu, group=8, new_tokens=64, runs=args.runs)) + "\n")
+        out.flush()
     if torch.cuda.is_available() and not args.cpu_only:
-        gpu = load_models(args.model, device="cuda", dtype="bfloat16")
+        gpu = load_models(args.model, device="cuda", dtype="bfloat16", threads=args.threads)
         for line in bench_decode(gpu, rows=8, new_tokens=128, runs=max(args.runs, 5)):
             line["target_s"] = 0.6
             out.write(json.dumps(line) + "\n")
@@ -184,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "roll_viz.bench.sampling", "--rss"]
         if args.model:
             cmd += ["--model", args.model]
+        if args.threads:
+            cmd += ["--threads", str(args.threads)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         out.write(
             proc.stdout

@@ -21,6 +21,28 @@ Model specs (one setting: the ``spec`` argument, else ``ROLL_VIZ_MODEL``, else t
 Device: ``device`` argument, else ``ROLL_VIZ_DEVICE``, else CUDA, MPS, CPU in that order.
 Dtype: ``dtype`` argument, else ``ROLL_VIZ_DTYPE``, else bfloat16 on CUDA and float32 elsewhere.
 
+CPU threads (``configure_threads``, applied by ``load_models``): ``ROLL_VIZ_THREADS`` (a number,
+or "all" for every core), else the default: ONE torch intra-op thread on a machine with 1-3
+cores, half the cores (at least 2) on bigger ones. Measured on the 2-core classroom box
+(SmolLM2-135M, one cached decode step, median ms over 16 steps, same process, interleaved;
+"busy" = the machine's other users kept the load average at 1 or more):
+
+=====================  ==============  ==============
+decode step            1 thread        2 threads
+=====================  ==============  ==============
+8 rows, fp32, busy     122 / 134       1178 / 1201
+18 rows, fp32, busy    167 / 184       181 / 263
+8 rows, int8, busy     51 / 51         66 / 1014
+18 rows, int8, busy    72 / 85         56 / 86
+=====================  ==============  ==============
+
+(two repeats per cell; ``python -m roll_viz.bench --sampling --only threads`` prints the table
+quiet and under a competing single-thread matmul process.) Two threads can win a little when the
+second core happens to be free, but lose up to ten times over as soon as another process holds a
+core (OpenMP threads wait on each other at every op), and a classroom server is never quiet:
+three students sampling at once waited up to 243 s with 2 threads, 21 s with 1 (same results).
+The count is set once per process at load time, not per request.
+
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
 context (see ``lm.sampling.PolicySource``), so one copy of the weights serves both. A policy
@@ -78,6 +100,22 @@ class ModelNotFoundError(RuntimeError):
     """The requested model (or the bundled default) is not available; the message names the fix."""
 
 
+class ModelUsage:
+    """Book-keeping shared by every request on one bundle (all fields guarded by ``guard``).
+
+    Filled by ``lm.sampling``: ``waiting`` counts requests blocked on ``ModelBundle.lock``,
+    ``current`` is the progress object of the run that holds it (None when idle), ``runs`` counts
+    sampling runs started, and ``speed`` keeps measured rates for time estimates.
+    """
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.waiting = 0
+        self.runs = 0
+        self.current: Any = None
+        self.speed: dict[str, Any] = {}
+
+
 @dataclass(frozen=True, eq=False)
 class ModelBundle:
     """The shared model, its tokenizer and the lock that serialises their use.
@@ -99,8 +137,10 @@ class ModelBundle:
         load_seconds: wall time the load took.
         source: "gguf-convert", "gguf-cache", "tiny", "folder" or "hub".
         lock: the one lock around model and tokenizer use.
-        compiled_steps: torch.compile wrappers of the model's forward, by compile mode (filled
-            lazily under ``lock`` by the sampler; the wrapped model itself is unchanged).
+        compiled_steps: derived decode models, by kind: torch.compile wrappers of the model's
+            forward by compile mode, and the int8 copy for the decode loop (filled lazily under
+            ``lock`` by the sampler; the model itself is never changed).
+        usage: who is using or waiting for the model and how fast it ran (``ModelUsage``).
     """
 
     model: Any
@@ -115,6 +155,7 @@ class ModelBundle:
     source: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     compiled_steps: dict = field(default_factory=dict, repr=False)
+    usage: ModelUsage = field(default_factory=lambda: ModelUsage(), repr=False)
 
     @property
     def dtype_name(self) -> str:
@@ -203,12 +244,58 @@ def bundled_gguf_path() -> Path:
     raise ModelNotFoundError(f"{BUNDLED_FILE} not found in {BUNDLED_PACKAGE}: {INSTALL_HINT}.")
 
 
+def default_threads(cpus: int | None = None) -> int:
+    """Torch intra-op threads when ROLL_VIZ_THREADS is unset: 1 on 1-3 cores, else cpus // 2."""
+    cpus = cpus or os.cpu_count() or 1
+    return 1 if cpus <= 3 else max(2, cpus // 2)
+
+
+def resolve_threads(threads: int | str | None = None) -> int:
+    """The thread count to use: argument, else ROLL_VIZ_THREADS, else ``default_threads()``.
+
+    Args:
+        threads: a positive count, "all" (every core), "auto"/0/None (the default policy).
+
+    Returns:
+        The count, at least 1.
+
+    Raises:
+        ValueError: not a positive number, "all" or "auto".
+    """
+    value = threads if threads not in (None, "", 0) else os.environ.get("ROLL_VIZ_THREADS", "")
+    text = str(value).strip().lower()
+    if text in ("", "auto", "0"):
+        return default_threads()
+    if text == "all":
+        return os.cpu_count() or 1
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"ROLL_VIZ_THREADS must be a positive number, 'all' or 'auto' (got {value!r})"
+        )
+    return count
+
+
+def configure_threads(threads: int | str | None = None) -> int:
+    """Set torch's intra-op thread count by the policy in the module docstring; returns it."""
+    count = resolve_threads(threads)
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading
 
 
 def load_models(
-    spec: str | None = None, device: str | None = None, dtype: str | None = None
+    spec: str | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    threads: int | str | None = None,
 ) -> ModelBundle:
     """Load the shared policy/reference model and its tokenizer.
 
@@ -217,6 +304,8 @@ def load_models(
             None reads ROLL_VIZ_MODEL, else the default.
         device: "cpu", "cuda", "cuda:1", "mps" or "auto"; None reads ROLL_VIZ_DEVICE, else auto.
         dtype: "float32", "bfloat16", "float16" or "auto"; None reads ROLL_VIZ_DTYPE, else auto.
+        threads: torch CPU threads for the process (``configure_threads``); None reads
+            ROLL_VIZ_THREADS, else the measured default.
 
     Returns:
         A ModelBundle whose model is in eval mode on the chosen device.
@@ -225,6 +314,7 @@ def load_models(
         ModelNotFoundError: the model cannot be found; the message says how to fix it.
     """
     spec = (spec or os.environ.get("ROLL_VIZ_MODEL") or DEFAULT_MODEL).strip()
+    configure_threads(threads)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     start = time.perf_counter()

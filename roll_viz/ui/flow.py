@@ -46,8 +46,11 @@ from roll_viz.views import tables
 def cached_models(spec: str | None = None) -> Any:
     """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
     from roll_viz.lm import models
+    from roll_viz.lm import sampling as sampling_mod
 
-    return models.load_models(spec or _model_spec())
+    bundle = models.load_models(spec or _model_spec())
+    sampling_mod.calibrate(bundle)  # one tiny sample, so the first time estimate is measured
+    return bundle
 
 
 class _LiveStore:
@@ -119,16 +122,21 @@ def sample_live(model: str, sampling: Any) -> Rollout:
         st.error(f"The live model is not available: {err}")
         st.stop()
     n_rows = len(sampling.prompts) * sampling.group_size
-    label = f"Sampling {n_rows} responses with {bundle.name}..."
-    if bundle.lock.locked():
-        label = "Waiting for the shared model (another user is sampling)... then " + label
+    estimate = sampling_mod.estimate_seconds(bundle, sampling)
+    guess = "" if sampling_mod.speed_measured(bundle) else " (a first guess)"
+    label = f"Sampling {n_rows} responses with {bundle.name}: about {estimate:.0f} s{guess}"
+    queue = sampling_mod.queue_status(bundle)
+    if queue.busy:
+        label = f"{queue.message()} Then: {label}"
     with st.status(label, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
 
         def progress(fraction: float, text: str) -> None:
+            # the sampler's text says the queue position, then "320 / 1152 tokens, about 6 s left"
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
 
-        rollout = sampling_mod.sample(bundle, sampling, progress=progress)
+        # identical requests in flight at the same moment share one sampling run
+        rollout = sampling_mod.shared_sample(bundle, sampling, progress=progress)
         status.update(label=f"Sampled {n_rows} responses", state="complete", expanded=False)
     store.put(key, rollout)
     return rollout
