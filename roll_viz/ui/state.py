@@ -64,7 +64,7 @@ KEY_CHIP_VIEW = "chips"  # Samples: what the token chips colour by
 
 # Per-session state (small values only, never tensors).
 KEY_RUN_SOURCE = "_run_source"  # "run:<id>#<step>" when an imported run step is the data
-KEY_RUN_URL, KEY_STEP_URL = "run", "step"  # the same in the URL
+KEY_RUN_URL, KEY_STEP_URL = "dump", "dump_step"  # the same in the URL (not "run": Training uses it)
 KEY_LAST_VALID_PARAMS = "_last_valid_reward_params"  # (reward, param) -> last valid value
 KEY_RUNNING = "_running_moments"
 KEY_RUNNING_BATCHES = "_running_batches"

@@ -21,7 +21,7 @@ def test_open_a_run_and_walk_the_pages(server, page):
     SHOTS.mkdir(parents=True, exist_ok=True)
     sp.full_page_screenshot(page, str(SHOTS / "11_your_run.png"))
     sp.after_rerun(page, lambda: page.locator(".st-key-run_use button").click())
-    assert "run=dir" in page.url
+    assert "dump=dir" in page.url
     sp.goto(page, page.url.replace("/Your_run", "/Advantages"))
     assert sp.exceptions(page) == []
     assert "your run" in page.get_by_test_id("stSidebar").inner_text()

@@ -1,0 +1,443 @@
+"""The Training page's Streamlit layer: per-session runners, controls, live charts, the scrubber.
+
+Each browser session owns up to ``MAX_SLOTS`` background runners (``lm.train.TrainRunner``), kept
+in ``st.session_state`` under ``KEY_RUNNERS``; each holds its own LoRA adapter over the shared
+base model and takes the model lock per phase of a step, so other users' pages keep working
+while it trains. Recorded runs (``data.recorded``) open without a model.
+
+``trained_policy()`` is the hook for the other pages: the session's trained policy (slot A) and
+its step, to show "trained (step k) vs reference".
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from roll_viz.core import pipeline
+from roll_viz.data import recorded
+from roll_viz.lm.train import RewardChoice, TrainRun, TrainRunner, TrainSettings
+from roll_viz.ui.state import AppState
+from roll_viz.ui.widgets import explainer, plot
+from roll_viz.views import heatmaps, training_charts
+
+KEY_RUNNERS = "_train_runners"
+KEY_RUN = "run"  # URL: a recorded run to open (?run=hack_beta0)
+KEY_STEPS = "tr_steps"
+KEY_LR = "tr_lr"
+KEY_BETA_MODE = "tr_beta_mode"
+KEY_BETA = "tr_beta"
+KEY_TARGET = "tr_target"
+KEY_HORIZON = "tr_horizon"
+KEY_SEED = "tr_seed"
+KEY_SLOT = "tr_slot"
+KEY_COMPARE = "tr_compare"
+KEY_SCRUB = "tr_step"
+KEY_KNOB = "tr_knob"
+
+SLOTS = ("A", "B", "C")
+MAX_SLOTS = len(SLOTS)
+
+# Caps of a run started from the page (stated in the UI). A CPU step of the bundled model with
+# 4 prompts x 4 samples x 48 tokens takes seconds to tens of seconds.
+CAP_STEPS = 50
+CAP_PROMPTS = 4
+CAP_GROUP = 8
+CAP_TOKENS = 64
+CAPS_TEXT = (
+    f"Caps for a run started here: at most {CAP_STEPS} steps, {CAP_PROMPTS} prompts, "
+    f"G = {CAP_GROUP} samples per prompt and {CAP_TOKENS} new tokens (the first prompts and the "
+    f"sidebar's other settings are used). Bigger runs: the CLI, `python -m roll_viz train`."
+)
+
+#: the gameable reward of the hacking demo: counts positive words (a cap it never reaches)
+HACK_REWARD = RewardChoice.single("positive_words", per_word=0.25, cap=10.0)
+HACK_BETA = 1.0
+
+#: the knobs "compare runs" can vary: label -> list of (run label, settings changes)
+KNOBS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "KL: beta = 0 vs beta > 0 vs adaptive": [
+        ("beta = 0", {"beta": 0.0, "beta_mode": "fixed"}),
+        ("beta = 0.2", {"beta": 0.2, "beta_mode": "fixed"}),
+        ("adaptive beta (from 0.2)", {"beta": 0.2, "beta_mode": "adaptive"}),
+    ],
+    "estimator: GRPO vs REINFORCE++ vs GAE (verl)": [
+        ("GRPO", {"framework": "verl", "config": {"adv_estimator": "grpo"}}),
+        ("REINFORCE++", {"framework": "verl", "config": {"adv_estimator": "reinforce_plus_plus"}}),
+        ("GAE (zero critic)", {"framework": "verl", "config": {"adv_estimator": "gae"}}),
+    ],
+    "normalization: local (group) vs global (batch) (ROLL reinforce)": [
+        (
+            "local: group mean / std",
+            {
+                "framework": "roll",
+                "config": {
+                    "adv_estimator": "reinforce",
+                    "norm_mean_type": "group",
+                    "norm_std_type": "group",
+                },
+            },
+        ),
+        (
+            "global: batch mean / std",
+            {
+                "framework": "roll",
+                "config": {
+                    "adv_estimator": "reinforce",
+                    "norm_mean_type": "batch",
+                    "norm_std_type": "batch",
+                },
+            },
+        ),
+    ],
+}
+
+# Dialect keys the page sets itself (beta and the controller); the sidebar's values are dropped.
+_OWN_KEYS = {
+    "init_kl_coef", "kl_coef", "init_coef", "beta", "target_kl", "kl_horizon", "horizon", "target",
+    "kl_ctrl_type", "add_token_level_kl", "use_kl_in_reward",
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Session runners
+
+
+class _SessionRunners:
+    """This session's runners; released (threads stopped, adapters freed) when it ends."""
+
+    def __init__(self) -> None:
+        self.by_slot: dict[str, TrainRunner] = {}
+
+    def close(self) -> None:
+        for runner in list(self.by_slot.values()):
+            runner.close()
+        self.by_slot.clear()
+
+
+@st.cache_resource(
+    scope="session", on_release=_SessionRunners.close, max_entries=1, show_spinner=False
+)
+def _session_runners() -> _SessionRunners:
+    return _SessionRunners()
+
+
+def runners() -> dict[str, TrainRunner]:
+    """This session's runners by slot (also in session_state; freed with the session)."""
+    holder = _session_runners()
+    if KEY_RUNNERS in st.session_state and st.session_state[KEY_RUNNERS] is not holder.by_slot:
+        holder.by_slot.update(st.session_state[KEY_RUNNERS])
+    st.session_state[KEY_RUNNERS] = holder.by_slot
+    return holder.by_slot
+
+
+def trained_policy() -> tuple[Any, int] | None:
+    """(LoraPolicy, steps trained) of this session's slot-A run, or None (for other pages).
+
+    The policy is a ``PolicySource``: ``lm.sampling.sample(bundle, cfg, source=policy)`` samples
+    from it and scores against the base model as the reference.
+    """
+    runner = runners().get("A")
+    if runner is None or runner.trainer is None or runner.trainer.policy.closed:
+        return None
+    return runner.trainer.policy, runner.steps_done
+
+
+def any_running() -> bool:
+    """True while one of this session's runners is training."""
+    return any(r.status == "running" for r in runners().values())
+
+
+def start_run(bundle: Any, slot: str, settings: TrainSettings) -> TrainRunner:
+    """Start a fresh run in ``slot`` (an old run there is stopped and its adapter freed)."""
+    table = runners()
+    old = table.get(slot)
+    if old is not None:
+        old.close()
+    runner = TrainRunner(bundle, settings)
+    table[slot] = runner
+    runner.start()
+    return runner
+
+
+def drop_run(slot: str) -> None:
+    """Stop and forget the run in ``slot``."""
+    runner = runners().pop(slot, None)
+    if runner is not None:
+        runner.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings from the sidebar and the page controls
+
+
+def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]]:
+    """TrainSettings from the sidebar's prompts, reward and dialect and the page's controls.
+
+    Returns:
+        (settings, one message per cap applied).
+    """
+    notes = []
+    prompts = tuple(state.sampling.prompts)
+    if len(prompts) > CAP_PROMPTS:
+        notes.append(f"Training on the first {CAP_PROMPTS} of {len(prompts)} prompts.")
+        prompts = prompts[:CAP_PROMPTS]
+    group = int(state.sampling.group_size)
+    if group > CAP_GROUP:
+        notes.append(f"G capped at {CAP_GROUP} (sidebar: {group}).")
+        group = CAP_GROUP
+    group = max(group, 2)
+    tokens = int(state.sampling.max_new_tokens)
+    if tokens > CAP_TOKENS:
+        notes.append(f"Response length capped at {CAP_TOKENS} tokens (sidebar: {tokens}).")
+        tokens = CAP_TOKENS
+    reward = RewardChoice(
+        terms=tuple(state.reward.terms),
+        noise_sigma=state.reward.noise_sigma,
+        noise_seed=state.reward.noise_seed,
+    )
+    config = {k: v for k, v in state.config.items() if k not in _OWN_KEYS}
+    mode = st.session_state.get(KEY_BETA_MODE, "fixed")
+    if state.framework == "trl" and mode == "adaptive":
+        notes.append("TRL has no adaptive KL controller: fixed beta.")
+        mode = "fixed"
+    settings = TrainSettings(
+        prompts=prompts,
+        group_size=group,
+        max_new_tokens=tokens,
+        temperature=max(float(state.sampling.temperature), 0.1),
+        top_p=float(state.sampling.top_p),
+        seed=int(st.session_state.get(KEY_SEED, 0)),
+        steps=int(st.session_state.get(KEY_STEPS, 20)),
+        reward=reward,
+        framework=state.framework,
+        config=config,
+        beta_mode=mode,
+        beta=float(st.session_state.get(KEY_BETA, 0.0)),
+        target_kl=float(st.session_state.get(KEY_TARGET, 0.05)),
+        horizon=float(st.session_state.get(KEY_HORIZON, 100.0)),
+        lr=float(st.session_state.get(KEY_LR, 5e-4)),
+        model=model,
+    )
+    return settings, notes
+
+
+def vary(settings: TrainSettings, label: str, changes: dict[str, Any]) -> TrainSettings:
+    """``settings`` with one knob changed (a config change replaces the dialect config)."""
+    changes = dict(changes)
+    if "config" in changes:
+        fw = changes.get("framework", settings.framework)
+        keep = dict(settings.config) if fw == settings.framework else {}
+        keep.update(changes["config"])
+        known = pipeline.resolve_config(fw, None)
+        changes["config"] = {k: v for k, v in keep.items() if k in known}
+    return replace(settings, label=label, **changes)
+
+
+def controls(disabled: bool = False) -> None:
+    """The page's training controls (each bound to the URL)."""
+    c1, c2, c3, c4 = st.columns(4)
+    with c1:
+        st.number_input(
+            "Steps N", 1, CAP_STEPS, 20, key=KEY_STEPS, bind="query-params", disabled=disabled,
+            help=f"Training steps (at most {CAP_STEPS} here).",
+        )  # fmt: skip
+        st.number_input(
+            "Seed", 0, 10_000, 0, key=KEY_SEED, bind="query-params", disabled=disabled,
+            help="Seeds the adapter and every step's sampling: the same seed gives the same run.",
+        )  # fmt: skip
+    with c2:
+        st.select_slider(
+            "LoRA learning rate",
+            options=[1e-5, 3e-5, 1e-4, 3e-4, 5e-4, 1e-3, 3e-3],
+            value=5e-4,
+            key=KEY_LR,
+            bind="query-params",
+            disabled=disabled,
+            format_func=lambda v: f"{v:g}",
+            help="Frameworks ship 1e-6 (full fine-tuning); LoRA needs 10-100x more. Around 1e-4 "
+            "to 1e-3 the policy moves visibly within 30 steps (policy-update.md 2.3).",
+        )
+    with c3:
+        st.segmented_control(
+            "beta", ["fixed", "adaptive"], default="fixed", key=KEY_BETA_MODE,
+            bind="query-params", required=True, disabled=disabled,
+            help="Adaptive: the framework's controller (Ziegler et al.), beta <- beta * (1 + "
+            "clip(KL / target - 1, -0.2, 0.2) * batch size / horizon), on each step's real KL.",
+        )  # fmt: skip
+        st.number_input(
+            "initial beta", 0.0, 5.0, 0.0, step=0.05, key=KEY_BETA, bind="query-params",
+            disabled=disabled, format="%.3f",
+            help="KL coefficient: in the token rewards (ROLL, verl, OpenRLHF) or the loss (TRL).",
+        )  # fmt: skip
+    with c4:
+        st.number_input(
+            "target KL", 0.001, 10.0, 0.05, step=0.01, key=KEY_TARGET, bind="query-params",
+            disabled=disabled, format="%.3f", help="Adaptive controller: KL it steers towards.",
+        )  # fmt: skip
+        st.number_input(
+            "horizon", 1.0, 100_000.0, 100.0, step=10.0, key=KEY_HORIZON, bind="query-params",
+            disabled=disabled,
+            help="Adaptive controller: frameworks ship 10000, with which beta moves by at most "
+            "0.2 x batch / 10000 per step (invisible in 30 steps); 100 makes it visible.",
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Showing runs
+
+
+def status_line(runner: TrainRunner, slot: str) -> None:
+    """Progress bar and status text of one runner."""
+    total = runner.settings.steps
+    done = runner.steps_done
+    label = runner.settings.label or f"run {slot}"
+    text = f"**{slot}: {html.escape(label)}**: {runner.status}, step {done} / {total}"
+    records = runner.records()
+    if records:
+        secs = records[-1].metrics.get("seconds") or {}
+        if secs.get("total"):
+            text += f" ({secs['total']:.1f} s per step)"
+    st.progress(min(done / max(total, 1), 1.0), text=text)
+    if runner.status == "error":
+        st.error(
+            f"Run {slot} stopped with an error after {done} step(s); the steps done are kept. "
+            f"{runner.error}",
+            icon=":material/error:",
+        )
+
+
+def run_buttons(runner: TrainRunner, slot: str) -> None:
+    """Pause / resume / stop / reset buttons of one runner."""
+    cols = st.columns(4)
+    running = runner.status == "running"
+    cols[0].button(
+        "Pause", key=f"tr_pause_{slot}", on_click=runner.pause, disabled=not running,
+        icon=":material/pause:",
+    )  # fmt: skip
+    cols[1].button(
+        "Resume", key=f"tr_resume_{slot}", on_click=runner.resume,
+        disabled=runner.status not in ("paused", "stopped"), icon=":material/play_arrow:",
+    )  # fmt: skip
+    cols[2].button(
+        "Stop", key=f"tr_stop_{slot}", on_click=runner.stop,
+        disabled=runner.status not in ("running", "paused"), icon=":material/stop:",
+    )  # fmt: skip
+    cols[3].button(
+        "Reset", key=f"tr_reset_{slot}", on_click=drop_run, args=(slot,),
+        icon=":material/restart_alt:",
+    )  # fmt: skip
+
+
+def curves(runs: Sequence[TrainRun], key: str, current_step: int | None = None) -> None:
+    """The metric small multiples of 1-3 runs, with the help text."""
+    if not runs or not any(r.steps for r in runs):
+        st.info(
+            "No steps yet: the curves appear after the first step.", icon=":material/hourglass:"
+        )
+        return
+    plot(training_charts.training_curves(runs, current_step=current_step), key=key)
+    with st.expander("What each curve means"):
+        st.markdown(
+            "\n".join(f"- **{title}**: {text}" for title, text in training_charts.METRICS.values())
+        )
+
+
+def scrubber(run: TrainRun, key: str) -> int | None:
+    """The step scrubber: a step's samples with token heatmaps, and step 0 beside it."""
+    steps = run.sampled_steps()
+    if not steps:
+        return None
+    step = st.select_slider(
+        "Step (samples are kept every few steps)", options=steps, value=steps[-1],
+        key=f"{KEY_SCRUB}_{key}",
+    )  # fmt: skip
+    record = run.steps[step]
+    samples = record.samples
+    rollout = samples.to_rollout()
+    first = run.steps[0].samples
+    c1, c2 = st.columns(2)
+    with c1:
+        plot(heatmaps.exact_kl_heatmap(rollout), key=f"tr_kl_map_{key}")
+    with c2:
+        plot(
+            heatmaps.heatmap(
+                _grid(samples.advantages, rollout),
+                rollout.response_mask,
+                rollout=rollout,
+                title=f"Advantages at step {step}",
+                quantity="advantage A",
+                signed=True,
+                zmax=3.0,
+            ),
+            key=f"tr_adv_map_{key}",
+        )
+    frame = pd.DataFrame(
+        {
+            "prompt": [samples.prompts[g] for g in samples.group_ids],
+            "answer at step 0": list(first.responses) if first else [""] * len(samples.responses),
+            "reward at step 0": list(first.rewards) if first else [None] * len(samples.responses),
+            f"answer at step {step}": list(samples.responses),
+            f"reward at step {step}": list(samples.rewards),
+        }
+    )
+    st.dataframe(frame, hide_index=True, width="stretch")
+    return step
+
+
+def _grid(rows: Sequence[Sequence[float]], rollout: Any) -> Any:
+    import torch
+
+    out = torch.zeros_like(rollout.response_mask)
+    for b, row in enumerate(rows):
+        if row:
+            out[b, : len(row)] = torch.tensor(row, dtype=out.dtype)
+    return out
+
+
+def settings_panel(runs: Sequence[TrainRun]) -> None:
+    """The settings of the runs, differing rows first."""
+    frame = training_charts.settings_table(runs)
+    st.dataframe(frame, width="stretch")
+
+
+RECORDED = recorded.RECORDED
+HACKING_PAIR = recorded.HACKING_PAIR
+
+
+def recorded_names() -> list[str]:
+    """Names of the recorded runs shipped with the app."""
+    return recorded.available()
+
+
+def recorded_run(name: str) -> TrainRun:
+    """The recorded run ``name`` (marked recorded)."""
+    return recorded.load_recorded(name)
+
+
+def recorded_choice() -> str | None:
+    """The recorded run named in the URL (``?run=name``), if it exists."""
+    name = st.query_params.get(KEY_RUN)
+    return name if name in recorded.available() else None
+
+
+def hacking_explainer() -> None:
+    """What to look for in the reward-hacking pair."""
+    explainer(
+        "The reward counts **positive words** (0.25 each, capped at 10, a cap it never reaches), "
+        "so repeating *amazing* scores higher than a good answer. "
+        "**Blue, beta = 0**: nothing holds the policy near the reference model. Watch the "
+        "**KL climb** step after step while the **reward keeps rising** and the **entropy "
+        "falls**; scrub to the last steps and read the answers: in the recorded run they "
+        "collapse into *amazing amazing amazing ...* (reward 0.06 at step 0, 7.4 at step 29; "
+        "exact KL 1.7 nats per token). "
+        "**Orange, beta = 1**: the same reward and seed, but every token pays beta x KL in its "
+        "reward; the KL stays near 0.03 and the answers stay ordinary sentences about octopuses "
+        "and days. This is why RLHF keeps a KL penalty: a reward is only a proxy.",
+        title="Reward hacking: what to look for",
+    )

@@ -1,0 +1,273 @@
+"""Figures of a training run: curves over steps, several runs overlaid, the step table.
+
+Every function takes one or more ``TrainRun`` records (``roll_viz.lm.train`` schema, read as plain
+metric dicts) and returns a Plotly figure or a table; nothing here imports Streamlit or a model.
+
+Curves (``METRICS`` lists them with their help text): reward mean with a +-std band (and one
+thin line per prompt), KL to the reference (exact full-vocabulary mean, solid; the chosen
+estimator, dashed), beta, entropy, response length, clip fraction, share of groups without
+reward spread, advantage spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from roll_viz.views.scales import _title
+
+#: run colours in overlay order (colour-blind safe: blue, orange, green)
+RUN_COLORS = ("#2166ac", "#e66101", "#1b7837")
+
+#: metric key -> (axis title, help text shown under the chart)
+METRICS: dict[str, tuple[str, str]] = {
+    "reward_mean": (
+        "reward",
+        "Mean raw reward of the step's samples, with a band of +-1 std; thin lines: each prompt.",
+    ),
+    "kl": (
+        "KL to reference",
+        "Solid: exact KL(policy || reference) over the full vocabulary, mean per sample. Dashed: "
+        "the chosen estimator at the sampled tokens (what the adaptive controller sees).",
+    ),
+    "beta": (
+        "beta",
+        "The KL coefficient used at each step (moves only with an adaptive controller).",
+    ),
+    "entropy": ("entropy (nats)", "Mean entropy of the policy's next-token distribution."),
+    "response_length": ("tokens", "Mean response length in tokens (EOS included)."),
+    "clip_frac": (
+        "clip fraction",
+        "Share of tokens whose new/old ratio was clipped in the update (0 in the first epoch "
+        "of every rollout, when the ratio is exactly 1).",
+    ),
+    "zero_spread_share": (
+        "share of groups",
+        "Groups whose G rewards are all equal: every advantage is 0, the group teaches nothing.",
+    ),
+    "adv_std": ("advantage std", "Spread of the advantages over all valid tokens."),
+}
+
+DEFAULT_PANELS = ("reward_mean", "kl", "beta", "entropy", "response_length", "clip_frac",
+                  "zero_spread_share", "adv_std")  # fmt: skip
+
+
+def _xs(run: Any) -> list[int]:
+    return [r.step for r in run.steps]
+
+
+def _ys(run: Any, key: str) -> list[float | None]:
+    return [r.metrics.get(key) for r in run.steps]
+
+
+def _label(run: Any, index: int) -> str:
+    text = run.label or run.settings.label or f"run {index + 1}"
+    return f"{text} (recorded)" if run.recorded else text
+
+
+def _band(fig: go.Figure, xs, mean, std, color: str, row: int, col: int, name: str) -> None:
+    pairs = [(x, m, s) for x, m, s in zip(xs, mean, std, strict=True) if m is not None]
+    if not pairs:
+        return
+    upper = [m + (s or 0.0) for _, m, s in pairs]
+    lower = [m - (s or 0.0) for _, m, s in pairs]
+    px = [p[0] for p in pairs]
+    fig.add_trace(
+        go.Scatter(
+            x=px + px[::-1],
+            y=upper + lower[::-1],
+            fill="toself",
+            fillcolor=_alpha(color, 0.15),
+            line={"width": 0},
+            hoverinfo="skip",
+            showlegend=False,
+            legendgroup=name,
+        ),
+        row=row,
+        col=col,
+    )
+
+
+def _alpha(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def training_curves(
+    runs: Sequence[Any],
+    panels: Sequence[str] = DEFAULT_PANELS,
+    *,
+    per_prompt: bool = True,
+    current_step: int | None = None,
+    columns: int = 2,
+) -> go.Figure:
+    """Small multiples of the run metrics over steps, one colour per run.
+
+    Args:
+        runs: 1-3 TrainRun records (overlaid).
+        panels: metric keys from ``METRICS``, in order.
+        per_prompt: draw each prompt's mean reward as a thin line (single run only).
+        current_step: draw a vertical marker at this step (the scrubber), or None.
+        columns: panels per row.
+
+    Returns:
+        A figure with one subplot per panel.
+    """
+    panels = [p for p in panels if p in METRICS]
+    rows = max(1, -(-len(panels) // columns))
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        subplot_titles=[METRICS[p][0] for p in panels],
+        horizontal_spacing=0.08,
+        vertical_spacing=0.12 if rows > 1 else 0.1,
+    )
+    for i, run in enumerate(runs):
+        color = RUN_COLORS[i % len(RUN_COLORS)]
+        name = _label(run, i)
+        xs = _xs(run)
+        for j, key in enumerate(panels):
+            row, col = j // columns + 1, j % columns + 1
+            first = j == 0
+            if key == "reward_mean":
+                _band(fig, xs, _ys(run, "reward_mean"), _ys(run, "reward_std"), color, row, col,
+                      name)  # fmt: skip
+                if per_prompt and len(runs) == 1 and run.steps:
+                    n_prompts = len(run.steps[0].metrics.get("reward_per_prompt") or [])
+                    for p in range(n_prompts):
+                        values = [
+                            (r.metrics.get("reward_per_prompt") or [None] * n_prompts)[p]
+                            for r in run.steps
+                        ]
+                        fig.add_trace(
+                            go.Scatter(
+                                x=xs,
+                                y=values,
+                                mode="lines",
+                                line={"color": color, "width": 0.8, "dash": "dot"},
+                                opacity=0.6,
+                                name=f"prompt {p + 1}",
+                                showlegend=False,
+                                hovertemplate=f"prompt {p + 1}<br>step %{{x}}<br>"
+                                "reward %{y:.3f}<extra></extra>",
+                            ),
+                            row=row,
+                            col=col,
+                        )
+            if key == "kl":
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=_ys(run, "kl_exact"),
+                        mode="lines+markers",
+                        marker={"size": 4},
+                        line={"color": color},
+                        name=name,
+                        legendgroup=name,
+                        showlegend=first,
+                        hovertemplate="step %{x}<br>exact KL %{y:.4f}<extra>" + name + "</extra>",
+                    ),
+                    row=row,
+                    col=col,
+                )
+                est = next((r.metrics.get("kl_estimator") for r in run.steps), "est")
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=_ys(run, "kl_est"),
+                        mode="lines",
+                        line={"color": color, "dash": "dash", "width": 1.2},
+                        name=f"{name}: {est}",
+                        legendgroup=name,
+                        showlegend=False,
+                        hovertemplate="step %{x}<br>" + str(est) + " %{y:.4f}<extra></extra>",
+                    ),
+                    row=row,
+                    col=col,
+                )
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=_ys(run, key),
+                    mode="lines+markers",
+                    marker={"size": 4},
+                    line={"color": color},
+                    name=name,
+                    legendgroup=name,
+                    showlegend=first,
+                    hovertemplate="step %{x}<br>%{y:.4f}<extra>" + name + "</extra>",
+                ),
+                row=row,
+                col=col,
+            )
+    if current_step is not None:
+        for j in range(len(panels)):
+            fig.add_vline(
+                x=current_step,
+                line_color="#888",
+                line_dash="dot",
+                row=j // columns + 1,
+                col=j % columns + 1,
+            )
+    fig.update_layout(
+        height=240 * rows + 80,
+        margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        title=_title("Training curves over steps"),
+        legend={"orientation": "h", "y": 1.06, "x": 0.5, "xanchor": "center"},
+        hovermode="x unified" if len(runs) == 1 else "closest",
+    )
+    fig.update_xaxes(title_text=None, rangemode="tozero")
+    return fig
+
+
+def step_table(run: Any) -> pd.DataFrame:
+    """One row per step: the scalar metrics (for a download and for tests)."""
+    keys = ["reward_mean", "reward_std", "kl_exact", "kl_est", "beta", "entropy",
+            "response_length", "clip_frac", "zero_spread_share", "adv_std", "loss",
+            "grad_norm"]  # fmt: skip
+    rows = []
+    for r in run.steps:
+        row = {"step": r.step}
+        row.update({k: r.metrics.get(k) for k in keys})
+        seconds = r.metrics.get("seconds") or {}
+        row["seconds"] = seconds.get("total")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["step", *keys, "seconds"])
+
+
+def settings_table(runs: Sequence[Any]) -> pd.DataFrame:
+    """Settings of up to three runs side by side; rows where they differ come first."""
+    dicts = []
+    for run in runs:
+        s = run.settings.to_json()
+        flat = {k: v for k, v in s.items() if k not in ("config", "reward", "prompts")}
+        flat["reward"] = run.settings.reward.label()
+        flat["prompts"] = " | ".join(run.settings.prompts)
+        for k, v in sorted(s["config"].items()):
+            flat[f"config.{k}"] = v
+        dicts.append({k: str(v) for k, v in flat.items()})
+    keys = list(dict.fromkeys(k for d in dicts for k in d))
+    differ = [k for k in keys if len({d.get(k) for d in dicts}) > 1]
+    same = [k for k in keys if k not in differ]
+    data = {
+        _label(run, i): [dicts[i].get(k, "") for k in differ + same] for i, run in enumerate(runs)
+    }
+    frame = pd.DataFrame(data, index=differ + same)
+    frame.index.name = "setting"
+    return frame
+
+
+def differing_settings(runs: Sequence[Any]) -> list[str]:
+    """Names of the settings that differ between the runs (the compared knob(s))."""
+    return [str(k) for k in settings_table(runs).index if _differs(runs, str(k))]
+
+
+def _differs(runs: Sequence[Any], key: str) -> bool:
+    values = settings_table(runs).loc[key].tolist()
+    return len(set(values)) > 1
