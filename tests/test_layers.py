@@ -54,7 +54,7 @@ WHY = {
 
 def _layer_of(path: Path, root: Path = ROOT) -> str:
     rel = path.relative_to(root)
-    if rel.parts[0] == "pages" or rel.name == "Home.py" or rel.name == "app.py":
+    if rel.parts[0] == "pages" or rel.name == "Home.py":
         return "pages"
     inner = rel.relative_to("roll_viz")
     return inner.parts[0].removesuffix(".py") if len(inner.parts) > 1 else inner.stem
@@ -62,7 +62,7 @@ def _layer_of(path: Path, root: Path = ROOT) -> str:
 
 def _sources(root: Path = ROOT) -> list[Path]:
     files = sorted((root / "roll_viz").rglob("*.py")) + sorted((root / "pages").glob("*.py"))
-    files += [p for p in (root / "Home.py", root / "app.py") if p.exists()]
+    files += [p for p in (root / "Home.py",) if p.exists()]
     return files
 
 
