@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
     p.add_argument("--steps", type=int, default=20, help="training steps N")
     p.add_argument("--group-size", type=int, default=4, help="samples per prompt G")
+    p.add_argument(
+        "--pods-m", type=int, default=0,
+        help="PODS: train on the m of the G rollouts with the largest reward variance (0 = all)",
+    )  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -101,6 +105,7 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
     return TrainSettings(
         prompts=tuple(args.prompt),
         group_size=args.group_size,
+        pods_m=args.pods_m,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,

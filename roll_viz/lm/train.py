@@ -79,6 +79,7 @@ from torch import Tensor
 
 from roll_viz.core import pipeline
 from roll_viz.core.ops import masked_mean
+from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout
 from roll_viz.rewards import REWARD_FNS, REWARD_PARAMS, RewardSpec, score_responses
 
@@ -264,6 +265,8 @@ class TrainSettings:
         sample_every: keep full samples every k steps (and the last) in the run file.
         model: model spec the run used ("tiny", "smollm2", ...).
         label: a short name for charts.
+        pods_m: PODS: sample ``group_size`` = n per prompt, train on the m with the largest
+            reward variance (0 = train on all n). Advantages are then normalized over the kept m.
     """
 
     prompts: tuple[str, ...]
@@ -289,6 +292,7 @@ class TrainSettings:
     sample_every: int = 5
     model: str = "smollm2"
     label: str = ""
+    pods_m: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.prompts, str):
@@ -307,6 +311,8 @@ class TrainSettings:
             problems.append("steps must be at least 1")
         if not self.group_size >= 1:
             problems.append("group_size must be at least 1")
+        if self.pods_m and not 2 <= self.pods_m < self.group_size:
+            problems.append(f"pods_m must be 0 (off) or in 2..{self.group_size - 1} (below G)")
         if self.beta_mode not in BETA_MODES:
             problems.append(f"beta_mode must be one of {BETA_MODES}")
         if self.beta_mode == "adaptive" and self.framework == "trl":
@@ -863,6 +869,16 @@ class Trainer:
         t1 = time.perf_counter()
         prompts = [rollout.prompts[int(g)] for g in rollout.group_ids]
         scores = s.reward.score(prompts, rollout.responses, step=self.step)
+        pods_stats = {}
+        if s.pods_m:  # PODS: keep the m of n rollouts per prompt with the largest reward variance
+            groups = scores.view(len(rollout.prompts), s.group_size)  # rows of a prompt contiguous
+            kept = max_variance_subset(groups, s.pods_m)  # (P, m) indices into each group
+            rows = (kept + s.group_size * torch.arange(groups.shape[0])[:, None]).flatten()
+            pods_stats = {
+                "pods_std_all": float(groups.std(dim=1).mean()),
+                "pods_std_kept": float(torch.gather(groups, 1, kept).std(dim=1).mean()),
+            }
+            rollout, scores = select_rows(rollout, rows), scores[rows]
         t2 = time.perf_counter()
         batch = batch_from_rollout(rollout, scores, values=torch.zeros_like(rollout.response_mask))
         trace = pipeline.run(batch, s.framework, s.dialect_config(self.beta), self.running)
@@ -870,6 +886,7 @@ class Trainer:
         upd = self._update(rollout, trace)
         t4 = time.perf_counter()
         metrics = step_metrics(s, rollout, scores, trace, upd)
+        metrics.update(pods_stats)
         metrics["seconds"] = {
             "sample": t1 - t0,
             "score": t2 - t1,
@@ -886,6 +903,24 @@ class Trainer:
             self.beta = float(trace.next_kl_coef)
         self.step += 1
         return record
+
+
+def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
+    """The rollout restricted to ``rows`` (B',) (group ids and texts follow; prompts unchanged)."""
+    idx = rows.tolist()
+    tensor_fields = (
+        "group_ids", "token_ids", "response_mask", "logprobs", "ref_logprobs", "exact_kl",
+        "entropy", "topk_ids", "topk_logprobs", "topk_ref_logprobs", "features",
+    )  # fmt: skip
+    changes: dict[str, Any] = {
+        name: getattr(rollout, name)[rows]
+        for name in tensor_fields
+        if getattr(rollout, name) is not None
+    }
+    for name in ("responses", "tokens", "finish_reasons"):
+        values = getattr(rollout, name)
+        changes[name] = tuple(values[i] for i in idx)
+    return replace(rollout, **changes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -259,3 +259,24 @@ def test_settings_reject_bad_values():
         RewardChoice.single("nope")
     s = settings(framework="openrlhf", config={"advantage_estimator": "group_norm"})
     assert TrainSettings.from_json(json.loads(json.dumps(s.to_json()))) == s
+
+
+def test_pods_trains_on_the_max_variance_subset(bundle):
+    # sample n = 6 per prompt, train on m = 3: the update sees P x 3 rows, those with the largest
+    # reward variance (the k best plus the 3 - k worst), never less spread than all six.
+    from roll_viz.core.pods import max_variance_subset
+
+    s = settings(group_size=6, pods_m=3, steps=1)
+    trainer = Trainer(bundle, s)
+    try:
+        record = trainer.run_step()
+    finally:
+        trainer.close()
+    assert record.samples is not None
+    kept = len(record.samples.responses)
+    assert kept == 3 * len(s.prompts)
+    assert record.metrics["pods_std_kept"] >= record.metrics["pods_std_all"] - 1e-12
+    brute = max_variance_subset(torch.tensor([[1.0, 1, 1, 0, 0, 1, 1, 1]]), 4)
+    assert sorted(torch.tensor([1.0, 1, 1, 0, 0, 1, 1, 1])[brute[0]].tolist()) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match="pods_m"):
+        settings(group_size=4, pods_m=4)
