@@ -44,7 +44,7 @@ with ui.page_guard("Update"):
             st.button("Reset my adapter", key=upd.KEY_RESET, on_click=upd.reset_adapter)
         st.caption(
             f"Loss: the **{ui.FRAMEWORK_LABELS.get(state.framework, state.framework)}** policy "
-            "loss with its shipped defaults; old log-probs are the batch's own (the behaviour "
+            "loss in the sidebar's dialect settings (its loss keys at their shipped defaults); old log-probs are the batch's own (the behaviour "
             "policy). Steps accumulate in your adapter until you reset it."
         )
         if clicked:

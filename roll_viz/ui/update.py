@@ -144,6 +144,7 @@ def take_step(
         rollout,
         trace.advantages,
         framework=state.framework,
+        loss_config=dict(state.config),  # the sidebar's dialect; loss keys at shipped defaults
         ref_logprobs=rollout.ref_logprobs,
         cfg=cfg,
     )
