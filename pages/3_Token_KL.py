@@ -110,6 +110,18 @@ with ui.page_guard("Token KL"):
         )
 
     st.header("The KL coefficient beta")
+    st.caption(
+        "Drag beta here: the token rewards r_t = score - beta x KL_t are recomputed in your browser "
+        "(no server round trip); on release the sidebar takes the value. beta acts on the token "
+        "rewards only when the KL is in the reward."
+    )
+    ui.instant_panel(
+        ui.instant_payload(state),
+        {"beta": beta},
+        key="kl_instant",
+        knobs=("beta",),
+        view="token_rewards",
+    )
 
     @st.fragment
     def beta_section() -> None:

@@ -105,6 +105,13 @@ with ui.page_guard("Sensitivity"):
     for note in notes:
         st.info(note, icon=":material/info:")
 
+    st.subheader("The live point: move it and the advantages recompute in your browser")
+    ui.instant_panel(
+        ui.instant_payload(state, critic),
+        {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")},
+        key="sw_instant",
+        knobs=("estimator", "beta", "gamma", "lam"),
+    )
     batch = ui.current_batch(state, values=critic)
     G = state.group_size
     values = sweep.default_grid(param, G, points=11 if param2 is None else 7)

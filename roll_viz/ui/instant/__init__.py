@@ -178,7 +178,11 @@ def sync_sidebar(key: str, knobs: tuple[str, ...]) -> None:
 
 
 def instant_panel(
-    payload: Mapping[str, Any], params: Mapping[str, Any], key: str, knobs: tuple[str, ...]
+    payload: Mapping[str, Any],
+    params: Mapping[str, Any],
+    key: str,
+    knobs: tuple[str, ...],
+    view: str = "advantages",
 ) -> None:
     """The instant component whose releases drive the sidebar (``sync_sidebar``)."""
     data = {
@@ -187,7 +191,7 @@ def instant_panel(
         "params": dict(params or {}),
         "cell_height": 10,
         "knobs": [k for k in knobs if k in KNOBS],
-        "view": "advantages",
+        "view": view if view in VIEWS else "advantages",
     }
     _component()(
         key=key,
