@@ -28,12 +28,12 @@ function fmt(x, digits = 6) {
   return Number(x).toFixed(digits);
 }
 
-// diverging blue - white - red for z / zmax in [-1, 1]
+// the app's RdBu convention for z / zmax in [-1, 1]: red negative, white 0, blue positive
 function colour(u) {
   const v = Math.max(-1, Math.min(1, u));
-  const lo = [33, 102, 172];
+  const lo = [178, 24, 43];
   const mid = [247, 247, 247];
-  const hi = [178, 24, 43];
+  const hi = [33, 102, 172];
   const [a, b, w] = v < 0 ? [mid, lo, -v] : [mid, hi, v];
   return [0, 1, 2].map((i) => Math.round(a[i] + (b[i] - a[i]) * w));
 }
@@ -233,7 +233,7 @@ function update(state) {
   renderTable(ui.table, state.shown, out);
   const t2 = performance.now();
   ui.legend.textContent =
-    `${VIEWS[view]}: blue -${fmt(zmax, 4)} .. white 0 .. red +${fmt(zmax, 4)}; grey = padding`;
+    `${VIEWS[view]}: red -${fmt(zmax, 4)} .. white 0 .. blue +${fmt(zmax, 4)}; grey = padding`;
   ui.status.className = "rv-status rv-live";
   ui.status.textContent =
     `Computed in the browser: ${payload.framework} ${params.estimator}, ` +
