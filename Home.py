@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.views import chips, scales
+from roll_viz.views import chips, scales, text
 
 with ui.page_guard("Home"):
     state = ui.page_setup("Home")
@@ -61,11 +61,11 @@ with ui.page_guard("Home"):
     ]
     for row in (CHAIN[:4], CHAIN[4:]):
         cols = st.columns(4, gap="small")
-        for col, (num, title, text, page, label) in zip(cols, row, strict=False):
+        for col, (num, title, blurb, page, label) in zip(cols, row, strict=False):
             with col, st.container(border=True, height="stretch"):
                 arrow = " &rarr;" if num != CHAIN[-1][0] else ""
                 st.markdown(f"**{num}. {title}**{arrow}")
-                st.caption(text)
+                st.caption(blurb)
                 ui.page_link(page, label=label, icon=":material/arrow_outward:")
     beyond = st.columns(2, gap="small")
     with beyond[0], st.container(border=True):
@@ -97,7 +97,7 @@ with ui.page_guard("Home"):
                 icon=":material/check:" if active else None,
             )
             c2.markdown(
-                f"{description} *({len(cfg.prompts)} prompt(s) x G = {cfg.group_size}.)*",
+                f"{description} *({text.count(len(cfg.prompts), 'prompt')} x G = {cfg.group_size}.)*",
             )
         st.subheader("Or use the live model")
         if state.live:
