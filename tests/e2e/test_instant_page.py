@@ -12,6 +12,7 @@ import urllib.parse
 
 from tests.e2e import streamlit_page as sp
 from tests.e2e.test_app_e2e import CLASSROOM, _query
+from tests.e2e.test_instant import _bench_inputs
 
 READY = "[data-testid=rv-instant][data-state=ready]"
 
@@ -32,23 +33,7 @@ def test_instant_redraw_benchmark_on_the_classroom_batch(server, page, capsys):
     sp.goto(page, f"{server}/Advantages?{query}", timeout=240_000)
     page.wait_for_selector(READY, timeout=120_000)
     values = [round(1 - 0.01 * i, 2) for i in range(1, 31)]  # a new value every time
-    timing = page.locator("[data-testid=rv-gamma]").evaluate(
-        """async (el, values) => {
-          const frame = () => new Promise((r) => requestAnimationFrame(() =>
-              requestAnimationFrame(r)));
-          const sync = [], painted = [];
-          for (const v of values) {
-            const t0 = performance.now();
-            el.value = String(v);
-            el.dispatchEvent(new Event('input', {bubbles: true}));
-            sync.push(performance.now() - t0);
-            await frame();
-            painted.push(performance.now() - t0);
-          }
-          return {sync, painted};
-        }""",
-        values,
-    )
+    timing = _bench_inputs(page, "rv-gamma", values)
     assert sp.exceptions(page) == []
     line = (
         "BENCHMARK instant-knob input->redrawn page=Advantages batch=8x8x128 client-path "
