@@ -910,18 +910,28 @@ _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning
 
 
 @contextlib.contextmanager
-def server(model: str = "tiny", log: Path | None = None) -> Iterator[Server]:
-    """Start ``streamlit run Home.py`` headless on a free 127.0.0.1 port; kill its group after.
+def server(
+    model: str = "tiny",
+    log: Path | None = None,
+    script: str = ENTRY,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Server]:
+    """Start ``streamlit run <script>`` headless on a free 127.0.0.1 port; kill its group after.
+
+    The one server launcher of the project: the load benchmark and the browser tests use it.
 
     Args:
         model: ROLL_VIZ_MODEL for the server (the tiny test model by default).
         log: where the server's output goes (default: .pytest_cache/load_server.log).
+        script: the app script, relative to the repository (default: the home page).
+        extra_env: more environment for the server (e.g. ROLL_VIZ_RUNS).
 
     Yields:
         The Server, once /_stcore/health answers.
     """
     port = free_port()
     env = {**os.environ, "ROLL_VIZ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env.update(extra_env or {})
     log = log or ROOT / ".pytest_cache" / "load_server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     venv = ROOT / ".venv" / "bin" / "python"
@@ -933,7 +943,7 @@ def server(model: str = "tiny", log: Path | None = None) -> Iterator[Server]:
                 "-m",
                 "streamlit",
                 "run",
-                ENTRY if (ROOT / ENTRY).exists() else "Home.py",
+                script,
                 "--server.headless=true",
                 "--server.address=127.0.0.1",
                 f"--server.port={port}",

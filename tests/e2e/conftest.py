@@ -7,17 +7,12 @@ REQUIRE_E2E=1 (CI), which turns that into a failure.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from roll_viz.bench import load
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -31,7 +26,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SERVER_START_TIMEOUT_S = 90
 
 
 def pytest_collection_modifyitems(config, items):
@@ -55,71 +49,15 @@ def pytest_collection_modifyitems(config, items):
             )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _python() -> str:
-    venv = ROOT / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
-
-
 @pytest.fixture(scope="session")
 def server():
-    """Base URL of a headless `streamlit run Home.py` on a free local port."""
+    """Base URL of a headless `streamlit run Home.py` on a free local port (tiny model)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing (apt-get install -y chromium)")
-    port = _free_port()
-    env = {**os.environ, "ROLL_VIZ_MODEL": "tiny", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env["ROLL_VIZ_RUNS"] = str(ROOT / "tests" / "fixtures" / "runs")  # the Your run page
-    log = (ROOT / ".pytest_cache").joinpath("e2e_server.log")
-    log.parent.mkdir(exist_ok=True)
-    out = log.open("w")
-    proc = subprocess.Popen(
-        [
-            _python(),
-            "-m",
-            "streamlit",
-            "run",
-            "Home.py",
-            "--server.headless=true",
-            "--server.address=127.0.0.1",
-            f"--server.port={port}",
-            "--server.fileWatcherType=none",
-            "--browser.gatherUsageStats=false",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            out.close()
-            pytest.fail(f"streamlit exited early ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as resp:
-                if resp.read().decode().strip() == "ok":
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail(f"streamlit did not become healthy:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield base
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    out.close()
+    runs = str(ROOT / "tests" / "fixtures" / "runs")  # what the Your run page may open
+    log = ROOT / ".pytest_cache" / "e2e_server.log"
+    with load.server(log=log, extra_env={"ROLL_VIZ_RUNS": runs}) as srv:
+        yield srv.base
 
 
 @pytest.fixture(scope="session")

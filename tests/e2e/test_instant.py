@@ -9,19 +9,15 @@ BENCHMARK lines, never asserted.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import statistics
-import subprocess
-import time
-import urllib.request
 
 import pytest
 
+from roll_viz.bench import load
 from tests.e2e import streamlit_page as sp
-from tests.e2e.conftest import CHROMIUM, ROOT, SERVER_START_TIMEOUT_S, _free_port, _python
+from tests.e2e.conftest import CHROMIUM, ROOT
 
 APP = "tests/e2e/apps/instant_app.py"
 READY = "[data-testid=rv-instant][data-state=ready]"
@@ -33,53 +29,8 @@ def instant_server():
     """Base URL of a headless `streamlit run` of the instant test app."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing")
-    port = _free_port()
-    log = ROOT / ".pytest_cache" / "e2e_instant_server.log"
-    log.parent.mkdir(exist_ok=True)
-    out = log.open("w")
-    proc = subprocess.Popen(
-        [
-            _python(),
-            "-m",
-            "streamlit",
-            "run",
-            APP,
-            "--server.headless=true",
-            "--server.address=127.0.0.1",
-            f"--server.port={port}",
-            "--server.fileWatcherType=none",
-            "--browser.gatherUsageStats=false",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            out.close()
-            pytest.fail(f"streamlit exited early:\n{log.read_text()[-3000:]}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as resp,
-        ):
-            if resp.read().decode().strip() == "ok":
-                break
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail(f"streamlit did not become healthy:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield base
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    out.close()
+    with load.server(script=APP, log=ROOT / ".pytest_cache" / "e2e_instant_server.log") as srv:
+        yield srv.base
 
 
 def _open(page, base, query):
