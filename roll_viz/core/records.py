@@ -9,7 +9,8 @@ Stage functions never modify a tensor in place; a record is built once and then 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from torch import Tensor
 
@@ -157,6 +158,27 @@ class Rollout:
     def group_size(self) -> int:
         """Samples per prompt G (rows of one prompt are contiguous)."""
         return len(self.responses) // max(len(self.prompts), 1)
+
+
+def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
+    """The rollout restricted to ``rows`` (B',) long: tensors, texts and group ids follow.
+
+    Prompts, greedy answers, vocab and meta are per batch and stay as they are.
+    """
+    idx = rows.tolist()
+    tensor_fields = (
+        "group_ids", "token_ids", "response_mask", "logprobs", "ref_logprobs", "exact_kl",
+        "entropy", "topk_ids", "topk_logprobs", "topk_ref_logprobs", "features",
+    )  # fmt: skip
+    changes: dict[str, Any] = {
+        name: getattr(rollout, name)[rows]
+        for name in tensor_fields
+        if getattr(rollout, name) is not None
+    }
+    for name in ("responses", "tokens", "finish_reasons"):
+        values = getattr(rollout, name)
+        changes[name] = tuple(values[i] for i in idx)
+    return replace(rollout, **changes)
 
 
 def meta_dict(record: Rollout | Trace) -> dict:

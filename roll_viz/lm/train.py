@@ -80,7 +80,7 @@ from torch import Tensor
 from roll_viz.core import pipeline
 from roll_viz.core.ops import masked_mean
 from roll_viz.core.pods import max_variance_subset
-from roll_viz.core.records import Rollout, Trace, batch_from_rollout
+from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.rewards import REWARD_FNS, REWARD_PARAMS, RewardSpec, score_responses
 
 SCHEMA = "roll-viz.train/1"
@@ -903,24 +903,6 @@ class Trainer:
             self.beta = float(trace.next_kl_coef)
         self.step += 1
         return record
-
-
-def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
-    """The rollout restricted to ``rows`` (B',) (group ids and texts follow; prompts unchanged)."""
-    idx = rows.tolist()
-    tensor_fields = (
-        "group_ids", "token_ids", "response_mask", "logprobs", "ref_logprobs", "exact_kl",
-        "entropy", "topk_ids", "topk_logprobs", "topk_ref_logprobs", "features",
-    )  # fmt: skip
-    changes: dict[str, Any] = {
-        name: getattr(rollout, name)[rows]
-        for name in tensor_fields
-        if getattr(rollout, name) is not None
-    }
-    for name in ("responses", "tokens", "finish_reasons"):
-        values = getattr(rollout, name)
-        changes[name] = tuple(values[i] for i in idx)
-    return replace(rollout, **changes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.core.records import Rollout, Trace
+from roll_viz.core.records import Rollout, Trace, select_rows
 from roll_viz.views.text import sample_labels
 
 
@@ -34,28 +33,7 @@ def subsample_rollout(rollout: Rollout, group_size: int) -> Rollout:
         if seen.get(gid, 0) < group_size:
             keep.append(b)
         seen[gid] = seen.get(gid, 0) + 1
-    idx = torch.tensor(keep, dtype=torch.long)
-
-    def take(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x.index_select(0, idx)
-
-    return replace(
-        rollout,
-        group_ids=take(rollout.group_ids),
-        responses=tuple(rollout.responses[b] for b in keep),
-        token_ids=take(rollout.token_ids),
-        tokens=tuple(rollout.tokens[b] for b in keep),
-        response_mask=take(rollout.response_mask),
-        logprobs=take(rollout.logprobs),
-        ref_logprobs=take(rollout.ref_logprobs),
-        exact_kl=take(rollout.exact_kl),
-        entropy=take(rollout.entropy),
-        topk_ids=take(rollout.topk_ids),
-        topk_logprobs=take(rollout.topk_logprobs),
-        topk_ref_logprobs=take(rollout.topk_ref_logprobs),
-        finish_reasons=tuple(rollout.finish_reasons[b] for b in keep),
-        features=take(rollout.features),
-    )
+    return select_rows(rollout, torch.tensor(keep, dtype=torch.long))
 
 
 def trace_to_plain(trace: Trace) -> dict:
