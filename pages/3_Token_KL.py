@@ -14,7 +14,7 @@ with ui.page_guard("Token KL"):
     trace = ui.cached_trace(state)
     beta = float(ui.generic_value(state, "beta", trace.kl_coef))
 
-    if state.sampling.policy_mode == "identical" and "|" not in state.source:  # not adapted
+    if state.sampling.policy_mode == "identical" and not state.adapted:
         # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
         info, action = st.columns([4, 1], vertical_alignment="center")
         with info:

@@ -151,7 +151,7 @@ def cached_rollout(state: AppState) -> Rollout:
     Returns:
         The Rollout (for a preset with a smaller G: the first G samples of each prompt).
     """
-    if "|" in state.source:  # an adapted (updated or trained) policy of this session
+    if state.adapted:  # this session's updated or trained policy
         from roll_viz.ui import policies
 
         return policies.policy_rollout(state.source, state.model, state.sampling)

@@ -195,6 +195,11 @@ class AppState:
         return self.config
 
     @property
+    def adapted(self) -> bool:
+        """True when the pages show this session's updated or trained LoRA policy."""
+        return "|" in self.source
+
+    @property
     def live(self) -> bool:
         """True when the data comes from the live model rather than a committed preset."""
         return self.source == "live"
