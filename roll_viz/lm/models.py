@@ -37,11 +37,14 @@ decode step            1 thread        2 threads
 =====================  ==============  ==============
 
 (two repeats per cell; ``python -m roll_viz.bench --sampling --only threads`` prints the table
-quiet and under a competing single-thread matmul process.) Two threads can win a little when the
-second core happens to be free, but lose up to ten times over as soon as another process holds a
-core (OpenMP threads wait on each other at every op), and a classroom server is never quiet:
-three students sampling at once waited up to 243 s with 2 threads, 21 s with 1 (same results).
-The count is set once per process at load time, not per request.
+quiet and under a competing single-thread matmul process.) Two threads win when the second core
+is free (a big scoring pass ~1.5x, an int8 decode step ~1.5x), but lose up to ten times over as
+soon as anything else holds a core (OpenMP threads wait on each other at every op): three
+students sampling at once waited up to 243 s with 2 threads fixed, 21 s with 1. So the count set
+here is the start-up count, and a sampling request raises it per phase only while the rest of the
+machine is measured idle, dropping back at once when a step comes out slow (``lm.threads``;
+``ROLL_VIZ_THREADS=<n>`` pins a count). The numbers do not depend on it: the decode step and the
+scoring passes give bitwise the same results under 1 and 2 threads (tested).
 
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
@@ -315,6 +318,9 @@ def load_models(
     """
     spec = (spec or os.environ.get("ROLL_VIZ_MODEL") or DEFAULT_MODEL).strip()
     configure_threads(threads)
+    from roll_viz.lm.threads import MONITOR  # readings for the per-phase thread choice
+
+    MONITOR.start()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     start = time.perf_counter()

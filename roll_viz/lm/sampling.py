@@ -66,6 +66,8 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.records import Rollout
+from roll_viz.lm import threads
+from roll_viz.lm.decode_step import LeanDecoder
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import score_positions
 
@@ -311,6 +313,15 @@ class DecodeOptions:
             already computed (the float model, under the policy's ``activate``), instead of a
             second teacher-forced policy pass; the same numbers up to float rounding (about
             1e-6). Not with int8 weights or a static cache (then the policy pass runs).
+        lean_step: on the CPU, decode with ``decode_step.LeanDecoder`` (preallocated KV
+            buffers; the float step gives bitwise the transformers step's logits, the int8 step
+            reads a fused int8 copy) for Llama-shaped models; the prefill stays the model's own
+            float forward. Callers turn it off while a LoRA adapter is active (the lean step
+            reads the base weights).
+        adapt_threads: choose torch's thread count per phase (``lm.threads.choose``: every core
+            while the rest of the machine is idle, the start-up count otherwise; back to one at
+            once when a decode step comes out slow) and restore the start-up count after.
+            Results do not depend on it (same bytes under 1 and 2 threads; tested).
     """
 
     static_cache: bool | None = None
@@ -321,11 +332,17 @@ class DecodeOptions:
     share_prompt_prefill: bool = True
     prefetch_noise: bool = True
     reuse_decode_hidden: bool = True
+    lean_step: bool = True
+    adapt_threads: bool = True
 
 
 FAST_DECODE = DecodeOptions(weights="int8")  # the labelled approximate fast path (CPU)
 PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two scoring passes
-    share_prompt_prefill=False, prefetch_noise=False, reuse_decode_hidden=False
+    share_prompt_prefill=False,
+    prefetch_noise=False,
+    reuse_decode_hidden=False,
+    lean_step=False,
+    adapt_threads=False,
 )
 
 
@@ -440,10 +457,14 @@ def _model_turn(
         bundle.lock.release()
 
 
+def _prompt_only(source: Any) -> bool:
+    """True for sources that differ from the base model by their context only (no adapter)."""
+    return isinstance(source, (IdenticalPolicy, SteeredPolicy)) or source is None
+
+
 def _weights_kind(bundle: ModelBundle, decode: DecodeOptions, source: Any) -> str:
     """The decode weights: "int8" (int8 copy: CPU, prompt-only source) or the dtype name."""
-    prompt_only = isinstance(source, (IdenticalPolicy, SteeredPolicy)) or source is None
-    if decode.weights == "int8" and bundle.device.type == "cpu" and prompt_only:
+    if decode.weights == "int8" and bundle.device.type == "cpu" and _prompt_only(source):
         return "int8"
     return bundle.dtype_name
 
@@ -665,7 +686,11 @@ def sample(
                 top_p=cfg.top_p,
                 max_new_tokens=cfg.max_new_tokens,
                 generator=generator,
-                options=replace(decode, weights="int8" if kind == "int8" else "model"),
+                options=replace(
+                    decode,
+                    weights="int8" if kind == "int8" else "model",
+                    lean_step=decode.lean_step and _prompt_only(source),
+                ),
                 counter=count,
                 timings=timings,
                 capture=capture,
@@ -675,6 +700,12 @@ def sample(
         finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
 
         run.phase, run.score_started = "score", time.monotonic()
+        base_threads = torch.get_num_threads()
+
+        def adapt() -> None:  # every core for the next pass while the machine is idle
+            if decode.adapt_threads:
+                threads.apply(threads.choose(base_threads))
+
         tell(0.8, "Scoring the responses under the policy")
         hidden_of = shared_context_hidden if decode.share_prompt_prefill else response_hidden
         forward_passes = 0 if source.shares_reference else 1
@@ -682,6 +713,7 @@ def sample(
             policy_hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
         else:
             forward_passes += 1
+            adapt()
             with source.activate(bundle):
                 policy_hidden = hidden_of(bundle, rows_ctx[:num_rows], token_ids, response_mask)
         if source.shares_reference:
@@ -689,9 +721,11 @@ def sample(
         else:
             tell(0.88, "Scoring the same tokens under the reference")
             ref_rows = [ref_ctx[g] for g in group_ids.tolist()]
+            adapt()
             ref_hidden = hidden_of(bundle, ref_rows, token_ids, response_mask)
         valid = response_mask.to(bundle.device)
         head = bundle.model.get_output_embeddings()
+        adapt()
         scores = score_positions(
             head,
             policy_hidden[valid],
@@ -704,6 +738,7 @@ def sample(
             policy_hidden if ref_hidden is None else ref_hidden, cfg.feature_dim
         )
         features = features * response_mask[..., None]
+        threads.apply(base_threads)
         score_s = time.monotonic() - run.score_started
         width = token_ids.shape[1]
         scored = forward_passes * sum(len(c) + width for c in rows_ctx[:num_rows])
@@ -981,7 +1016,9 @@ class _NoiseStream:
         self.generator, self.shape = generator, shape
         self.queue: queue.Queue = queue.Queue(maxsize=self.AHEAD)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(steps,), daemon=True)
+        self.thread = threading.Thread(
+            target=self._run, args=(steps,), name="roll_viz.noise", daemon=True
+        )
         self.thread.start()
 
     def _run(self, steps: int) -> None:
@@ -1071,12 +1108,15 @@ def decode_batch(
     """
     options = options or DecodeOptions()
     model, device = bundle.model, bundle.device
-    if options.weights == "int8" and device.type == "cpu":
+    use_static = options.static_cache if options.static_cache is not None else device.type == "cuda"
+    lean = None
+    if options.lean_step and device.type == "cpu" and not use_static:
+        lean = _lean_decoder(bundle, options.weights)
+    if options.weights == "int8" and device.type == "cpu" and lean is None:
         model = _int8_model(bundle)
     clock = time.perf_counter()
     num_rows = len(contexts)
     total = num_rows * max_new_tokens
-    use_static = options.static_cache if options.static_cache is not None else device.type == "cuda"
     share = options.share_prompt_prefill and not use_static
     if share:
         unique: dict[tuple[int, ...], int] = {}
@@ -1126,6 +1166,12 @@ def decode_batch(
         logits, attn, positions = logits[rows], attn[rows], positions[rows]
         hidden = None if hidden is None else hidden[rows]
     step_fn = _decode_step_fn(bundle, options) if use_static else model
+    buffers = None
+    if lean is not None:  # the prefill's cache moves into preallocated buffers
+        keys = cache.layers[0].keys
+        buffers = lean.allocate(num_rows, width + max_new_tokens, keys.dtype, device)
+        lean.load_cache(buffers, cache, width)
+        cache = None
     hiddens = []
     eos = torch.tensor(bundle.eos_ids, device=device)
     done = torch.zeros(num_rows, dtype=torch.bool, device=device)
@@ -1137,8 +1183,15 @@ def decode_batch(
     prefill_s = time.perf_counter() - clock
     columns = []
     produced = 0
+    base_threads = torch.get_num_threads()
+    own = () if noise is None else (noise.thread.native_id,)
+    watch = threads.StepWatch()
+    count_now = base_threads
+    step_clock = time.perf_counter()
     try:
         for step in range(max_new_tokens):
+            if options.adapt_threads and step % threads.RECHECK_STEPS == 0:
+                count_now = threads.apply(threads.choose(base_threads, own))
             q = noise.next() if noise is not None else None
             if hidden is not None:
                 hiddens.append(hidden)
@@ -1162,18 +1215,27 @@ def decode_batch(
                 attn = torch.cat(
                     [attn, torch.ones(num_rows, 1, dtype=attn.dtype, device=device)], 1
                 )
-            hidden, logits, cache = forward(
-                step_fn,
-                input_ids=token[:, None],
-                attention_mask=attn,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
+            if lean is not None:
+                hidden, logits = lean.step(buffers, token, next_pos, width + step, attn)
+                hidden = hidden if keep_hidden else None
+            else:
+                hidden, logits, cache = forward(
+                    step_fn,
+                    input_ids=token[:, None],
+                    attention_mask=attn,
+                    position_ids=next_pos,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
             next_pos = next_pos + 1
+            now = time.perf_counter()
+            if options.adapt_threads and watch.slow(count_now, now - step_clock):
+                count_now = threads.apply(base_threads)  # contention: one thread until a recheck
+            step_clock = now
     finally:
         if noise is not None:
             noise.close()
+        threads.apply(base_threads)
     if timings is not None:
         steps = len(columns) - 1
         timings["prefill_s"] = prefill_s
@@ -1189,6 +1251,16 @@ def decode_batch(
         end = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
         rows_out.append(row[:end])
     return rows_out
+
+
+def _lean_decoder(bundle: ModelBundle, weights: str) -> LeanDecoder | None:
+    """The bundle's lean decode step for these weights (built once under the lock), or None."""
+    if not LeanDecoder.supports(bundle.model):
+        return None
+    key = f"lean:{weights}"
+    if key not in bundle.compiled_steps:
+        bundle.compiled_steps[key] = LeanDecoder(bundle.model, weights)
+    return bundle.compiled_steps[key]
 
 
 def _decode_step_fn(bundle: ModelBundle, options: DecodeOptions) -> Any:

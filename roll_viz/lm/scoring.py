@@ -65,7 +65,7 @@ def logprobs_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
     return torch.log_softmax(logits.float() / temperature, dim=-1)
 
 
-def exact_kl(logp: Tensor, logq: Tensor) -> Tensor:
+def exact_kl(logp: Tensor, logq: Tensor, probs: Tensor | None = None) -> Tensor:
     """KL(p || q) = sum_v p(v) (log p(v) - log q(v)) over the full vocabulary.
 
     Naive equivalent: ``sum(exp(lp) * (lp - lq) for lp, lq in zip(row_p, row_q))`` per row.
@@ -73,23 +73,27 @@ def exact_kl(logp: Tensor, logq: Tensor) -> Tensor:
     Args:
         logp: (N, V) log-probs of p.
         logq: (N, V) log-probs of q.
+        probs: optional ``logp.exp()`` already computed (the same numbers, one pass saved).
 
     Returns:
         (N,) KL per row, clamped at 0 (tiny negative values are float rounding).
     """
-    return (logp.exp() * (logp - logq)).sum(dim=-1).clamp_min(0.0)
+    probs = logp.exp() if probs is None else probs
+    return (probs * (logp - logq)).sum(dim=-1).clamp_min(0.0)
 
 
-def entropy_from_logprobs(logp: Tensor) -> Tensor:
+def entropy_from_logprobs(logp: Tensor, probs: Tensor | None = None) -> Tensor:
     """Entropy -sum_v p(v) log p(v).
 
     Args:
         logp: (N, V) log-probs.
+        probs: optional ``logp.exp()`` already computed.
 
     Returns:
         (N,) entropy in nats.
     """
-    return -(logp.exp() * logp).sum(dim=-1)
+    probs = logp.exp() if probs is None else probs
+    return -(probs * logp).sum(dim=-1)
 
 
 def default_block_rows(vocab_size: int) -> int:
@@ -136,23 +140,24 @@ def score_positions(
             else logprobs_from_logits(head(ref_hidden[start:stop]), temperature)
         )
         top_lp, top_ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
+        probs = logp.exp()  # shared by the KL and the entropy (the same numbers, one pass)
         kl = (
             torch.zeros(stop - start, device=logp.device)
             if ref_hidden is None
-            else exact_kl(logp, logq)
+            else exact_kl(logp, logq, probs)
         )
         parts.append(
             (
                 logp.gather(-1, tgt).squeeze(-1),
                 logq.gather(-1, tgt).squeeze(-1),
                 kl,
-                entropy_from_logprobs(logp),
+                entropy_from_logprobs(logp, probs),
                 top_ids,
                 top_lp,
                 logq.gather(-1, top_ids),
             )
         )
-        del logp, logq
+        del logp, logq, probs
         start = stop
     if not parts:
         empty = torch.zeros(0)

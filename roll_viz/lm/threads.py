@@ -1,0 +1,187 @@
+"""Torch's CPU thread count per request phase: every core while the rest of the machine is idle.
+
+Why per phase and not once: on the 2-core classroom box a second torch thread makes a big
+teacher-forced pass about 1.5x faster and an int8 decode step about 1.5x faster, but as soon
+as anything else holds a core (another process, or another student's script thread in this
+server), OpenMP's threads wait for each other at every op and a step gets up to ten times slower
+(see ``lm.models``). So a sampling request asks ``choose()`` at the start of every phase
+(decode, every ``RECHECK_STEPS`` decode steps, each scoring pass), and the decode loop drops to
+one thread at once when a step comes out slow (``StepWatch``).
+
+"The rest of the machine is idle" is measured, not guessed: a daemon thread (``CpuMonitor``)
+reads ``/proc/stat`` (all CPU time), ``/proc/self/stat`` (this process) and the per-thread times
+of this process's other Python threads every ``PERIOD`` seconds; ``others_busy()`` is the cores
+they used over the last window: other processes plus other Python threads of this process, not
+counting the calling thread, its torch workers or the threads it names as its own. Off Linux
+(no ``/proc``) nothing is known and the start-up count is kept.
+
+Policy (``choose``): ``ROLL_VIZ_THREADS`` set to a number pins that count (no adapting); unset
+or "auto" means: all cores when ``others_busy() < QUIET_CORES``, else the start-up default.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+PERIOD = 0.25  # seconds between readings
+QUIET_CORES = 0.3  # others may use this much CPU and the machine still counts as idle
+RECHECK_STEPS = 16  # decode steps between two looks at the machine
+SLOW_STEP = 1.6  # a step this much slower than the run's typical step means contention
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _system_busy() -> float | None:
+    """CPU seconds all cores spent busy since boot (None without /proc)."""
+    text = _read("/proc/stat")
+    if not text:
+        return None
+    fields = [int(x) for x in text.split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / _TICKS
+
+
+def _task_seconds(stat: str | None) -> float:
+    """User + system CPU seconds of a /proc .../stat line, in seconds (0 when unreadable)."""
+    if not stat:
+        return 0.0
+    parts = stat.rsplit(")", 1)[-1].split()
+    return (int(parts[11]) + int(parts[12])) / _TICKS
+
+
+class CpuMonitor:
+    """Background readings of how busy the machine is besides the calling thread."""
+
+    def __init__(self, period: float = PERIOD) -> None:
+        self.period = period
+        self.guard = threading.Lock()
+        self.available = _system_busy() is not None
+        self._last: tuple[float, float, float, dict[int, float]] | None = None
+        self._rates: tuple[float, dict[int, float]] = (0.0, {})  # (outside cores, per thread)
+        self._thread: threading.Thread | None = None
+
+    def _reading(self) -> tuple[float, float, float, dict[int, float]]:
+        threads = {
+            t.native_id: _task_seconds(_read(f"/proc/self/task/{t.native_id}/stat"))
+            for t in threading.enumerate()
+            if t.native_id is not None
+        }
+        own = _task_seconds(_read("/proc/self/stat"))
+        return time.monotonic(), _system_busy() or 0.0, own, threads
+
+    def sample(self) -> None:
+        """Take one reading and update the rates (called by the daemon thread)."""
+        now = self._reading()
+        with self.guard:
+            last, self._last = self._last, now
+            if last is None:
+                return
+            span = max(now[0] - last[0], 1e-3)
+            outside = max(0.0, (now[1] - last[1]) - (now[2] - last[2])) / span
+            # a thread new in this window (each script rerun is a new thread) ran all its CPU
+            # time inside the window
+            per_thread = {
+                tid: min(1.0, max(0.0, seconds - last[3].get(tid, 0.0)) / span)
+                for tid, seconds in now[3].items()
+            }
+            self._rates = (outside, per_thread)
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(self.period)
+
+    def start(self) -> None:
+        """Start the daemon thread once (idempotent)."""
+        with self.guard:
+            if self._thread is not None or not self.available:
+                return
+            self._thread = threading.Thread(target=self._run, name="roll_viz.cpu", daemon=True)
+            self._thread.start()
+
+    def others_busy(self, own: Iterable[int] = ()) -> float | None:
+        """Cores used over the last window by other processes and other Python threads.
+
+        Args:
+            own: native thread ids that count as the caller's (besides the calling thread).
+
+        Returns:
+            Cores (0 = idle), or None when nothing has been measured yet / no /proc.
+        """
+        self.start()
+        with self.guard:
+            if self._last is None or not self.available:
+                return None
+            outside, per_thread = self._rates
+        mine = {threading.get_native_id(), *own}
+        if self._thread is not None:
+            mine.add(self._thread.native_id)
+        inside = sum(rate for tid, rate in per_thread.items() if tid not in mine)
+        return outside + inside
+
+
+MONITOR = CpuMonitor()
+
+
+def pinned() -> int | None:
+    """The count ``ROLL_VIZ_THREADS`` pins (a number), or None for the adaptive policy."""
+    text = os.environ.get("ROLL_VIZ_THREADS", "").strip().lower()
+    if text in ("", "auto", "0"):
+        return None
+    from roll_viz.lm.models import resolve_threads
+
+    return resolve_threads(text)
+
+
+def choose(base: int, own: Iterable[int] = (), monitor: CpuMonitor = MONITOR) -> int:
+    """Threads for the next phase: every core when the machine is otherwise idle, else ``base``.
+
+    Args:
+        base: the start-up count (``models.configure_threads``).
+        own: native ids of helper threads that belong to the caller (e.g. the noise thread).
+        monitor: the readings to use (tests pass their own).
+
+    Returns:
+        The count to ``torch.set_num_threads`` for this phase.
+    """
+    fixed = pinned()
+    if fixed is not None:
+        return fixed
+    cpus = os.cpu_count() or 1
+    busy = monitor.others_busy(own)
+    if busy is None or cpus <= base:
+        return base
+    return cpus if busy < QUIET_CORES else base
+
+
+def apply(count: int) -> int:
+    """``torch.set_num_threads(count)`` if it differs; returns the count."""
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
+class StepWatch:
+    """Drops a multi-threaded decode to one thread as soon as a step comes out slow."""
+
+    def __init__(self) -> None:
+        self.typical: dict[int, float] = {}  # threads -> smallest step seconds seen
+
+    def slow(self, threads: int, seconds: float) -> bool:
+        """Record a step; True when it ran ``SLOW_STEP`` x slower than this run's typical one."""
+        best = self.typical.get(threads)
+        self.typical[threads] = seconds if best is None else min(best, seconds)
+        return threads > 1 and best is not None and seconds > SLOW_STEP * best

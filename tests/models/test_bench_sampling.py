@@ -1,0 +1,31 @@
+"""The sampling benchmark's lines on the tiny model (structure and peers; timings not asserted)."""
+
+import os
+
+import torch
+
+from roll_viz.bench import sampling as bench
+
+
+def test_decode_lines_pair_every_variant_with_generate_at_the_same_thread_count(tiny):
+    lines = bench.bench_decode(tiny, rows=2, new_tokens=3, runs=1)
+    groups: dict[int, list[str]] = {}
+    for line in lines:
+        groups.setdefault(line["threads"], []).append(line["what"])
+        assert line["median_s"] > 0
+        assert line["tokens_per_s"] > 0
+    assert set(groups) == {torch.get_num_threads(), os.cpu_count() or 1}
+    for names in groups.values():
+        assert names[0] == "hf_generate"
+        assert "roll_viz_decode" in names
+        assert "roll_viz_decode_int8" in names
+    assert all("speedup_vs_generate" in line for line in lines if line["what"] != "hf_generate")
+
+
+def test_lecture_lines_carry_the_estimate_and_target(tiny):
+    lines = bench.bench_lecture(tiny, runs=1)
+    assert [line["what"].rsplit("_", 2)[-2] for line in lines] == ["float", "int8"]
+    for line in lines:
+        assert line["target_s"] == 15.0
+        assert line["cpu_s_median"] > 0
+        assert len(line["estimate_s_before_run"]) == 1

@@ -1,0 +1,100 @@
+"""Per-phase thread choice (lm.threads): machine readings, the policy, the slow-step watch."""
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from roll_viz.lm import threads
+from roll_viz.lm.sampling import DecodeOptions, sample
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
+
+
+class FixedMonitor:
+    def __init__(self, busy):
+        self.busy = busy
+        self.asked_with = None
+
+    def others_busy(self, own=()):
+        self.asked_with = tuple(own)
+        return self.busy
+
+
+def test_choose_all_cores_only_when_the_rest_is_idle(monkeypatch):
+    monkeypatch.delenv("ROLL_VIZ_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert threads.choose(1, monitor=FixedMonitor(0.05)) == 2
+    assert threads.choose(1, monitor=FixedMonitor(threads.QUIET_CORES + 0.01)) == 1
+    assert threads.choose(1, monitor=FixedMonitor(None)) == 1  # nothing measured yet
+    monitor = FixedMonitor(0.0)
+    assert threads.choose(2, own=(123,), monitor=monitor) == 2  # base already every core
+    assert monitor.asked_with == (123,)
+
+
+def test_a_number_in_the_environment_pins_the_count(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("ROLL_VIZ_THREADS", "1")
+    assert threads.choose(1, monitor=FixedMonitor(0.0)) == 1
+    monkeypatch.setenv("ROLL_VIZ_THREADS", "auto")
+    assert threads.choose(1, monitor=FixedMonitor(0.0)) == 2
+
+
+def test_monitor_sees_another_python_thread_and_excludes_the_callers_own():
+    monitor = threads.CpuMonitor(period=0.05)
+    monitor.sample()
+    stop = threading.Event()
+
+    def spin():
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    worker = threading.Thread(target=spin, daemon=True)
+    worker.start()
+    try:
+        time.sleep(0.4)
+        monitor.sample()
+        counted = monitor.others_busy()
+        excluded = monitor.others_busy(own=(worker.native_id,))
+    finally:
+        stop.set()
+        worker.join()
+    assert counted is not None
+    assert excluded is not None
+    # the spinning thread held (a share of) a core; naming it as our own removes exactly that
+    assert counted - excluded > 0.2
+
+
+def test_step_watch_flags_a_slow_multithreaded_step():
+    watch = threads.StepWatch()
+    assert not watch.slow(2, 0.050)
+    assert not watch.slow(2, 0.055)
+    assert watch.slow(2, 0.050 * threads.SLOW_STEP + 0.01)
+    assert not watch.slow(1, 0.5)  # one thread is the fallback: never flagged
+    assert not watch.slow(1, 5.0)
+
+
+def test_adaptive_sampling_restores_the_start_up_count(tiny, steered_cfg, monkeypatch):
+    monkeypatch.setattr(threads, "choose", lambda base, own=(), monitor=None: 2)
+    seen = []
+    real_apply = threads.apply
+
+    def spy(count):
+        seen.append(count)
+        return real_apply(count)
+
+    monkeypatch.setattr(threads, "apply", spy)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sample(tiny, steered_cfg, decode=DecodeOptions())
+        assert 2 in seen  # the phases ran with two threads
+        assert torch.get_num_threads() == 1  # and the start-up count is back
+        seen.clear()
+        sample(tiny, steered_cfg, decode=DecodeOptions(adapt_threads=False))
+        assert 2 not in seen
+    finally:
+        torch.set_num_threads(saved)
