@@ -2,6 +2,8 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import local_global, reward_table
+from roll_viz.ui import instant
+from roll_viz.ui.flow import local_global_payload
 from roll_viz.views import compare as charts_compare
 from roll_viz.views import text
 
@@ -116,19 +118,51 @@ with ui.page_guard("Local vs global"):
             "'arithmetic') to see them differ.",
             icon=":material/info:",
         )
-    c1, c2 = st.columns([3, 2])
-    with c1:
-        ui.plot(charts_compare.local_global_scatter(lg.samples), key="lg_batch_scatter")
-    with c2:
-        ui.plot(charts_compare.group_std_bars(lg.groups), key="lg_batch_std")
+    st.subheader("Instant: drag G, the divisor or eps and watch every dot move")
+    lg_payload = local_global_payload(state)
+    synced = bool(lg_payload.get("sync_G"))
+    instant.instant_local_global(
+        lg_payload,
+        {"G": state.group_size},
+        key="lg_instant",
+        sync=("G",) if synced else (),
+    )
+    if synced:
+        st.caption(
+            "Recomputed in your browser on every move (ROLL's numbers: at the sidebar's G they "
+            "equal the Python tables below, checked to 1e-9). Releasing **G** sets the sidebar's G, so the tables "
+            "below, the URL and every other page follow. **local divides by** and **eps** have no "
+            "sidebar control: they stay in this panel (the Python tables use ROLL's group std and "
+            "eps = 1e-6)."
+        )
+    else:
+        st.caption(
+            "Recomputed in your browser on every move (ROLL's numbers: at the sidebar's G they "
+            "equal the Python tables below, checked to 1e-9). This batch was sampled (or imported), so **G** here "
+            "only keeps the first G answers of each prompt and does not change the sidebar: set "
+            "the sidebar's G to sample a different number. **local divides by** and **eps** stay "
+            "in this panel (the Python tables use ROLL's group std and eps = 1e-6)."
+        )
     ui.explainer(
         "Prompts whose bars are short (answers of similar quality) are stretched the most by local "
         "normalization; a prompt whose answers all got the same reward gives no signal at all "
         "locally (all its local advantages are 0), while global normalization still ranks it "
         "against the rest of the batch. Dr.GRPO drops the division by the group std for exactly "
-        "this reason (difficulty bias); REINFORCE++ uses batch statistics instead.",
+        "this reason (difficulty bias); REINFORCE++ uses batch statistics instead.\n\n"
+        "**Try:** drag G down to 2 (two answers make a very noisy std) and to 1 (no group std at "
+        "all: the dots disappear); switch *local divides by* to *nothing* (Dr.GRPO) and watch the "
+        "low-variance prompt's dots collapse towards local = 0 instead of shooting off; raise eps "
+        "towards 1 and see it tame the tiny stds.",
         title="What to look at",
     )
+    with st.expander(
+        f"The same figures from Python (server side, the sidebar's G = {state.group_size})"
+    ):
+        c1, c2 = st.columns([3, 2])
+        with c1:
+            ui.plot(charts_compare.local_global_scatter(lg.samples), key="lg_batch_scatter")
+        with c2:
+            ui.plot(charts_compare.group_std_bars(lg.groups), key="lg_batch_std")
     with st.expander("Per-sample and per-prompt tables"):
         st.dataframe(lg.samples, key="lg_batch_table", hide_index=True, width="stretch")
         ui.download_csv(lg.samples, "local_vs_global_batch", key="lg_batch_csv")

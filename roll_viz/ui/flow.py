@@ -408,3 +408,34 @@ def instant_payload(state: AppState, values: str = "zero") -> dict:
     from roll_viz.ui.instant import instant_payload as build
 
     return build(current_batch(state, values), state.framework, state.config)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def local_global_payload(state: AppState) -> dict:
+    """The rewards the instant local-vs-global component recomputes from (built once per batch).
+
+    For a committed preset scored without reward noise this is the preset's FULL batch (every
+    sample of every prompt), so the component's G slider reaches the preset's G even when the
+    sidebar shows fewer; its first G samples of every prompt are exactly the rows and scores
+    ``cached_rollout`` / ``cached_scores`` give for that G (the rewards score each response on
+    its own). Otherwise (live or adapted policy, imported run, noisy reward: noise is drawn per
+    batch) it is the current batch.
+
+    Returns:
+        ``instant.local_global_payload(...)`` plus ``"sync_G"``: whether the sidebar's G may
+        follow a release (a preset, where changing G only takes other rows of the same
+        committed batch; a live batch would be sampled again).
+    """
+    from roll_viz.ui.instant import local_global_payload as build
+
+    preset = state.source.startswith("preset:") and not state.adapted
+    if preset and not getattr(state.reward, "noise_sigma", 0):
+        rollout = _preset_rollout(state.preset)
+        key = (state.source, state.preset, state.model, "full")
+        scores = _scores(rollout, key, state.reward)[0]
+    else:
+        rollout = cached_rollout(state)
+        scores = cached_scores(state)
+    payload = build(scores, rollout.group_ids, tuple(rollout.prompts))
+    payload["sync_G"] = bool(preset)
+    return payload

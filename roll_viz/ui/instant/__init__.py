@@ -42,8 +42,10 @@ from roll_viz.ui.instant.payload import (
     encode_array,
     instant_payload,
     jsonable_config,
+    local_global_payload,
     max_group_size,
     subset_groups,
+    subset_scores,
 )
 
 __all__ = [
@@ -55,11 +57,15 @@ __all__ = [
     "component_source",
     "encode_array",
     "instant_advantages",
+    "instant_local_global",
     "instant_payload",
     "jsonable_config",
+    "local_global_payload",
+    "local_global_source",
     "max_group_size",
     "payload_id",
     "subset_groups",
+    "subset_scores",
 ]
 
 HERE = Path(__file__).parent
@@ -199,3 +205,89 @@ def instant_panel(
         default={"settled": None},
         on_settled_change=lambda: sync_sidebar(key, knobs),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Local vs global: a second component (local_global.js), same mechanism
+# ---------------------------------------------------------------------------------------------
+LG_COMPONENT_NAME = "roll_viz.instant_local_global"
+#: the local-vs-global knobs: G (drives the sidebar's G), std ("group" | "none"), eps
+LG_KNOBS = ("G", "std", "eps")
+
+LG_CSS = (
+    CSS
+    + """
+.rv-lg { font-family: var(--st-font, sans-serif); color: var(--st-text-color, #222);
+  font-size: 0.9rem; }
+.rv-lg-summary { font-size: 0.85rem; margin: 0.2rem 0 0.4rem; }
+.rv-lg-plots { display: flex; flex-wrap: wrap; gap: 0.5rem 1.5rem; }
+.rv-lg-plot { flex: 2 1 18rem; min-width: 16rem; }
+.rv-lg-plot-main { flex: 3 1 20rem; max-width: 30rem; }
+.rv-lg-canvas { display: block; width: 100%; }
+.rv-lg-legend { display: flex; flex-wrap: wrap; gap: 0.2rem 1rem; font-size: 0.8rem;
+  margin-top: 0.3rem; }
+.rv-lg-key { display: inline-flex; align-items: center; gap: 0.3rem; }
+.rv-lg-swatch { display: inline-block; width: 14px; height: 14px; }
+.rv-lg-tables { display: flex; flex-wrap: wrap; gap: 0.5rem 1.5rem; align-items: flex-start; }
+.rv-lg-tables .rv-table td:nth-child(2) { text-align: left; max-width: 16rem;
+  overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.rv-lg-tables table[data-testid=rv-lg-groups] td:first-child { text-align: left;
+  max-width: 14rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+"""
+)
+
+
+@functools.cache
+def local_global_source() -> str:
+    """pipeline.js followed by local_global.js: one ES module, the component's default export."""
+    return (HERE / "pipeline.js").read_text() + "\n" + (HERE / "local_global.js").read_text()
+
+
+@functools.cache
+def _lg_component():
+    return st.components.v2.component(LG_COMPONENT_NAME, css=LG_CSS, js=local_global_source())
+
+
+def instant_local_global(
+    payload: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+    key: str = "instant_local_global",
+    sync: tuple[str, ...] = ("G",),
+    plot_height: int = 360,
+) -> dict[str, Any] | None:
+    """Mount the local-vs-global component; the values the user settled on, or None.
+
+    Every slider input recomputes, in the browser, each sample's local advantage
+    ``(r - group mean) / (group std + eps)`` (or ``r - group mean`` with std "none", Dr.GRPO)
+    and global advantage ``(r - batch mean) / (batch std + eps)`` on the first G samples of
+    every prompt, exactly as ``roll_viz.analysis.local_global.local_vs_global`` (tests/js), and
+    redraws the scatter, the group std bars and the tables in place.
+
+    Args:
+        payload: ``local_global_payload(scores, group_ids, prompts)``.
+        params: initial ``{"G", "std", "eps"}`` (missing: full group, "group", ROLL's 1e-6).
+            Changing them from Python moves the controls; passing back what was settled is a
+            no-op.
+        key: Streamlit widget key (one per component on a page).
+        sync: knobs whose release is copied into the sidebar (``sync_sidebar``; only "G" has a
+            sidebar widget). Empty: nothing is synced, the values are only returned.
+        plot_height: CSS pixels of the two plots.
+
+    Returns:
+        ``{"G", "std", "eps"}`` after a release, else None.
+    """
+    data = {
+        "payload": dict(payload),
+        "payload_id": payload_id(payload),
+        "params": {k: v for k, v in dict(params or {}).items() if k in LG_KNOBS},
+        "plot_height": int(plot_height),
+    }
+    knobs = tuple(k for k in sync if k in SIDEBAR_KEYS)
+    result = _lg_component()(
+        key=key,
+        data=data,
+        default={"settled": None},
+        on_settled_change=(lambda: sync_sidebar(key, knobs)) if knobs else (lambda: None),
+    )
+    settled = result.get("settled") if hasattr(result, "get") else None
+    return dict(settled) if settled else None

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from roll_viz.analysis.common import ROLL_EPS
+from roll_viz.analysis.reward_table import GLOBAL_CONFIG, LOCAL_CONFIG
 from roll_viz.core.pipeline import (
     ALIASES,
     CHOICES,
@@ -28,6 +30,7 @@ from roll_viz.core.pipeline import (
     resolve_config,
 )
 from roll_viz.core.records import Batch, RunningMoments
+from roll_viz.views.compare import OKABE_ITO
 
 PAYLOAD_VERSION = 1
 
@@ -191,3 +194,76 @@ def apply_params(
         if key is not None and params.get(knob) is not None:
             cfg[key] = params[knob]
     return resolve_config(framework, cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local vs global: the Local vs Global page's comparison, recomputed by local_global.js
+# ---------------------------------------------------------------------------------------------
+LOCAL_GLOBAL_VERSION = 1
+#: log10(eps) slider of the local-vs-global component: min, max, step (ROLL's eps is 1e-6)
+LOG10_EPS_RANGE: tuple[float, float, float] = (-8.0, 0.0, 0.25)
+
+
+def local_global_payload(
+    scores: Tensor,
+    group_ids: Tensor,
+    prompts: tuple[str, ...] | list[str],
+) -> dict[str, Any]:
+    """What ``local_global.js`` needs: the rewards, their prompts and ROLL's two resolved configs.
+
+    The browser reproduces ``roll_viz.analysis.local_global.local_vs_global`` on the first G
+    samples of every prompt (``subset_groups``'s rule) by running ``pipeline.js``'s ROLL dialect
+    with exactly these configs (``LOCAL_CONFIG`` / ``GLOBAL_CONFIG`` resolved here, so Python
+    stays the only source of defaults).
+
+    Args:
+        scores: (B,) response-level rewards (finite).
+        group_ids: (B,) prompt index of each sample, 0..P-1, every prompt present.
+        prompts: (P,) prompt texts (untrusted: the component renders them as text only).
+
+    Returns:
+        JSON-serializable dict: version, scores (f8), group_ids (i4), group_labels,
+        max_group_size, local_config, global_config (resolved ROLL configs), eps (ROLL's 1e-6),
+        log10_eps_range, palette (the server figures' prompt colours).
+
+    Raises:
+        ValueError: mismatched lengths, non-finite scores or group ids outside 0..P-1.
+    """
+    scores = torch.as_tensor(scores).to(torch.float64).reshape(-1)
+    gids = torch.as_tensor(group_ids).to(torch.long).reshape(-1)
+    labels = [str(p) for p in prompts]
+    if scores.numel() == 0 or scores.shape != gids.shape:
+        raise ValueError(f"need B >= 1 scores and B group ids, got {scores.shape}, {gids.shape}")
+    if not bool(torch.isfinite(scores).all()):
+        raise ValueError("scores must be finite")
+    if int(gids.min()) < 0 or int(gids.max()) >= len(labels):
+        raise ValueError(f"group ids must be in 0..{len(labels) - 1}")
+    if torch.bincount(gids, minlength=len(labels)).min() == 0:
+        raise ValueError("every prompt needs at least one sample")
+    return {
+        "version": LOCAL_GLOBAL_VERSION,
+        "scores": encode_array(scores),
+        "group_ids": encode_array(gids, "i4"),
+        "group_labels": labels,
+        "max_group_size": int(torch.bincount(gids).max()),
+        "local_config": jsonable_config("roll", resolve_config("roll", LOCAL_CONFIG)),
+        "global_config": jsonable_config("roll", resolve_config("roll", GLOBAL_CONFIG)),
+        "eps": ROLL_EPS,
+        "log10_eps_range": list(LOG10_EPS_RANGE),
+        "palette": list(OKABE_ITO),
+    }
+
+
+def subset_scores(scores: Tensor, group_ids: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """(scores, group_ids) of the first ``group_size`` samples of every prompt (subset_groups)."""
+    if group_size < 1:
+        raise ValueError(f"group size must be >= 1, got {group_size}")
+    gids = torch.as_tensor(group_ids).to(torch.long)
+    seen: dict[int, int] = {}
+    keep = []
+    for row, g in enumerate(gids.tolist()):
+        seen[g] = seen.get(g, 0) + 1
+        if seen[g] <= group_size:
+            keep.append(row)
+    idx = torch.tensor(keep, dtype=torch.long)
+    return torch.as_tensor(scores).to(torch.float64)[idx], gids[idx]
