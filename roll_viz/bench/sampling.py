@@ -6,8 +6,10 @@ Peers of one line group take turns (a, b, c, a, b, c, ...), so a busy spell on t
 slows them alike; ``loadavg`` records how busy it was.
 
 - CPU decode line: 8 samples x 64 new tokens (one prompt, G = 8): ``generate`` vs our loop in its
-  exact float form (same draws as the plain loop), the plain loop (``PLAIN_DECODE``), and the
-  labelled int8 fast path (``FAST_DECODE``); ``speedup_vs_generate`` on each of ours.
+  exact float form (the lean step: same draws as the plain loop), the plain loop
+  (``PLAIN_DECODE``, start-up thread count only), and the labelled int8 fast path
+  (``FAST_DECODE``); once at the start-up thread count and once at every core, all variants of a
+  group pinned to the same count; ``speedup_vs_generate`` against the group's ``generate``.
 - CPU lecture request: ``sample()`` of 2 prompts x 8 samples x 64 tokens (steered: two scoring
   passes), float and int8 decode, against the 15 s target, with ``estimate_seconds`` before it.
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import torch
 
@@ -132,17 +135,36 @@ def bench_decode(bundle: ModelBundle, rows: int, new_tokens: int, runs: int) -> 
 
         return run
 
-    fns = {"hf_generate": generate}
     if bundle.device.type == "cuda":
+        fns = {"hf_generate": generate}
         fns["roll_viz_decode"] = ours(DecodeOptions(static_cache=False))
         options = DecodeOptions(static_cache=True, compile_decode=True)
         fns["roll_viz_decode_static_compiled"] = ours(options)
-    else:
-        fns["roll_viz_decode"] = ours(DecodeOptions())  # exact: the plain loop's draws
-        fns["roll_viz_decode_plain"] = ours(PLAIN_DECODE)  # the loop before the speed work
-        fns["roll_viz_decode_int8"] = ours(FAST_DECODE)  # labelled approximate fast path
-    times = _timed(fns, runs, sync)
-    lines = [_line(name, bundle, rows, new_tokens, times[name]) for name in fns]
+        return _speedups(
+            [_line(n, bundle, rows, new_tokens, t) for n, t in _timed(fns, runs, sync).items()]
+        )
+    # CPU: each group at one pinned thread count, generate and ours alike (no adapting inside)
+    fixed = DecodeOptions(adapt_threads=False)
+    lines = []
+    start_count = torch.get_num_threads()
+    counts = sorted({start_count, os.cpu_count() or 1})
+    try:
+        for count in counts:
+            torch.set_num_threads(count)
+            fns = {"hf_generate": generate}
+            fns["roll_viz_decode"] = ours(fixed)  # exact float (lean step): the plain loop's draws
+            if count == start_count:  # the loop before the speed work
+                fns["roll_viz_decode_plain"] = ours(PLAIN_DECODE)
+            fns["roll_viz_decode_int8"] = ours(replace(FAST_DECODE, adapt_threads=False))
+            times = _timed(fns, runs, sync)
+            lines += _speedups([_line(n, bundle, rows, new_tokens, t) for n, t in times.items()])
+    finally:
+        torch.set_num_threads(start_count)
+    return lines
+
+
+def _speedups(lines: list[dict]) -> list[dict]:
+    """Add ``speedup_vs_generate`` to every line after the first (generate, same threads)."""
     base = lines[0]["median_s"]
     for line in lines[1:]:
         line["speedup_vs_generate"] = round(base / line["median_s"], 2)
