@@ -2,8 +2,6 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import local_global, reward_table
-from roll_viz.ui import instant
-from roll_viz.ui.flow import local_global_payload
 from roll_viz.views import compare as charts_compare
 from roll_viz.views import text
 
@@ -119,9 +117,9 @@ with ui.page_guard("Local vs global"):
             icon=":material/info:",
         )
     st.subheader("Instant: drag G, the divisor or eps and watch every dot move")
-    lg_payload = local_global_payload(state)
+    lg_payload = ui.local_global_payload(state)
     synced = bool(lg_payload.get("sync_G"))
-    instant.instant_local_global(
+    ui.instant_local_global(
         lg_payload,
         {"G": state.group_size},
         key="lg_instant",

@@ -28,13 +28,14 @@ from roll_viz.ui.flow import (
     current_batch,
     instant_payload,
     kl_estimates,
+    local_global_payload,
     reset_running,
     running_batches,
     running_moments,
     try_trace,
 )
 from roll_viz.ui.guard import page_guard
-from roll_viz.ui.instant import instant_panel
+from roll_viz.ui.instant import instant_local_global, instant_panel
 from roll_viz.ui.settings import (
     estimator_options,
     estimator_overrides,
@@ -132,10 +133,12 @@ __all__ = [
     "explainer",
     "generic_value",
     "go_live",
+    "instant_local_global",
     "instant_panel",
     "instant_payload",
     "kl_estimates",
     "kl_placement_overrides",
+    "local_global_payload",
     "next_page",
     "norm_overrides",
     "observed_kl",
