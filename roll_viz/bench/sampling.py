@@ -10,6 +10,8 @@ slows them alike; ``loadavg`` records how busy it was.
   (``PLAIN_DECODE``, start-up thread count only), and the labelled int8 fast path
   (``FAST_DECODE``); once at the start-up thread count and once at every core, all variants of a
   group pinned to the same count; ``speedup_vs_generate`` against the group's ``generate``.
+- int8 fidelity: mean KL(float || int8) of the next-token distributions along float-drawn
+  answers, and how often the top token agrees (what the labelled fast path costs).
 - CPU lecture request: ``sample()`` of 2 prompts x 8 samples x 64 tokens (steered: two scoring
   passes), float and int8 decode, against the 15 s target, with ``estimate_seconds`` before it.
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
@@ -38,6 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
+from torch import Tensor
 
 from roll_viz.lm.models import ModelBundle, configure_threads, load_models
 from roll_viz.lm.sampling import (
@@ -161,6 +164,52 @@ def bench_decode(bundle: ModelBundle, rows: int, new_tokens: int, runs: int) -> 
     finally:
         torch.set_num_threads(start_count)
     return lines
+
+
+def bench_int8_fidelity(bundle: ModelBundle, rows: int = 8, new_tokens: int = 48) -> dict:
+    """How far the int8 decode step's next-token distributions are from the float model's.
+
+    Float decode draws ``rows`` answers; both steps (float and int8 lean) then replay them from
+    the same float prefill, and the line reports the mean KL(float || int8) per position and how
+    often the most likely token agrees. Not a timing: what the labelled fast path costs in
+    fidelity.
+    """
+    from roll_viz.lm.decode_step import LeanDecoder
+
+    bundle = dataclasses.replace(bundle, eos_ids=(-1,))  # every answer runs full length
+    with bundle.lock, torch.inference_mode():
+        ctx = bundle.chat_ids(PROMPT)
+        generator = torch.Generator().manual_seed(0)
+        answers = decode_batch(
+            bundle, [ctx] * rows, rows, 1.0, 1.0, new_tokens, generator, options=DecodeOptions()
+        )
+        steps = min(len(a) for a in answers)
+        width = len(ctx)
+        ids = torch.tensor([ctx] * rows)
+        prefill = bundle.model(input_ids=ids, use_cache=True)
+        tokens = torch.tensor([a[:steps] for a in answers])
+        logp: dict[str, list[Tensor]] = {}
+        for weights in ("model", "int8"):
+            lean = LeanDecoder(bundle.model, weights)
+            buffers = lean.allocate(rows, width + steps, torch.float32, bundle.device)
+            lean.load_cache(buffers, prefill.past_key_values, width)
+            logp[weights] = []
+            for t in range(steps - 1):
+                mask = torch.ones(rows, width + t + 1)
+                pos = torch.full((rows, 1), width + t)
+                logits = lean.step(buffers, tokens[:, t], pos, width + t, mask)[1]
+                logp[weights].append(torch.log_softmax(logits.float(), -1))
+        exact, approx = torch.stack(logp["model"]), torch.stack(logp["int8"])
+        kl = (exact.exp() * (exact - approx)).sum(-1)
+        agree = (exact.argmax(-1) == approx.argmax(-1)).float().mean()
+    return {
+        "what": "int8_decode_fidelity",
+        "model": bundle.name,
+        "positions": int(kl.numel()),
+        "mean_kl_float_vs_int8": round(float(kl.mean()), 4),
+        "max_kl_float_vs_int8": round(float(kl.max()), 4),
+        "top1_agreement": round(float(agree), 3),
+    }
 
 
 def _speedups(lines: list[dict]) -> list[dict]:
@@ -314,10 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         "--threads-table", action="store_true", help="also time 1 vs 2 threads, quiet and loaded"
     )
     parser.add_argument(
-        "--only", default="", help="comma list of parts: decode,lecture,sample,threads"
+        "--only", default="", help="comma list of parts: decode,fidelity,lecture,sample,threads"
     )
     args = parser.parse_args(argv)
-    parts = set(filter(None, args.only.split(","))) or {"decode", "lecture", "sample"}
+    parts = set(filter(None, args.only.split(","))) or {"decode", "fidelity", "lecture", "sample"}
     if args.threads_table:
         parts.add("threads")
     out = sys.stdout
@@ -337,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     if "decode" in parts:
         for line in bench_decode(cpu, rows=8, new_tokens=64, runs=args.runs):
             out.write(json.dumps(line) + "\n")
+        out.flush()
+    if "fidelity" in parts:
+        out.write(json.dumps(bench_int8_fidelity(cpu)) + "\n")
         out.flush()
     if "lecture" in parts:
         for line in bench_lecture(cpu, runs=args.runs):

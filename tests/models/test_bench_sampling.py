@@ -29,3 +29,11 @@ def test_lecture_lines_carry_the_estimate_and_target(tiny):
         assert line["target_s"] == 15.0
         assert line["cpu_s_median"] > 0
         assert len(line["estimate_s_before_run"]) == 1
+
+
+def test_int8_fidelity_line(tiny):
+    line = bench.bench_int8_fidelity(tiny, rows=2, new_tokens=6)
+    assert line["positions"] > 0
+    assert line["mean_kl_float_vs_int8"] > 0  # int8 really differs
+    assert line["max_kl_float_vs_int8"] >= line["mean_kl_float_vs_int8"]
+    assert 0 <= line["top1_agreement"] <= 1
