@@ -40,6 +40,12 @@ with ui.page_guard("Samples"):
         st.latex(r"\text{surprise}_t = -\log \pi(y_t)")
 
     with main:
+        if dict(rollout.meta).get("decode_weights") == "int8-dynamic":
+            st.info(
+                "Fast sampling: these answers were drawn by an int8 copy of the model; every "
+                "log-prob, KL and entropy below is the float model's score of the drawn tokens.",
+                icon=":material/speed:",
+            )
         st.html(chips.chip_legend_html(view))
         for p, prompt in enumerate(rollout.prompts):
             rows = [b for b, g in enumerate(rollout.group_ids.tolist()) if g == p]

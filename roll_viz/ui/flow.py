@@ -98,12 +98,13 @@ def _preset_rollout(name: str) -> Rollout:
     return presets.load_preset(name)[2]
 
 
-def sample_live(model: str, sampling: Any) -> Rollout:
+def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     """A live rollout for ``sampling`` (cached; progress drawn only when it really samples).
 
     Args:
         model: model spec (part of the cache key).
         sampling: the SamplingConfig.
+        decode: "float" or "int8" (``AppState.decode``: which weights draw the answers).
 
     Returns:
         The Rollout.
@@ -112,7 +113,7 @@ def sample_live(model: str, sampling: Any) -> Rollout:
     from roll_viz.lm import sampling as sampling_mod
 
     store = _live_store()
-    key = (model, sampling)
+    key = (model, sampling, decode)
     rollout = store.get(key)
     if rollout is not None:
         return rollout
@@ -122,9 +123,15 @@ def sample_live(model: str, sampling: Any) -> Rollout:
         st.error(f"The live model is not available: {err}")
         st.stop()
     n_rows = len(sampling.prompts) * sampling.group_size
-    estimate = sampling_mod.estimate_seconds(bundle, sampling)
+    options = sampling_mod.FAST_DECODE if decode == "int8" else sampling_mod.DecodeOptions()
+    estimate = sampling_mod.estimate_seconds(bundle, sampling, options)
     guess = "" if sampling_mod.speed_measured(bundle) else " (a first guess)"
-    label = f"Sampling {n_rows} responses with {bundle.name}: about {estimate:.0f} s{guess}"
+    drawn = " (int8 answers, float scores)" if decode == "int8" else ""
+    label = f"Sampling {n_rows} responses with {bundle.name}{drawn}: about {estimate:.0f} s{guess}"
+    if decode != "int8" and estimate > 10:
+        fast = sampling_mod.estimate_seconds(bundle, sampling, sampling_mod.FAST_DECODE)
+        if fast < 0.9 * estimate:
+            label += f" (about {fast:.0f} s with 'Fast sampling' in the sidebar)"
     queue = sampling_mod.queue_status(bundle)
     if queue.busy:
         label = f"{queue.message()} Then: {label}"
@@ -136,7 +143,7 @@ def sample_live(model: str, sampling: Any) -> Rollout:
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
 
         # identical requests in flight at the same moment share one sampling run
-        rollout = sampling_mod.shared_sample(bundle, sampling, progress=progress)
+        rollout = sampling_mod.shared_sample(bundle, sampling, progress=progress, decode=options)
         status.update(label=f"Sampled {n_rows} responses", state="complete", expanded=False)
     store.put(key, rollout)
     return rollout
@@ -156,7 +163,7 @@ def cached_rollout(state: AppState) -> Rollout:
 
         return policies.policy_rollout(state.source, state.model, state.sampling)
     if state.live:
-        return sample_live(state.model, state.sampling)
+        return sample_live(state.model, state.sampling, state.decode)
     if state.source.startswith("run:"):
         from roll_viz.ui import runs
 
@@ -173,7 +180,7 @@ def _subsampled(preset: str, group_size: int) -> Rollout:
 
 
 def _rollout_key(state: AppState) -> tuple:
-    return (state.source, state.preset, state.model, state.sampling)
+    return (state.source, state.preset, state.model, state.sampling, state.decode)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -296,8 +303,8 @@ def add_running_batch(state: AppState, overrides: Mapping[str, Any] | None = Non
         base = _preset_defaults(state.preset)[0]
         base = replace(base, group_size=state.group_size)
     next_sampling = replace(base, seed=int(base.seed) + k)
-    rollout = sample_live(state.model, next_sampling)
-    key = ("live", state.preset, state.model, next_sampling)
+    rollout = sample_live(state.model, next_sampling, state.decode)
+    key = ("live", state.preset, state.model, next_sampling, state.decode)
     scores, greedy = _scores(rollout, key, state.reward)
     batch = batch_from_rollout(
         rollout, scores, values=torch.zeros_like(rollout.response_mask), baseline_scores=greedy

@@ -36,6 +36,7 @@ KEY_TEMPERATURE = "temp"
 KEY_MAX_TOKENS = "T"
 KEY_SEED = "seed"
 KEY_POLICY = "policy"
+KEY_FAST = "fast"  # live sampling: answers drawn by the int8 decode copy
 KEY_INSTRUCTION = "instr"
 KEY_REWARD = "reward"
 KEY_REWARD_PARAM_PREFIX = "rp_"
@@ -170,6 +171,8 @@ class AppState:
             (estimator, beta, kl_estimator, kl_in_reward, gamma, lam, clip, whiten).
         model: model spec of the live path ("tiny", "smollm2", a path ...).
         present: presentation mode is on.
+        decode: how live answers are drawn: "float" (the model itself) or "int8" (the labelled
+            fast path: an int8 copy draws, the float model scores); "float" for every other source.
         messages: input problems the sidebar corrected (shown once, above the page).
     """
 
@@ -182,6 +185,7 @@ class AppState:
     generic: tuple = ()
     model: str = "smollm2"
     present: bool = False
+    decode: str = "float"
     messages: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -275,8 +279,8 @@ def url_state() -> dict[str, str]:
     """
     keys = [
         KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE, KEY_MAX_TOKENS, KEY_SEED,
-        KEY_POLICY, KEY_INSTRUCTION, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK, *GENERIC_KEYS.values(),
-        KEY_NORM, KEY_PRESENT, KEY_HIDE,
+        KEY_POLICY, KEY_INSTRUCTION, KEY_FAST, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK,
+        *GENERIC_KEYS.values(), KEY_NORM, KEY_PRESENT, KEY_HIDE,
     ]  # fmt: skip
     keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
     params: dict[str, str] = {}

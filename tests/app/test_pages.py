@@ -377,3 +377,14 @@ def test_critic_values_are_drawn_only_on_request():
     values = chart(at, "values_heatmap")["data"][0]
     assert values["zmid"] == 0
     assert any(v not in (None, 0.0) for row in zgrid(values) for v in row)  # the probe is not 0
+
+
+def test_fast_sampling_toggle_draws_int8_answers_and_says_so():
+    at = open_page("samples", preset="quantum", live="true", G="2", T="8", fast="true")
+    assert at.toggle(key=ui.KEY_FAST).value is True
+    assert any("int8 copy" in i.value for i in at.info)
+    assert len(frame(at, "samples_table")) == 2
+    at.toggle(key=ui.KEY_FAST).set_value(False)
+    rerun(at)
+    assert not any("int8 copy" in i.value for i in at.info)
+    assert len(frame(at, "samples_table")) == 2
