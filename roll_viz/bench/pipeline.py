@@ -19,7 +19,8 @@ time ``roll_viz.core.pipeline.run`` per dialect (no peer).
 threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
 threading made the classroom pipeline ~15x slower, 68 ms vs 3.8 ms, while other processes held
 the cores; the loop peer is single-threaded anyway); ``--sampling``, ``--update``, ``--train``,
-``--runs`` and ``--load`` delegate to the module of that family (``roll_viz.bench.<family>``).
+``--runs``, ``--load`` and ``--classroom`` delegate to the module of that family
+(``roll_viz.bench.<family>``).
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         "--train": "roll_viz.bench.train",
         "--runs": "roll_viz.bench.runs",
         "--load": "roll_viz.bench.load",
+        "--classroom": "roll_viz.bench.classroom",
     }
     if argv and argv[0] in families:
         module = __import__(families[argv[0]], fromlist=["main"])

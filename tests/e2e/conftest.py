@@ -13,19 +13,10 @@ from pathlib import Path
 import pytest
 
 from roll_viz.bench import load
+from roll_viz.bench.browser import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "ROOT"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,7 @@ import statistics
 import pytest
 
 from roll_viz.bench import load
+from roll_viz.bench.browser import bench_inputs as _bench_inputs
 from tests.e2e import streamlit_page as sp
 from tests.e2e.conftest import CHROMIUM, ROOT
 
@@ -88,27 +89,6 @@ def _press(page, testid, key, n=1):
     thumb.focus()
     for _ in range(n):
         sp.after_rerun(page, lambda: page.keyboard.press(key))
-
-
-def _bench_inputs(page, testid, values) -> dict:
-    """Programmatic input events: ms to recompute + redraw, and to the painted frame."""
-    return page.locator(f"[data-testid={testid}]").evaluate(
-        """async (el, values) => {
-          const frame = () => new Promise((r) => requestAnimationFrame(() =>
-              requestAnimationFrame(r)));
-          const sync = [], painted = [];
-          for (const v of values) {
-            const t0 = performance.now();
-            el.value = String(v);
-            el.dispatchEvent(new Event('input', {bubbles: true}));
-            sync.push(performance.now() - t0);
-            await frame();
-            painted.push(performance.now() - t0);
-          }
-          return {sync, painted};
-        }""",
-        values,
-    )
 
 
 def _bench_line(name: str, samples: list[float], **extra) -> None:
