@@ -1,5 +1,5 @@
-// Runs roll_viz/ui/instant/local_global.js (concatenated after pipeline.js, exactly as the
-// component loads it) on the cases of a JSON file and prints the results.
+// Runs roll_viz/ui/instant/local_global.js (concatenated after pipeline.js, as the component
+// loads it; bulk.js only serves the default export, not needed here) on a JSON file of cases.
 //
 // Usage: node tests/js/run_local_global.mjs CASES.json > RESULTS.json
 // CASES.json: {"payloads": [local_global_payload], "cases": [{"id", "payload": index, "G",

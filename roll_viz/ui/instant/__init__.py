@@ -1,14 +1,15 @@
 """Instant hyperparameters: the reward -> advantage pipeline recomputed in the browser.
 
 ``instant_advantages(payload, params, key)`` mounts an ``st.components.v2`` component that gets
-the batch once (``instant_payload``: a few hundred KB of base64 float64), and on every slider
-input event recomputes beta / gamma / lambda / G / the estimator with ``pipeline.js`` (the same
-functions as ``roll_viz.core.pipeline``, checked to 1e-9 by tests/js) and redraws a canvas
-heatmap and a per-sample table in place. On release it reports the settled values back; this
-function returns them (or None before the first release), so the page can write the URL and
-recompute the rest server-side with ``roll_viz.core.pipeline.run``: Python stays the source of
-truth. A config the browser pipeline does not cover (``covered`` in pipeline.js) is shown as
-"server path" in the component, and only the values on release count.
+the batch once per browser tab (``instant_payload``: a few hundred KB of base64 float64; a
+rerun passes only its id, see ``_mount``), and on every slider input event recomputes beta / gamma /
+lambda / G / the estimator with ``pipeline.js`` (the same functions as ``roll_viz.core.pipeline``,
+checked to 1e-9 by tests/js) and redraws a canvas heatmap and a per-sample table in place. On
+release it reports the settled values back; this function returns them (or None before the
+first release), so the page can write the URL and recompute the rest server-side with
+``roll_viz.core.pipeline.run``: Python stays the source of truth. A config the browser
+pipeline does not cover (``covered`` in pipeline.js) is shown as "server path" in the
+component, and only the values on release count.
 
 Why a canvas and not Plotly.js: a v2 component's JS travels inline with every rerun's delta
 (there is no asset directory for an uninstalled package), so shipping plotly.min.js (4.8 MB)
@@ -56,6 +57,7 @@ __all__ = [
     "batch_payload",
     "component_source",
     "encode_array",
+    "forget_sent",
     "instant_advantages",
     "instant_local_global",
     "instant_payload",
@@ -86,6 +88,7 @@ CSS = """
 .rv-live { background: rgba(33, 195, 84, 0.12); }
 .rv-fallback { background: rgba(255, 189, 69, 0.25); font-weight: 600; }
 .rv-error { background: rgba(255, 43, 43, 0.15); font-weight: 600; }
+.rv-loading { background: rgba(128, 128, 128, 0.12); }
 .rv-heatmap { display: block; width: 100%; image-rendering: pixelated; }
 .rv-legend, .rv-tip { font-size: 0.8rem; min-height: 1.1em; opacity: 0.85; }
 .rv-table-wrap { max-height: 18rem; overflow: auto; margin-top: 0.4rem; }
@@ -97,8 +100,8 @@ CSS = """
 
 @functools.cache
 def component_source() -> str:
-    """pipeline.js followed by component.js: one ES module, the component's default export."""
-    return (HERE / "pipeline.js").read_text() + "\n" + (HERE / "component.js").read_text()
+    """pipeline.js, bulk.js, component.js: one ES module, the component's default export."""
+    return "\n".join((HERE / f).read_text() for f in ("pipeline.js", "bulk.js", "component.js"))
 
 
 @functools.cache
@@ -109,6 +112,76 @@ def _component():
 def payload_id(payload: Mapping[str, Any]) -> str:
     """Content hash of a payload: the component rebuilds only when this changes."""
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Send the bulk once: a rerun passes the big arrays only when this browser does not have them
+# ---------------------------------------------------------------------------------------------
+#: st.session_state key: {component key: ids of the bulks sent to it, oldest first}
+SENT_STATE = "_rv_instant_sent"
+#: bulk ids remembered per component key (bulk.js keeps the last 24 of the tab, all keys)
+SENT_MAX = 8
+#: the payload keys that make up its bulk: the instant / the local-vs-global component
+BULK_KEYS = ("batch",)
+LG_BULK_KEYS = ("scores", "group_ids", "group_labels")
+
+
+def forget_sent(key: str) -> None:
+    """The ``missing_payload`` callback: the browser lacks a bulk it was sent, send it again.
+
+    That happens when the tab dropped it (evicted from bulk.js's store, an update that never
+    arrived, a reload that kept the session); every id of the key is forgotten, since such a
+    tab may lack the others too (a resend costs bytes, a wrong "sent" a round trip).
+    """
+    st.session_state.get(SENT_STATE, {}).pop(key, None)
+
+
+def _mount(
+    component: Any,
+    key: str,
+    payload: Mapping[str, Any],
+    bulk_keys: tuple[str, ...],
+    data: Mapping[str, Any],
+    on_settled_change: Any,
+) -> Any:
+    """Call ``component`` with ``payload`` split in two; its bulk only when not sent before.
+
+    ``data["payload"]`` is the payload without ``bulk_keys`` (config, sliders, a few KB: always
+    sent), ``data["bulk"]`` those keys, or None when this session already sent the same
+    ``bulk_id`` to ``key`` (one of the last ``SENT_MAX``). bulk.js then takes the bulk from its
+    store on the window: not on the component's parentElement, since Streamlit remounts the
+    component on some reruns (a live Advantages page does on every sidebar move) and on
+    navigating back. If it does not hold it (evicted, an update that never arrived, a reload
+    that kept the session), it shows "loading" and asks for it with the ``missing_payload``
+    trigger (``forget_sent``).
+    Splitting matters because a sidebar move changes the config inside the payload but not the
+    batch. ``data["payload_id"]`` (the whole payload's identity) still tells the JS when to
+    rebuild.
+
+    Returns:
+        What the component returned (its ``ComponentResult``).
+    """
+    bulk = {k: payload[k] for k in bulk_keys if k in payload}
+    rest = {k: v for k, v in payload.items() if k not in bulk}
+    bulk_id = payload_id(bulk)
+    sent = st.session_state.setdefault(SENT_STATE, {}).setdefault(key, [])
+    fresh = bulk_id not in sent
+    if fresh:
+        sent.append(bulk_id)
+        del sent[:-SENT_MAX]
+    return component(
+        key=key,
+        data={
+            "payload": rest,
+            "payload_id": f"{bulk_id}-{payload_id(rest)}",
+            "bulk": bulk if fresh else None,
+            "bulk_id": bulk_id,
+            **data,
+        },
+        default={"settled": None},
+        on_settled_change=on_settled_change,
+        on_missing_payload_change=lambda: forget_sent(key),
+    )
 
 
 def instant_advantages(
@@ -139,16 +212,12 @@ def instant_advantages(
         ``apply_params`` to validate), else None.
     """
     data = {
-        "payload": dict(payload),
-        "payload_id": payload_id(payload),
         "params": dict(params or {}),
         "cell_height": int(cell_height),
         "knobs": [k for k in knobs if k in KNOBS],
         "view": view if view in VIEWS else "advantages",
     }
-    result = _component()(
-        key=key, data=data, default={"settled": None}, on_settled_change=lambda: None
-    )
+    result = _mount(_component(), key, payload, BULK_KEYS, data, lambda: None)
     settled = result.get("settled") if hasattr(result, "get") else None
     return dict(settled) if settled else None
 
@@ -192,19 +261,12 @@ def instant_panel(
 ) -> None:
     """The instant component whose releases drive the sidebar (``sync_sidebar``)."""
     data = {
-        "payload": dict(payload),
-        "payload_id": payload_id(payload),
         "params": dict(params or {}),
         "cell_height": 10,
         "knobs": [k for k in knobs if k in KNOBS],
         "view": view if view in VIEWS else "advantages",
     }
-    _component()(
-        key=key,
-        data=data,
-        default={"settled": None},
-        on_settled_change=lambda: sync_sidebar(key, knobs),
-    )
+    _mount(_component(), key, payload, BULK_KEYS, data, lambda: sync_sidebar(key, knobs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,8 +301,8 @@ LG_CSS = (
 
 @functools.cache
 def local_global_source() -> str:
-    """pipeline.js followed by local_global.js: one ES module, the component's default export."""
-    return (HERE / "pipeline.js").read_text() + "\n" + (HERE / "local_global.js").read_text()
+    """pipeline.js, bulk.js, local_global.js: one ES module, the component's default export."""
+    return "\n".join((HERE / f).read_text() for f in ("pipeline.js", "bulk.js", "local_global.js"))
 
 
 @functools.cache
@@ -277,17 +339,11 @@ def instant_local_global(
         ``{"G", "std", "eps"}`` after a release, else None.
     """
     data = {
-        "payload": dict(payload),
-        "payload_id": payload_id(payload),
         "params": {k: v for k, v in dict(params or {}).items() if k in LG_KNOBS},
         "plot_height": int(plot_height),
     }
     knobs = tuple(k for k in sync if k in SIDEBAR_KEYS)
-    result = _lg_component()(
-        key=key,
-        data=data,
-        default={"settled": None},
-        on_settled_change=(lambda: sync_sidebar(key, knobs)) if knobs else (lambda: None),
-    )
+    on_settled = (lambda: sync_sidebar(key, knobs)) if knobs else (lambda: None)
+    result = _mount(_lg_component(), key, payload, LG_BULK_KEYS, data, on_settled)
     settled = result.get("settled") if hasattr(result, "get") else None
     return dict(settled) if settled else None

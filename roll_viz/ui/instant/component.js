@@ -1,8 +1,9 @@
 // The instant-advantages Streamlit component (st.components.v2): sliders, a canvas heatmap and
 // a per-sample table, recomputed in the browser with pipeline.js on every input event.
 //
-// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js and this
-// file, so the pipeline's functions (run, covered, decodeBatch, subsetGroups) are in scope.
+// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js, bulk.js and
+// this file, so the pipeline's functions (run, covered, decodeBatch, subsetGroups) and bulk.js's
+// (withBulk, waitForBulk: the batch is sent once per tab) are in scope.
 // Python stays the source of truth: the payload carries the resolved config, the sliders only
 // move the keys ALIASES maps them to, and the settled values go back to Python on release
 // (setStateValue("settled", ...)), where the page recomputes with roll_viz.core.pipeline.run.
@@ -273,7 +274,10 @@ function onHover(state, ev) {
 
 export default function instantAdvantages(component) {
   const { data, parentElement, setStateValue } = component;
-  const payload = data.payload;
+  const cleanup = () => {
+    parentElement.__rvInstant = undefined;
+  };
+  const payload = withBulk(data); // bulk.js: the batch arrives once per tab
   let state = parentElement.__rvInstant;
   if (!state || state.payloadId !== data.payload_id) {
     // first mount or a new batch/config: (re)build; a rerun with the same payload is a no-op
@@ -281,6 +285,11 @@ export default function instantAdvantages(component) {
     if (!root) {
       root = el("div", { class: "rv-instant", "data-testid": "rv-instant" });
       parentElement.appendChild(root);
+    }
+    if (payload === null) {
+      parentElement.__rvInstant = undefined;
+      waitForBulk(component, root, "rv-status");
+      return cleanup;
     }
     state = {
       root, payload, payloadId: data.payload_id, batch: decodeBatch(payload.batch),
@@ -318,7 +327,5 @@ export default function instantAdvantages(component) {
     }
   }
   state.root.dataset.state = "ready";
-  return () => {
-    parentElement.__rvInstant = undefined;
-  };
+  return cleanup;
 }

@@ -3,9 +3,10 @@
 // (r - batch mean) / (batch std + eps), recomputed in the browser on every slider input event
 // and drawn in place on two canvases (scatter + group std bars) and a per-sample table.
 //
-// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js and this file,
-// so the pipeline's functions (run, groupStats, vectorStd, subsetGroups, decodeArray) are in
-// scope. Both sides go through pipeline.js's ROLL dialect with the resolved configs Python sent
+// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js, bulk.js and
+// this file, so the pipeline's functions (run, groupStats, vectorStd, subsetGroups, decodeArray)
+// and bulk.js's (withBulk, waitForBulk: the rewards are sent once per tab) are in scope.
+// Both sides go through pipeline.js's ROLL dialect with the resolved configs Python sent
 // (roll_viz.analysis.local_global.local_vs_global does the same in Python; tests/js checks the
 // two agree to 1e-9). The settled knobs go back to Python on release. Every string from the
 // payload (prompts are user text) is rendered with textContent or canvas fillText, never HTML.
@@ -627,7 +628,7 @@ function lgHover(state, ev) {
 
 export default function instantLocalGlobal(component) {
   const { data, parentElement, setStateValue } = component;
-  const payload = data.payload;
+  const payload = withBulk(data); // bulk.js: the rewards arrive once per tab
   let state = parentElement.__rvLocalGlobal;
   if (!state || state.payloadId !== data.payload_id) {
     // first mount or a new batch: (re)build; a rerun with the same payload is a no-op
@@ -635,6 +636,14 @@ export default function instantLocalGlobal(component) {
     if (!root) {
       root = lgEl("div", { class: "rv-lg", "data-testid": "rv-lg-instant" });
       parentElement.appendChild(root);
+    }
+    state?.observer?.disconnect();
+    if (payload === null) {
+      parentElement.__rvLocalGlobal = undefined;
+      waitForBulk(component, root, "rv-lg-status");
+      return () => {
+        parentElement.__rvLocalGlobal = undefined;
+      };
     }
     state = {
       root, payload, payloadId: data.payload_id, data: lgDecode(payload), setStateValue,
