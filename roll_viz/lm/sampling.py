@@ -321,7 +321,9 @@ class DecodeOptions:
         adapt_threads: choose torch's thread count per phase (``lm.threads.choose``: every core
             while the rest of the machine is idle, the start-up count otherwise; back to one at
             once when a decode step comes out slow) and restore the start-up count after.
-            Results do not depend on it (same bytes under 1 and 2 threads; tested).
+            Only where results do not depend on it (bitwise the same under 1 and 2 threads;
+            tested): the lean decode step and the scoring passes of prompt-only sources; a LoRA
+            policy's run stays at the start-up count (transformers' one-query SDPA is not).
     """
 
     static_cache: bool | None = None
@@ -703,7 +705,8 @@ def sample(
         base_threads = torch.get_num_threads()
 
         def adapt() -> None:  # every core for the next pass while the machine is idle
-            if decode.adapt_threads:
+            # prompt-only sources: passes measured bitwise the same under 1 and 2 threads
+            if decode.adapt_threads and _prompt_only(source):
                 threads.apply(threads.choose(base_threads))
 
         tell(0.8, "Scoring the responses under the policy")
@@ -1184,13 +1187,16 @@ def decode_batch(
     columns = []
     produced = 0
     base_threads = torch.get_num_threads()
+    # only the lean step is bitwise the same under any thread count (transformers' one-query
+    # SDPA is not), so only it may change the count mid-run
+    adapt = options.adapt_threads and lean is not None
     own = () if noise is None else (noise.thread.native_id,)
     watch = threads.StepWatch()
     count_now = base_threads
     step_clock = time.perf_counter()
     try:
         for step in range(max_new_tokens):
-            if options.adapt_threads and step % threads.RECHECK_STEPS == 0:
+            if adapt and step % threads.RECHECK_STEPS == 0:
                 count_now = threads.apply(threads.choose(base_threads, own))
             q = noise.next() if noise is not None else None
             if hidden is not None:
@@ -1229,7 +1235,7 @@ def decode_batch(
                 )
             next_pos = next_pos + 1
             now = time.perf_counter()
-            if options.adapt_threads and watch.slow(count_now, now - step_clock):
+            if adapt and watch.slow(count_now, now - step_clock):
                 count_now = threads.apply(base_threads)  # contention: one thread until a recheck
             step_clock = now
     finally:
