@@ -83,7 +83,7 @@ from roll_viz.bench.browser import (
 
 #: The classroom batch: 8 prompts x G = 8 x 128 new tokens from the live (tiny) model, steered
 #: policy (so the KL is not 0) with the KL in the reward (so beta reaches the advantages).
-#: The same query as tests/e2e/test_app_e2e.py's CLASSROOM.
+#: tests/e2e/test_app_e2e.py uses this query too.
 CLASSROOM = {
     "live": "true",
     "prompts": "\n".join(f"Question {i}: what is {i} + {i}?" for i in range(1, 9)),

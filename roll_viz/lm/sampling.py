@@ -930,6 +930,13 @@ def shared_sample(
     return flight.result
 
 
+def _distinct(contexts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(the distinct contexts in order of first appearance, each row's index into them)."""
+    unique: dict[tuple[int, ...], int] = {}
+    index = [unique.setdefault(tuple(c), len(unique)) for c in contexts]
+    return [list(c) for c in unique], index
+
+
 def _pad_right(rows: list[list[int]]) -> tuple[Tensor, Tensor]:
     """(B, T) long ids right-padded with 0, and the (B, T) bool mask of real tokens."""
     width = max([len(r) for r in rows] + [1])
@@ -1122,9 +1129,7 @@ def decode_batch(
     total = num_rows * max_new_tokens
     share = options.share_prompt_prefill and not use_static
     if share:
-        unique: dict[tuple[int, ...], int] = {}
-        index = [unique.setdefault(tuple(c), len(unique)) for c in contexts]
-        prefill_ctx = [list(c) for c in unique]
+        prefill_ctx, index = _distinct(contexts)
     else:
         index, prefill_ctx = list(range(num_rows)), contexts
     ids, attn = _pad_left(prefill_ctx, bundle.pad_id)
@@ -1332,12 +1337,11 @@ def shared_context_hidden(
     Returns:
         (B, T, H) hidden states on ``bundle.device``; row b, column t predicts token_ids[b, t].
     """
-    unique: dict[tuple[int, ...], int] = {}
-    index = [unique.setdefault(tuple(c), len(unique)) for c in contexts]
-    if len(unique) == len(contexts) or token_ids.shape[1] < 2:
+    distinct, index = _distinct(contexts)
+    if len(distinct) == len(contexts) or token_ids.shape[1] < 2:
         return response_hidden(bundle, contexts, token_ids, mask)
     device = bundle.device
-    ctx_ids, ctx_mask = _pad_left([list(c) for c in unique], bundle.pad_id)
+    ctx_ids, ctx_mask = _pad_left(distinct, bundle.pad_id)
     ctx_ids, ctx_mask = ctx_ids.to(device), ctx_mask.to(device)
     positions = (ctx_mask.cumsum(-1) - 1).clamp_min(0)
     out = bundle.model.base_model(

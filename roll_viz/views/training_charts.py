@@ -159,22 +159,24 @@ def training_curves(
                             row=row,
                             col=col,
                         )
+            # the KL panel plots the exact KL solid, its estimator dashed beside it
+            label = "exact KL " if key == "kl" else ""
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=_ys(run, "kl_exact" if key == "kl" else key),
+                    mode="lines+markers",
+                    marker={"size": 4},
+                    line={"color": color},
+                    name=name,
+                    legendgroup=name,
+                    showlegend=first,
+                    hovertemplate="step %{x}<br>" + label + "%{y:.4f}<extra>" + name + "</extra>",
+                ),
+                row=row,
+                col=col,
+            )
             if key == "kl":
-                fig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=_ys(run, "kl_exact"),
-                        mode="lines+markers",
-                        marker={"size": 4},
-                        line={"color": color},
-                        name=name,
-                        legendgroup=name,
-                        showlegend=first,
-                        hovertemplate="step %{x}<br>exact KL %{y:.4f}<extra>" + name + "</extra>",
-                    ),
-                    row=row,
-                    col=col,
-                )
                 est = next((r.metrics.get("kl_estimator") for r in run.steps), "est")
                 fig.add_trace(
                     go.Scatter(
@@ -190,22 +192,6 @@ def training_curves(
                     row=row,
                     col=col,
                 )
-                continue
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=_ys(run, key),
-                    mode="lines+markers",
-                    marker={"size": 4},
-                    line={"color": color},
-                    name=name,
-                    legendgroup=name,
-                    showlegend=first,
-                    hovertemplate="step %{x}<br>%{y:.4f}<extra>" + name + "</extra>",
-                ),
-                row=row,
-                col=col,
-            )
     if current_step is not None:
         for j in range(len(panels)):
             fig.add_vline(

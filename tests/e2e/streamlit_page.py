@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-APP = "[data-testid='stApp']"
-CONNECTED = f"{APP}[data-test-connection-state='CONNECTED']"
-IDLE = f"{APP}[data-test-script-state='notRunning']"
+from roll_viz.bench import browser
+
+# the run-state selectors, the observer and the waits are the benchmark's (one copy)
+APP, CONNECTED, IDLE = browser.APP, browser.CONNECTED, browser.IDLE
+_OBSERVE = browser.OBSERVE_JS
 
 PAGES = {
     "00_home": "",
@@ -30,52 +32,15 @@ PAGES = {
     "10_training": "Training",
 }
 
-_OBSERVE = """
-() => {
-  const app = document.querySelector("[data-testid='stApp']");
-  if (!app) return false;
-  window.__rv = window.__rv || {changes: [], keys: []};
-  if (!window.__rvKeys) {
-    window.__rvKeys = true;
-    document.addEventListener('keyup', () => window.__rv.keys.push(performance.now()), true);
-  }
-  if (app.__rvObserved) return true;
-  app.__rvObserved = true;
-  new MutationObserver(() => {
-    const s = app.getAttribute('data-test-script-state');
-    window.__rv.changes.push({t: performance.now(), s: s});
-    if (s === 'notRunning') {
-      requestAnimationFrame(() => requestAnimationFrame(
-        () => window.__rv.changes.push({t: performance.now(), s: 'painted'})));
-    }
-  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
-  return true;
-}
-"""
-
 
 def wait_idle(page, timeout: float = 120_000) -> None:
     """Wait until the app is connected, not running, and has no loading skeleton."""
-    page.wait_for_selector(CONNECTED, timeout=timeout)
-    page.wait_for_selector(IDLE, timeout=timeout)
-    page.wait_for_function(
-        "() => document.querySelectorAll(\"[data-testid='stSkeleton']\").length === 0",
-        timeout=timeout,
-    )
-    page.evaluate(_OBSERVE)
+    browser.wait_idle(page, timeout)
 
 
 def goto(page, url: str, timeout: float = 180_000) -> None:
     """Navigate and wait for the first full run to finish."""
-    page.goto(url)
-    page.wait_for_selector(APP, timeout=timeout)
-    # The first run may not have started yet when stApp appears: wait for real content.
-    page.wait_for_function(
-        "() => document.querySelectorAll(\"[data-testid='stMainBlockContainer'] "
-        "[data-testid='stElementContainer']\").length > 0",
-        timeout=timeout,
-    )
-    wait_idle(page, timeout)
+    browser.goto(page, url, timeout)
 
 
 def changes(page) -> int:
@@ -108,15 +73,7 @@ def last_latency_ms(page) -> dict[str, float]:
           return window.__rv.changes.some(x => x.t >= k && x.s === 'painted');
         }"""
     )
-    return page.evaluate(
-        """() => {
-          const k = window.__rv.keys[window.__rv.keys.length - 1];
-          const after = window.__rv.changes.filter(x => x.t >= k);
-          const done = after.find(x => x.s === 'notRunning');
-          const painted = after.find(x => x.s === 'painted');
-          return {script: done ? done.t - k : NaN, painted: painted ? painted.t - k : NaN};
-        }"""
-    )
+    return page.evaluate(browser.MOVE_LATENCY_JS)
 
 
 def press_slider(page, key: str, keys: str = "ArrowRight") -> None:

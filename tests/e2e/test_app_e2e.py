@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from roll_viz.bench import classroom
 from tests.e2e import streamlit_page as sp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,17 +38,8 @@ MIN_CHARTS = {
     "10_training": 1,  # a recorded run plays at once
 }
 
-#: The classroom batch: 8 prompts x G = 8 x 128 new tokens from the live (tiny) model, steered
-#: policy (so the KL is not 0) with the KL in the reward (so beta reaches the advantages).
-CLASSROOM = {
-    "live": "true",
-    "prompts": "\n".join(f"Question {i}: what is {i} + {i}?" for i in range(1, 9)),
-    "G": "8",
-    "T": "128",
-    "policy": "steered",
-    "seed": "7",
-    "klr": "true",
-}
+#: The classroom batch (8 prompts x G = 8 x 128, steered, KL in the reward): the benchmark's.
+CLASSROOM = classroom.CLASSROOM
 #: Where the knob test leaves the sidebar (each knob moved by one keyboard step).
 MOVED = {"beta": "0.201", "gamma": "0.99", "lam": "0.96", "G": "7"}
 

@@ -210,23 +210,31 @@ def get_text(obj: dict, key: str, file: str, line: int, required: bool = True) -
 _NUMBER_TYPES = {int, float}
 
 
+def _bounded_list(obj: dict, key: str, file: str, line: int, what: str) -> list | None:
+    """``obj[key]`` when it is a list of at most ``MAX_TOKENS_PER_ROW`` items; None if absent."""
+    if key not in obj or obj[key] is None:
+        return None
+    value = obj[key]
+    if not isinstance(value, list):
+        raise RunFormatError(
+            file, line, key, f"expected a list of {what}, got {type(value).__name__}"
+        )
+    if len(value) > MAX_TOKENS_PER_ROW:
+        raise RunFormatError(
+            file, line, key, f"{len(value)} positions, more than the cap {MAX_TOKENS_PER_ROW}"
+        )
+    return value
+
+
 def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     """``obj[key]`` as a (n,) float64 array of finite numbers, or None when absent.
 
     Fast path: the element types are checked with ``map(type, ...)`` (C speed) and the values
     converted by numpy; the slow per-element loop only runs to name a bad element.
     """
-    if key not in obj or obj[key] is None:
+    value = _bounded_list(obj, key, file, line, "numbers")
+    if value is None:
         return None
-    value = obj[key]
-    if not isinstance(value, list):
-        raise RunFormatError(
-            file, line, key, f"expected a list of numbers, got {type(value).__name__}"
-        )
-    if len(value) > MAX_TOKENS_PER_ROW:
-        raise RunFormatError(
-            file, line, key, f"{len(value)} positions, more than the cap {MAX_TOKENS_PER_ROW}"
-        )
     if set(map(type, value)) <= _NUMBER_TYPES:
         out = np.asarray(value, dtype=np.float64)
         if out.ndim == 1 and np.isfinite(out).all():
@@ -241,17 +249,9 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
 
 def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
     """``obj[key]`` as a list of strings, or None when absent."""
-    if key not in obj or obj[key] is None:
+    value = _bounded_list(obj, key, file, line, "strings")
+    if value is None:
         return None
-    value = obj[key]
-    if not isinstance(value, list):
-        raise RunFormatError(
-            file, line, key, f"expected a list of strings, got {type(value).__name__}"
-        )
-    if len(value) > MAX_TOKENS_PER_ROW:
-        raise RunFormatError(
-            file, line, key, f"{len(value)} positions, more than the cap {MAX_TOKENS_PER_ROW}"
-        )
     if set(map(type, value)) <= {str}:
         return value
     for i, x in enumerate(value):
