@@ -16,19 +16,20 @@ PACKAGE = ROOT / "roll_viz"
 
 #: layer -> the roll_viz layers it may import (besides itself). Read top to bottom = bottom up.
 ALLOWED: dict[str, set[str]] = {
+    "nav": set(),
     "core": set(),
     "rewards": {"core"},
     "lm": {"core", "rewards"},
     "data": {"core", "rewards", "lm"},
     "analysis": {"core", "rewards", "data"},
     "views": {"core", "rewards", "data", "analysis"},
-    "ui": {"core", "rewards", "lm", "data", "analysis", "views"},
+    "ui": {"nav", "core", "rewards", "lm", "data", "analysis", "views"},
     "cli": {"core", "rewards", "lm", "data", "analysis"},
-    "bench": {"core", "rewards", "lm", "data", "analysis", "cli"},
+    "bench": {"nav", "core", "rewards", "lm", "data", "analysis", "cli"},
     "__main__": {"cli"},
     "__init__": set(),
-    # pages and the home page: layout and calls into ui, views and the analyses; no math
-    "pages": {"ui", "views", "analysis"},
+    # app.py (the router) and app_pages/: layout and calls into ui, views and the analyses
+    "pages": {"nav", "ui", "views", "analysis"},
 }
 #: layers that may import these third-party packages (everyone else must not).
 THIRD_PARTY_ONLY: dict[str, set[str]] = {
@@ -36,7 +37,12 @@ THIRD_PARTY_ONLY: dict[str, set[str]] = {
     "plotly": {"views", "ui"},
 }
 
+#: the "pages" layer: the router and the page scripts (outside the package)
+PAGE_DIRS = ("app_pages", "pages")
+PAGE_FILES = ("app.py", "Home.py")
+
 WHY = {
+    "nav": "nav is the page table, plain data: it imports nothing",
     "core": "core is pure tensor math: it imports nothing else of roll_viz",
     "rewards": "rewards score text with core records only",
     "lm": "lm (the model) never imports data, analysis, views, ui, cli or bench",
@@ -48,21 +54,23 @@ WHY = {
     "bench": "bench never imports ui or views (browser benchmarks start a server instead)",
     "__main__": "python -m roll_viz only dispatches to cli",
     "__init__": "the package root holds the version only",
-    "pages": "pages are thin: they import ui, views and analysis only",
+    "pages": "pages are thin: they import nav, ui, views and analysis only",
 }
 
 
 def _layer_of(path: Path, root: Path = ROOT) -> str:
     rel = path.relative_to(root)
-    if rel.parts[0] == "pages" or rel.name == "Home.py":
+    if rel.parts[0] in PAGE_DIRS or str(rel) in PAGE_FILES:
         return "pages"
     inner = rel.relative_to("roll_viz")
     return inner.parts[0].removesuffix(".py") if len(inner.parts) > 1 else inner.stem
 
 
 def _sources(root: Path = ROOT) -> list[Path]:
-    files = sorted((root / "roll_viz").rglob("*.py")) + sorted((root / "pages").glob("*.py"))
-    files += [p for p in (root / "Home.py",) if p.exists()]
+    files = sorted((root / "roll_viz").rglob("*.py"))
+    for folder in PAGE_DIRS:
+        files += sorted((root / folder).glob("*.py"))
+    files += [root / name for name in PAGE_FILES if (root / name).exists()]
     return files
 
 

@@ -1,0 +1,78 @@
+"""The one page table: every page's key, file, navigation title, URL path and section.
+
+Plain data with no import, read by the router (``app.py`` through ``roll_viz.ui.nav``), the page
+links (``ui.page_url``), the benchmarks and the tests. The order is the navigation's order; the
+sections tell the chain's story: one step stage by stage, the same step compared and probed,
+beyond one step, and the checks. ``url_path`` is the path a shared link uses (``/Token_KL``);
+Home is ``/`` and has none.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Page(NamedTuple):
+    """One page of the app.
+
+    Attributes:
+        key: short name used in code (``ui.page_link("kl", ...)``).
+        file: the page script, relative to the repository root (where ``app.py`` lives).
+        title: label in the navigation (the page's own ``page_setup`` title).
+        url_path: the path segment of the page's URL ("" for Home, served at ``/``).
+        section: navigation section header ("" for the unlabelled top entry).
+    """
+
+    key: str
+    file: str
+    title: str
+    url_path: str
+    section: str
+
+
+ENTRY = "app.py"  # the script `streamlit run` starts: it only routes
+HOME = "home"
+
+CHAIN = "One step, stage by stage"
+PROBE = "Compare and probe"
+BEYOND = "Beyond one step"
+CHECKS = "Checks"
+
+PAGES: tuple[Page, ...] = (
+    Page("home", "app_pages/home.py", "Home", "", ""),
+    Page("samples", "app_pages/samples.py", "Samples", "Samples", CHAIN),
+    Page("rewards", "app_pages/rewards.py", "Rewards", "Rewards", CHAIN),
+    Page("kl", "app_pages/token_kl.py", "Token KL", "Token_KL", CHAIN),
+    Page("advantages", "app_pages/advantages.py", "Advantages", "Advantages", CHAIN),
+    Page(
+        "local_global",
+        "app_pages/local_vs_global.py",
+        "Local vs global",
+        "Local_vs_Global",
+        CHAIN,
+    ),
+    Page("update", "app_pages/update.py", "Update", "Update", CHAIN),
+    Page("sensitivity", "app_pages/sensitivity.py", "Sensitivity", "Sensitivity", PROBE),
+    Page("frameworks", "app_pages/frameworks.py", "Frameworks", "Frameworks", PROBE),
+    Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
+    Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
+    Page("self_test", "app_pages/self_test.py", "Self-test", "Self_test", CHECKS),
+)
+
+BY_KEY: dict[str, Page] = {p.key: p for p in PAGES}
+BY_FILE: dict[str, Page] = {p.file: p for p in PAGES}
+URL_PATHS: tuple[str, ...] = tuple(p.url_path for p in PAGES)
+
+
+def page(key: str) -> Page:
+    """The page with this key.
+
+    Raises:
+        KeyError: no page has that key.
+    """
+    return BY_KEY[key]
+
+
+def url_path(key: str) -> str:
+    """URL path segment of a page ("" for Home)."""
+    return BY_KEY[key].url_path
