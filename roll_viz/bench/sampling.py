@@ -42,7 +42,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from roll_viz.lm.models import ModelBundle, configure_threads, load_models
+from roll_viz.lm.models import ModelBundle, load_models
 from roll_viz.lm.sampling import (
     FAST_DECODE,
     PLAIN_DECODE,
@@ -52,6 +52,7 @@ from roll_viz.lm.sampling import (
     estimate_seconds,
     sample,
 )
+from roll_viz.lm.threads import configure_threads
 
 PROMPT = "Explain quantum entanglement in one sentence."
 LECTURE_PROMPTS = (PROMPT, "Write a haiku about the sea.")

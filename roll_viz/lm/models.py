@@ -21,30 +21,9 @@ Model specs (one setting: the ``spec`` argument, else ``ROLL_VIZ_MODEL``, else t
 Device: ``device`` argument, else ``ROLL_VIZ_DEVICE``, else CUDA, MPS, CPU in that order.
 Dtype: ``dtype`` argument, else ``ROLL_VIZ_DTYPE``, else bfloat16 on CUDA and float32 elsewhere.
 
-CPU threads (``configure_threads``, applied by ``load_models``): ``ROLL_VIZ_THREADS`` (a number,
-or "all" for every core), else the default: ONE torch intra-op thread on a machine with 1-3
-cores, half the cores (at least 2) on bigger ones. Measured on the 2-core classroom box
-(SmolLM2-135M, one cached decode step, median ms over 16 steps, same process, interleaved;
-"busy" = the machine's other users kept the load average at 1 or more):
-
-=====================  ==============  ==============
-decode step            1 thread        2 threads
-=====================  ==============  ==============
-8 rows, fp32, busy     122 / 134       1178 / 1201
-18 rows, fp32, busy    167 / 184       181 / 263
-8 rows, int8, busy     51 / 51         66 / 1014
-18 rows, int8, busy    72 / 85         56 / 86
-=====================  ==============  ==============
-
-(two repeats per cell; ``python -m roll_viz.bench --sampling --only threads`` prints the table
-quiet and under a competing single-thread matmul process.) Two threads win when the second core
-is free (a big scoring pass ~1.5x, an int8 decode step ~1.5x), but lose up to ten times over as
-soon as anything else holds a core (OpenMP threads wait on each other at every op): three
-students sampling at once waited up to 243 s with 2 threads fixed, 21 s with 1. So the count set
-here is the start-up count, and a sampling request raises it per phase only while the rest of the
-machine is measured idle, dropping back at once when a step comes out slow (``lm.threads``;
-``ROLL_VIZ_THREADS=<n>`` pins a count). The numbers do not depend on it: the decode step and the
-scoring passes give bitwise the same results under 1 and 2 threads (tested).
+CPU threads: ``load_models`` sets the start-up count and starts the load monitor; every thread
+decision (the start-up count, the per-phase choice, the measurements behind them) lives in
+``lm.threads``.
 
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
@@ -68,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from roll_viz.lm.threads import MONITOR, configure_threads
 
 logger = logging.getLogger(__name__)
 
@@ -247,49 +228,6 @@ def bundled_gguf_path() -> Path:
     raise ModelNotFoundError(f"{BUNDLED_FILE} not found in {BUNDLED_PACKAGE}: {INSTALL_HINT}.")
 
 
-def default_threads(cpus: int | None = None) -> int:
-    """Torch intra-op threads when ROLL_VIZ_THREADS is unset: 1 on 1-3 cores, else cpus // 2."""
-    cpus = cpus or os.cpu_count() or 1
-    return 1 if cpus <= 3 else max(2, cpus // 2)
-
-
-def resolve_threads(threads: int | str | None = None) -> int:
-    """The thread count to use: argument, else ROLL_VIZ_THREADS, else ``default_threads()``.
-
-    Args:
-        threads: a positive count, "all" (every core), "auto"/0/None (the default policy).
-
-    Returns:
-        The count, at least 1.
-
-    Raises:
-        ValueError: not a positive number, "all" or "auto".
-    """
-    value = threads if threads not in (None, "", 0) else os.environ.get("ROLL_VIZ_THREADS", "")
-    text = str(value).strip().lower()
-    if text in ("", "auto", "0"):
-        return default_threads()
-    if text == "all":
-        return os.cpu_count() or 1
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(
-            f"ROLL_VIZ_THREADS must be a positive number, 'all' or 'auto' (got {value!r})"
-        )
-    return count
-
-
-def configure_threads(threads: int | str | None = None) -> int:
-    """Set torch's intra-op thread count by the policy in the module docstring; returns it."""
-    count = resolve_threads(threads)
-    if torch.get_num_threads() != count:
-        torch.set_num_threads(count)
-    return count
-
-
 # ---------------------------------------------------------------------------------------------
 # Loading
 
@@ -318,9 +256,7 @@ def load_models(
     """
     spec = (spec or os.environ.get("ROLL_VIZ_MODEL") or DEFAULT_MODEL).strip()
     configure_threads(threads)
-    from roll_viz.lm.threads import MONITOR  # readings for the per-phase thread choice
-
-    MONITOR.start()
+    MONITOR.start()  # readings for the per-phase thread choice
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     start = time.perf_counter()

@@ -1,10 +1,35 @@
-"""Torch's CPU thread count per request phase: every core while the rest of the machine is idle.
+"""Every torch CPU thread decision: the start-up count, and the count per request phase.
+
+Start-up count (``configure_threads``, applied by ``models.load_models``): ``ROLL_VIZ_THREADS``
+(a number, or "all" for every core), else the default: ONE torch intra-op thread on a machine
+with 1-3 cores, half the cores (at least 2) on bigger ones. Measured on the 2-core classroom box
+(SmolLM2-135M, one cached decode step, median ms over 16 steps, same process, interleaved;
+"busy" = the machine's other users kept the load average at 1 or more):
+
+=====================  ==============  ==============
+decode step            1 thread        2 threads
+=====================  ==============  ==============
+8 rows, fp32, busy     122 / 134       1178 / 1201
+18 rows, fp32, busy    167 / 184       181 / 263
+8 rows, int8, busy     51 / 51         66 / 1014
+18 rows, int8, busy    72 / 85         56 / 86
+=====================  ==============  ==============
+
+(two repeats per cell; ``python -m roll_viz.bench --sampling --only threads`` prints the table
+quiet and under a competing single-thread matmul process.) Two threads win when the second core
+is free (a big scoring pass ~1.5x, an int8 decode step ~1.5x), but lose up to ten times over as
+soon as anything else holds a core (OpenMP threads wait on each other at every op): three
+students sampling at once waited up to 243 s with 2 threads fixed, 21 s with 1. So the count set
+at start-up is the base, and a sampling request raises it per phase only while the rest of the
+machine is measured idle, dropping back at once when a step comes out slow (below;
+``ROLL_VIZ_THREADS=<n>`` pins a count). The numbers do not depend on it: the decode step and the
+scoring passes give bitwise the same results under 1 and 2 threads (tested).
 
 Why per phase and not once: on the 2-core classroom box a second torch thread makes a big
 teacher-forced pass about 1.5x faster and an int8 decode step about 1.5x faster, but as soon
 as anything else holds a core (another process, or another student's script thread in this
 server), OpenMP's threads wait for each other at every op and a step gets up to ten times slower
-(see ``lm.models``). So a sampling request asks ``choose()`` at the start of every phase
+(the table above). So a sampling request asks ``choose()`` at the start of every phase
 (decode, every ``RECHECK_STEPS`` decode steps, each scoring pass), and the decode loop drops to
 one thread at once when a step comes out slow (``StepWatch``).
 
@@ -136,13 +161,54 @@ class CpuMonitor:
 MONITOR = CpuMonitor()
 
 
+def default_threads(cpus: int | None = None) -> int:
+    """Torch intra-op threads when ROLL_VIZ_THREADS is unset: 1 on 1-3 cores, else cpus // 2."""
+    cpus = cpus or os.cpu_count() or 1
+    return 1 if cpus <= 3 else max(2, cpus // 2)
+
+
+def resolve_threads(threads: int | str | None = None) -> int:
+    """The thread count to use: argument, else ROLL_VIZ_THREADS, else ``default_threads()``.
+
+    Args:
+        threads: a positive count, "all" (every core), "auto"/0/None (the default policy).
+
+    Returns:
+        The count, at least 1.
+
+    Raises:
+        ValueError: not a positive number, "all" or "auto".
+    """
+    value = threads if threads not in (None, "", 0) else os.environ.get("ROLL_VIZ_THREADS", "")
+    text = str(value).strip().lower()
+    if text in ("", "auto", "0"):
+        return default_threads()
+    if text == "all":
+        return os.cpu_count() or 1
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"ROLL_VIZ_THREADS must be a positive number, 'all' or 'auto' (got {value!r})"
+        )
+    return count
+
+
+def configure_threads(threads: int | str | None = None) -> int:
+    """Set torch's intra-op thread count by the policy in the module docstring; returns it."""
+    count = resolve_threads(threads)
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count
+
+
 def pinned() -> int | None:
     """The count ``ROLL_VIZ_THREADS`` pins (a number), or None for the adaptive policy."""
     text = os.environ.get("ROLL_VIZ_THREADS", "").strip().lower()
     if text in ("", "auto", "0"):
         return None
-    from roll_viz.lm.models import resolve_threads
-
     return resolve_threads(text)
 
 
@@ -150,7 +216,7 @@ def choose(base: int, own: Iterable[int] = (), monitor: CpuMonitor = MONITOR) ->
     """Threads for the next phase: every core when the machine is otherwise idle, else ``base``.
 
     Args:
-        base: the start-up count (``models.configure_threads``).
+        base: the start-up count (``configure_threads``).
         own: native ids of helper threads that belong to the caller (e.g. the noise thread).
         monitor: the readings to use (tests pass their own).
 

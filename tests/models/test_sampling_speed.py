@@ -16,7 +16,6 @@ import torch
 from transformers import DynamicCache
 
 from roll_viz.lm import sampling
-from roll_viz.lm.models import configure_threads, default_threads, resolve_threads
 from roll_viz.lm.sampling import (
     FAST_DECODE,
     PLAIN_DECODE,
@@ -31,6 +30,7 @@ from roll_viz.lm.sampling import (
     shared_sample,
     speed_measured,
 )
+from roll_viz.lm.threads import configure_threads, default_threads, resolve_threads
 
 PROMPTS = ("Hello there", "What is 2 + 3?")
 
