@@ -42,16 +42,11 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from roll_viz.lm.decode import FAST_DECODE, PLAIN_DECODE, DecodeOptions, decode_batch
 from roll_viz.lm.models import ModelBundle, load_models
-from roll_viz.lm.sampling import (
-    FAST_DECODE,
-    PLAIN_DECODE,
-    DecodeOptions,
-    SamplingConfig,
-    decode_batch,
-    estimate_seconds,
-    sample,
-)
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
+from roll_viz.lm.serving import estimate_seconds
 from roll_viz.lm.threads import configure_threads
 
 PROMPT = "Explain quantum entanglement in one sentence."
@@ -175,7 +170,7 @@ def bench_int8_fidelity(bundle: ModelBundle, rows: int = 8, new_tokens: int = 48
     often the most likely token agrees. Not a timing: what the labelled fast path costs in
     fidelity.
     """
-    from roll_viz.lm.decode_step import LeanDecoder
+    from roll_viz.lm.lean_step import LeanDecoder
 
     bundle = dataclasses.replace(bundle, eos_ids=(-1,))  # every answer runs full length
     with bundle.lock, torch.inference_mode():

@@ -40,7 +40,8 @@ def _one(model: str, steps: int, group: int, tokens: int, threads: int | None) -
     import torch
 
     from roll_viz.lm.models import load_models
-    from roll_viz.lm.sampling import SamplingConfig, sample
+    from roll_viz.lm.request import SamplingConfig
+    from roll_viz.lm.sampling import sample
     from roll_viz.lm.train import RewardChoice, Trainer, TrainSettings
 
     t0 = time.perf_counter()

@@ -6,20 +6,17 @@ import argparse
 import json
 import sys
 
-from roll_viz.lm.sampling import (
-    DEFAULT_INSTRUCTION,
-    POLICY_MODES,
-    SamplingConfig,
-    rollout_json,
-    sample,
-)
+from torch import Tensor
+
+from roll_viz.core.records import Rollout
+from roll_viz.lm.models import ModelNotFoundError, load_models
+from roll_viz.lm.request import DEFAULT_INSTRUCTION, POLICY_MODES, SamplingConfig
+from roll_viz.lm.sampling import sample
+from roll_viz.rewards import REWARD_FNS, RewardSpec, score_rollout
 
 
 def main(argv: list[str]) -> int:
     """``python -m roll_viz sample --prompt TEXT ...``: print one JSON object, return exit code."""
-    from roll_viz.lm.models import ModelNotFoundError, load_models
-    from roll_viz.rewards import REWARD_FNS, RewardSpec, score_rollout
-
     parser = argparse.ArgumentParser(
         prog="python -m roll_viz sample",
         description="Sample a group of answers per prompt and print one JSON object.",
@@ -66,3 +63,35 @@ def main(argv: list[str]) -> int:
         json.dumps(rollout_json(rollout, rewards, args.reward or ""), ensure_ascii=False) + "\n"
     )
     return 0
+
+
+def _round(values: list[float], digits: int = 6) -> list[float]:
+    return [round(float(v), digits) for v in values]
+
+
+def rollout_json(rollout: Rollout, rewards: Tensor | None = None, reward_name: str = "") -> dict:
+    """The CLI's JSON view of a rollout: one entry per sample with its per-token numbers."""
+    samples = []
+    for b, response in enumerate(rollout.responses):
+        n = int(rollout.response_mask[b].sum())
+        samples.append(
+            {
+                "prompt": rollout.prompts[int(rollout.group_ids[b])],
+                "group": int(rollout.group_ids[b]),
+                "response": response,
+                "token_ids": rollout.token_ids[b, :n].tolist(),
+                "tokens": list(rollout.tokens[b]),
+                "logprobs": _round(rollout.logprobs[b, :n].tolist()),
+                "ref_logprobs": _round(rollout.ref_logprobs[b, :n].tolist()),
+                "kl": _round(rollout.exact_kl[b, :n].tolist()),
+                "entropy": _round(rollout.entropy[b, :n].tolist()),
+                "finish_reason": rollout.finish_reasons[b],
+                "reward": None if rewards is None else float(rewards[b]),
+            }
+        )
+    return {
+        "meta": dict(rollout.meta),
+        "reward": reward_name or None,
+        "greedy_responses": list(rollout.greedy_responses),
+        "samples": samples,
+    }

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm.sampling import SamplingConfig
+from roll_viz.lm.request import SamplingConfig
 from roll_viz.rewards import RewardSpec
 
 PRESET_DIR = Path(__file__).with_name("presets")

@@ -27,7 +27,7 @@ decision (the start-up count, the per-phase choice, the measurements behind them
 
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
-context (see ``lm.sampling.PolicySource``), so one copy of the weights serves both. A policy
+context (see ``lm.request.PolicySource``), so one copy of the weights serves both. A policy
 fine-tuned in the app would be a LoRA adapter over the same base.
 """
 

@@ -1,6 +1,10 @@
-"""Token-level scoring kernels: log-probs, exact KL, entropy and top-K from final hidden states.
+"""Scoring sampled tokens: teacher-forced passes, then log-probs, exact KL, entropy and top-K.
 
-Pure tensor functions (no model, no tokenizer). ``score_positions`` is the memory-bounded driver:
+Two parts. The teacher-forced passes (``response_hidden``, ``shared_context_hidden``) run the
+model over context + response and return the final hidden states that predict each response
+token; ``probe_features`` projects hidden states to the value probe's features. The kernels
+below them are pure tensor functions (no model, no tokenizer). ``score_positions`` is the
+memory-bounded driver:
 it applies the LM head to a bounded block of positions at a time, so the full (N, V) matrix of
 logits for all N = B*T positions never exists at once. Within a block, every quantity is exact
 over the full vocabulary.
@@ -20,13 +24,18 @@ Simplifications and conventions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from roll_viz.lm.decode import distinct, pad_left
+from roll_viz.lm.models import ModelBundle
+
 BLOCK_BYTES = 256 * 2**20
+FEATURE_SEED = 1729  # the fixed random projection of hidden states to probe features
 
 
 @dataclass(frozen=True)
@@ -172,3 +181,96 @@ def score_positions(
         )
     cols = [torch.cat([p[i] for p in parts]).cpu() for i in range(7)]
     return TokenScores(*cols)
+
+
+# ---------------------------------------------------------------------------------------------
+# Teacher-forced passes and probe features
+
+
+def response_hidden(
+    bundle: ModelBundle, contexts: list[list[int]], token_ids: Tensor, mask: Tensor
+) -> Tensor:
+    """Teacher-forced final hidden states that predict each response token.
+
+    The batch is [left-padded context | right-padded response]; position ids count real tokens.
+
+    Args:
+        bundle: the shared model (caller holds the lock, inside inference mode).
+        contexts: (B,) prompt id lists.
+        token_ids: (B, T) response ids.
+        mask: (B, T) bool, real response tokens.
+
+    Returns:
+        (B, T, H) hidden states on ``bundle.device``; row b, column t predicts token_ids[b, t].
+    """
+    ctx_ids, ctx_mask = pad_left(contexts, bundle.pad_id)
+    width = ctx_ids.shape[1]
+    ids = torch.cat([ctx_ids, token_ids], dim=1).to(bundle.device)
+    attn = torch.cat([ctx_mask, mask.long()], dim=1).to(bundle.device)
+    positions = (attn.cumsum(-1) - 1).clamp_min(0)
+    hidden = bundle.model.base_model(
+        input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False
+    ).last_hidden_state  # (B, L + T, H)
+    return hidden[:, width - 1 : width - 1 + token_ids.shape[1]]
+
+
+def shared_context_hidden(
+    bundle: ModelBundle, contexts: list[list[int]], token_ids: Tensor, mask: Tensor
+) -> Tensor:
+    """``response_hidden`` with each distinct context run once and its KV cache shared.
+
+    The G rows of one prompt share its context: the context pass runs on the P distinct
+    contexts (left-padded), its cache is copied to the B rows, then one cached pass runs over the
+    (B, T) right-padded responses. Same numbers as ``response_hidden`` up to float rounding
+    (different batch shapes); inference only (no autograd through a cache).
+
+    Args:
+        bundle: the shared model (caller holds the lock, inside inference mode).
+        contexts: (B,) prompt id lists.
+        token_ids: (B, T) response ids.
+        mask: (B, T) bool, real response tokens.
+
+    Returns:
+        (B, T, H) hidden states on ``bundle.device``; row b, column t predicts token_ids[b, t].
+    """
+    unique, index = distinct(contexts)
+    if len(unique) == len(contexts) or token_ids.shape[1] < 2:
+        return response_hidden(bundle, contexts, token_ids, mask)
+    device = bundle.device
+    ctx_ids, ctx_mask = pad_left(unique, bundle.pad_id)
+    ctx_ids, ctx_mask = ctx_ids.to(device), ctx_mask.to(device)
+    positions = (ctx_mask.cumsum(-1) - 1).clamp_min(0)
+    out = bundle.model.base_model(
+        input_ids=ctx_ids, attention_mask=ctx_mask, position_ids=positions, use_cache=True
+    )
+    rows = torch.tensor(index, device=device)
+    cache = out.past_key_values
+    cache.reorder_cache(rows)  # (P, ...) -> (B, ...)
+    first = out.last_hidden_state[:, -1][rows]  # (B, H): predicts response token 0
+    attn = torch.cat([ctx_mask[rows], mask.long().to(device)], dim=1)
+    resp_pos = positions[rows][:, -1:] + 1 + torch.arange(token_ids.shape[1] - 1, device=device)
+    hidden = bundle.model.base_model(
+        input_ids=token_ids[:, :-1].to(device),
+        attention_mask=attn[:, :-1],
+        position_ids=resp_pos,
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # (B, T - 1, H): column t predicts token t + 1
+    return torch.cat([first[:, None], hidden], dim=1)
+
+
+def probe_features(hidden: Tensor, dim: int) -> Tensor:
+    """Project hidden states to ``dim`` features with a fixed seeded Gaussian matrix.
+
+    Args:
+        hidden: (B, T, H) hidden states.
+        dim: F.
+
+    Returns:
+        (B, T, F) float32 CPU features, hidden @ W with W ~ N(0, 1/H), W fixed by FEATURE_SEED.
+    """
+    size = hidden.shape[-1]
+    weight = torch.randn(
+        size, dim, generator=torch.Generator().manual_seed(FEATURE_SEED)
+    ) / math.sqrt(size)
+    return hidden.float().cpu() @ weight

@@ -4,7 +4,7 @@
 weights of ``bundle.model``; ``update_step(policy, rollout, advantages, ...)`` takes K epochs of
 PPO-style minibatch steps on a Rollout with a framework's policy loss
 (``roll_viz.core.pipeline.losses.policy_loss``), then re-scores the batch. The trained policy is a
-``PolicySource`` (``lm.sampling``): ``sample(bundle, cfg, source=policy)`` samples from it, and its
+``PolicySource`` (``lm.request``): ``sample(bundle, cfg, source=policy)`` samples from it, and its
 reference is the base model with the adapter switched off (one copy of the weights, as TRL's
 GRPOTrainer does with PEFT: ``ref_model = None``).
 
@@ -77,7 +77,7 @@ from torch import Tensor
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm.models import ModelBundle
-from roll_viz.lm.sampling import response_hidden
+from roll_viz.lm.scoring import response_hidden
 
 DEFAULT_LR = 2e-4
 DEFAULT_RANK = 8

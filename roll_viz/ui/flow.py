@@ -111,6 +111,8 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     """
     from roll_viz.lm import models as models_mod
     from roll_viz.lm import sampling as sampling_mod
+    from roll_viz.lm import serving
+    from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 
     store = _live_store()
     key = (model, sampling, decode)
@@ -123,18 +125,16 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         st.error(f"The live model is not available: {err}")
         st.stop()
     n_rows = len(sampling.prompts) * sampling.group_size
-    options = sampling_mod.FAST_DECODE if decode == "int8" else sampling_mod.DecodeOptions()
-    estimate = sampling_mod.estimate_seconds(bundle, sampling, options)
-    guess = "" if sampling_mod.speed_measured(bundle) else " (a first guess)"
+    options = FAST_DECODE if decode == "int8" else DecodeOptions()
+    plan = serving.plan(bundle, sampling, options)
+    estimate, fast = plan.seconds, plan.fast_seconds
+    guess = "" if plan.measured else " (a first guess)"
     drawn = " (int8 answers, float scores)" if decode == "int8" else ""
     label = f"Sampling {n_rows} responses with {bundle.name}{drawn}: about {estimate:.0f} s{guess}"
-    if decode != "int8" and estimate > 10:
-        fast = sampling_mod.estimate_seconds(bundle, sampling, sampling_mod.FAST_DECODE)
-        if fast < 0.9 * estimate:
-            label += f" (about {fast:.0f} s with 'Fast sampling' in the sidebar)"
-    queue = sampling_mod.queue_status(bundle)
-    if queue.busy:
-        label = f"{queue.message()} Then: {label}"
+    if decode != "int8" and estimate > 10 and fast < 0.9 * estimate:
+        label += f" (about {fast:.0f} s with 'Fast sampling' in the sidebar)"
+    if plan.queue_message:
+        label = f"{plan.queue_message} Then: {label}"
     with st.status(label, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
 

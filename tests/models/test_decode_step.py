@@ -1,4 +1,4 @@
-"""The lean decode step (lm.decode_step) against transformers' own step, on the tiny model."""
+"""The lean decode step (lm.lean_step) against transformers' own step, on the tiny model."""
 
 import dataclasses
 
@@ -6,9 +6,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from roll_viz.lm import sampling
-from roll_viz.lm.decode_step import LeanDecoder
-from roll_viz.lm.sampling import FAST_DECODE, DecodeOptions, decode_batch, sample
+from roll_viz.lm import decode
+from roll_viz.lm.decode import FAST_DECODE, DecodeOptions, decode_batch
+from roll_viz.lm.lean_step import LeanDecoder
+from roll_viz.lm.sampling import sample
 
 
 def _prefill(bundle, contexts):
@@ -119,7 +120,7 @@ def test_lean_step_is_off_for_weight_changing_sources(tiny, steered_cfg, monkeyp
     def refuse(bundle, weights):
         raise AssertionError("the lean step must not run for an adapter source")
 
-    monkeypatch.setattr(sampling, "_lean_decoder", refuse)
+    monkeypatch.setattr(decode, "_lean_decoder", refuse)
     cfg = dataclasses.replace(steered_cfg, seed=5, max_new_tokens=3)
     sample(tiny, cfg, source=AdapterLike())  # no AssertionError: the transformers step ran
     with pytest.raises(AssertionError, match="must not run"):

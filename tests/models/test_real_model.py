@@ -3,7 +3,8 @@
 import pytest
 
 from roll_viz.lm.models import load_models
-from roll_viz.lm.sampling import SamplingConfig, sample
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
 
 
 @pytest.mark.slow

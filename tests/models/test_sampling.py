@@ -6,14 +6,9 @@ import threading
 import pytest
 import torch
 
-from roll_viz.lm.sampling import (
-    CLASS_MAX_GROUP_SIZE,
-    MAX_GROUP_SIZE,
-    DecodeOptions,
-    SamplingConfig,
-    capped,
-    sample,
-)
+from roll_viz.lm.decode import DecodeOptions
+from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig
+from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, sample
 
 PROMPTS = ("Hello there", "What is 2 + 3?")  # as in conftest
 

@@ -15,21 +15,11 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from roll_viz.lm import sampling
-from roll_viz.lm.sampling import (
-    FAST_DECODE,
-    PLAIN_DECODE,
-    DecodeOptions,
-    SamplingConfig,
-    decode_batch,
-    estimate_seconds,
-    in_flight,
-    next_tokens,
-    queue_status,
-    sample,
-    shared_sample,
-    speed_measured,
-)
+from roll_viz.lm import sampling, scoring, serving
+from roll_viz.lm.decode import FAST_DECODE, PLAIN_DECODE, DecodeOptions, decode_batch, next_tokens
+from roll_viz.lm.request import SamplingConfig, policy_source
+from roll_viz.lm.sampling import in_flight, sample, shared_sample
+from roll_viz.lm.serving import estimate_seconds, queue_status, speed_measured
 from roll_viz.lm.threads import configure_threads, default_threads, resolve_threads
 
 PROMPTS = ("Hello there", "What is 2 + 3?")
@@ -208,7 +198,7 @@ def test_identical_concurrent_requests_share_one_run(tiny, steered_cfg):
                 lambda: shared_sample(tiny, cfg, progress=lambda f, m: follower_msgs.append(m)),
             ]
         )
-        key = (tiny, cfg, DecodeOptions(), sampling.policy_source(cfg))
+        key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
         assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
         assert in_flight() == 1
     finally:
@@ -248,7 +238,7 @@ def test_shared_run_error_reaches_every_caller(tiny, steered_cfg, monkeypatch):
     tiny.lock.acquire()
     try:
         workers, _, errors = run_in_threads([lambda: shared_sample(tiny, cfg)] * 2)
-        key = (tiny, cfg, DecodeOptions(), sampling.policy_source(cfg))
+        key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
         assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
     finally:
         tiny.lock.release()
@@ -259,7 +249,7 @@ def test_shared_run_error_reaches_every_caller(tiny, steered_cfg, monkeypatch):
 
 
 def test_queue_status_while_waiting(tiny, steered_cfg):
-    assert queue_status(tiny) == sampling.QueueStatus(False, 0, None)
+    assert queue_status(tiny) == serving.QueueStatus(False, 0, None)
     assert queue_status(tiny).message() == ""
     messages = []
     cfg = dataclasses.replace(steered_cfg, seed=61, max_new_tokens=3)
@@ -406,8 +396,8 @@ def test_shared_context_scoring_matches_full_teacher_forcing(tiny, steered):
     token_ids = torch.tensor([[40, 41, 42], [43, 44, 0], [45, 46, 47], [48, 0, 0], [49, 50, 51]])
     mask = token_ids != 0
     with tiny.lock, torch.inference_mode():
-        full = sampling.response_hidden(tiny, rows, token_ids, mask)
-        shared = sampling.shared_context_hidden(tiny, rows, token_ids, mask)
+        full = scoring.response_hidden(tiny, rows, token_ids, mask)
+        shared = scoring.shared_context_hidden(tiny, rows, token_ids, mask)
     assert shared.shape == full.shape == (5, 3, 64)
     torch.testing.assert_close(shared[mask], full[mask], atol=1e-5, rtol=1e-5)
 

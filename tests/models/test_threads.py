@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from roll_viz.lm import threads
-from roll_viz.lm.sampling import DecodeOptions, sample
+from roll_viz.lm.decode import DecodeOptions
+from roll_viz.lm.sampling import sample
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
 

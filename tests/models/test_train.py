@@ -13,7 +13,8 @@ import torch
 from roll_viz.cli.train import main as cli_main
 from roll_viz.core.pipeline.kl import next_kl_coef
 from roll_viz.lm.models import load_models
-from roll_viz.lm.sampling import SamplingConfig, sample
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
 from roll_viz.lm.train import (
     RewardChoice,
     StepRecord,

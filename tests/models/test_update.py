@@ -10,7 +10,8 @@ import torch
 from roll_viz.core.pipeline import losses
 from roll_viz.lm import update
 from roll_viz.lm.models import load_models
-from roll_viz.lm.sampling import SamplingConfig, sample
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
 
 PROMPTS = ("Hello there", "What is 2 + 3?")
 CFG = SamplingConfig(prompts=PROMPTS, group_size=4, max_new_tokens=12, seed=11, temperature=1.0)

@@ -19,7 +19,7 @@ Only models whose modules look like ``LlamaForCausalLM`` (``model.model.layers[i
 q_proj`` ...) get a lean step (``LeanDecoder.supports``); others use transformers' step. The
 shared base model is never changed: the float step reads its weights, the int8 step owns a copy.
 A peft LoRA wrapper is read through to its base layer, so callers must not use this step while
-an adapter is active (``sampling.decode_batch`` only uses it for prompt-only policy sources).
+an adapter is active (``decode.decode_batch`` only uses it for prompt-only policy sources).
 """
 
 from __future__ import annotations
