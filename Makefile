@@ -19,7 +19,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m streamlit run Home.py --browser.gatherUsageStats=false
+	$(PY) -m streamlit run app.py --browser.gatherUsageStats=false
 
 test: $(STAMP)
 	$(PY) -m ruff check .

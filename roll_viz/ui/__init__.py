@@ -10,6 +10,7 @@ A page reads top to bottom: ``state = ui.page_setup("Title")`` (sidebar -> froze
     sidebar.py   the shared sidebar and page_setup
     widgets.py   plot, explainer, links, downloads, token chips
     guard.py     the page-level catch-all (no traceback on a page)
+    nav.py       the navigation (st.Page objects) from the page table roll_viz/nav.py
 
 This file re-exports what pages call, so a page needs one import. May import every layer below;
 must not import ``cli`` or ``bench``.
@@ -43,7 +44,7 @@ from roll_viz.ui.settings import (
     kl_placement_overrides,
     norm_overrides,
 )
-from roll_viz.ui.sidebar import go_live, page_setup, select_preset
+from roll_viz.ui.sidebar import frame, go_live, page_setup, select_preset, stop_run, use_run_step
 from roll_viz.ui.state import (
     FRAMEWORK_LABELS,
     KEY_BETA,
@@ -133,6 +134,7 @@ __all__ = [
     "estimator_options",
     "estimator_overrides",
     "explainer",
+    "frame",
     "generic_value",
     "go_live",
     "instant_local_global",
@@ -155,6 +157,8 @@ __all__ = [
     "running_moments",
     "select_preset",
     "share_reward_table",
+    "stop_run",
     "trace_json",
     "try_trace",
+    "use_run_step",
 ]

@@ -7,9 +7,10 @@ controls (``hide=sidebar`` the whole sidebar) for a teacher's projector.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ import streamlit as st
 import torch
 
 from roll_viz.ui.flow import preset_available
+from roll_viz.ui.guard import page_guard
 from roll_viz.ui.settings import (
     _default_reward_choice,
     _describe_terms,
@@ -102,6 +104,8 @@ BASE_CSS = """
 a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2166ac;
   border-radius: 0.5rem; color: #2166ac; text-decoration: none; font-weight: 600; }
 a.rv-link:hover { background: #2166ac; color: #ffffff; }
+/* the run step's URL fields: the sidebar names the run in words */
+.st-key-dump, .st-key-dump_step { display: none; }
 </style>
 """
 
@@ -206,7 +210,8 @@ def _on_preset_change() -> None:
     st.session_state[KEY_NOISE] = float(reward.noise_sigma)
 
 
-_RUN = threading.local()  # per script run (each run is its own thread): what each URL key allows
+#: per script thread: what each URL key allows, and the state the router's frame drew
+_RUN = threading.local()
 
 
 def _allowed_text(widget: Callable, args: tuple, kwargs: dict) -> str:
@@ -335,21 +340,40 @@ def _sidebar_policy(source: str, model: str, sampling: Any) -> str:
     return source + policies.suffix(view, policy, steps)
 
 
-def _stop_run() -> None:
-    st.session_state.pop(KEY_RUN_SOURCE, None)
-    for key in (KEY_RUN_URL, KEY_STEP_URL):
-        if key in st.query_params:
-            del st.query_params[key]
+def stop_run() -> None:
+    """Callback: back to the presets (the run step leaves the URL)."""
+    st.session_state[KEY_RUN_URL] = ""
+    st.session_state[KEY_STEP_URL] = ""
+
+
+def use_run_step(run_id: str, step: int) -> None:
+    """Callback: make one step of an imported run the data of every page (and of the URL)."""
+    st.session_state[KEY_RUN_URL] = run_id
+    st.session_state[KEY_STEP_URL] = str(step)
+
+
+def _run_link() -> str | None:
+    """The run step named in the URL (``dump=<run id>&dump_step=<step>``) as a source, or None.
+
+    Two bound fields carry it: widgets drawn by the router belong to every page, so Streamlit
+    keeps them (and their query parameters) on every page switch, as it keeps the other
+    controls. The sidebar names the run in words, so the fields themselves are hidden (CSS).
+    """
+    hidden = {"label_visibility": "collapsed", "max_chars": 300}
+    run_id = _bound(st.sidebar.text_input, "Run", value="", key=KEY_RUN_URL, **hidden)
+    step = _bound(st.sidebar.text_input, "Run step", value="", key=KEY_STEP_URL, **hidden)
+    if not run_id or not step:
+        return None
+    return f"run:{run_id}#{step}"
 
 
 def _run_data(messages: list[str]) -> tuple[str, str, Any] | None:
     """The imported run step as the data source, when one is chosen (Your run page or URL)."""
     from roll_viz.ui import runs
 
-    source = st.session_state.get(KEY_RUN_SOURCE)
-    if source is None and KEY_RUN_URL in st.query_params and KEY_STEP_URL in st.query_params:
-        source = f"run:{st.query_params[KEY_RUN_URL]}#{st.query_params[KEY_STEP_URL]}"
+    source = _run_link()
     if source is None:
+        st.session_state.pop(KEY_RUN_SOURCE, None)
         return None
     try:
         run_id, step_no = runs.parse_source(source)
@@ -357,6 +381,7 @@ def _run_data(messages: list[str]) -> tuple[str, str, Any] | None:
     except (ValueError, KeyError, OSError) as err:
         messages.append(f"The run in the link cannot be opened ({err}); using the presets.")
         st.session_state.pop(KEY_RUN_SOURCE, None)
+        st.sidebar.button("Forget the link's run", key="stop_run", on_click=stop_run)
         return None
     st.session_state[KEY_RUN_SOURCE] = source
     sb = st.sidebar
@@ -368,7 +393,7 @@ def _run_data(messages: list[str]) -> tuple[str, str, Any] | None:
         ),
         icon=":material/folder_open:",
     )
-    sb.button("Back to the presets", key="stop_run", on_click=_stop_run)
+    sb.button("Back to the presets", key="stop_run", on_click=stop_run)
     group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
     preset = st.session_state.get(KEY_PRESET) or next(iter(_presets()))
     return source, preset, RunSampling(run_id=run_id, step=step_no, group_size=group_size)
@@ -786,6 +811,9 @@ def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict,
 def page_setup(title: str) -> AppState:
     """Set up a page: page config, CSS, the shared sidebar. Call first on every page.
 
+    Under the router (``app.py``) the sidebar is already drawn (``frame``) and its state is
+    returned; a page script run on its own draws the sidebar itself.
+
     Args:
         title: page title (browser tab).
 
@@ -795,6 +823,40 @@ def page_setup(title: str) -> AppState:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
+    drawn = getattr(_RUN, "state", None)
+    if drawn is not None:
+        return drawn
+    return _draw_sidebar()
+
+
+@contextlib.contextmanager
+def frame(title: str) -> Iterator[None]:
+    """The router's frame around a page: the shared sidebar drawn before the page runs.
+
+    Widgets the entry script draws belong to every page: Streamlit keeps their values and their
+    query parameters on a page switch (sidebar link, ``st.page_link``, Back and Forward), while
+    the widgets a page draws are dropped from the URL when the page changes. So the shared
+    controls are drawn here, once per run, and the page's ``page_setup`` returns their state.
+
+    Args:
+        title: the page's navigation title (browser tab, server log).
+    """
+    st.set_page_config(
+        page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
+    )
+    _RUN.state = None
+    with page_guard(title):
+        _RUN.state = _draw_sidebar()
+    if _RUN.state is None:  # the guard showed what went wrong
+        st.stop()
+    try:
+        yield
+    finally:
+        _RUN.state = None
+
+
+def _draw_sidebar() -> AppState:
+    """Draw the shared sidebar and return the state it describes."""
     messages: list[str] = []
     raw_url = st.query_params.to_dict()  # before the bound widgets drop what they refuse
     _RUN.allowed = {}

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
+from roll_viz import nav
 from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as SAMPLER_MAX_INSTRUCTION_CHARS
 from roll_viz.lm.request import MAX_PROMPT_CHARS as SAMPLER_MAX_PROMPT_CHARS
 from roll_viz.lm.sampling import (
@@ -100,21 +101,6 @@ MAX_PROMPT_CHARS = SAMPLER_MAX_PROMPT_CHARS  # per prompt
 MAX_INSTRUCTION_CHARS = SAMPLER_MAX_INSTRUCTION_CHARS
 LIVE_CACHE_ENTRIES = 16
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
-
-PAGES = {
-    "home": "Home.py",
-    "samples": "pages/1_Samples.py",
-    "rewards": "pages/2_Rewards.py",
-    "kl": "pages/3_Token_KL.py",
-    "advantages": "pages/4_Advantages.py",
-    "local_global": "pages/5_Local_vs_Global.py",
-    "sensitivity": "pages/6_Sensitivity.py",
-    "frameworks": "pages/7_Frameworks.py",
-    "self_test": "pages/8_Self_test.py",
-    "update": "pages/9_Update.py",
-    "training": "pages/10_Training.py",
-    "your_run": "pages/11_Your_run.py",
-}
 
 #: What a group of one sample means in each dialect (shown when G = 1).
 SINGLETON_NOTES = {
@@ -278,16 +264,13 @@ def url_state() -> dict[str, str]:
         page's widgets drop the ones equal to their default from the URL).
     """
     keys = [
-        KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE, KEY_MAX_TOKENS, KEY_SEED,
+        KEY_RUN_URL, KEY_STEP_URL, KEY_PRESET, KEY_LIVE, KEY_PROMPTS, KEY_G, KEY_TEMPERATURE,
+        KEY_MAX_TOKENS, KEY_SEED,
         KEY_POLICY, KEY_INSTRUCTION, KEY_FAST, KEY_REWARD, KEY_NOISE, KEY_FRAMEWORK,
         *GENERIC_KEYS.values(), KEY_NORM, KEY_PRESENT, KEY_HIDE,
     ]  # fmt: skip
     keys += sorted(k for k in st.session_state if str(k).startswith(KEY_REWARD_PARAM_PREFIX))
     params: dict[str, str] = {}
-    run_source = st.session_state.get(KEY_RUN_SOURCE)
-    if run_source:
-        run_id, _, step = run_source.removeprefix("run:").rpartition("#")
-        params[KEY_RUN_URL], params[KEY_STEP_URL] = run_id, step
     for key in keys:
         if key in st.session_state:
             text = _url_value(st.session_state[key])
@@ -297,9 +280,12 @@ def url_state() -> dict[str, str]:
 
 
 def page_url(page: str, params: Mapping[str, str] | None = None) -> str:
-    """Relative URL of a page (pages/N_Title.py -> "Title", Home.py -> "./") with a query."""
-    target = PAGES.get(page, page)
-    name = os.path.basename(target).removesuffix(".py")
-    path = "./" if target == PAGES["home"] else name.split("_", 1)[1] if "_" in name else name
+    """Relative URL of a page (its ``url_path``; Home is "./") with a query.
+
+    Args:
+        page: a page key of ``roll_viz.nav.PAGES``.
+        params: query parameters.
+    """
+    path = nav.url_path(page) or "./"
     query = urlencode(params or {})
     return f"{path}?{query}" if query else path

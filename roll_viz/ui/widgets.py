@@ -9,8 +9,11 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
 
+from roll_viz import nav
 from roll_viz.core.records import Trace
+from roll_viz.ui.nav import ROOT
 from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
 from roll_viz.views import scales, tables
 
@@ -26,23 +29,25 @@ def explainer(markdown: str, *, title: str = "What am I looking at?") -> None:
 
 
 def next_page(page: str, label: str) -> None:
-    """The "Next ->" link at the bottom of a page (carries the whole URL state)."""
+    """The "Next ->" link at the bottom of a page (keeps the whole state)."""
     st.divider()
     page_link(page, label + " \u2192")
 
 
-def page_link(page: str, label: str, **_kwargs: Any) -> None:
-    """A link to a page by short name (see PAGES) that carries the whole URL state.
+def page_link(page: str, label: str, *, icon: str | None = None) -> None:
+    """A link to a page by key (``roll_viz.nav.PAGES``) that keeps the whole state.
 
-    st.page_link cannot do this: on a page transition Streamlit drops query parameters bound to
-    widgets of another page, and the shared sidebar's widgets belong to each page separately. A
-    plain link reloads the app with the state in the URL instead (caches are shared, so the next
-    page is still instant); the sidebar navigation keeps the state by itself.
+    Under the router it is ``st.page_link``: the shared controls belong to every page, so the
+    next page opens with the same settings, the URL keeps them and the browser gets one history
+    entry. A page script run on its own has no navigation; it gets a plain link that carries the
+    state in its URL (caches are shared, so the next page is still instant).
     """
-    href = html.escape(page_url(page, url_state()), quote=True)
-    st.html(
-        f'<a class="rv-link" href="{href}" target="_self">{html.escape(label)}</a>',
-    )
+    target = nav.page(page)
+    try:
+        st.page_link(str(ROOT / target.file), label=label, icon=icon)
+    except StreamlitPageNotFoundError:
+        href = html.escape(page_url(page, url_state()), quote=True)
+        st.html(f'<a class="rv-link" href="{href}" target="_self">{html.escape(label)}</a>')
 
 
 def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None) -> None:

@@ -83,17 +83,15 @@ with ui.page_guard("Your run"):
     step_no = st.select_slider("Step", options=list(run.steps), value=run.steps[-1], key="run_step")
     source = f"run:{run_id}#{step_no}"
     active = st.session_state.get(ui.state.KEY_RUN_SOURCE) == source
-    if st.button(
+    st.button(
         "Use this step on every page" if not active else "This step is the data of every page",
         key="run_use",
         type="primary",
         disabled=active,
         icon=":material/input:",
-    ):
-        st.session_state[ui.state.KEY_RUN_SOURCE] = source
-        st.query_params[ui.state.KEY_RUN_URL] = run_id
-        st.query_params[ui.state.KEY_STEP_URL] = str(step_no)
-        st.rerun()
+        on_click=ui.use_run_step,
+        args=(run_id, step_no),
+    )
     step = runs.step_cached(run_id, step_no)
     for note in step.notes:
         st.caption(text.md_escape(note))

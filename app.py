@@ -1,0 +1,16 @@
+"""roll-viz: ``streamlit run app.py``. The router: it picks the page and frames it.
+
+The page table is ``roll_viz/nav.py``. The frame draws the shared sidebar before the page runs:
+widgets of the entry script belong to every page, so the settings and their query parameters
+survive every page switch. Each page still starts with ``ui.page_setup``, which returns the
+frame's state here and draws the sidebar itself when the page script runs on its own.
+"""
+
+import streamlit as st
+
+from roll_viz import ui
+from roll_viz.ui import nav
+
+page = st.navigation(nav.sections())
+with ui.frame(page.title):
+    page.run()
