@@ -55,7 +55,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -75,6 +75,7 @@ from roll_viz.lm.request import (
 )
 from roll_viz.lm.scoring import (
     FEATURE_SEED,
+    TokenScores,
     probe_features,
     response_hidden,
     score_positions,
@@ -141,7 +142,7 @@ def sample(
             for the model it is called about twice a second with fraction 0 and a "Waiting for
             the model" message (lock NOT held); then with the lock held, during decoding with
             "Sampling responses: <done> / <total> tokens, about <s> s left" after each step.
-            The live numbers are also in ``queue_status(bundle).running`` (a ``RunProgress``).
+            The live numbers are also in ``serving.queue_status(bundle).running``.
         decode: decode-loop options (speed switches; ``weights="int8"`` is the labelled
             approximate fast path).
         source: the policy to sample from; None means ``policy_source(cfg)`` (identical or
@@ -153,11 +154,8 @@ def sample(
     report = progress or (lambda fraction, message: None)
     decode = decode or DecodeOptions()
     source = source or policy_source(cfg)
-    num_prompts, group = len(cfg.prompts), cfg.group_size
-    num_rows = num_prompts * group
-    decode_rows = num_rows + (num_prompts if cfg.greedy else 0)
-    group_ids = torch.arange(num_prompts).repeat_interleave(group)  # (B,)
-    lp_temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+    num_rows = cfg.num_sequences
+    decode_rows = num_rows + (len(cfg.prompts) if cfg.greedy else 0)
     kind = weights_kind(bundle, decode, source)
     est_decode, est_score = estimates(bundle, cfg, decode, source)
     run = RunProgress(decode_rows * cfg.max_new_tokens, est_decode, est_score)
@@ -166,124 +164,277 @@ def sample(
         run.fraction, run.message = fraction, message
         report(fraction, message)
 
+    with model_turn(bundle, run, report), torch.inference_mode():
+        tell(0.0, "Applying the chat template")
+        ctx = _contexts(bundle, cfg, source)
+        drawn = _decode(bundle, cfg, decode, source, kind, ctx, run, tell)
+        scored = _score(bundle, cfg, decode, source, ctx, drawn, run, tell)
+        run.phase = "text"
+        tell(0.95, "Decoding text")
+        texts = _texts(bundle, drawn, scored.scores)
+        run.phase = "done"
+    record_speed(
+        bundle, kind, decode_rows, drawn.timings, scored.tokens, scored.seconds, cfg.prompts,
+        [len(c) for c in ctx.policy], scored.passes, num_rows * cfg.max_new_tokens,
+    )  # fmt: skip
+    return _rollout(bundle, cfg, source, kind, ctx, drawn, scored, texts)
+
+
+@dataclass(frozen=True)
+class _Contexts:
+    """Step 1: chat-templated prompt ids of one request.
+
+    Attributes:
+        policy: (P,) the policy's context per prompt.
+        reference: (P,) the reference's context per prompt (the policy's when it IS the reference).
+        group_ids: (B,) prompt index of each sampled row (rows of one prompt contiguous).
+        rows: the context of every decoded row: B sampled rows, then P greedy rows if asked.
+    """
+
+    policy: list[list[int]]
+    reference: list[list[int]]
+    group_ids: Tensor
+    rows: list[list[int]]
+
+
+def _contexts(bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource) -> _Contexts:
+    """Step 1: the policy's and the reference's contexts, and each decoded row's."""
+    group_ids = torch.arange(len(cfg.prompts)).repeat_interleave(cfg.group_size)  # (B,)
+    policy_ctx = [source.context_ids(bundle, p) for p in cfg.prompts]
+    ref_ctx = policy_ctx if source.shares_reference else [bundle.chat_ids(p) for p in cfg.prompts]
+    rows_ctx = [policy_ctx[g] for g in group_ids.tolist()]
+    if cfg.greedy:
+        rows_ctx += policy_ctx
+    return _Contexts(policy_ctx, ref_ctx, group_ids, rows_ctx)
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """Step 2: what the decode loop produced.
+
+    Attributes:
+        sampled: (B,) generated ids of the sampled rows (each ends with EOS or is full length).
+        greedy: (P,) generated ids of the greedy rows (empty without ``cfg.greedy``).
+        token_ids: (B, T) the sampled ids, right-padded with 0.
+        mask: (B, T) bool, real response tokens.
+        finish: (B,) "eos" or "length".
+        timings: the decode loop's timings (``decode_batch``).
+        hidden: (B, T, H) the decode loop's own final hidden states, or None (not kept).
+    """
+
+    sampled: list[list[int]]
+    greedy: list[list[int]]
+    token_ids: Tensor
+    mask: Tensor
+    finish: tuple[str, ...]
+    timings: dict
+    hidden: Tensor | None
+
+
+def _decode(
+    bundle: ModelBundle,
+    cfg: SamplingConfig,
+    decode: DecodeOptions,
+    source: PolicySource,
+    kind: str,
+    ctx: _Contexts,
+    run: RunProgress,
+    tell: Callable[[float, str], None],
+) -> _Drawn:
+    """Step 2: decode every row in one batch from the request's own seeded generator."""
+    num_rows = cfg.num_sequences
+
     def count(done: int, total: int) -> None:
         run.tokens_done = done
         left = math.ceil(run.eta_seconds())
         tell(0.05 + 0.75 * done / total, f"Sampling responses: {done} / {total} tokens, "
              f"about {left} s left")  # fmt: skip
 
-    with model_turn(bundle, run, report), torch.inference_mode():
-        tell(0.0, "Applying the chat template")
-        policy_ctx = [source.context_ids(bundle, p) for p in cfg.prompts]
-        ref_ctx = (
-            policy_ctx if source.shares_reference else [bundle.chat_ids(p) for p in cfg.prompts]
+    generator = torch.Generator(device=bundle.device).manual_seed(cfg.seed)
+    timings: dict = {}
+    reuse = decode.reuse_decode_hidden and kind != "int8"
+    capture: dict | None = {} if reuse else None
+    run.phase, run.decode_started = "decode", time.monotonic()
+    with source.activate(bundle):
+        generated = decode_batch(
+            bundle,
+            ctx.rows,
+            num_sampled=num_rows,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            generator=generator,
+            options=replace(
+                decode,
+                weights="int8" if kind == "int8" else "model",
+                lean_step=decode.lean_step and prompt_only(source),
+            ),
+            counter=count,
+            timings=timings,
+            capture=capture,
         )
-        rows_ctx = [policy_ctx[g] for g in group_ids.tolist()]
-        if cfg.greedy:
-            rows_ctx += policy_ctx
-        generator = torch.Generator(device=bundle.device).manual_seed(cfg.seed)
-        timings: dict = {}
-        reuse = decode.reuse_decode_hidden and kind != "int8"
-        capture: dict | None = {} if reuse else None
-        run.phase, run.decode_started = "decode", time.monotonic()
-        with source.activate(bundle):
-            generated = decode_batch(
-                bundle,
-                rows_ctx,
-                num_sampled=num_rows,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                max_new_tokens=cfg.max_new_tokens,
-                generator=generator,
-                options=replace(
-                    decode,
-                    weights="int8" if kind == "int8" else "model",
-                    lean_step=decode.lean_step and prompt_only(source),
-                ),
-                counter=count,
-                timings=timings,
-                capture=capture,
-            )
-        sampled, greedy_rows = generated[:num_rows], generated[num_rows:]
-        token_ids, response_mask = pad_right(sampled)  # (B, T)
-        finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
+    sampled, greedy_rows = generated[:num_rows], generated[num_rows:]
+    token_ids, response_mask = pad_right(sampled)  # (B, T)
+    finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
+    hidden = None
+    if capture and "hidden" in capture:  # the decode loop's own states predict each token
+        hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
+    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden)
 
-        run.phase, run.score_started = "score", time.monotonic()
-        base_threads = torch.get_num_threads()
 
-        def adapt() -> None:  # every core for the next pass while the machine is idle
-            # prompt-only sources: passes measured bitwise the same under 1 and 2 threads
-            if decode.adapt_threads and prompt_only(source):
-                threads.apply(threads.choose(base_threads))
+@dataclass(frozen=True)
+class _Scored:
+    """Steps 3 and 4: per-token scores and probe features of the sampled rows.
 
-        tell(0.8, "Scoring the responses under the policy")
-        hidden_of = shared_context_hidden if decode.share_prompt_prefill else response_hidden
-        forward_passes = 0 if source.shares_reference else 1
-        if capture and "hidden" in capture:  # the decode loop's own states predict each token
-            policy_hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
-        else:
-            forward_passes += 1
-            adapt()
-            with source.activate(bundle):
-                policy_hidden = hidden_of(bundle, rows_ctx[:num_rows], token_ids, response_mask)
-        if source.shares_reference:
-            ref_hidden = None
-        else:
-            tell(0.88, "Scoring the same tokens under the reference")
-            ref_rows = [ref_ctx[g] for g in group_ids.tolist()]
-            adapt()
-            ref_hidden = hidden_of(bundle, ref_rows, token_ids, response_mask)
-        valid = response_mask.to(bundle.device)
-        head = bundle.model.get_output_embeddings()
+    Attributes:
+        scores: the valid positions' scores (flattened, ``scoring.TokenScores``).
+        features: (B, T, F) probe features, zero on padding.
+        seconds: wall seconds of the scoring phase.
+        passes: teacher-forced forward passes run (0, 1 or 2).
+        tokens: tokens those passes covered (for the forward rate).
+    """
+
+    scores: TokenScores
+    features: Tensor
+    seconds: float
+    passes: int
+    tokens: int
+
+
+def _score(
+    bundle: ModelBundle,
+    cfg: SamplingConfig,
+    decode: DecodeOptions,
+    source: PolicySource,
+    ctx: _Contexts,
+    drawn: _Drawn,
+    run: RunProgress,
+    tell: Callable[[float, str], None],
+) -> _Scored:
+    """Steps 3 and 4: score each token under policy and reference; the reference's features."""
+    num_rows = cfg.num_sequences
+    token_ids, response_mask = drawn.token_ids, drawn.mask
+    lp_temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+    run.phase, run.score_started = "score", time.monotonic()
+    base_threads = torch.get_num_threads()
+
+    def adapt() -> None:  # every core for the next pass while the machine is idle
+        # prompt-only sources: passes measured bitwise the same under 1 and 2 threads
+        if decode.adapt_threads and prompt_only(source):
+            threads.apply(threads.choose(base_threads))
+
+    tell(0.8, "Scoring the responses under the policy")
+    hidden_of = shared_context_hidden if decode.share_prompt_prefill else response_hidden
+    forward_passes = 0 if source.shares_reference else 1
+    if drawn.hidden is not None:
+        policy_hidden = drawn.hidden
+    else:
+        forward_passes += 1
         adapt()
-        scores = score_positions(
-            head,
-            policy_hidden[valid],
-            None if ref_hidden is None else ref_hidden[valid],
-            token_ids.to(bundle.device)[valid],
-            temperature=lp_temperature,
-            k=cfg.topk,
-        )
-        features = probe_features(
-            policy_hidden if ref_hidden is None else ref_hidden, cfg.feature_dim
-        )
-        features = features * response_mask[..., None]
-        threads.apply(base_threads)
-        score_s = time.monotonic() - run.score_started
-        width = token_ids.shape[1]
-        scored = forward_passes * sum(len(c) + width for c in rows_ctx[:num_rows])
+        with source.activate(bundle):
+            policy_hidden = hidden_of(bundle, ctx.rows[:num_rows], token_ids, response_mask)
+    if source.shares_reference:
+        ref_hidden = None
+    else:
+        tell(0.88, "Scoring the same tokens under the reference")
+        ref_rows = [ctx.reference[g] for g in ctx.group_ids.tolist()]
+        adapt()
+        ref_hidden = hidden_of(bundle, ref_rows, token_ids, response_mask)
+    valid = response_mask.to(bundle.device)
+    head = bundle.model.get_output_embeddings()
+    adapt()
+    scores = score_positions(
+        head,
+        policy_hidden[valid],
+        None if ref_hidden is None else ref_hidden[valid],
+        token_ids.to(bundle.device)[valid],
+        temperature=lp_temperature,
+        k=cfg.topk,
+    )
+    features = probe_features(policy_hidden if ref_hidden is None else ref_hidden, cfg.feature_dim)
+    features = features * response_mask[..., None]
+    threads.apply(base_threads)
+    score_s = time.monotonic() - run.score_started
+    width = token_ids.shape[1]
+    scored = forward_passes * sum(len(c) + width for c in ctx.rows[:num_rows])
+    return _Scored(scores, features, score_s, forward_passes, scored)
 
-        run.phase = "text"
-        tell(0.95, "Decoding text")
-        tokenizer = bundle.tokenizer
-        responses = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in sampled)
-        greedy = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in greedy_rows)
-        vocab_ids = sorted(
-            {i for row in sampled for i in row} | set(scores.topk_ids.flatten().tolist())
-        )
-        vocab = {i: tokenizer.decode([i]) for i in vocab_ids}
-        run.phase = "done"
-    record_speed(
-        bundle, kind, decode_rows, timings, scored, score_s, cfg.prompts,
-        [len(c) for c in policy_ctx], forward_passes, num_rows * cfg.max_new_tokens,
-    )  # fmt: skip
+
+@dataclass(frozen=True)
+class _Texts:
+    """The decoded text of a request: responses, greedy responses, and each id's token text."""
+
+    responses: tuple[str, ...]
+    greedy: tuple[str, ...]
+    vocab: dict[int, str]
+
+
+def _texts(bundle: ModelBundle, drawn: _Drawn, scores: TokenScores) -> _Texts:
+    """Decode the responses and every token id shown (sampled or a top-K alternative)."""
+    tokenizer = bundle.tokenizer
+    responses = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in drawn.sampled)
+    greedy = tuple(_response_text(tokenizer, r, bundle.eos_ids) for r in drawn.greedy)
+    vocab_ids = sorted(
+        {i for row in drawn.sampled for i in row} | set(scores.topk_ids.flatten().tolist())
+    )
+    vocab = {i: tokenizer.decode([i]) for i in vocab_ids}
+    return _Texts(responses, greedy, vocab)
+
+
+def _rollout(
+    bundle: ModelBundle,
+    cfg: SamplingConfig,
+    source: PolicySource,
+    kind: str,
+    ctx: _Contexts,
+    drawn: _Drawn,
+    scored: _Scored,
+    texts: _Texts,
+) -> Rollout:
+    """The Rollout of a request, with ordinary tensors (outside inference mode) and its meta."""
     # Leave inference mode with ordinary tensors (callers may use them with autograd or in place).
-    valid = response_mask.clone()
-    token_ids, features = token_ids.clone(), features.clone()
-    tokens = tuple(tuple(vocab[i] for i in row) for row in sampled)
+    valid = drawn.mask.clone()
+    token_ids, features = drawn.token_ids.clone(), scored.features.clone()
+    tokens = tuple(tuple(texts.vocab[i] for i in row) for row in drawn.sampled)
+    scores = scored.scores
 
     def spread(values: Tensor) -> Tensor:  # (N, ...) valid positions -> (B, T, ...) zero padded
         out = torch.zeros((*valid.shape, *values.shape[1:]), dtype=values.dtype)
         out[valid] = values.clone()
         return out
 
+    return Rollout(
+        prompts=cfg.prompts,
+        group_ids=ctx.group_ids.clone(),
+        responses=texts.responses,
+        token_ids=token_ids,
+        tokens=tokens,
+        response_mask=valid.float(),
+        logprobs=spread(scores.logprobs),
+        ref_logprobs=spread(scores.ref_logprobs),
+        exact_kl=spread(scores.kl),
+        entropy=spread(scores.entropy),
+        topk_ids=spread(scores.topk_ids),
+        topk_logprobs=spread(scores.topk_logprobs),
+        topk_ref_logprobs=spread(scores.topk_ref_logprobs),
+        finish_reasons=drawn.finish,
+        greedy_responses=texts.greedy,
+        features=features,
+        vocab=texts.vocab,
+        meta=tuple(sorted(_meta(bundle, cfg, source, kind).items())),
+    )
+
+
+def _meta(bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource, kind: str) -> dict:
+    """What the Rollout says about how it was made (model, decoding, scoring conventions)."""
+    lp_temperature = cfg.temperature if cfg.temperature > 0 else 1.0
     meta = {
         "model": bundle.name,
         "model_spec": bundle.spec,
         "device": str(bundle.device),
         "dtype": bundle.dtype_name,
         "seed": cfg.seed,
-        "group_size": group,
+        "group_size": cfg.group_size,
         "temperature": cfg.temperature,
         "top_p": cfg.top_p,
         "max_new_tokens": cfg.max_new_tokens,
@@ -314,26 +465,7 @@ def sample(
             f"reference final hidden state x fixed random projection (seed {FEATURE_SEED})"
         ),
     }
-    return Rollout(
-        prompts=cfg.prompts,
-        group_ids=group_ids,
-        responses=responses,
-        token_ids=token_ids,
-        tokens=tokens,
-        response_mask=valid.float(),
-        logprobs=spread(scores.logprobs),
-        ref_logprobs=spread(scores.ref_logprobs),
-        exact_kl=spread(scores.kl),
-        entropy=spread(scores.entropy),
-        topk_ids=spread(scores.topk_ids),
-        topk_logprobs=spread(scores.topk_logprobs),
-        topk_ref_logprobs=spread(scores.topk_ref_logprobs),
-        finish_reasons=finish,
-        greedy_responses=greedy,
-        features=features,
-        vocab=vocab,
-        meta=tuple(sorted(meta.items())),
-    )
+    return meta
 
 
 def _response_text(tokenizer: Any, ids: list[int], eos_ids: tuple[int, ...]) -> str:
