@@ -567,7 +567,7 @@ def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) ->
 
 
 def _default_loss() -> LossFn:
-    from roll_viz.core.pipeline.losses import policy_loss
+    from roll_viz.core.pipeline import policy_loss
 
     return policy_loss
 

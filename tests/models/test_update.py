@@ -7,7 +7,7 @@ session-wide ``tiny`` fixture of the other model tests never sees an injected la
 import pytest
 import torch
 
-from roll_viz.core.pipeline import losses
+from roll_viz.core import pipeline
 from roll_viz.lm import update
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
@@ -192,5 +192,5 @@ def test_activate_needs_the_lock_and_configs_are_checked(bundle, rollout, advant
 
 
 def test_loss_is_the_pipeline_loss():
-    """The step's default loss is core.pipeline.losses.policy_loss (H1's), not a local copy."""
-    assert update._default_loss() is losses.policy_loss
+    """The step's default loss is core.pipeline.policy_loss (H1's), not a local copy."""
+    assert update._default_loss() is pipeline.policy_loss

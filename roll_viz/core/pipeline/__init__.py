@@ -11,9 +11,11 @@ Public API::
 
 Stages (one module each): ``postprocess`` (response-level normalization, running statistics,
 clipping), ``kl`` (token KL estimators, controllers), ``advantages`` (token rewards and the
-estimators, one signature), ``dialects`` (one composition per framework), ``values`` (a
-cross-fitted ridge value probe that gives GAE a critic), ``losses`` (the policy-update losses,
-aggregation modes, closed-form gradient coefficients and each framework's metrics). Nothing
+estimators, one signature), ``values`` (a cross-fitted ridge value probe that gives GAE a
+critic), ``losses`` (the policy-update losses, aggregation modes, closed-form gradient
+coefficients). The stage modules name no framework: everything a framework decides (its order
+of operations, keys, defaults, KL names, loss spec, metric names, recipes) is in
+``dialects/<name>.py``, one file per framework, behind the ``dialects.DIALECTS`` registry. Nothing
 here imports Streamlit, Plotly or a model; nothing keeps state between calls (running
 statistics go in and come out).
 
@@ -32,8 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from roll_viz.core.pipeline import dialects
 from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
-from roll_viz.core.pipeline.config import (
+from roll_viz.core.pipeline.dialects import (
     ALIASES,
     CHOICES,
     DEFAULTS,
@@ -44,9 +47,10 @@ from roll_viz.core.pipeline.config import (
     LOSS_DEFAULTS,
     LOSS_HELP,
     LOSS_KEYS,
+    loss_agg_modes,
+    policy_loss,
     resolve_config,
 )
-from roll_viz.core.pipeline.dialects import PIPELINES
 from roll_viz.core.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
 from roll_viz.core.pipeline.losses import (
     AGG_MODES,
@@ -54,8 +58,6 @@ from roll_viz.core.pipeline.losses import (
     agg_weights,
     aggregate,
     importance_ratio,
-    loss_agg_modes,
-    policy_loss,
     ppo_token_loss,
     value_loss,
 )
@@ -79,6 +81,7 @@ __all__ = [
     "LossResult",
     "agg_weights",
     "aggregate",
+    "dialects",
     "importance_ratio",
     "loss_agg_modes",
     "next_kl_coef",
@@ -183,7 +186,7 @@ def run(
     """
     cfg = resolve_config(framework, config)
     clean = prepare_batch(batch)
-    trace = PIPELINES[framework](clean, cfg, running)
+    trace = dialects.get(framework).pipeline(clean, cfg, running)
     for name in ("rewards", "kl", "token_rewards", "advantages", "returns"):
         bad = _first_bad(getattr(trace, name))
         if bad is not None:

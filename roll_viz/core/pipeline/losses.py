@@ -1,4 +1,4 @@
-"""Stage 7: the policy-update losses of the four frameworks, as pure tensor functions.
+"""Stage 7: the policy-update losses, as pure tensor functions every dialect composes.
 
 Dimension letters: B sequences, T response tokens (right-padded). Everything runs in float64 on
 the caller's device; inputs are never modified. With d = logp - logp_old, r = exp(d), A the
@@ -20,7 +20,8 @@ per-token advantage and W the aggregation weights (loss = sum W * per-token loss
   next-token distribution (its gradient flows through the logits, not through the sampled
   token's log-prob), so no per-token coefficient of d(logp_t) describes it.
 
-``policy_loss`` is the single entry point; it returns a frozen ``LossResult`` whose ``total`` is
+A dialect describes its loss (``LossSpec``, aggregation per term, metric names) in
+``dialects/<name>.py``; ``loss_from_spec`` computes the ``LossResult``, whose ``total`` is
 differentiable w.r.t. ``logprobs`` (and ``entropy`` / ``values`` when they require grad).
 
 What roll-viz simplifies against the real recipes: one process, one micro-batch, one gradient
@@ -34,6 +35,7 @@ frameworks add 1e-8); ROLL's unmasked token-mean sums are taken over valid token
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +43,6 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import as_bool
-from roll_viz.core.pipeline.config import FRAMEWORKS, resolve_config
 from roll_viz.core.pipeline.kl import token_kl
 
 F64 = torch.float64
@@ -58,11 +59,6 @@ AGG_MODES: dict[str, str] = {
     "seq-mean-token-mean-all-rows": "sum_i (mean_t x) / B  (TRL grpo/sapo, ROLL critic)",
     "token-sum-norm-all-rows": "sum x / (B * f), f = max_completion_length  (TRL dr_grpo)",
 }
-
-ROLL_AGG = {"seq-mean-token-sum-norm": "token-sum-norm"}  # ROLL names -> canonical
-TERMS = ("policy", "kl", "entropy", "value")
-_VERL_KL = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2"}
-_VERL_KL |= {"low_var_kl": "k3", "k3": "k3"}
 
 
 @dataclass(frozen=True)
@@ -160,52 +156,6 @@ def aggregate(
     """
     weights = agg_weights(response_mask, mode, scale_factor)
     return (weights * torch.where(as_bool(response_mask), x.to(F64), 0.0)).sum()
-
-
-def loss_agg_modes(framework: str, config: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Which canonical aggregation each loss term of a framework uses.
-
-    Args:
-        framework: one of FRAMEWORKS.
-        config: a resolved dialect config (``resolve_config``).
-
-    Returns:
-        "policy", "kl", "entropy", "value" -> (AGG_MODES name, scale_factor); "value" is None
-        for TRL (GRPO has no critic).
-    """
-    cfg = config
-    if framework == "roll":
-        mode = ROLL_AGG.get(cfg["loss_agg_mode"], cfg["loss_agg_mode"])
-        same = (mode, None)
-        return {
-            "policy": same,
-            "kl": same,
-            "entropy": same,
-            "value": ("seq-mean-token-mean-all-rows", None),
-        }
-    if framework == "verl":
-        same = (cfg["loss_agg_mode"], cfg["loss_scale_factor"])
-        policy = same
-        if cfg["loss_mode"] in ("gspo", "sapo"):
-            policy = ("seq-mean-token-mean", None)
-        return {"policy": policy, "kl": same, "entropy": same, "value": same}
-    if framework == "openrlhf":
-        token = ("token-mean", None)
-        per_sample = ("seq-mean-token-mean", None)
-        policy = token
-        if not cfg["token_level_loss"] or cfg["policy_loss_type"] == "gspo":
-            policy = per_sample
-        value = token if cfg["token_level_loss"] else per_sample
-        return {"policy": policy, "kl": token, "entropy": token, "value": value}
-    if framework == "trl":
-        loss_type = cfg["loss_type"]
-        policy = ("token-mean", None)
-        if loss_type in ("grpo", "sapo"):
-            policy = ("seq-mean-token-mean-all-rows", None)
-        elif loss_type == "dr_grpo":
-            policy = ("token-sum-norm-all-rows", cfg["max_completion_length"])
-        return {"policy": policy, "kl": policy, "entropy": ("token-mean", None), "value": None}
-    raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
 
 
 # ---------------------------------------------------------------------------- ratio and losses
@@ -320,11 +270,13 @@ def value_loss(
     return 0.5 * aggregate(per_token, mask, mode, scale_factor), used_clip
 
 
-# ----------------------------------------------------------------------- framework resolution
+# ---------------------------------------------------------------- the loss a dialect describes
 
 
 @dataclass(frozen=True)
-class _Spec:
+class LossSpec:
+    """One framework's policy loss, resolved from its config by its dialect module."""
+
     kind: str  # "ppo" | "pg" | "cispo" | "sapo"
     level: str  # "token" | "sequence" | "sequence-token"
     clamp: float | None
@@ -349,185 +301,7 @@ class _Spec:
     has_critic: bool = True
 
 
-def _spec(framework: str, cfg: dict[str, Any], notes: list[str]) -> _Spec:
-    if framework == "roll":
-        return _roll_spec(cfg, notes)
-    if framework == "verl":
-        return _verl_spec(cfg, notes)
-    if framework == "openrlhf":
-        return _openrlhf_spec(cfg, notes)
-    return _trl_spec(cfg, notes)
-
-
-def _roll_spec(cfg: dict[str, Any], notes: list[str]) -> _Spec:
-    variant = cfg["pg_variant"]
-    low, high = cfg["pg_clip"], cfg["pg_clip"]
-    if cfg["use_pg_clip_range"]:
-        low, high = cfg["pg_clip_low"], cfg["pg_clip_high"]
-    common = {
-        "kl_on": cfg["use_kl_loss"],
-        "kl_estimator": "k3",
-        "kl_clamp": 10.0,
-        "kl_coef": cfg["kl_loss_coef"],
-        "entropy_coef": cfg["entropy_loss_coef"],
-        "rl_coef": cfg["rl_loss_coef"],
-        "value_clip": cfg["value_clip"],
-    }
-    if cfg["use_kl_loss"]:
-        notes.append("ROLL KL loss: always k3 (clamped +-10), aggregated with loss_agg_mode")
-    if variant != "ppo" and cfg["importance_sampling"] == "seq":
-        notes.append(f"pg_variant {variant}: ActorPGWorker uses the token ratio (seq ignored)")
-    if variant == "vanilla":
-        notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
-        return _Spec(kind="pg", level="token", clamp=None, **common)
-    if variant == "cispo":
-        lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
-        notes.append(f"pg_variant cispo: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
-        return _Spec(
-            kind="cispo",
-            level="token",
-            clamp=None,
-            cispo_low=lo,
-            cispo_high=hi,
-            unified_mask=cfg["cispo_use_unified_mask"],
-            **common,
-        )
-    level = "sequence" if cfg["importance_sampling"] == "seq" else "token"
-    dual = 1.0 + 2.0 * cfg["pg_clip"] if cfg["dual_clip_loss"] else None
-    notes.append(
-        f"ROLL PPO: {level} ratio, no log-ratio clamp, clip [1-{low:g}, 1+{high:g}]"
-        + (f", dual clip c = 1 + 2*pg_clip = {dual:g}" if dual else "")
-    )
-    return _Spec(
-        kind="ppo", level=level, clamp=None, eps_low=low, eps_high=high, dual_clip=dual, **common
-    )
-
-
-def _verl_spec(cfg: dict[str, Any], notes: list[str]) -> _Spec:
-    mode = cfg["loss_mode"]
-    low = cfg["clip_ratio_low"] if cfg["clip_ratio_low"] is not None else cfg["clip_ratio"]
-    high = cfg["clip_ratio_high"] if cfg["clip_ratio_high"] is not None else cfg["clip_ratio"]
-    kl_name = _VERL_KL[cfg["kl_loss_type"]]
-    common = {
-        "kl_on": cfg["use_kl_loss"],
-        "kl_estimator": kl_name,
-        "kl_clamp": 10.0 if kl_name == "k3" else None,
-        "kl_log_ratio_clamp": 20.0 if kl_name == "k3" else None,
-        "kl_coef": cfg["kl_loss_coef"],
-        "entropy_coef": cfg["entropy_coeff"],
-        "value_clip": cfg["cliprange_value"],
-    }
-    if cfg["use_kl_loss"]:
-        notes.append(f"verl KL loss: {cfg['kl_loss_type']}, aggregated with loss_agg_mode")
-    if mode == "gpg":
-        notes.append("loss_mode gpg: loss = -A * logp")
-        return _Spec(kind="pg", level="token", clamp=None, **common)
-    if mode == "cispo":
-        lo, hi = 1.0 - low, 1.0 + high
-        notes.append(f"loss_mode cispo: -sg(clip(r, {lo:g}, {hi:g})) * A * logp, d clamped +-20")
-        return _Spec(kind="cispo", level="token", clamp=20.0, cispo_low=lo, cispo_high=hi, **common)
-    if mode == "sapo":
-        notes.append("loss_mode sapo: soft gate, d clamped +-20, forces seq-mean-token-mean")
-        return _Spec(
-            kind="sapo",
-            level="token",
-            clamp=20.0,
-            tau_pos=cfg["tau_pos"],
-            tau_neg=cfg["tau_neg"],
-            **common,
-        )
-    if mode == "gspo":
-        notes.append(
-            "loss_mode gspo: s = exp(mean d) in GSPO-token form, log s clamped <= 10, no dual "
-            "clip, forces seq-mean-token-mean"
-        )
-        return _Spec(
-            kind="ppo", level="sequence-token", clamp=10.0, eps_low=low, eps_high=high, **common
-        )
-    notes.append(
-        f"verl PPO: token ratio, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip always "
-        f"on for A<0 with c = clip_ratio_c = {cfg['clip_ratio_c']:g}"
-    )
-    return _Spec(
-        kind="ppo",
-        level="token",
-        clamp=20.0,
-        eps_low=low,
-        eps_high=high,
-        dual_clip=cfg["clip_ratio_c"],
-        **common,
-    )
-
-
-def _openrlhf_spec(cfg: dict[str, Any], notes: list[str]) -> _Spec:
-    low, high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
-    kl_zero = cfg["use_loss"] and cfg["init_coef"] == 0
-    if cfg["use_loss"]:
-        notes.append(
-            "KL loss with init_coef = 0: no reference model, KL loss 0"
-            if kl_zero
-            else f"KL loss: {cfg['kl_estimator']} (clamped +-10), coefficient = KL controller "
-            f"value init_coef {cfg['init_coef']:g}, always token-level"
-        )
-    gspo = cfg["policy_loss_type"] == "gspo"
-    notes.append(
-        ("gspo: sequence ratio, no clamp, per-sample aggregation" if gspo else "ppo: d +-20")
-        + (f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else "")
-    )
-    return _Spec(
-        kind="ppo",
-        level="sequence" if gspo else "token",
-        clamp=None if gspo else 20.0,
-        eps_low=low,
-        eps_high=high,
-        dual_clip=cfg["dual_clip"],
-        kl_on=cfg["use_loss"],
-        kl_zero=kl_zero,
-        kl_estimator=cfg["kl_estimator"],
-        kl_clamp=10.0,
-        kl_coef=cfg["init_coef"],
-        entropy_coef=cfg["entropy_coef"] or 0.0,
-        value_clip=cfg["value_clip"],
-    )
-
-
-def _trl_spec(cfg: dict[str, Any], notes: list[str]) -> _Spec:
-    low = cfg["epsilon"]
-    high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
-    level = "sequence" if cfg["importance_sampling_level"] == "sequence" else "token"
-    loss_type = cfg["loss_type"]
-    common = {
-        "level": level,
-        "clamp": None,
-        "kl_on": cfg["beta"] != 0,
-        "kl_estimator": "k3",
-        "kl_coef": cfg["beta"],
-        "entropy_coef": cfg["entropy_coef"],
-        "has_critic": False,
-    }
-    if cfg["beta"] != 0:
-        notes.append("TRL: beta * k3 (unclamped) added per token before aggregation")
-    if level == "sequence" and loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
-        notes.append("sequence-level IS with a token-sum loss weights each sequence by length")
-    if loss_type == "cispo":
-        notes.append(f"loss_type cispo: weight min(r, epsilon_high = {high:g}), no lower bound")
-        return _Spec(kind="cispo", cispo_high=high, **common)
-    if loss_type == "sapo":
-        notes.append("loss_type sapo: soft gate, aggregated like grpo")
-        return _Spec(
-            kind="sapo",
-            tau_pos=cfg["sapo_temperature_pos"],
-            tau_neg=cfg["sapo_temperature_neg"],
-            **common,
-        )
-    notes.append(
-        f"TRL {loss_type}: {level} ratio, no clamp, clip [1-{low:g}, 1+{high:g}]"
-        + (f", delta cap {cfg['delta']:g}" if cfg["delta"] is not None else "")
-    )
-    return _Spec(kind="ppo", eps_low=low, eps_high=high, delta=cfg["delta"], **common)
-
-
-# --------------------------------------------------------------------------------- validation
+# -------------------------------------------------------------------- inputs and entry point
 
 
 def _as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) -> Tensor:
@@ -545,13 +319,14 @@ def _as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) ->
     return torch.where(mask, t.to(F64), 0.0)
 
 
-# -------------------------------------------------------------------------------- entry point
-
-
-def policy_loss(
-    framework: str,
-    config: dict[str, Any] | None = None,
+def loss_from_spec(
+    spec: LossSpec,
+    modes: dict[str, tuple[str, Any] | None],
+    metrics: Callable[[MetricContext], dict[str, float]],
     *,
+    framework: str,
+    config: dict[str, Any],
+    notes: list[str],
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
@@ -562,12 +337,16 @@ def policy_loss(
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
 ) -> LossResult:
-    """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
+    """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
     Args:
-        framework: "roll", "verl", "openrlhf" or "trl".
-        config: that dialect's keys (reward-stage keys are accepted and ignored here); missing
-            keys take the shipped defaults (``LOSS_DEFAULTS``, ``DEFAULTS``).
+        spec: the dialect's ``LossSpec`` for this config.
+        modes: "policy", "kl", "entropy", "value" -> (AGG_MODES name, scale_factor), or None for
+            a term the framework does not have (the dialect's ``loss_agg_modes``).
+        metrics: the dialect's metric function (its own logged names).
+        framework: the dialect's name (recorded in the result).
+        config: the resolved dialect config (handed to ``metrics``).
+        notes: conventions applied so far (the spec's); the loss appends its own.
         logprobs: (B, T) current-policy log-probs of the sampled tokens; may require grad.
         old_logprobs: (B, T) rollout ("old") log-probs (treated as constants).
         advantages: (B, T) or (B,) advantages (constants).
@@ -584,15 +363,10 @@ def policy_loss(
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
 
     Raises:
-        ValueError: bad framework / key / value, a shape mismatch, a non-finite value on a
-            response token, or a missing input the config needs (the message starts with the
-            argument's name).
+        ValueError: a shape mismatch, a non-finite value on a response token, or a missing input
+            the config needs (the message starts with the argument's name).
     """
-    cfg = resolve_config(framework, config)
-    notes: list[str] = []
-    spec = _spec(framework, cfg, notes)
-    modes = loss_agg_modes(framework, cfg)
-
+    cfg = config
     mask_raw = torch.as_tensor(response_mask).detach()
     if mask_raw.dim() != 2 or mask_raw.shape[1] == 0:
         raise ValueError(f"response_mask: expected (B, T>=1), got {tuple(mask_raw.shape)}")
@@ -710,20 +484,20 @@ def policy_loss(
     if kl_tok is not None:
         per_token["kl"] = kl_tok.detach()
     terms = {"policy": policy, "kl": kl_term, "entropy": ent_term, "value": value_term}
-    ctx = _Ctx(cfg, spec, modes, m, mask, d, r, adv, terms, total, ent, kl_tok, vf_clipped)
-    metrics = METRICS[framework](ctx)
+    ctx = MetricContext(cfg, spec, modes, m, mask, d, r, adv, terms, total, ent, kl_tok, vf_clipped)
+    metric_values = metrics(ctx)
     return LossResult(
         framework=framework,
         total=total,
         terms=terms,
         coefficients={"rl": spec.rl_coef, "kl": spec.kl_coef, "entropy": spec.entropy_coef},
         per_token=per_token,
-        metrics=metrics,
+        metrics=metric_values,
         notes=tuple(notes),
     )
 
 
-def _ppo_dr(r: Tensor, adv: Tensor, spec: _Spec, mask: Tensor):
+def _ppo_dr(r: Tensor, adv: Tensor, spec: LossSpec, mask: Tensor):
     """Closed-form d(ppo_token_loss)/dr (ties split like torch.minimum) and the clip masks."""
     lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
     clipped = r.clamp(lo, hi)
@@ -746,7 +520,7 @@ def _ppo_dr(r: Tensor, adv: Tensor, spec: _Spec, mask: Tensor):
     return dl, clipped_high, clipped_low, dual
 
 
-def _kl_grad(log_ratio: Tensor, spec: _Spec, mask: Tensor) -> Tensor:
+def _kl_grad(log_ratio: Tensor, spec: LossSpec, mask: Tensor) -> Tensor:
     """Slope of KL_estimator(logp - ref) w.r.t. logp with the framework's clamps (0 if clamped)."""
     x = log_ratio
     inside = torch.ones_like(x)
@@ -768,7 +542,7 @@ def _kl_grad(log_ratio: Tensor, spec: _Spec, mask: Tensor) -> Tensor:
     return torch.where(mask, slope * inside, 0.0)
 
 
-def _value_term(values, old_values, returns, mask, spec: _Spec, modes):
+def _value_term(values, old_values, returns, mask, spec: LossSpec, modes):
     shape = tuple(mask.shape)
     if returns is None:
         raise ValueError("returns: needed with values for the critic loss")
@@ -787,9 +561,11 @@ def _value_term(values, old_values, returns, mask, spec: _Spec, modes):
 
 
 @dataclass(frozen=True)
-class _Ctx:
+class MetricContext:
+    """What a dialect's metric function reads: the config, spec, masks, ratio and terms."""
+
     cfg: dict
-    spec: _Spec
+    spec: LossSpec
     modes: dict
     m: Tensor  # (B, T) float mask
     mask: Tensor  # (B, T) bool
@@ -803,161 +579,21 @@ class _Ctx:
     vf_clipped: Tensor | None
 
     def token_mean(self, x: Tensor) -> float:
+        """Token-mean of a (B, T) quantity over the valid tokens."""
         return aggregate(x.to(F64), self.m, "token-mean").item()
 
     def agg(self, x: Tensor, term: str = "policy") -> float:
+        """A (B, T) quantity aggregated the way the framework aggregates ``term``."""
         return aggregate(x.to(F64), self.m, *self.modes[term]).item()
 
     def item(self, name: str) -> float | None:
+        """The float value of a loss term (None where the framework does not compute it)."""
         value = self.terms[name]
         return None if value is None else value.detach().item()
 
-
-def _surrogates(ctx: _Ctx) -> tuple[Tensor, Tensor]:
-    spec = ctx.spec
-    r1 = ctx.r if spec.delta is None else ctx.r.clamp(max=spec.delta)
-    clipped = ctx.r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high)
-    return r1 * ctx.adv, clipped * ctx.adv
-
-
-def _verl_metrics(ctx: _Ctx) -> dict[str, float]:
-    spec, mode = ctx.spec, ctx.cfg["loss_mode"]
-    out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
-    d = ctx.d if spec.clamp is None or spec.level != "token" else ctx.d.clamp(-20.0, 20.0)
-    if mode != "gpg":
-        if mode in ("vanilla", "gspo"):
-            surr1, surr2 = _surrogates(ctx)
-            frac = ctx.token_mean(-surr2 > -surr1)
-            lower = 0.0
-            if mode == "vanilla":
-                clip1 = torch.maximum(-surr1, -surr2)
-                lower = ctx.token_mean((clip1 > -spec.dual_clip * ctx.adv) & (ctx.adv < 0))
-        elif mode == "cispo":
-            frac = ctx.token_mean(ctx.r != ctx.r.clamp(spec.cispo_low, spec.cispo_high))
-            lower = 0.0
-        else:
-            frac, lower = 0.0, 0.0
-        out["actor/pg_clipfrac"] = frac
-        out["actor/ppo_kl"] = ctx.token_mean(-d)
-        out["actor/pg_clipfrac_lower"] = lower
-    if ctx.entropy is not None:
-        out["actor/entropy_loss"] = ctx.item("entropy")
-    if spec.kl_on:
-        out["kl_loss"] = ctx.item("kl")
-        out["kl_coef"] = spec.kl_coef
-    if ctx.terms["value"] is not None:
-        out["critic/vf_loss"] = ctx.item("value")
-        out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
-    return out
-
-
-def _roll_metrics(ctx: _Ctx) -> dict[str, float]:
-    spec, m = ctx.spec, ctx.m
-    out: dict[str, float] = {
-        "actor/pg_loss": ctx.item("policy"),
-        "actor/total_loss": ctx.total.detach().item(),
-        "actor/approxkl": ctx.agg(0.5 * ctx.d * ctx.d),
-        "actor/policykl": ctx.agg(ctx.d),
-    }
-    if ctx.kl_tok is not None:
-        out["actor/kl_loss"] = ctx.item("kl")
-    if spec.kind == "ppo":
-        lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
-        high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
-        surr1, surr2 = _surrogates(ctx)
-        out["actor/ppo_ratio_high_clipfrac"] = ctx.token_mean(high)
-        out["actor/ppo_ratio_low_clipfrac"] = ctx.token_mean(low)
-        out["actor/ppo_ratio_clipfrac"] = ctx.token_mean(high | low)
-        out["actor/clipfrac"] = ctx.agg(surr2 < surr1)
-        out["actor/ratio_mean"] = aggregate(ctx.r, m, "seq-mean-token-mean").item()
-        out["actor/ratio_max"] = (ctx.r * m).max().item()
-        out["actor/ratio_min"] = (ctx.r * m + (1.0 - m) * 1e10).min().item()
-    elif spec.kind == "cispo":
-        numel = float(m.numel())  # ROLL takes .mean() over every (B, T) position
-        low = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item() / numel
-        high = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item() / numel
-        out["actor/cispo_lower_clipfrac"] = low
-        out["actor/cispo_upper_clipfrac"] = high
-        out["actor/cispo_total_clipfrac"] = low + high
-    if ctx.terms["value"] is not None:
-        out["critic/loss"] = ctx.item("value")
-        # ROLL: row-mean of (clipped error larger), mean over all rows; without value_clip it
-        # logs the mean squared error under the same name
-        vf = ctx.vf_clipped.to(F64) if spec.value_clip is not None else None
-        out["critic/clipfrac"] = (
-            aggregate(vf, m, "seq-mean-token-mean-all-rows").item()
-            if vf is not None
-            else 2.0 * ctx.item("value")
-        )
-    return out
-
-
-def _openrlhf_metrics(ctx: _Ctx) -> dict[str, float]:
-    surr1, surr2 = _surrogates(ctx)
-    out: dict[str, float] = {
-        "policy_loss": ctx.item("policy"),
-        "ppo_clip_ratio": ctx.token_mean(surr2 < surr1),
-        "ppo_kl": ctx.token_mean(-ctx.d),
-    }
-    if ctx.spec.kl_on:
-        out["kl"] = ctx.item("kl")
-    if ctx.cfg["entropy_coef"] is not None and ctx.entropy is not None:
-        out["entropy_loss"] = ctx.item("entropy")
-    if ctx.terms["value"] is not None:
-        out["critic_loss"] = ctx.item("value")
-    return out
-
-
-def _trl_metrics(ctx: _Ctx) -> dict[str, float]:
-    spec = ctx.spec
-    out: dict[str, float] = {}
-    if spec.entropy_coef != 0:  # TRL logs policy_loss (incl. beta * KL) with the entropy bonus
-        kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
-        out["policy_loss"] = ctx.item("policy") + kl_part
-    if spec.kl_on:
-        out["kl"] = ctx.token_mean(ctx.kl_tok)
-    if ctx.entropy is not None:
-        out["entropy"] = ctx.token_mean(ctx.entropy)
-    sequence = spec.level == "sequence"
-
-    def global_mean(x: Tensor) -> float:
-        if sequence:  # TRL: one value per sequence, mean over all B rows
-            return _row_values(x, ctx.m).mean().item()
-        return ctx.token_mean(x)
-
-    if spec.kind == "ppo":
-        r1 = ctx.r if spec.delta is None else ctx.r.clamp(max=spec.delta)
-        low = (r1 < 1.0 - spec.eps_low) & (ctx.adv < 0) & ctx.mask
-        high = (r1 > 1.0 + spec.eps_high) & (ctx.adv > 0) & ctx.mask
-        out["clip_ratio/low_mean"] = global_mean(low)
-        out["clip_ratio/high_mean"] = global_mean(high)
-        out["clip_ratio/region_mean"] = global_mean(low | high)
-        low_rows, high_rows = _row_values(low, ctx.m, sequence), _row_values(high, ctx.m, sequence)
-        out["clip_ratio/low_min"] = _nan_reduce(low_rows, torch.min)
-        out["clip_ratio/high_max"] = _nan_reduce(high_rows, torch.max)
-    elif spec.kind == "cispo":
-        out["cispo_clip_ratio"] = global_mean((ctx.r > spec.cispo_high) & (ctx.adv > 0) & ctx.mask)
-    return out
-
-
-def _row_values(x: Tensor, m: Tensor, empty_is_zero: bool = True) -> Tensor:
-    """(B,) per-row masked mean of a 0/1 mask; empty rows 0 (sequence level) or NaN (token)."""
-    x = x.to(F64) * m
-    lengths = m.sum(-1)
-    means = x.sum(-1) / lengths.clamp(min=1.0)
-    if empty_is_zero:
-        return means
-    return torch.where(lengths > 0, means, torch.nan)
-
-
-def _nan_reduce(x: Tensor, fn) -> float:
-    finite = x[~torch.isnan(x)]
-    return fn(finite).item() if finite.numel() else float("nan")
-
-
-METRICS = {
-    "roll": _roll_metrics,
-    "verl": _verl_metrics,
-    "openrlhf": _openrlhf_metrics,
-    "trl": _trl_metrics,
-}
+    def surrogates(self) -> tuple[Tensor, Tensor]:
+        """(B, T) PPO surrogates ``r1 * A`` and ``clip(r) * A`` (r1 = min(r, delta) or r)."""
+        spec = self.spec
+        r1 = self.r if spec.delta is None else self.r.clamp(max=spec.delta)
+        clipped = self.r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high)
+        return r1 * self.adv, clipped * self.adv

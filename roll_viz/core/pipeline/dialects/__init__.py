@@ -1,0 +1,227 @@
+"""The four framework dialects: one module per framework, a literal dict registry.
+
+Everything roll-viz knows about a framework lives in its module (``roll``, ``verl``,
+``openrlhf``, ``trl``): its order of operations (``pipeline``), config keys with defaults,
+choices and help, the policy-update keys, KL estimator names, the beta / controller / clip keys,
+the named recipes, the translation of the sidebar's generic knobs (``to_native``), the loss spec
+and its metric names, and the facts other layers branch on (``HAS_REWARD_NORM``,
+``KL_IN_LOSS_ONLY``, ``ADAPTIVE_BETA``, ``GAE_PADDING``, ...). ``shared`` holds what the four
+share, ``config`` validates a config against a dialect's tables.
+
+Every module exposes the same names (``REQUIRED`` lists them; a test checks each module)::
+
+    from roll_viz.core.pipeline import dialects
+    d = dialects.get("verl")
+    d.BETA_KEY, d.KL_NAMES["k3"], d.to_native({"beta": 0.1}), d.RECIPES["grpo"]
+
+The tables below (``DEFAULTS``, ``ALIASES``, ``KL_NAMES``, ...) are built from the modules;
+``roll_viz.core.pipeline`` re-exports them unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from torch import Tensor
+
+from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl
+from roll_viz.core.pipeline.dialects.config import resolve
+from roll_viz.core.pipeline.losses import LossResult, loss_from_spec
+
+#: name -> dialect module, in the order the pages list them.
+DIALECTS: dict[str, ModuleType] = {
+    "roll": roll,
+    "verl": verl,
+    "openrlhf": openrlhf,
+    "trl": trl,
+}
+
+FRAMEWORKS: tuple[str, ...] = tuple(DIALECTS)
+
+#: The names every dialect module defines.
+REQUIRED: tuple[str, ...] = (
+    "NAME",
+    "LABEL",
+    "DEFAULTS",
+    "CHOICES",
+    "HELP",
+    "LOSS_DEFAULTS",
+    "LOSS_CHOICES",
+    "LOSS_HELP",
+    "LOSS_KEYS",
+    "ESTIMATOR_KEY",
+    "ALIASES",
+    "BOOL_VALUES",
+    "KL_CANON",
+    "KL_NAMES",
+    "KL_ESTIMATOR_KEY",
+    "BETA_KEY",
+    "CLIP_KEYS",
+    "ADAPTIVE_BETA",
+    "HAS_REWARD_NORM",
+    "KL_IN_LOSS_ONLY",
+    "STD_EPS",
+    "RETURN_ESTIMATORS",
+    "GAE_PADDING",
+    "SINGLETON_NOTE",
+    "SINGLETON_BEHAVIOUR",
+    "RECIPES",
+    "estimator_name",
+    "kl_estimator",
+    "to_native",
+    "from_native",
+    "from_canonical",
+    "norm_config",
+    "kl_placement",
+    "train_config",
+    "beta_blocked",
+    "pipeline",
+    "loss_agg_modes",
+    "loss_spec",
+    "loss_metrics",
+)
+
+
+def get(framework: str) -> ModuleType:
+    """The dialect module of ``framework``.
+
+    Raises:
+        ValueError: unknown framework (the message lists the known ones).
+    """
+    if framework not in DIALECTS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    return DIALECTS[framework]
+
+
+# ------------------------------------------------------------- tables built from the modules
+
+DEFAULTS: dict[str, dict[str, Any]] = {name: d.DEFAULTS for name, d in DIALECTS.items()}
+CHOICES: dict[str, dict[str, tuple]] = {name: d.CHOICES for name, d in DIALECTS.items()}
+HELP: dict[str, dict[str, str]] = {name: d.HELP for name, d in DIALECTS.items()}
+LOSS_DEFAULTS: dict[str, dict[str, Any]] = {name: d.LOSS_DEFAULTS for name, d in DIALECTS.items()}
+LOSS_CHOICES: dict[str, dict[str, tuple]] = {name: d.LOSS_CHOICES for name, d in DIALECTS.items()}
+LOSS_HELP: dict[str, dict[str, str]] = {name: d.LOSS_HELP for name, d in DIALECTS.items()}
+LOSS_KEYS: dict[str, tuple[str, ...]] = {name: d.LOSS_KEYS for name, d in DIALECTS.items()}
+ESTIMATOR_KEY: dict[str, str] = {name: d.ESTIMATOR_KEY for name, d in DIALECTS.items()}
+ALIASES: dict[str, dict[str, str | None]] = {name: d.ALIASES for name, d in DIALECTS.items()}
+#: Canonical KL estimator (k1/abs/k2/k3) -> each dialect's own name (None: it has none).
+KL_NAMES: dict[str, dict[str, str | None]] = {name: d.KL_NAMES for name, d in DIALECTS.items()}
+#: Any dialect's KL estimator name -> canonical (the union of every ``KL_CANON``).
+KL_CANON: dict[str, str] = {k: v for d in DIALECTS.values() for k, v in d.KL_CANON.items()}
+#: Generic estimator recipe -> dialect -> its settings (None: the dialect cannot run it).
+RECIPES: dict[str, dict[str, dict | None]] = {
+    recipe: {name: d.RECIPES.get(recipe) for name, d in DIALECTS.items()}
+    for recipe in shared.RECIPE_NAMES
+}
+#: Display name of each dialect.
+LABELS: dict[str, str] = {name: d.LABEL for name, d in DIALECTS.items()}
+
+
+def resolve_config(framework: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The framework's defaults overlaid with ``config``, every value validated.
+
+    Args:
+        framework: one of FRAMEWORKS.
+        config: the framework's own keys (and viz_ keys); missing keys take the shipped defaults.
+
+    Returns:
+        A new dict with every key of ``DEFAULTS[framework]`` and ``LOSS_DEFAULTS[framework]``.
+
+    Raises:
+        ValueError: unknown framework, unknown key, or a bad value (the message names the key).
+    """
+    return resolve(get(framework), config)
+
+
+def canonical_kl(framework: str, name: object) -> str | None:
+    """A dialect's KL estimator name -> k1/abs/k2/k3 (None when unknown or not given).
+
+    Args:
+        framework: the dialect (unknown names fall back to any dialect's reading).
+        name: its estimator name (e.g. roll "mse", verl "low_var_kl").
+    """
+    if name is None:
+        return None
+    if name in shared.CANONICAL_KL:
+        return str(name)
+    own = DIALECTS[framework].KL_CANON if framework in DIALECTS else {}
+    return own.get(str(name), KL_CANON.get(str(name)))
+
+
+def loss_agg_modes(framework: str, config: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Which canonical aggregation each loss term of a framework uses.
+
+    Args:
+        framework: one of FRAMEWORKS.
+        config: a resolved dialect config (``resolve_config``).
+
+    Returns:
+        "policy", "kl", "entropy", "value" -> (AGG_MODES name, scale_factor); "value" is None
+        for TRL (GRPO has no critic).
+    """
+    return get(framework).loss_agg_modes(config)
+
+
+def policy_loss(
+    framework: str,
+    config: dict[str, Any] | None = None,
+    *,
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    ref_logprobs: Tensor | None = None,
+    entropy: Tensor | None = None,
+    values: Tensor | None = None,
+    old_values: Tensor | None = None,
+    returns: Tensor | None = None,
+) -> LossResult:
+    """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
+
+    Args:
+        framework: "roll", "verl", "openrlhf" or "trl".
+        config: that dialect's keys (reward-stage keys are accepted and ignored here); missing
+            keys take the shipped defaults (``LOSS_DEFAULTS``, ``DEFAULTS``).
+        logprobs: (B, T) current-policy log-probs of the sampled tokens; may require grad.
+        old_logprobs: (B, T) rollout ("old") log-probs (treated as constants).
+        advantages: (B, T) or (B,) advantages (constants).
+        response_mask: (B, T) 0/1 loss mask.
+        ref_logprobs: (B, T) reference log-probs; needed when the KL loss is on.
+        entropy: (B, T) policy entropy per position; needed when the entropy coefficient is not 0.
+            Kept differentiable if it requires grad.
+        values: (B, T) new critic predictions (kept differentiable); with ``returns`` (and
+            ``old_values`` when the framework clips) gives ``terms["value"]``.
+        old_values: (B, T) critic values at rollout time.
+        returns: (B, T) value targets.
+
+    Returns:
+        LossResult (see its docstring). Padding may hold anything (even inf) in every input.
+
+    Raises:
+        ValueError: bad framework / key / value, a shape mismatch, a non-finite value on a
+            response token, or a missing input the config needs (the message starts with the
+            argument's name).
+    """
+    dialect = get(framework)
+    cfg = resolve(dialect, config)
+    notes: list[str] = []
+    spec = dialect.loss_spec(cfg, notes)
+    return loss_from_spec(
+        spec,
+        dialect.loss_agg_modes(cfg),
+        dialect.loss_metrics,
+        framework=framework,
+        config=cfg,
+        notes=notes,
+        logprobs=logprobs,
+        old_logprobs=old_logprobs,
+        advantages=advantages,
+        response_mask=response_mask,
+        ref_logprobs=ref_logprobs,
+        entropy=entropy,
+        values=values,
+        old_values=old_values,
+        returns=returns,
+    )

@@ -1,0 +1,422 @@
+"""OpenRLHF: everything roll-viz knows about OpenRLHF, in one file.
+
+Order of operations (``pipeline``): baseline shaping (rloo / mean / group_norm) -> clamp to
+clip_range -> reward on the last token minus kl_coef*KL (unless use_loss) -> gae (masked values)
+or cumulative returns (gamma forced 1 for the group estimators) -> global biased whitening for
+gae/reinforce/reinforce_baseline. Returns: gae A+V, the others the cumulative return before
+whitening.
+
+Edge cases: the group estimators assert n >= 2 -> ValueError naming the group; whitening with
+<= 1 valid token has biased variance 0 -> advantages 0. The KL loss readout is token-level, and
+``use_loss`` with ``init_coef = 0`` builds no reference model and reports 0.
+
+Also here: OpenRLHF's config keys (flattened: ``--algo.kl.init_coef`` -> ``init_coef``) with
+defaults, choices and help, the policy-update keys (``--actor.eps_clip`` -> ``eps_clip``), the
+KL estimator names, the beta/controller/clip keys, the named recipes, the translation of the
+sidebar's generic knobs (the KL is in the reward unless ``use_loss``: an inverted switch), the
+loss spec and the logged metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_whiten
+from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.shared import (
+    Conventions,
+    base_notes,
+    batch_kl,
+    controller,
+    make_trace,
+    num,
+)
+from roll_viz.core.pipeline.kl import kl_term_mean
+from roll_viz.core.pipeline.losses import LossSpec, MetricContext
+from roll_viz.core.pipeline.postprocess import (
+    clip_rewards,
+    leave_one_out_baseline,
+    require_group_size,
+)
+from roll_viz.core.records import Batch, RunningMoments, Trace
+
+NAME = "openrlhf"
+LABEL = "OpenRLHF"
+
+# ------------------------------------------------------------------------------ KL estimators
+
+#: OpenRLHF's KL estimator names (``kl_estimator``) -> canonical; it has no abs estimator.
+KL_CANON = {"k1": "k1", "k2": "k2", "k3": "k3"}
+#: canonical -> OpenRLHF's name (None: it has none).
+KL_NAMES = shared.kl_names(KL_CANON)
+#: The key that picks the KL estimator (in the reward, or in the loss with use_loss).
+KL_ESTIMATOR_KEY: str | None = "kl_estimator"
+
+#: The estimators that shape rewards per prompt group (need n >= 2, gamma forced to 1).
+GROUP_ESTIMATORS = ("rloo", "reinforce_baseline", "group_norm", "dr_grpo")
+
+# ---------------------------------------------------------------------- reward-stage config
+
+DEFAULTS: dict[str, Any] = {
+    "advantage_estimator": "gae",
+    "gamma": 1.0,
+    "lambd": 1.0,
+    "kl_estimator": "k1",
+    "init_coef": 0.01,
+    "target": None,
+    "horizon": 10000,
+    "use_loss": False,
+    "clip_range": (-10.0, 10.0),
+    "no_std_norm": False,
+    **shared.VIZ_DEFAULTS,
+}
+
+CHOICES: dict[str, tuple] = {
+    "advantage_estimator": ("gae", "reinforce", *GROUP_ESTIMATORS),
+    "kl_estimator": tuple(KL_CANON),
+    **shared.VIZ_CHOICES,
+}
+
+HELP: dict[str, str] = {
+    "advantage_estimator": "--algo.advantage.estimator: gae, reinforce, rloo, "
+    "reinforce_baseline, group_norm or dr_grpo.",
+    "gamma": "--algo.advantage.gamma (forced to 1 for rloo, reinforce_baseline, group_norm, "
+    "dr_grpo).",
+    "lambd": "--algo.advantage.lambd: GAE lambda.",
+    "kl_estimator": "--algo.kl.estimator: k1, k2 or k3 (all clamped to +-10).",
+    "init_coef": "--algo.kl.init_coef: KL coefficient (KL goes into the reward unless use_loss).",
+    "target": "--algo.kl.target: target KL of the adaptive controller (None = fixed).",
+    "horizon": "--algo.kl.horizon: horizon of the adaptive controller.",
+    "use_loss": "--algo.kl.use_loss: put the KL in the loss instead of the reward.",
+    "clip_range": "--reward.clip_range: clamp of the shaped reward (after baseline shaping); "
+    "a number c means (-c, c).",
+    "no_std_norm": "--algo.advantage.no_std_norm: global advantage normalization only "
+    "subtracts the mean.",
+    **shared.VIZ_HELP,
+}
+
+#: The key that selects the advantage estimator.
+ESTIMATOR_KEY = "advantage_estimator"
+
+#: Generic knob -> OpenRLHF key (None: it has no such knob).
+ALIASES: dict[str, str | None] = {
+    "estimator": "advantage_estimator",
+    "gamma": "gamma",
+    "lam": "lambd",
+    "beta": "init_coef",
+    "kl_estimator": "kl_estimator",
+    "kl_in_reward": None,  # the KL is in the reward unless use_loss (inverted switch)
+    "clip": "clip_range",
+    "whiten": None,
+}
+
+#: Config values given as a bool that OpenRLHF reads as another value (none).
+BOOL_VALUES: dict[str, dict[bool, Any]] = {}
+
+# ------------------------------------------------------------------ policy-update (loss) keys
+
+LOSS_DEFAULTS: dict[str, Any] = {
+    "policy_loss_type": "ppo",
+    "eps_clip": 0.2,
+    "eps_clip_low_high": None,
+    "dual_clip": None,
+    "token_level_loss": True,
+    "entropy_coef": None,
+    "value_clip": 0.5,
+}
+
+LOSS_CHOICES: dict[str, tuple] = {"policy_loss_type": ("ppo", "gspo")}
+
+LOSS_HELP: dict[str, str] = {
+    "policy_loss_type": "--actor.policy_loss_type: ppo (token ratio, log-ratio clamped "
+    "+-20) or gspo (sequence ratio, forces per-sample aggregation).",
+    "eps_clip": "--actor.eps_clip: PPO clip epsilon.",
+    "eps_clip_low_high": "--actor.eps_clip_low_high: [low, high] epsilons (None = eps_clip "
+    "on both sides).",
+    "dual_clip": "--actor.dual_clip: dual-clip constant c > 1 for A<0 (None = off).",
+    "token_level_loss": "token_level_loss (not on the CLI): True = sum / tokens, False = mean "
+    "of per-sample token means; the KL and entropy terms are always token-level.",
+    "entropy_coef": "--actor.entropy_coef: None = entropy not computed, 0 = logged only, > 0 "
+    "= loss -= coef * token-mean entropy.",
+    "value_clip": "--critic.value_clip: critic clip around the old values (None = plain MSE).",
+}
+
+#: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
+LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_loss", "init_coef", "kl_estimator")
+
+# -------------------------------------------------------------- what the other layers ask
+
+#: Where beta (the KL coefficient, in the reward or in the loss) lives.
+BETA_KEY = "init_coef"
+#: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
+CLIP_KEYS: tuple[str, ...] = ("eps_clip",)
+#: OpenRLHF has an adaptive KL controller (``target`` set).
+ADAPTIVE_BETA = True
+#: No response-level reward normalization stage (only baseline shaping by estimator).
+HAS_REWARD_NORM = False
+#: The KL goes into the reward unless ``use_loss``.
+KL_IN_LOSS_ONLY = False
+#: eps added to the group std.
+STD_EPS = 1e-9
+#: Estimators whose advantage is the discounted reward-to-go of the token rewards.
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", *GROUP_ESTIMATORS)
+#: GAE multiplies values by the mask: 0 after the last token.
+GAE_PADDING: str | None = "masked"
+#: What a group of one sample means (shown when G = 1).
+SINGLETON_NOTE = (
+    "OpenRLHF asserts n_samples_per_prompt > 1 for rloo, reinforce_baseline, "
+    "group_norm and dr_grpo; gae and reinforce still work."
+)
+#: The same for the editable reward table (a prompt with a single row).
+SINGLETON_BEHAVIOUR = "OpenRLHF refuses to run: group estimators assert n_samples_per_prompt > 1."
+
+#: Named recipes: a generic estimator (``shared.RECIPE_NAMES``) -> OpenRLHF's closest settings.
+RECIPES: dict[str, dict[str, Any]] = {
+    "grpo": {"advantage_estimator": "group_norm"},
+    "dr_grpo (no std)": {"advantage_estimator": "dr_grpo"},
+    "rloo": {"advantage_estimator": "rloo"},
+    "reinforce++": {"advantage_estimator": "reinforce"},
+    "reinforce++ baseline": {"advantage_estimator": "reinforce_baseline"},
+    "gae": {"advantage_estimator": "gae"},
+}
+
+
+def estimator_name(config: Mapping[str, Any]) -> str:
+    """The advantage estimator an OpenRLHF config uses ("?" when the key is missing)."""
+    return str(config.get("advantage_estimator", "?"))
+
+
+def kl_estimator(config: Mapping[str, Any]) -> str:
+    """Canonical name (k1/k2/k3) of the KL estimator of a resolved config."""
+    return KL_CANON[config["kl_estimator"]]
+
+
+def to_native(generic: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidebar's generic widget values -> an OpenRLHF config (shipped defaults underneath).
+
+    A generic value OpenRLHF does not accept (an estimator or KL name of another dialect) is
+    skipped; a clip c becomes the range (-c, c) (the default's shape); ``kl_in_reward`` has no
+    key here (``kl_placement`` sets ``use_loss``).
+    """
+    return shared.widgets_to_native(DEFAULTS, ALIASES, CHOICES, generic)
+
+
+def from_native(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Generic widget values that reproduce an OpenRLHF config (default: the shipped defaults)."""
+    return shared.widgets_from_native(DEFAULTS if config is None else config, ALIASES)
+
+
+def from_canonical(canonical: Mapping[str, object]) -> tuple[dict, tuple[str, ...]]:
+    """Canonical settings -> (OpenRLHF keys, the settings it has no key for).
+
+    ``kl_in_reward`` maps to ``use_loss = not kl_in_reward``; a clip of c becomes (-c, c).
+    """
+    return shared.canonical_to_native(
+        ALIASES, KL_NAMES, canonical, kl_in_reward_key_inverted="use_loss", clip_as_range=True
+    )
+
+
+def norm_config(mode: str) -> dict[str, Any] | None:
+    """OpenRLHF has no reward-normalization stage: None."""
+    return None
+
+
+def kl_placement(in_reward: bool, beta: float) -> dict[str, Any] | None:
+    """Keys that put the KL in the token rewards (True) or in the loss (False)."""
+    return {"use_loss": not in_reward}
+
+
+def train_config(
+    config: Mapping[str, Any], beta: float, adaptive: bool, target_kl: float, horizon: float
+) -> dict[str, Any]:
+    """One training step's config: beta as init_coef, the controller on when adaptive."""
+    cfg = dict(config)
+    cfg[BETA_KEY] = beta
+    cfg["target"] = target_kl if adaptive else None
+    cfg["horizon"] = horizon
+    return cfg
+
+
+def beta_blocked(config: Mapping[str, Any]) -> str | None:
+    """Why beta cannot reach the advantages (``use_loss`` on: the KL is not in the reward)."""
+    if config.get("use_loss"):
+        return "OpenRLHF's use_loss is on, so the KL is not in the reward: beta is flat."
+    return None
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
+    """OpenRLHF: compute_advantages_and_returns (shaping -> clamp -> compute_reward -> returns).
+
+    Args:
+        batch: validated float64 batch.
+        cfg: resolved OpenRLHF config.
+        running: ignored (OpenRLHF has no running reward normalization); returned unchanged.
+
+    Returns:
+        Trace with rewards = shaped and clamped response rewards.
+    """
+    mask, scores, est = batch.response_mask, batch.scores, cfg["advantage_estimator"]
+    conv = Conventions(cfg, std_ddof=1, eps=1e-9, whiten_ddof=0)
+    notes = base_notes(batch) + conv.notes
+    gamma = cfg["gamma"]
+    zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
+    baseline, scale = zeros, ones
+    if est in GROUP_ESTIMATORS:
+        require_group_size(batch.group_ids, batch.group_labels, f"openrlhf {est}")
+        if gamma != 1.0:
+            notes.append(f"gamma forced to 1.0 for {est} (configured {num(gamma)})")
+        gamma = 1.0
+        stats = group_stats(scores, batch.group_ids, ddof=conv.std_ddof)
+        if est == "rloo":
+            baseline = leave_one_out_baseline(scores, batch.group_ids)
+            notes.append("rloo shaping: r - mean of the other samples of the prompt")
+        else:
+            baseline = stats.mean
+            notes.append(f"{est} shaping: r - group mean")
+        if est == "group_norm":
+            scale = stats.std + conv.eps
+            notes.append(f"group std {conv.ddof_word(conv.std_ddof)}, eps {num(conv.eps)} added")
+    shaped = (scores - baseline) / scale
+    low, high = cfg["clip_range"] or (None, None)
+    rewards, clip_frac = clip_rewards(shaped, low, high)
+    if cfg["clip_range"]:
+        notes.append(
+            f"shaped reward clamped to clip_range ({num(low)}, {num(high)}) after baseline "
+            f"shaping ({clip_frac:.0%} clipped)"
+        )
+
+    kl = batch_kl(batch, cfg["kl_estimator"], clamp=10.0)
+    beta = max(cfg["init_coef"], 0.0)
+    kl_in_reward = not cfg["use_loss"] and beta > 0
+    tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
+    if kl_in_reward:
+        notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_estimator']} (clamped to +-10)")
+    next_beta = controller(beta, kl, mask, cfg["target"], cfg["horizon"], notes)
+
+    if est == "gae":
+        values = None if batch.values is None else apply_mask(batch.values, mask)
+        params = EstimatorParams(gamma=gamma, lam=cfg["lambd"], values=values, carry_through=False)
+        notes.append("GAE with rewards and values multiplied by the mask (no carry-through)")
+        estimate = ADVANTAGE_ESTIMATORS["gae"](tokens, mask, batch.group_ids, params)
+    else:
+        params = EstimatorParams(gamma=gamma, carry_through=False)
+        notes.append("cumulative returns of the token rewards; advantages = returns")
+        estimate = ADVANTAGE_ESTIMATORS["reinforce"](tokens, mask, batch.group_ids, params)
+    advantages = estimate.advantages
+    if est in ("gae", "reinforce", "reinforce_baseline") and mask.sum() > 0:
+        if cfg["no_std_norm"]:
+            advantages = advantages - masked_mean(advantages, mask)
+            notes.append("no_std_norm: advantages mean-centred (token-weighted), not scaled")
+        else:
+            advantages = masked_whiten(
+                advantages, mask, ddof=conv.whiten_ddof, eps=1e-8, eps_mode="floor"
+            )
+            notes.append(
+                f"advantages whitened globally token-weighted, "
+                f"{conv.ddof_word(conv.whiten_ddof)} var, rsqrt(max(var, 1e-8))"
+            )
+
+    kl_loss = None
+    if cfg["use_loss"] and beta == 0:
+        kl_loss = 0.0
+        notes.append("KL in the loss with init_coef = 0: no reference model, KL loss 0")
+    elif cfg["use_loss"]:
+        kl_loss = kl_term_mean(kl, mask)
+        notes.append(
+            f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {num(beta)}, "
+            "token-level mean (aggregate_loss default)"
+        )
+    return make_trace(
+        "openrlhf",
+        cfg,
+        batch,
+        rewards=rewards,
+        baseline=baseline,
+        scale=scale,
+        clip_frac=clip_frac,
+        kl=kl,
+        kl_coef=beta,
+        next_kl_coef=next_beta,
+        kl_in_reward=kl_in_reward,
+        kl_loss=kl_loss,
+        token_rewards=tokens,
+        advantages=advantages,
+        returns=estimate.returns,
+        running=running,
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------- the update loss
+
+
+def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Canonical aggregation of each loss term.
+
+    KL and entropy are token-level; the policy and the critic per token or per sample
+    (``token_level_loss``; gspo always per sample).
+    """
+    token = ("token-mean", None)
+    per_sample = ("seq-mean-token-mean", None)
+    policy = token
+    if not cfg["token_level_loss"] or cfg["policy_loss_type"] == "gspo":
+        policy = per_sample
+    value = token if cfg["token_level_loss"] else per_sample
+    return {"policy": policy, "kl": token, "entropy": token, "value": value}
+
+
+def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
+    """OpenRLHF's policy loss as a ``LossSpec`` (policy_loss_type ppo / gspo); notes appended."""
+    low, high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
+    kl_zero = cfg["use_loss"] and cfg["init_coef"] == 0
+    if cfg["use_loss"]:
+        notes.append(
+            "KL loss with init_coef = 0: no reference model, KL loss 0"
+            if kl_zero
+            else f"KL loss: {cfg['kl_estimator']} (clamped +-10), coefficient = KL controller "
+            f"value init_coef {cfg['init_coef']:g}, always token-level"
+        )
+    gspo = cfg["policy_loss_type"] == "gspo"
+    notes.append(
+        ("gspo: sequence ratio, no clamp, per-sample aggregation" if gspo else "ppo: d +-20")
+        + (f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else "")
+    )
+    return LossSpec(
+        kind="ppo",
+        level="sequence" if gspo else "token",
+        clamp=None if gspo else 20.0,
+        eps_low=low,
+        eps_high=high,
+        dual_clip=cfg["dual_clip"],
+        kl_on=cfg["use_loss"],
+        kl_zero=kl_zero,
+        kl_estimator=cfg["kl_estimator"],
+        kl_clamp=10.0,
+        kl_coef=cfg["init_coef"],
+        entropy_coef=cfg["entropy_coef"] or 0.0,
+        value_clip=cfg["value_clip"],
+    )
+
+
+def loss_metrics(ctx: MetricContext) -> dict[str, float]:
+    """OpenRLHF's logged metrics under its own names."""
+    surr1, surr2 = ctx.surrogates()
+    out: dict[str, float] = {
+        "policy_loss": ctx.item("policy"),
+        "ppo_clip_ratio": ctx.token_mean(surr2 < surr1),
+        "ppo_kl": ctx.token_mean(-ctx.d),
+    }
+    if ctx.spec.kl_on:
+        out["kl"] = ctx.item("kl")
+    if ctx.cfg["entropy_coef"] is not None and ctx.entropy is not None:
+        out["entropy_loss"] = ctx.item("entropy")
+    if ctx.terms["value"] is not None:
+        out["critic_loss"] = ctx.item("value")
+    return out

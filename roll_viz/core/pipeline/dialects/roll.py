@@ -1,0 +1,549 @@
+"""ROLL (RLVR pipeline): everything roll-viz knows about ROLL, in one file.
+
+Order of operations (``pipeline``): reward_norm (grpo forces group/group) -> clip +-reward_clip
+-> reward on the last token, -beta*KL if add_token_level_kl -> token clip +-reward_clip ->
+(whiten_rewards) -> gae (unmasked values) or reward-to-go -> (whiten_advantages) -> mask ->
+(advantage_clip). Returns: gae A+V, reinforce/grpo the reward-to-go.
+
+Edge cases: a group of one with a group std would take torch.std of one value (NaN in the
+framework) -> ValueError explaining why (a group *mean* alone is fine: r - r = 0); whitening with
+<= 1 valid token is skipped (PR #476, noted). The KL loss readout is always k3 (clamped +-10),
+aggregated with ``loss_agg_mode`` (default seq-mean-token-mean).
+
+Also here: ROLL's config keys with defaults, choices and help (algorithms.md sections 1 and 2b),
+the policy-update keys (policy-update.md 1.2), the KL estimator names, the keys of beta, the
+controller and the clip, the named recipes, the translation of the sidebar's generic knobs, the
+loss spec and the logged metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor
+
+from roll_viz.core.ops import masked_whiten
+from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.shared import (
+    Conventions,
+    base_notes,
+    batch_kl,
+    controller,
+    make_trace,
+    num,
+)
+from roll_viz.core.pipeline.losses import F64, LossSpec, MetricContext, aggregate
+from roll_viz.core.pipeline.postprocess import (
+    clip_rewards,
+    normalize_scores,
+    singleton_groups,
+    update_running_moments,
+)
+from roll_viz.core.records import Batch, RunningMoments, Trace
+
+NAME = "roll"
+LABEL = "ROLL"
+
+# ------------------------------------------------------------------------------ KL estimators
+
+#: ROLL's KL estimator names (``kl_penalty``) -> canonical k1/abs/k2/k3.
+KL_CANON = {"kl": "k1", "abs": "abs", "mse": "k2", "k3": "k3"}
+#: canonical -> ROLL's name (None: ROLL has none).
+KL_NAMES = shared.kl_names(KL_CANON)
+#: The key that picks the in-reward KL estimator; the KL loss is always k3.
+KL_ESTIMATOR_KEY: str | None = "kl_penalty"
+
+# ---------------------------------------------------------------------- reward-stage config
+
+_NORM = (None, "batch", "group", "running")
+
+DEFAULTS: dict[str, Any] = {
+    "adv_estimator": "gae",
+    "gamma": 1.0,
+    "lambd": 0.95,
+    "norm_mean_type": None,
+    "norm_std_type": None,
+    "reward_clip": None,
+    "whiten_rewards": False,
+    "whiten_advantages": False,
+    "advantage_clip": None,
+    "add_token_level_kl": False,
+    "init_kl_coef": 0.2,
+    "kl_penalty": "kl",
+    "target_kl": None,
+    "kl_horizon": 10000,
+    "use_kl_loss": False,
+    "kl_loss_coef": 0.0,
+    **shared.VIZ_DEFAULTS,
+}
+
+CHOICES: dict[str, tuple] = {
+    "adv_estimator": ("gae", "reinforce", "grpo"),
+    "norm_mean_type": _NORM,
+    "norm_std_type": _NORM,
+    "kl_penalty": tuple(KL_CANON),
+    **shared.VIZ_CHOICES,
+}
+
+HELP: dict[str, str] = {
+    "adv_estimator": "Advantage estimator: gae (critic), reinforce (reward-to-go) or grpo "
+    "(group-normalized reward, then reward-to-go).",
+    "gamma": "Discount factor for returns and GAE.",
+    "lambd": "GAE lambda (only used by gae).",
+    "norm_mean_type": "Baseline subtracted from the response reward: batch, group, running "
+    "mean or none (grpo forces group).",
+    "norm_std_type": "Std the response reward is divided by (+1e-6): batch, group, running or "
+    "none (grpo forces group).",
+    "reward_clip": "Symmetric clip of the normalized response reward and again of the token "
+    "rewards after the KL penalty (None = off).",
+    "whiten_rewards": "Whiten the token rewards (token-weighted) before the estimator.",
+    "whiten_advantages": "Whiten the advantages over all valid tokens (unbiased var, "
+    "rsqrt(var+1e-8)); skipped with at most one valid token.",
+    "advantage_clip": "Symmetric clip of the final advantages (None = off).",
+    "add_token_level_kl": "Subtract init_kl_coef * KL from every token reward.",
+    "init_kl_coef": "KL coefficient beta for the in-reward KL (start value of the controller).",
+    "kl_penalty": "In-reward KL estimator: kl (k1), abs, mse (k2) or k3 (clamped to +-10).",
+    "target_kl": "Target KL of the adaptive controller (None = fixed beta).",
+    "kl_horizon": "Horizon of the adaptive KL controller.",
+    "use_kl_loss": "Add a k3 KL term to the policy loss (reported as kl_loss, not in rewards).",
+    "kl_loss_coef": "Coefficient of the KL loss term.",
+    **shared.VIZ_HELP,
+}
+
+#: The key that selects the advantage estimator.
+ESTIMATOR_KEY = "adv_estimator"
+
+#: Generic knob -> ROLL key (None: ROLL has no such knob).
+ALIASES: dict[str, str | None] = {
+    "estimator": "adv_estimator",
+    "gamma": "gamma",
+    "lam": "lambd",
+    "beta": "init_kl_coef",
+    "kl_estimator": "kl_penalty",
+    "kl_in_reward": "add_token_level_kl",
+    "clip": "reward_clip",
+    "whiten": "whiten_advantages",
+}
+
+#: Config values given as a bool that ROLL reads as another value (none).
+BOOL_VALUES: dict[str, dict[bool, Any]] = {}
+
+# ------------------------------------------------------------------ policy-update (loss) keys
+
+_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+#: ROLL's aggregation names -> the canonical ``losses.AGG_MODES`` names.
+AGG_CANON = {"seq-mean-token-sum-norm": "token-sum-norm"}
+
+LOSS_DEFAULTS: dict[str, Any] = {
+    "pg_variant": "ppo",
+    "pg_clip": 0.2,
+    "use_pg_clip_range": False,
+    "pg_clip_low": 0.2,
+    "pg_clip_high": 0.2,
+    "dual_clip_loss": False,
+    "loss_agg_mode": "seq-mean-token-mean",
+    "importance_sampling": "token",
+    "entropy_loss_coef": 0.0,
+    "rl_loss_coef": 1.0,
+    "value_clip": None,
+    "cispo_epsilon_low": 0.1,
+    "cispo_epsilon_high": 0.1,
+    "cispo_use_unified_mask": False,
+}
+
+LOSS_CHOICES: dict[str, tuple] = {
+    "pg_variant": ("vanilla", "ppo", "cispo"),
+    "loss_agg_mode": _AGG,
+    "importance_sampling": ("token", "seq"),
+}
+
+LOSS_HELP: dict[str, str] = {
+    "pg_variant": "actor_train.pg_variant: ppo = the default ActorWorker (clipped surrogate), "
+    "vanilla = -A*logp (ActorPGWorker), cispo = -sg(clip(r, 1-lo, 1+hi))*A*logp.",
+    "pg_clip": "pg_clip: PPO clip epsilon (both sides unless use_pg_clip_range); also sets the "
+    "dual-clip constant 1 + 2*pg_clip.",
+    "use_pg_clip_range": "use_pg_clip_range: use pg_clip_low / pg_clip_high, not pg_clip.",
+    "pg_clip_low": "pg_clip_low: lower clip epsilon (only with use_pg_clip_range).",
+    "pg_clip_high": "pg_clip_high: upper clip epsilon (only with use_pg_clip_range).",
+    "dual_clip_loss": "dual_clip_loss: for A<0 cap the loss at -c*A with c = 1 + 2*pg_clip.",
+    "loss_agg_mode": "loss_agg_mode: aggregation of the policy, KL and entropy terms; "
+    "seq-mean-token-sum-norm is sum / L_max with no batch division.",
+    "importance_sampling": "importance_sampling: token ratio or seq = exp(masked mean "
+    "log-ratio) broadcast to the tokens (GSPO-like); no log-ratio clamp.",
+    "entropy_loss_coef": "entropy_loss_coef: total -= coef * agg(entropy) when > 0.",
+    "rl_loss_coef": "rl_loss_coef: multiplies (policy + KL loss) before the entropy term.",
+    "value_clip": "value_clip: critic clip around the old values (None = plain MSE); the "
+    "critic loss is always the mean over samples of per-sample token means.",
+    "cispo_epsilon_low": "cispo_epsilon_low: CISPO weight floor 1 - eps (pg_variant cispo).",
+    "cispo_epsilon_high": "cispo_epsilon_high: CISPO weight cap 1 + eps (pg_variant cispo).",
+    "cispo_use_unified_mask": "cispo_use_unified_mask: also zero the tokens PPO would clip "
+    "(A>0 and r>1+hi, A<0 and r<1-lo).",
+}
+
+#: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
+LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_kl_loss", "kl_loss_coef")
+
+# -------------------------------------------------------------- what the other layers ask
+
+#: Where beta (the in-reward KL coefficient) lives.
+BETA_KEY = "init_kl_coef"
+#: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
+CLIP_KEYS: tuple[str, ...] = ("pg_clip", "pg_clip_low", "pg_clip_high")
+#: ROLL has an adaptive KL controller (``target_kl`` set).
+ADAPTIVE_BETA = True
+#: ROLL normalizes the response rewards in a stage of its own (norm_mean_type / norm_std_type).
+HAS_REWARD_NORM = True
+#: The KL can go into the token rewards (add_token_level_kl), not only into the loss.
+KL_IN_LOSS_ONLY = False
+#: eps added to the group/batch std.
+STD_EPS = 1e-6
+#: Estimators whose advantage is the discounted reward-to-go of the token rewards.
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", "grpo")
+#: How GAE reads the value after a response's last token: "unmasked" (the padded slot's value,
+#: whose advantage leaks back, T8), "carry" (the next valid token), "masked" (0), None (no GAE).
+GAE_PADDING: str | None = "unmasked"
+#: What a group of one sample means (shown when G = 1).
+SINGLETON_NOTE = (
+    "ROLL's group std of one sample is NaN (torch.std with n - 1 = 0), so GRPO / group "
+    "normalization is undefined; use gae or reinforce."
+)
+#: The same for the editable reward table (a prompt with a single row).
+SINGLETON_BEHAVIOUR = (
+    "ROLL (RLVR grpo) takes the unbiased std of one value, which is NaN, so the reward becomes "
+    "NaN (the agentic pipeline returns 0 instead)."
+)
+
+#: Named recipes: a generic estimator (``shared.RECIPE_NAMES``) -> ROLL's closest settings.
+RECIPES: dict[str, dict[str, Any]] = {
+    "grpo": {"adv_estimator": "grpo"},
+    "dr_grpo (no std)": {
+        "adv_estimator": "reinforce",
+        "norm_mean_type": "group",
+        "norm_std_type": None,
+    },
+    "liteppo (group mean, batch std)": {
+        "adv_estimator": "reinforce",
+        "norm_mean_type": "group",
+        "norm_std_type": "batch",
+    },
+    "reinforce++": {
+        "adv_estimator": "reinforce",
+        "norm_mean_type": "batch",
+        "norm_std_type": "batch",
+    },
+    "reinforce++ baseline": {
+        "adv_estimator": "reinforce",
+        "norm_mean_type": "group",
+        "norm_std_type": None,
+        "whiten_advantages": True,
+    },
+    "gae": {"adv_estimator": "gae"},
+}
+
+
+def estimator_name(config: Mapping[str, Any]) -> str:
+    """The advantage estimator a ROLL config uses ("?" when the key is missing)."""
+    return str(config.get("adv_estimator", "?"))
+
+
+def kl_estimator(config: Mapping[str, Any]) -> str:
+    """Canonical name (k1/abs/k2/k3) of the in-reward KL estimator of a resolved config."""
+    return KL_CANON[config["kl_penalty"]]
+
+
+def to_native(generic: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidebar's generic widget values -> a ROLL config (shipped defaults underneath).
+
+    A generic value ROLL does not accept (an estimator or KL name of another dialect) is
+    skipped, so the same sidebar drives every dialect.
+    """
+    return shared.widgets_to_native(DEFAULTS, ALIASES, CHOICES, generic)
+
+
+def from_native(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Generic widget values that reproduce a ROLL config (default: the shipped defaults)."""
+    return shared.widgets_from_native(DEFAULTS if config is None else config, ALIASES)
+
+
+def from_canonical(canonical: Mapping[str, object]) -> tuple[dict, tuple[str, ...]]:
+    """Canonical settings (KL as k1/abs/k2/k3) -> (ROLL keys, the settings ROLL has no key for)."""
+    return shared.canonical_to_native(ALIASES, KL_NAMES, canonical)
+
+
+def norm_config(mode: str) -> dict[str, Any] | None:
+    """ROLL keys of a reward-normalization mode (none/group/batch/running)."""
+    kind = None if mode == "none" else mode
+    return {"norm_mean_type": kind, "norm_std_type": kind}
+
+
+def kl_placement(in_reward: bool, beta: float) -> dict[str, Any] | None:
+    """Keys that put the KL in the token rewards (True) or in the loss (False), coef beta."""
+    return {
+        "add_token_level_kl": in_reward,
+        "use_kl_loss": not in_reward,
+        "kl_loss_coef": 0.0 if in_reward else beta,
+    }
+
+
+def train_config(
+    config: Mapping[str, Any], beta: float, adaptive: bool, target_kl: float, horizon: float
+) -> dict[str, Any]:
+    """One training step's config: beta in the reward, the controller on when adaptive."""
+    cfg = dict(config)
+    cfg[BETA_KEY] = beta
+    cfg["add_token_level_kl"] = cfg.get("add_token_level_kl", True)
+    cfg["target_kl"] = target_kl if adaptive else None
+    cfg["kl_horizon"] = horizon
+    return cfg
+
+
+def beta_blocked(config: Mapping[str, Any]) -> str | None:
+    """Why beta cannot reach the advantages with the KL in the reward switched on (never)."""
+    return None
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
+    """ROLL RLVR: reward_postprocess -> compute_token_reward -> compute_advantage.
+
+    Args:
+        batch: validated float64 batch.
+        cfg: resolved ROLL config.
+        running: running reward statistics from earlier batches (for "running" norm types).
+
+    Returns:
+        Trace; ``running`` is updated with this batch when a norm type is "running".
+    """
+    mask, scores, est = batch.response_mask, batch.scores, cfg["adv_estimator"]
+    conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
+    notes = base_notes(batch) + conv.notes
+    mean_type, std_type = cfg["norm_mean_type"], cfg["norm_std_type"]
+    if est == "grpo":
+        mean_type = std_type = "group"
+        notes.append("GRPO forces norm_mean_type=norm_std_type=group (config values ignored)")
+    if "running" in (mean_type, std_type):
+        running = update_running_moments(running or RunningMoments(), scores)
+        notes.append(
+            "running statistics updated with this batch before normalizing (intended behaviour; "
+            "ROLL's reward_norm reads running_ctrl['domain'], a KeyError in the framework)"
+        )
+    if std_type == "group" and conv.std_ddof > 0 and singleton_groups(batch.group_ids):
+        label = singleton_groups(batch.group_ids, batch.group_labels)[0]
+        raise ValueError(
+            f"roll {est} with group std needs at least 2 samples per prompt (group {label!r} has "
+            "1): ROLL takes torch.std of one value, which is NaN"
+        )
+    norm = normalize_scores(
+        scores,
+        batch.group_ids,
+        mean_type,
+        std_type,
+        running,
+        ddof=conv.std_ddof,
+        eps=conv.eps,
+        group_labels=batch.group_labels,
+    )
+    if mean_type == "batch" and std_type == "group":
+        notes.append(
+            "batch mean + group std: ROLL's reward_norm may mis-broadcast this pair (unverified); "
+            "roll-viz divides each sample by its own group's std"
+        )
+    if mean_type or std_type:
+        notes.append(
+            f"reward_norm: mean={mean_type}, std={std_type}"
+            + (
+                f", {_std_word(std_type, conv)}, eps {num(conv.eps)} added to std"
+                if std_type
+                else ""
+            )
+        )
+    clip = cfg["reward_clip"]
+    rewards, clip_frac = clip_rewards(norm.rewards, -clip if clip else None, clip)
+    if clip:
+        notes.append(f"response reward clipped to +-{num(clip)} ({clip_frac:.0%} clipped)")
+
+    clamp = 10.0 if cfg["kl_penalty"] == "k3" else None
+    kl = batch_kl(batch, KL_CANON[cfg["kl_penalty"]], clamp=clamp)
+    beta = cfg["init_kl_coef"]
+    kl_in_reward = cfg["add_token_level_kl"]
+    tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
+    if kl_in_reward:
+        notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_penalty']} (k3 clamped to +-10)")
+    next_beta = controller(beta, kl, mask, cfg["target_kl"], cfg["kl_horizon"], notes)
+    if clip:
+        tokens, token_frac = clip_rewards(tokens, -clip, clip, mask)
+        notes.append(f"token rewards clipped to +-{num(clip)} again ({token_frac:.0%} of tokens)")
+    if cfg["whiten_rewards"]:
+        tokens = _whiten(tokens, mask, conv, notes, "token rewards")
+
+    params = EstimatorParams(
+        gamma=cfg["gamma"], lam=cfg["lambd"], values=batch.values, carry_through=False
+    )
+    if est == "gae":
+        notes.append("GAE over the full width with unmasked critic values (pad slots leak, T8)")
+        estimate = ADVANTAGE_ESTIMATORS["gae"](tokens, mask, batch.group_ids, params)
+    else:
+        notes.append(f"{est}: advantage = discounted reward-to-go of the token rewards (gamma)")
+        estimate = ADVANTAGE_ESTIMATORS["reinforce"](tokens, mask, batch.group_ids, params)
+    advantages = estimate.advantages
+    if cfg["whiten_advantages"]:
+        advantages = _whiten(advantages, mask, conv, notes, "advantages")
+    if cfg["advantage_clip"]:
+        c = cfg["advantage_clip"]
+        advantages, adv_frac = clip_rewards(advantages, -c, c, mask)
+        notes.append(f"advantages clipped to +-{num(c)} ({adv_frac:.0%} of tokens)")
+
+    kl_loss = None
+    if cfg["use_kl_loss"]:
+        mode, factor = loss_agg_modes(cfg)["kl"]
+        kl_loss = aggregate(batch_kl(batch, "k3", clamp=10.0), mask, mode, factor).item()
+        notes.append(
+            "KL loss is always k3 (clamped +-10), independent of kl_penalty; aggregated with "
+            f"loss_agg_mode {cfg['loss_agg_mode']}"
+        )
+    return make_trace(
+        "roll",
+        cfg,
+        batch,
+        rewards=rewards,
+        baseline=norm.baseline,
+        scale=norm.scale,
+        clip_frac=clip_frac,
+        kl=kl,
+        kl_coef=beta,
+        next_kl_coef=next_beta,
+        kl_in_reward=kl_in_reward,
+        kl_loss=kl_loss,
+        token_rewards=tokens,
+        advantages=advantages,
+        returns=estimate.returns,
+        running=running,
+        notes=notes,
+    )
+
+
+def _std_word(std_type: str, conv: Conventions) -> str:
+    if std_type == "running":
+        return "running std (Bessel-corrected over all scores seen)"
+    return f"{std_type} std {conv.ddof_word(conv.std_ddof)}"
+
+
+def _whiten(x: Tensor, mask: Tensor, conv: Conventions, notes: list, what: str) -> Tensor:
+    """ROLL masked_whiten, auto-disabled with <= 1 valid token (issue #475 / PR #476)."""
+    if mask.sum() <= 1:
+        notes.append(f"{what} whitening skipped: at most one valid token (ROLL PR #476)")
+        return x
+    notes.append(
+        f"{what} whitened token-weighted, {conv.ddof_word(conv.whiten_ddof)} var, rsqrt(var+1e-8)"
+    )
+    return masked_whiten(x, mask, ddof=conv.whiten_ddof, eps=1e-8)
+
+
+# ---------------------------------------------------------------------------- the update loss
+
+
+def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Canonical aggregation of each loss term.
+
+    ``loss_agg_mode`` for policy, KL and entropy; the critic always takes the mean over all
+    samples of per-sample token means.
+    """
+    mode = AGG_CANON.get(cfg["loss_agg_mode"], cfg["loss_agg_mode"])
+    same = (mode, None)
+    return {
+        "policy": same,
+        "kl": same,
+        "entropy": same,
+        "value": ("seq-mean-token-mean-all-rows", None),
+    }
+
+
+def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
+    """ROLL's policy loss as a ``LossSpec`` (pg_variant ppo / vanilla / cispo); notes appended."""
+    variant = cfg["pg_variant"]
+    low, high = cfg["pg_clip"], cfg["pg_clip"]
+    if cfg["use_pg_clip_range"]:
+        low, high = cfg["pg_clip_low"], cfg["pg_clip_high"]
+    kwargs = {
+        "kl_on": cfg["use_kl_loss"],
+        "kl_estimator": "k3",
+        "kl_clamp": 10.0,
+        "kl_coef": cfg["kl_loss_coef"],
+        "entropy_coef": cfg["entropy_loss_coef"],
+        "rl_coef": cfg["rl_loss_coef"],
+        "value_clip": cfg["value_clip"],
+    }
+    if cfg["use_kl_loss"]:
+        notes.append("ROLL KL loss: always k3 (clamped +-10), aggregated with loss_agg_mode")
+    if variant != "ppo" and cfg["importance_sampling"] == "seq":
+        notes.append(f"pg_variant {variant}: ActorPGWorker uses the token ratio (seq ignored)")
+    if variant == "vanilla":
+        notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
+        return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
+    if variant == "cispo":
+        lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
+        notes.append(f"pg_variant cispo: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
+        return LossSpec(
+            kind="cispo",
+            level="token",
+            clamp=None,
+            cispo_low=lo,
+            cispo_high=hi,
+            unified_mask=cfg["cispo_use_unified_mask"],
+            **kwargs,
+        )
+    level = "sequence" if cfg["importance_sampling"] == "seq" else "token"
+    dual = 1.0 + 2.0 * cfg["pg_clip"] if cfg["dual_clip_loss"] else None
+    notes.append(
+        f"ROLL PPO: {level} ratio, no log-ratio clamp, clip [1-{low:g}, 1+{high:g}]"
+        + (f", dual clip c = 1 + 2*pg_clip = {dual:g}" if dual else "")
+    )
+    return LossSpec(
+        kind="ppo", level=level, clamp=None, eps_low=low, eps_high=high, dual_clip=dual, **kwargs
+    )
+
+
+def loss_metrics(ctx: MetricContext) -> dict[str, float]:
+    """ROLL's logged actor/critic metrics under its own names."""
+    spec, m = ctx.spec, ctx.m
+    out: dict[str, float] = {
+        "actor/pg_loss": ctx.item("policy"),
+        "actor/total_loss": ctx.total.detach().item(),
+        "actor/approxkl": ctx.agg(0.5 * ctx.d * ctx.d),
+        "actor/policykl": ctx.agg(ctx.d),
+    }
+    if ctx.kl_tok is not None:
+        out["actor/kl_loss"] = ctx.item("kl")
+    if spec.kind == "ppo":
+        lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
+        high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
+        surr1, surr2 = ctx.surrogates()
+        out["actor/ppo_ratio_high_clipfrac"] = ctx.token_mean(high)
+        out["actor/ppo_ratio_low_clipfrac"] = ctx.token_mean(low)
+        out["actor/ppo_ratio_clipfrac"] = ctx.token_mean(high | low)
+        out["actor/clipfrac"] = ctx.agg(surr2 < surr1)
+        out["actor/ratio_mean"] = aggregate(ctx.r, m, "seq-mean-token-mean").item()
+        out["actor/ratio_max"] = (ctx.r * m).max().item()
+        out["actor/ratio_min"] = (ctx.r * m + (1.0 - m) * 1e10).min().item()
+    elif spec.kind == "cispo":
+        numel = float(m.numel())  # ROLL takes .mean() over every (B, T) position
+        low = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item() / numel
+        high = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item() / numel
+        out["actor/cispo_lower_clipfrac"] = low
+        out["actor/cispo_upper_clipfrac"] = high
+        out["actor/cispo_total_clipfrac"] = low + high
+    if ctx.terms["value"] is not None:
+        out["critic/loss"] = ctx.item("value")
+        # ROLL: row-mean of (clipped error larger), mean over all rows; without value_clip it
+        # logs the mean squared error under the same name
+        vf = ctx.vf_clipped.to(F64) if spec.value_clip is not None else None
+        out["critic/clipfrac"] = (
+            aggregate(vf, m, "seq-mean-token-mean-all-rows").item()
+            if vf is not None
+            else 2.0 * ctx.item("value")
+        )
+    return out

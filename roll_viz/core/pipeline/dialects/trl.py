@@ -1,0 +1,374 @@
+"""TRL (GRPOTrainer): everything roll-viz knows about TRL, in one file.
+
+Order of operations (``pipeline``): GRPO group mean -> scale by group/batch std (+1e-4) or not
+-> broadcast to every completion token; the KL is only in the loss (k3, unclamped). TRL has no
+returns (advantages are reported) and asserts n >= 2 per group -> ValueError naming the group.
+
+Also here: TRL's ``GRPOConfig`` keys with defaults, choices and help (``scale_rewards`` True /
+False read as group / none), the policy-update keys, the beta key, the named recipes, the
+translation of the sidebar's generic knobs, the loss spec and the logged metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.core.ops import apply_mask, group_stats
+from roll_viz.core.pipeline.advantages import token_rewards
+from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.shared import (
+    Conventions,
+    base_notes,
+    batch_kl,
+    make_trace,
+    num,
+)
+from roll_viz.core.pipeline.kl import kl_term_mean
+from roll_viz.core.pipeline.losses import F64, LossSpec, MetricContext
+from roll_viz.core.pipeline.postprocess import require_group_size
+from roll_viz.core.records import Batch, RunningMoments, Trace
+
+NAME = "trl"
+LABEL = "TRL"
+
+# ------------------------------------------------------------------------------ KL estimators
+
+#: TRL has no KL estimator key: its loss KL is always k3 (unclamped).
+KL_CANON: dict[str, str] = {}
+#: canonical -> TRL's name: none (no key to set).
+KL_NAMES = shared.kl_names(KL_CANON)
+#: No key picks the KL estimator.
+KL_ESTIMATOR_KEY: str | None = None
+
+# ---------------------------------------------------------------------- reward-stage config
+
+DEFAULTS: dict[str, Any] = {
+    "scale_rewards": "group",
+    "beta": 0.0,
+    **shared.VIZ_DEFAULTS,
+}
+
+CHOICES: dict[str, tuple] = {"scale_rewards": ("group", "batch", "none"), **shared.VIZ_CHOICES}
+
+HELP: dict[str, str] = {
+    "scale_rewards": "GRPOConfig.scale_rewards: divide (reward - group mean) by the group std, "
+    "the batch std, or nothing (+1e-4).",
+    "beta": "GRPOConfig.beta: coefficient of the k3 KL term in the loss (0 = no reference model).",
+    **shared.VIZ_HELP,
+}
+
+#: The key that selects the advantage "estimator" (TRL's GRPO scaling mode).
+ESTIMATOR_KEY = "scale_rewards"
+
+#: Generic knob -> TRL key (None: TRL has no such knob).
+ALIASES: dict[str, str | None] = {
+    "estimator": "scale_rewards",
+    "gamma": None,
+    "lam": None,
+    "beta": "beta",
+    "kl_estimator": None,
+    "kl_in_reward": None,
+    "clip": None,
+    "whiten": None,
+}
+
+#: Config values given as a bool that TRL reads as another value: True -> group, False -> none.
+BOOL_VALUES: dict[str, dict[bool, Any]] = {"scale_rewards": {True: "group", False: "none"}}
+
+# ------------------------------------------------------------------ policy-update (loss) keys
+
+LOSS_DEFAULTS: dict[str, Any] = {
+    "loss_type": "dapo",
+    "epsilon": 0.2,
+    "epsilon_high": None,
+    "delta": None,
+    "importance_sampling_level": "token",
+    "max_completion_length": 512,
+    "entropy_coef": 0.0,
+    "sapo_temperature_pos": 1.0,
+    "sapo_temperature_neg": 1.05,
+}
+
+LOSS_CHOICES: dict[str, tuple] = {
+    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"),
+    "importance_sampling_level": ("token", "sequence"),
+}
+
+LOSS_HELP: dict[str, str] = {
+    "loss_type": "GRPOConfig.loss_type: dapo (sum / active tokens), grpo (mean of sequence "
+    "means), bnpo (token mean), dr_grpo (sum / (B * max_completion_length)), cispo, sapo.",
+    "epsilon": "GRPOConfig.epsilon: lower clip epsilon (and upper when epsilon_high is None).",
+    "epsilon_high": "GRPOConfig.epsilon_high: upper clip epsilon (None = epsilon); for cispo "
+    "the absolute cap on the weight min(r, epsilon_high) (ScaleRL recommends 5.0).",
+    "delta": "GRPOConfig.delta: two-sided cap r <= delta before the PPO min (INTELLECT-2).",
+    "importance_sampling_level": "GRPOConfig.importance_sampling_level: token ratio or "
+    "sequence = exp(mean log-ratio).",
+    "max_completion_length": "GRPOConfig.max_completion_length: the dr_grpo divisor.",
+    "entropy_coef": "GRPOConfig.entropy_coef: loss -= coef * mean per-token entropy "
+    "(independent of loss_type).",
+    "sapo_temperature_pos": "GRPOConfig.sapo_temperature_pos: SAPO temperature for A > 0.",
+    "sapo_temperature_neg": "GRPOConfig.sapo_temperature_neg: SAPO temperature for A <= 0.",
+}
+
+#: Every key the policy update reads (loss table plus the loss KL coefficient).
+LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "beta")
+
+# -------------------------------------------------------------- what the other layers ask
+
+#: Where beta (the loss KL coefficient) lives.
+BETA_KEY = "beta"
+#: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
+CLIP_KEYS: tuple[str, ...] = ("epsilon",)
+#: TRL has no adaptive KL controller (removed in PR #2174).
+ADAPTIVE_BETA = False
+#: No response-level reward normalization stage (``scale_rewards`` is the estimator).
+HAS_REWARD_NORM = False
+#: The KL is only in the loss: beta cannot change the advantages.
+KL_IN_LOSS_ONLY = True
+#: eps added to the group/batch std.
+STD_EPS = 1e-4
+#: Estimators whose advantage is the discounted reward-to-go of the token rewards: none.
+RETURN_ESTIMATORS: tuple[str, ...] = ()
+#: TRL's GRPO has no critic, so no GAE.
+GAE_PADDING: str | None = None
+#: What a group of one sample means (shown when G = 1).
+SINGLETON_NOTE = (
+    "TRL requires at least 2 generations per prompt (GRPO and RLOO are both group methods)."
+)
+#: The same for the editable reward table (a prompt with a single row).
+SINGLETON_BEHAVIOUR = (
+    "TRL refuses to run: GRPOTrainer requires num_generations >= 2 (nanstd would be NaN)."
+)
+
+#: Named recipes: a generic estimator (``shared.RECIPE_NAMES``) -> TRL's closest settings.
+RECIPES: dict[str, dict[str, Any]] = {
+    "grpo": {"scale_rewards": "group"},
+    "dr_grpo (no std)": {"scale_rewards": "none"},
+    "liteppo (group mean, batch std)": {"scale_rewards": "batch"},
+}
+
+
+def estimator_name(config: Mapping[str, Any]) -> str:
+    """TRL's GRPOTrainer always estimates with GRPO (``scale_rewards`` only scales)."""
+    return "grpo"
+
+
+def kl_estimator(config: Mapping[str, Any]) -> str:
+    """The loss KL estimator: always k3."""
+    return "k3"
+
+
+def to_native(generic: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidebar's generic widget values -> a TRL config (shipped defaults underneath).
+
+    Only the estimator (scale_rewards) and beta have keys; the rest is skipped.
+    """
+    return shared.widgets_to_native(DEFAULTS, ALIASES, CHOICES, generic)
+
+
+def from_native(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Generic widget values that reproduce a TRL config (default: the shipped defaults)."""
+    return shared.widgets_from_native(DEFAULTS if config is None else config, ALIASES)
+
+
+def from_canonical(canonical: Mapping[str, object]) -> tuple[dict, tuple[str, ...]]:
+    """Canonical settings -> (TRL keys, the settings TRL has no key for)."""
+    return shared.canonical_to_native(ALIASES, KL_NAMES, canonical)
+
+
+def norm_config(mode: str) -> dict[str, Any] | None:
+    """TRL has no reward-normalization stage: None."""
+    return None
+
+
+def kl_placement(in_reward: bool, beta: float) -> dict[str, Any] | None:
+    """The KL is only in the loss: no keys for "in the loss", None for "in the reward"."""
+    return None if in_reward else {}
+
+
+def train_config(
+    config: Mapping[str, Any], beta: float, adaptive: bool, target_kl: float, horizon: float
+) -> dict[str, Any]:
+    """One training step's config: beta as the loss KL coefficient (no controller)."""
+    cfg = dict(config)
+    cfg[BETA_KEY] = beta
+    return cfg
+
+
+def beta_blocked(config: Mapping[str, Any]) -> str | None:
+    """Why beta cannot reach TRL's advantages: the KL is only in the loss."""
+    return (
+        "TRL puts the KL only in the loss (beta = coefficient of k3 in the loss), so beta "
+        "cannot change TRL's advantages: the lines are flat. Switch the dialect to see it."
+    )
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
+    """TRL GRPOTrainer: (r - group mean) / (group|batch std + 1e-4) broadcast; KL only in the loss.
+
+    Args:
+        batch: validated float64 batch.
+        cfg: resolved TRL config.
+        running: ignored; returned unchanged.
+
+    Returns:
+        Trace with rewards = scores, returns = advantages, kl = unclamped k3, kl_loss reported.
+    """
+    mask, scores, mode = batch.response_mask, batch.scores, cfg["scale_rewards"]
+    conv = Conventions(cfg, std_ddof=1, eps=1e-4, whiten_ddof=None)
+    notes = base_notes(batch) + conv.notes
+    require_group_size(batch.group_ids, batch.group_labels, "trl GRPO (num_generations)")
+    stats = group_stats(scores, batch.group_ids, ddof=conv.std_ddof)
+    baseline = stats.mean
+    notes.append("advantage = reward - group mean")
+    if mode == "group":
+        scale = stats.std + conv.eps
+    elif mode == "batch":
+        scale = torch.zeros_like(scores) + scores.std(correction=conv.std_ddof) + conv.eps
+    else:
+        scale = torch.ones_like(scores)
+    if mode != "none":
+        notes.append(
+            f"scale_rewards={mode}: divided by the {mode} std, "
+            f"{conv.ddof_word(conv.std_ddof)}, eps {num(conv.eps)} added"
+        )
+    else:
+        notes.append("scale_rewards=none: no std division (Dr.GRPO)")
+    adv_seq = (scores - baseline) / scale
+    advantages = apply_mask(adv_seq[:, None].expand_as(mask), mask)
+    notes.append("sequence advantage broadcast to every completion token; returns = advantages")
+    tokens = token_rewards(scores, mask)
+    kl = batch_kl(batch, "k3", clamp=None)
+    notes.append(
+        f"KL only in the loss: k3 unclamped, beta {num(cfg['beta'])}"
+        + (" (beta=0: TRL does not load the reference model)" if cfg["beta"] == 0 else "")
+    )
+    return make_trace(
+        "trl",
+        cfg,
+        batch,
+        rewards=scores.clone(),
+        baseline=baseline,
+        scale=scale,
+        clip_frac=0.0,
+        kl=kl,
+        kl_coef=cfg["beta"],
+        next_kl_coef=cfg["beta"],
+        kl_in_reward=False,
+        kl_loss=kl_term_mean(kl, mask),
+        token_rewards=tokens,
+        advantages=advantages,
+        returns=advantages,
+        running=running,
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------- the update loss
+
+
+def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Canonical aggregation of each loss term by ``loss_type``.
+
+    The KL is aggregated like the policy, the entropy token-mean; "value" is None: GRPO has no
+    critic.
+    """
+    loss_type = cfg["loss_type"]
+    policy = ("token-mean", None)
+    if loss_type in ("grpo", "sapo"):
+        policy = ("seq-mean-token-mean-all-rows", None)
+    elif loss_type == "dr_grpo":
+        policy = ("token-sum-norm-all-rows", cfg["max_completion_length"])
+    return {"policy": policy, "kl": policy, "entropy": ("token-mean", None), "value": None}
+
+
+def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
+    """TRL's policy loss as a ``LossSpec`` (loss_type grpo/bnpo/dr_grpo/dapo/cispo/sapo)."""
+    low = cfg["epsilon"]
+    high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
+    level = "sequence" if cfg["importance_sampling_level"] == "sequence" else "token"
+    loss_type = cfg["loss_type"]
+    kwargs = {
+        "level": level,
+        "clamp": None,
+        "kl_on": cfg["beta"] != 0,
+        "kl_estimator": "k3",
+        "kl_coef": cfg["beta"],
+        "entropy_coef": cfg["entropy_coef"],
+        "has_critic": False,
+    }
+    if cfg["beta"] != 0:
+        notes.append("TRL: beta * k3 (unclamped) added per token before aggregation")
+    if level == "sequence" and loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+        notes.append("sequence-level IS with a token-sum loss weights each sequence by length")
+    if loss_type == "cispo":
+        notes.append(f"loss_type cispo: weight min(r, epsilon_high = {high:g}), no lower bound")
+        return LossSpec(kind="cispo", cispo_high=high, **kwargs)
+    if loss_type == "sapo":
+        notes.append("loss_type sapo: soft gate, aggregated like grpo")
+        return LossSpec(
+            kind="sapo",
+            tau_pos=cfg["sapo_temperature_pos"],
+            tau_neg=cfg["sapo_temperature_neg"],
+            **kwargs,
+        )
+    notes.append(
+        f"TRL {loss_type}: {level} ratio, no clamp, clip [1-{low:g}, 1+{high:g}]"
+        + (f", delta cap {cfg['delta']:g}" if cfg["delta"] is not None else "")
+    )
+    return LossSpec(kind="ppo", eps_low=low, eps_high=high, delta=cfg["delta"], **kwargs)
+
+
+def loss_metrics(ctx: MetricContext) -> dict[str, float]:
+    """TRL's logged metrics under its own names."""
+    spec = ctx.spec
+    out: dict[str, float] = {}
+    if spec.entropy_coef != 0:  # TRL logs policy_loss (incl. beta * KL) with the entropy bonus
+        kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
+        out["policy_loss"] = ctx.item("policy") + kl_part
+    if spec.kl_on:
+        out["kl"] = ctx.token_mean(ctx.kl_tok)
+    if ctx.entropy is not None:
+        out["entropy"] = ctx.token_mean(ctx.entropy)
+    sequence = spec.level == "sequence"
+
+    def global_mean(x: Tensor) -> float:
+        if sequence:  # TRL: one value per sequence, mean over all B rows
+            return _row_values(x, ctx.m).mean().item()
+        return ctx.token_mean(x)
+
+    if spec.kind == "ppo":
+        r1 = ctx.r if spec.delta is None else ctx.r.clamp(max=spec.delta)
+        low = (r1 < 1.0 - spec.eps_low) & (ctx.adv < 0) & ctx.mask
+        high = (r1 > 1.0 + spec.eps_high) & (ctx.adv > 0) & ctx.mask
+        out["clip_ratio/low_mean"] = global_mean(low)
+        out["clip_ratio/high_mean"] = global_mean(high)
+        out["clip_ratio/region_mean"] = global_mean(low | high)
+        low_rows, high_rows = _row_values(low, ctx.m, sequence), _row_values(high, ctx.m, sequence)
+        out["clip_ratio/low_min"] = _nan_reduce(low_rows, torch.min)
+        out["clip_ratio/high_max"] = _nan_reduce(high_rows, torch.max)
+    elif spec.kind == "cispo":
+        out["cispo_clip_ratio"] = global_mean((ctx.r > spec.cispo_high) & (ctx.adv > 0) & ctx.mask)
+    return out
+
+
+def _row_values(x: Tensor, m: Tensor, empty_is_zero: bool = True) -> Tensor:
+    """(B,) per-row masked mean of a 0/1 mask; empty rows 0 (sequence level) or NaN (token)."""
+    x = x.to(F64) * m
+    lengths = m.sum(-1)
+    means = x.sum(-1) / lengths.clamp(min=1.0)
+    if empty_is_zero:
+        return means
+    return torch.where(lengths > 0, means, torch.nan)
+
+
+def _nan_reduce(x: Tensor, fn) -> float:
+    finite = x[~torch.isnan(x)]
+    return fn(finite).item() if finite.numel() else float("nan")

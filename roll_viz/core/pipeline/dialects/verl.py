@@ -1,0 +1,509 @@
+"""verl: everything roll-viz knows about verl, in one file.
+
+Order of operations (``pipeline``): no reward processing -> score on the last token,
+-beta*KL if use_kl_in_reward -> estimator, which normalizes inside (gae: carry-through, then
+always whitened). Returns: gae A+V, reinforce_plus_plus the unwhitened R, remax the undiscounted
+reward-to-go, the outcome estimators the advantages.
+
+Edge cases: a group of one in grpo/dr_grpo/rf++-baseline uses mean 0, std 1 (the raw reward
+passes through), rloo keeps the raw score; a zero-length response's score still counts in the
+group statistics (verl sums it in through index -1); whitening with <= 1 valid token raises
+ValueError (verl's masked_var does too). The KL loss readout is aggregated with
+``loss_agg_mode``.
+
+Also here: verl's config keys (flattened: ``algorithm.kl_ctrl.kl_coef`` -> ``kl_coef``) with
+defaults, choices and help, the policy-update keys (``actor.policy_loss.loss_mode`` ->
+``loss_mode``), the KL estimator names, the beta/controller/clip keys, the named recipes, the
+translation of the sidebar's generic knobs, the loss spec and the logged metric names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.core.ops import masked_sum, masked_whiten
+from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.shared import (
+    Conventions,
+    base_notes,
+    batch_kl,
+    controller,
+    make_trace,
+    num,
+)
+from roll_viz.core.pipeline.losses import LossSpec, MetricContext, aggregate
+from roll_viz.core.pipeline.postprocess import singleton_groups
+from roll_viz.core.records import Batch, RunningMoments, Trace
+
+NAME = "verl"
+LABEL = "verl"
+
+# ------------------------------------------------------------------------------ KL estimators
+
+#: verl's KL estimator names (``kl_penalty``, ``kl_loss_type``) -> canonical k1/abs/k2/k3.
+KL_CANON = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2"}
+KL_CANON |= {"low_var_kl": "k3", "k3": "k3"}
+#: canonical -> verl's preferred name.
+KL_NAMES = shared.kl_names(KL_CANON)
+#: The key that picks the in-reward KL estimator.
+KL_ESTIMATOR_KEY: str | None = "kl_penalty"
+
+#: verl's estimator names -> the shared estimator registry's.
+ESTIMATORS = {
+    "gae": "gae",
+    "grpo": "grpo",
+    "rloo": "rloo",
+    "reinforce_plus_plus": "reinforce_pp",
+    "reinforce_plus_plus_baseline": "reinforce_pp_baseline",
+    "remax": "remax",
+}
+
+# ---------------------------------------------------------------------- reward-stage config
+
+DEFAULTS: dict[str, Any] = {
+    "adv_estimator": "gae",
+    "gamma": 1.0,
+    "lam": 1.0,
+    "norm_adv_by_std_in_grpo": True,
+    "use_kl_in_reward": False,
+    "kl_penalty": "kl",
+    "kl_ctrl_type": "fixed",
+    "kl_coef": 0.001,
+    "target_kl": 0.1,
+    "horizon": 10000,
+    "use_kl_loss": False,
+    "kl_loss_coef": 0.001,
+    "kl_loss_type": "low_var_kl",
+    **shared.VIZ_DEFAULTS,
+}
+
+CHOICES: dict[str, tuple] = {
+    "adv_estimator": tuple(ESTIMATORS),
+    "kl_penalty": tuple(KL_CANON),
+    "kl_ctrl_type": ("fixed", "adaptive"),
+    "kl_loss_type": tuple(KL_CANON),
+    **shared.VIZ_CHOICES,
+}
+
+HELP: dict[str, str] = {
+    "adv_estimator": "algorithm.adv_estimator: gae, grpo, rloo, reinforce_plus_plus, "
+    "reinforce_plus_plus_baseline or remax.",
+    "gamma": "algorithm.gamma: discount for gae and reinforce_plus_plus.",
+    "lam": "algorithm.lam: GAE lambda.",
+    "norm_adv_by_std_in_grpo": "Divide GRPO advantages by the group std (False = Dr.GRPO).",
+    "use_kl_in_reward": "algorithm.use_kl_in_reward: subtract kl_coef * KL from token rewards.",
+    "kl_penalty": "algorithm.kl_penalty: in-reward KL estimator (kl/k1, abs, mse/k2, "
+    "low_var_kl/k3).",
+    "kl_ctrl_type": "algorithm.kl_ctrl.type: fixed or adaptive (in-reward KL only).",
+    "kl_coef": "algorithm.kl_ctrl.kl_coef: beta of the in-reward KL.",
+    "target_kl": "algorithm.kl_ctrl.target_kl: target of the adaptive controller.",
+    "horizon": "algorithm.kl_ctrl.horizon: horizon of the adaptive controller.",
+    "use_kl_loss": "actor.use_kl_loss: put a KL term in the policy loss instead.",
+    "kl_loss_coef": "actor.kl_loss_coef: coefficient of the KL loss term.",
+    "kl_loss_type": "actor.kl_loss_type: KL estimator of the loss term.",
+    **shared.VIZ_HELP,
+}
+
+#: The key that selects the advantage estimator.
+ESTIMATOR_KEY = "adv_estimator"
+
+#: Generic knob -> verl key (None: verl has no such knob).
+ALIASES: dict[str, str | None] = {
+    "estimator": "adv_estimator",
+    "gamma": "gamma",
+    "lam": "lam",
+    "beta": "kl_coef",
+    "kl_estimator": "kl_penalty",
+    "kl_in_reward": "use_kl_in_reward",
+    "clip": None,
+    "whiten": None,
+}
+
+#: Config values given as a bool that verl reads as another value (none).
+BOOL_VALUES: dict[str, dict[bool, Any]] = {}
+
+# ------------------------------------------------------------------ policy-update (loss) keys
+
+LOSS_DEFAULTS: dict[str, Any] = {
+    "loss_mode": "vanilla",
+    "clip_ratio": 0.2,
+    "clip_ratio_low": 0.2,
+    "clip_ratio_high": 0.2,
+    "clip_ratio_c": 3.0,
+    "loss_agg_mode": "token-mean",
+    "loss_scale_factor": None,
+    "entropy_coeff": 0.0,
+    "cliprange_value": 0.5,
+    "tau_pos": 1.0,
+    "tau_neg": 1.05,
+}
+
+LOSS_CHOICES: dict[str, tuple] = {
+    "loss_mode": ("vanilla", "gspo", "cispo", "gpg", "sapo"),
+    "loss_agg_mode": (
+        "token-mean",
+        "token-sum",
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    ),
+}
+
+LOSS_HELP: dict[str, str] = {
+    "loss_mode": "actor.policy_loss.loss_mode: vanilla (PPO clip + always-on dual clip), gspo "
+    "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp) or sapo (soft gate).",
+    "clip_ratio": "actor.clip_ratio: PPO epsilon, used where clip_ratio_low/high are null.",
+    "clip_ratio_low": "actor.clip_ratio_low: lower epsilon (null = clip_ratio).",
+    "clip_ratio_high": "actor.clip_ratio_high: upper epsilon (null = clip_ratio; DAPO "
+    "clip-higher uses 0.28).",
+    "clip_ratio_c": "actor.clip_ratio_c: dual-clip constant c > 1, always on for A<0.",
+    "loss_agg_mode": "actor.loss_agg_mode: aggregation of policy, KL, entropy and critic "
+    "terms (gspo and sapo force seq-mean-token-mean for the policy term).",
+    "loss_scale_factor": "actor.loss_scale_factor: divisor of seq-mean-token-sum-norm "
+    "(null = L_max, the tensor width).",
+    "entropy_coeff": "actor.entropy_coeff: policy_loss -= coeff * agg(entropy).",
+    "cliprange_value": "critic.cliprange_value: critic clip around the old values.",
+    "tau_pos": "actor.tau_pos: SAPO gate temperature for A > 0.",
+    "tau_neg": "actor.tau_neg: SAPO gate temperature for A <= 0.",
+}
+
+#: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
+LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_kl_loss", "kl_loss_coef", "kl_loss_type")
+
+# -------------------------------------------------------------- what the other layers ask
+
+#: Where beta (the in-reward KL coefficient) lives.
+BETA_KEY = "kl_coef"
+#: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
+CLIP_KEYS: tuple[str, ...] = ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
+#: verl has an adaptive KL controller (``kl_ctrl_type: adaptive``, in-reward KL only).
+ADAPTIVE_BETA = True
+#: No response-level reward normalization stage (the estimators normalize inside).
+HAS_REWARD_NORM = False
+#: The KL can go into the token rewards (use_kl_in_reward), not only into the loss.
+KL_IN_LOSS_ONLY = False
+#: eps added to the group std.
+STD_EPS = 1e-6
+#: Estimators whose advantage is the discounted reward-to-go of the token rewards.
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce_plus_plus", "remax")
+#: GAE carries values and advantages through masked tokens (the next VALID token).
+GAE_PADDING: str | None = "carry"
+#: What a group of one sample means (shown when G = 1).
+SINGLETON_NOTE = (
+    "verl treats a group of one as mean 0, std 1: GRPO then passes the raw reward through, "
+    "RLOO keeps the raw score."
+)
+#: The same for the editable reward table (a prompt with a single row).
+SINGLETON_BEHAVIOUR = (
+    "verl grpo uses mean 0 and std 1 for a group of one, so the advantage is the raw reward "
+    "divided by 1 + 1e-6."
+)
+
+#: Named recipes: a generic estimator (``shared.RECIPE_NAMES``) -> verl's closest settings.
+RECIPES: dict[str, dict[str, Any]] = {
+    "grpo": {"adv_estimator": "grpo"},
+    "dr_grpo (no std)": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False},
+    "rloo": {"adv_estimator": "rloo"},
+    "reinforce++": {"adv_estimator": "reinforce_plus_plus"},
+    "reinforce++ baseline": {"adv_estimator": "reinforce_plus_plus_baseline"},
+    "gae": {"adv_estimator": "gae"},
+}
+
+
+def estimator_name(config: Mapping[str, Any]) -> str:
+    """The advantage estimator a verl config uses ("?" when the key is missing)."""
+    return str(config.get("adv_estimator", "?"))
+
+
+def kl_estimator(config: Mapping[str, Any]) -> str:
+    """Canonical name (k1/abs/k2/k3) of the in-reward KL estimator of a resolved config."""
+    return KL_CANON[config["kl_penalty"]]
+
+
+def to_native(generic: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidebar's generic widget values -> a verl config (shipped defaults underneath).
+
+    A generic value verl does not accept (an estimator or KL name of another dialect) is
+    skipped, so the same sidebar drives every dialect.
+    """
+    return shared.widgets_to_native(DEFAULTS, ALIASES, CHOICES, generic)
+
+
+def from_native(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Generic widget values that reproduce a verl config (default: the shipped defaults)."""
+    return shared.widgets_from_native(DEFAULTS if config is None else config, ALIASES)
+
+
+def from_canonical(canonical: Mapping[str, object]) -> tuple[dict, tuple[str, ...]]:
+    """Canonical settings (KL as k1/abs/k2/k3) -> (verl keys, the settings verl has no key for)."""
+    return shared.canonical_to_native(ALIASES, KL_NAMES, canonical)
+
+
+def norm_config(mode: str) -> dict[str, Any] | None:
+    """Verl has no reward-normalization stage: None."""
+    return None
+
+
+def kl_placement(in_reward: bool, beta: float) -> dict[str, Any] | None:
+    """Keys that put the KL in the token rewards (True) or in the loss (False), coef beta."""
+    return {
+        "use_kl_in_reward": in_reward,
+        "use_kl_loss": not in_reward,
+        "kl_loss_coef": beta,
+    }
+
+
+def train_config(
+    config: Mapping[str, Any], beta: float, adaptive: bool, target_kl: float, horizon: float
+) -> dict[str, Any]:
+    """One training step's config: beta in the reward, the controller type from ``adaptive``."""
+    cfg = dict(config)
+    cfg[BETA_KEY] = beta
+    cfg["use_kl_in_reward"] = cfg.get("use_kl_in_reward", True)
+    cfg["kl_ctrl_type"] = "adaptive" if adaptive else "fixed"
+    cfg["target_kl"] = target_kl
+    cfg["horizon"] = horizon
+    return cfg
+
+
+def beta_blocked(config: Mapping[str, Any]) -> str | None:
+    """Why beta cannot reach the advantages with the KL in the reward switched on (never)."""
+    return None
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+
+def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
+    """verl: (apply_kl_penalty) -> compute_advantage, normalization inside the estimator.
+
+    Args:
+        batch: validated float64 batch.
+        cfg: resolved verl config.
+        running: ignored (verl has no running reward normalization); returned unchanged.
+
+    Returns:
+        Trace with rewards = raw scores.
+    """
+    mask, scores, est = batch.response_mask, batch.scores, cfg["adv_estimator"]
+    conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
+    notes = base_notes(batch) + conv.notes
+    notes.append("no response-level reward processing in verl (rewards = scores)")
+    kl = _kl(batch, cfg["kl_penalty"])
+    beta, next_beta = cfg["kl_coef"], cfg["kl_coef"]
+    kl_in_reward = cfg["use_kl_in_reward"]
+    tokens = token_rewards(scores, mask, kl if kl_in_reward else None, beta)
+    if kl_in_reward:
+        notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_penalty']}")
+        if cfg["kl_ctrl_type"] == "adaptive":
+            next_beta = controller(beta, kl, mask, cfg["target_kl"], cfg["horizon"], notes)
+    empty = mask.sum(-1) == 0
+    # a zero-length response's score has no token; verl still sums it into s_i (index -1)
+    seq = masked_sum(tokens, mask, dim=-1) + torch.where(empty, scores, torch.zeros_like(scores))
+    name = ESTIMATORS[est]
+    if est == "grpo" and not cfg["norm_adv_by_std_in_grpo"]:
+        name = "dr_grpo"
+        notes.append("norm_adv_by_std_in_grpo=False: advantage = s - group mean (Dr.GRPO)")
+    params = EstimatorParams(
+        gamma=cfg["gamma"],
+        lam=cfg["lam"],
+        values=batch.values,
+        baseline_scores=batch.baseline_scores,
+        seq_rewards=seq,
+        std_eps=conv.eps,
+        std_ddof=conv.std_ddof,
+        singleton="raw",
+        carry_through=True,
+        whiten_ddof=conv.whiten_ddof,
+        group_labels=batch.group_labels,
+    )
+    notes.extend(_estimator_notes(name, batch, conv))
+    try:
+        estimate = ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
+        advantages = estimate.advantages
+        if name == "gae":
+            advantages = masked_whiten(advantages, mask, ddof=conv.whiten_ddof, eps=1e-8)
+    except ValueError as err:
+        raise ValueError(f"verl {est}: {err}") from None
+
+    kl_loss = None
+    if cfg["use_kl_loss"]:
+        mode, factor = loss_agg_modes(cfg)["kl"]
+        kl_loss = aggregate(_kl(batch, cfg["kl_loss_type"]), mask, mode, factor).item()
+        notes.append(
+            f"KL loss term: {cfg['kl_loss_type']} (coef {num(cfg['kl_loss_coef'])}), "
+            f"aggregated with loss_agg_mode {cfg['loss_agg_mode']}"
+        )
+    return make_trace(
+        "verl",
+        cfg,
+        batch,
+        rewards=scores.clone(),
+        baseline=estimate.baseline,
+        scale=estimate.scale,
+        clip_frac=0.0,
+        kl=kl,
+        kl_coef=beta,
+        next_kl_coef=next_beta,
+        kl_in_reward=kl_in_reward,
+        kl_loss=kl_loss,
+        token_rewards=tokens,
+        advantages=advantages,
+        returns=estimate.returns,
+        running=running,
+        notes=notes,
+    )
+
+
+def _kl(batch: Batch, name: str) -> Tensor:
+    """Verl ``kl_penalty``: k3 with the log-ratio clamped to +-20 and the result to +-10."""
+    canonical = KL_CANON[name]
+    if canonical == "k3":
+        return batch_kl(batch, "k3", clamp=10.0, log_ratio_clamp=20.0)
+    return batch_kl(batch, canonical, clamp=None)
+
+
+def _estimator_notes(name: str, batch: Batch, conv: Conventions) -> list[str]:
+    singles = singleton_groups(batch.group_ids)
+    ddof = conv.ddof_word(conv.whiten_ddof)
+    whiten = f"advantages whitened token-weighted, {ddof} var, rsqrt(var+1e-8)"
+    notes = {
+        "gae": [
+            "GAE carries values/advantages through masked tokens",
+            whiten,
+            "returns = A + V (unwhitened)",
+        ],
+        "grpo": [
+            f"group std {conv.ddof_word(conv.std_ddof)}, eps {num(conv.eps)} added to std",
+            "returns = advantages",
+        ],
+        "dr_grpo": ["returns = advantages"],
+        "rloo": ["RLOO: A = s - mean of the other samples of the prompt", "returns = advantages"],
+        "reinforce_pp": [
+            "token returns with gamma, carried through masked tokens",
+            whiten,
+            "returns = unwhitened R",
+        ],
+        "reinforce_pp_baseline": ["s - group mean on every token", whiten, "returns = advantages"],
+        "remax": [
+            "A_t = undiscounted reward-to-go - greedy baseline score",
+            "returns = reward-to-go",
+        ],
+    }[name]
+    if singles and name in ("grpo", "dr_grpo", "reinforce_pp_baseline"):
+        notes.append("singleton group: mean 0, std 1 (raw reward passes through)")
+    if singles and name == "rloo":
+        notes.append("singleton group keeps its raw score (verl rloo; rloo_vectorized gives 0)")
+    return notes
+
+
+# ---------------------------------------------------------------------------- the update loss
+
+
+def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Canonical aggregation of each loss term.
+
+    ``loss_agg_mode`` everywhere, except that gspo and sapo force seq-mean-token-mean for the
+    policy term.
+    """
+    same = (cfg["loss_agg_mode"], cfg["loss_scale_factor"])
+    policy = same
+    if cfg["loss_mode"] in ("gspo", "sapo"):
+        policy = ("seq-mean-token-mean", None)
+    return {"policy": policy, "kl": same, "entropy": same, "value": same}
+
+
+def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
+    """The verl policy loss as a ``LossSpec`` (loss_mode vanilla/gspo/cispo/gpg/sapo)."""
+    mode = cfg["loss_mode"]
+    low = cfg["clip_ratio_low"] if cfg["clip_ratio_low"] is not None else cfg["clip_ratio"]
+    high = cfg["clip_ratio_high"] if cfg["clip_ratio_high"] is not None else cfg["clip_ratio"]
+    kl_name = KL_CANON[cfg["kl_loss_type"]]
+    kwargs = {
+        "kl_on": cfg["use_kl_loss"],
+        "kl_estimator": kl_name,
+        "kl_clamp": 10.0 if kl_name == "k3" else None,
+        "kl_log_ratio_clamp": 20.0 if kl_name == "k3" else None,
+        "kl_coef": cfg["kl_loss_coef"],
+        "entropy_coef": cfg["entropy_coeff"],
+        "value_clip": cfg["cliprange_value"],
+    }
+    if cfg["use_kl_loss"]:
+        notes.append(f"verl KL loss: {cfg['kl_loss_type']}, aggregated with loss_agg_mode")
+    if mode == "gpg":
+        notes.append("loss_mode gpg: loss = -A * logp")
+        return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
+    if mode == "cispo":
+        lo, hi = 1.0 - low, 1.0 + high
+        notes.append(f"loss_mode cispo: -sg(clip(r, {lo:g}, {hi:g})) * A * logp, d clamped +-20")
+        return LossSpec(
+            kind="cispo", level="token", clamp=20.0, cispo_low=lo, cispo_high=hi, **kwargs
+        )
+    if mode == "sapo":
+        notes.append("loss_mode sapo: soft gate, d clamped +-20, forces seq-mean-token-mean")
+        return LossSpec(
+            kind="sapo",
+            level="token",
+            clamp=20.0,
+            tau_pos=cfg["tau_pos"],
+            tau_neg=cfg["tau_neg"],
+            **kwargs,
+        )
+    if mode == "gspo":
+        notes.append(
+            "loss_mode gspo: s = exp(mean d) in GSPO-token form, log s clamped <= 10, no dual "
+            "clip, forces seq-mean-token-mean"
+        )
+        return LossSpec(
+            kind="ppo", level="sequence-token", clamp=10.0, eps_low=low, eps_high=high, **kwargs
+        )
+    notes.append(
+        f"verl PPO: token ratio, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip always "
+        f"on for A<0 with c = clip_ratio_c = {cfg['clip_ratio_c']:g}"
+    )
+    return LossSpec(
+        kind="ppo",
+        level="token",
+        clamp=20.0,
+        eps_low=low,
+        eps_high=high,
+        dual_clip=cfg["clip_ratio_c"],
+        **kwargs,
+    )
+
+
+def loss_metrics(ctx: MetricContext) -> dict[str, float]:
+    """The logged actor/critic metrics under its own names."""
+    spec, mode = ctx.spec, ctx.cfg["loss_mode"]
+    out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
+    d = ctx.d if spec.clamp is None or spec.level != "token" else ctx.d.clamp(-20.0, 20.0)
+    if mode != "gpg":
+        if mode in ("vanilla", "gspo"):
+            surr1, surr2 = ctx.surrogates()
+            frac = ctx.token_mean(-surr2 > -surr1)
+            lower = 0.0
+            if mode == "vanilla":
+                clip1 = torch.maximum(-surr1, -surr2)
+                lower = ctx.token_mean((clip1 > -spec.dual_clip * ctx.adv) & (ctx.adv < 0))
+        elif mode == "cispo":
+            frac = ctx.token_mean(ctx.r != ctx.r.clamp(spec.cispo_low, spec.cispo_high))
+            lower = 0.0
+        else:
+            frac, lower = 0.0, 0.0
+        out["actor/pg_clipfrac"] = frac
+        out["actor/ppo_kl"] = ctx.token_mean(-d)
+        out["actor/pg_clipfrac_lower"] = lower
+    if ctx.entropy is not None:
+        out["actor/entropy_loss"] = ctx.item("entropy")
+    if spec.kl_on:
+        out["kl_loss"] = ctx.item("kl")
+        out["kl_coef"] = spec.kl_coef
+    if ctx.terms["value"] is not None:
+        out["critic/vf_loss"] = ctx.item("value")
+        out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
+    return out
