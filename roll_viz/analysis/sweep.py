@@ -16,6 +16,7 @@ from torch import Tensor
 
 from roll_viz.analysis.common import SWEEP_PARAMS, _one_thread
 from roll_viz.analysis.local_global import framework_config
+from roll_viz.core.pipeline import dialects, run
 from roll_viz.core.records import Batch, Rollout, Trace
 
 
@@ -193,7 +194,7 @@ def sweep(
         pipeline's message where a point is invalid, e.g. G=1 under GRPO, else "").
     """
     if run_fn is None:
-        from roll_viz.core.pipeline import run as run_fn
+        run_fn = run
     for name in (param, param2):
         if name is not None and name not in SWEEP_PARAMS:
             raise ValueError(f"sweep parameter must be one of {SWEEP_PARAMS}, got {name!r}")
@@ -232,52 +233,36 @@ def sweep(
 # ---------------------------------------------------------------------------------------------
 
 #: For a generic estimator, each dialect's closest settings (its own keys; None: it has none).
-ESTIMATOR_EQUIVALENTS: dict[str, dict[str, dict | None]] = {
-    "grpo": {
-        "roll": {"adv_estimator": "grpo"},
-        "verl": {"adv_estimator": "grpo"},
-        "openrlhf": {"advantage_estimator": "group_norm"},
-        "trl": {"scale_rewards": "group"},
-    },
-    "dr_grpo (no std)": {
-        "roll": {"adv_estimator": "reinforce", "norm_mean_type": "group", "norm_std_type": None},
-        "verl": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False},
-        "openrlhf": {"advantage_estimator": "dr_grpo"},
-        "trl": {"scale_rewards": "none"},
-    },
-    "liteppo (group mean, batch std)": {
-        "roll": {"adv_estimator": "reinforce", "norm_mean_type": "group", "norm_std_type": "batch"},
-        "verl": None,
-        "openrlhf": None,
-        "trl": {"scale_rewards": "batch"},
-    },
-    "rloo": {
-        "roll": None,
-        "verl": {"adv_estimator": "rloo"},
-        "openrlhf": {"advantage_estimator": "rloo"},
-        "trl": None,
-    },
-    "reinforce++": {
-        "roll": {"adv_estimator": "reinforce", "norm_mean_type": "batch", "norm_std_type": "batch"},
-        "verl": {"adv_estimator": "reinforce_plus_plus"},
-        "openrlhf": {"advantage_estimator": "reinforce"},
-        "trl": None,
-    },
-    "reinforce++ baseline": {
-        "roll": {
-            "adv_estimator": "reinforce",
-            "norm_mean_type": "group",
-            "norm_std_type": None,
-            "whiten_advantages": True,
-        },
-        "verl": {"adv_estimator": "reinforce_plus_plus_baseline"},
-        "openrlhf": {"advantage_estimator": "reinforce_baseline"},
-        "trl": None,
-    },
-    "gae": {
-        "roll": {"adv_estimator": "gae"},
-        "verl": {"adv_estimator": "gae"},
-        "openrlhf": {"advantage_estimator": "gae"},
-        "trl": None,
-    },
-}
+#: Each dialect module's ``RECIPES`` holds its column (``core/pipeline/dialects/<name>.py``).
+ESTIMATOR_EQUIVALENTS: dict[str, dict[str, dict | None]] = dialects.RECIPES
+
+
+def beta_sweep_config(framework: str, config: Mapping[str, object]) -> tuple[dict, list[str]]:
+    """The config a beta sweep runs with, and why beta may not reach the advantages.
+
+    Beta acts on the advantages only through the KL in the reward: where the dialect has a
+    "KL in reward" switch that is off, the sweep turns it on (and says so); otherwise the
+    dialect says why beta is flat (TRL: the KL is only in the loss; OpenRLHF with use_loss).
+
+    Args:
+        framework: the dialect.
+        config: its config for the current sidebar setting (its own keys); not modified.
+
+    Returns:
+        (the config to sweep, notes to show).
+    """
+    dialect = dialects.get(framework)
+    base = dict(config)
+    notes: list[str] = []
+    switch = dialect.ALIASES.get("kl_in_reward")
+    if switch and not base.get(switch):
+        base[switch] = True
+        notes.append(
+            "beta only reaches the advantages when the KL is in the reward, so this sweep turns "
+            f"'{switch}' on (the sidebar's setting is off)."
+        )
+    else:
+        blocked = dialect.beta_blocked(base)
+        if blocked:
+            notes.append(blocked)
+    return base, notes
