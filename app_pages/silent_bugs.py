@@ -6,7 +6,7 @@ from roll_viz import ui
 from roll_viz.ui import silent_bugs_page
 
 with ui.page_guard("Silent bugs"):
-    state = ui.page_setup("Silent bugs")
+    ui.page_setup("Silent bugs")
     st.title("Silent bugs: the wrong number and the right one")
     st.markdown(
         "Each of these bugs was reported in a real framework and trained models without any "

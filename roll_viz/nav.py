@@ -56,6 +56,7 @@ PAGES: tuple[Page, ...] = (
     Page("frameworks", "app_pages/frameworks.py", "Frameworks", "Frameworks", PROBE),
     Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
+    Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", "Lessons"),
     Page("self_test", "app_pages/self_test.py", "Self-test", "Self_test", CHECKS),
 )
 
