@@ -59,7 +59,7 @@ def single_threaded() -> Iterator[None]:
                 torch.set_num_threads(_THREADS_STATE["saved"])
 
 
-def _one_thread(fn: Callable) -> Callable:
+def one_thread(fn: Callable) -> Callable:
     """Decorator: run ``fn`` inside ``single_threaded()``."""
 
     @functools.wraps(fn)

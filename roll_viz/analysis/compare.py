@@ -14,8 +14,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.analysis.common import _one_thread
+from roll_viz.analysis.common import one_thread
 from roll_viz.analysis.sweep import ESTIMATOR_EQUIVALENTS
+from roll_viz.core.ops import masked_mean
+from roll_viz.core.pipeline import FRAMEWORKS, dialects, run
 from roll_viz.core.records import Batch, Trace
 
 
@@ -62,15 +64,6 @@ class FrameworkComparison:
     reference: str
 
 
-#: Canonical KL estimator names (k1, abs, k2, k3) -> each dialect's own name (None: it has none).
-KL_NAMES: dict[str, dict[str, str | None]] = {
-    "roll": {"k1": "kl", "abs": "abs", "k2": "mse", "k3": "k3"},
-    "verl": {"k1": "kl", "abs": "abs", "k2": "mse", "k3": "low_var_kl"},
-    "openrlhf": {"k1": "k1", "abs": None, "k2": "k2", "k3": "k3"},
-    "trl": {"k1": None, "abs": None, "k2": None, "k3": None},
-}
-
-
 def canonical_kl(framework: str, name: object) -> str | None:
     """A dialect's KL estimator name -> k1/abs/k2/k3 (None when unknown or not given).
 
@@ -81,14 +74,7 @@ def canonical_kl(framework: str, name: object) -> str | None:
     Returns:
         The canonical name or None.
     """
-    if name is None:
-        return None
-    if name in ("k1", "abs", "k2", "k3"):
-        return str(name)
-    for canonical, own in KL_NAMES.get(framework, {}).items():
-        if own == name:
-            return canonical
-    return {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}.get(str(name))
+    return dialects.canonical_kl(framework, name)
 
 
 def canonical_generic(framework: str, generic: Mapping[str, object]) -> dict:
@@ -121,9 +107,10 @@ def canonical_generic(framework: str, generic: Mapping[str, object]) -> dict:
 def dialect_settings(framework: str, canonical: Mapping[str, object]) -> tuple[dict, tuple]:
     """Canonical settings -> one dialect's config keys, matching the meaning where names differ.
 
-    OpenRLHF has no "KL in reward" switch (the KL is in the reward unless ``use_loss``), so
-    ``kl_in_reward`` maps to ``use_loss = not kl_in_reward``; TRL's GRPO keeps the KL in the
-    loss whatever is asked. A clip of c becomes OpenRLHF's range (-c, c).
+    The dialect translates (``dialects.<name>.from_canonical``): OpenRLHF has no "KL in reward"
+    switch (the KL is in the reward unless ``use_loss``), so ``kl_in_reward`` maps to
+    ``use_loss = not kl_in_reward``; TRL's GRPO keeps the KL in the loss whatever is asked. A clip
+    of c becomes OpenRLHF's range (-c, c).
 
     Args:
         framework: the dialect.
@@ -132,40 +119,14 @@ def dialect_settings(framework: str, canonical: Mapping[str, object]) -> tuple[d
     Returns:
         (config in the dialect's keys, canonical names the dialect has no key for).
     """
-    from roll_viz.core.pipeline import ALIASES
-
-    aliases = ALIASES[framework]
-    config: dict[str, object] = {}
-    ignored: list[str] = []
-    for name, value in canonical.items():
-        key = aliases.get(name)
-        if name == "kl_in_reward" and framework == "openrlhf":
-            config["use_loss"] = not value
-            continue
-        if name == "kl_estimator":
-            own = KL_NAMES[framework].get(str(value))
-            if own is None or key is None:
-                ignored.append(f"kl_estimator={value}")
-            else:
-                config[key] = own
-            continue
-        if key is None:
-            if value not in (None, False, 1.0) or name in ("beta",):
-                ignored.append(name)
-            continue
-        if name == "clip" and value is not None and framework == "openrlhf":
-            value = (-float(value), float(value))
-        config[key] = value
-    return config, tuple(ignored)
+    return dialects.get(framework).from_canonical(canonical)
 
 
 def _mean_over_tokens(x: Tensor, mask: Tensor) -> Tensor:
-    from roll_viz.core.ops import masked_mean
-
     return masked_mean(x, mask, dim=-1)
 
 
-@_one_thread
+@one_thread
 def compare_frameworks(
     batch: Batch,
     generic: Mapping[str, object],
@@ -189,8 +150,6 @@ def compare_frameworks(
     Returns:
         The comparison (traces, tables, convention differences, skipped dialects).
     """
-    from roll_viz.core.pipeline import FRAMEWORKS, run
-
     if estimator not in ESTIMATOR_EQUIVALENTS:
         raise ValueError(f"estimator must be one of {tuple(ESTIMATOR_EQUIVALENTS)}")
     frameworks = tuple(frameworks or FRAMEWORKS)

@@ -15,8 +15,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.analysis.common import ROLL_EPS, _one_thread
+from roll_viz.analysis.common import ROLL_EPS, one_thread
 from roll_viz.analysis.reward_table import GLOBAL_CONFIG, LOCAL_CONFIG
+from roll_viz.core.ops import group_stats
+from roll_viz.core.pipeline import ALIASES, run
 from roll_viz.core.records import Batch
 
 
@@ -67,8 +69,6 @@ def _renumber(group_ids: Tensor) -> Tensor:
 
 def _normalized_rewards(scores: Tensor, group_ids: Tensor, config: Mapping) -> Tensor:
     """ROLL's response-level normalized rewards for rows sorted into contiguous groups."""
-    from roll_viz.core.pipeline import run
-
     order = torch.argsort(group_ids, stable=True)
     trace = run(_response_batch(scores[order], _renumber(group_ids[order])), "roll", config)
     out = torch.empty_like(scores, dtype=torch.float64)
@@ -86,8 +86,6 @@ def prompt_group_stats(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tenso
     Returns:
         (count, mean, std), each (P,); std is NaN for a group of one.
     """
-    from roll_viz.core.ops import group_stats
-
     stats = group_stats(scores.to(torch.float64), group_ids)
     n_groups = int(group_ids.max()) + 1
     first = torch.full((n_groups,), len(group_ids), dtype=torch.long)
@@ -95,7 +93,7 @@ def prompt_group_stats(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tenso
     return stats.count[first], stats.mean[first], stats.std[first]
 
 
-@_one_thread
+@one_thread
 def local_vs_global(
     scores: Tensor,
     group_ids: Tensor,
@@ -193,8 +191,6 @@ def framework_config(
     Returns:
         (config in the dialect's keys, generic names the dialect has no key for).
     """
-    from roll_viz.core.pipeline import ALIASES
-
     aliases = ALIASES[framework]
     config = dict(base or {})
     ignored: list[str] = []

@@ -15,9 +15,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.analysis.common import EXAMPLE_REWARDS, _one_thread
+from roll_viz.analysis.common import EXAMPLE_REWARDS, one_thread
 from roll_viz.analysis.local_global import framework_config
-from roll_viz.core.records import Batch, Rollout
+from roll_viz.core import pipeline
+from roll_viz.core.pipeline import FRAMEWORKS, dialects
+from roll_viz.core.pipeline.kl import KL_ESTIMATORS, token_kl
+from roll_viz.core.records import Batch, Rollout, meta_dict
 
 # ---------------------------------------------------------------------------------------------
 # Self-test checks (the Self-test page and the unit tests run these same functions)
@@ -180,12 +183,10 @@ def check_seed_case(
     Returns:
         The check; ``detail`` holds expected and computed per-sample values and the max error.
     """
-    from roll_viz.core.pipeline import run
-
     batch, mask = _seed_batch(case)
     want = torch.tensor(expected, dtype=torch.float64)
     try:
-        adv = run(batch, framework, _no_kl(framework, config)).advantages.double()
+        adv = pipeline.run(batch, framework, _no_kl(framework, config)).advantages.double()
     except ValueError as err:
         return CheckResult(f"seed example · {name}", False, {"error": str(err)})
     target = want[:, None] * mask
@@ -218,8 +219,6 @@ def check_every_position(response_mask: Tensor, framework: str) -> CheckResult:
     Returns:
         The check; ``detail`` has the rows and valid tokens checked and the max errors.
     """
-    from roll_viz.core.pipeline import run
-
     config, hand = GROUP_NORM_CASES[framework]
     n_rows = response_mask.shape[0]
     n_groups = max(1, math.ceil(n_rows / 3))
@@ -239,7 +238,7 @@ def check_every_position(response_mask: Tensor, framework: str) -> CheckResult:
     )
     name = f"seed example at every position · {framework}"
     try:
-        adv = run(batch, framework, _no_kl(framework, config)).advantages.double()
+        adv = pipeline.run(batch, framework, _no_kl(framework, config)).advantages.double()
     except ValueError as err:
         return CheckResult(name, False, {"error": str(err)})
     valid = mask > 0
@@ -295,8 +294,6 @@ def categorical_kl_checks(p: Tensor, q: Tensor) -> dict[str, Tensor]:
     Returns:
         ``exact``, ``e_k1``, ``e_k3``, each (N,).
     """
-    from roll_viz.core.pipeline.kl import token_kl
-
     support = p > 0
     logp = torch.where(support, p.clamp(min=1e-300).log(), torch.zeros_like(p))
     logq = torch.where(support, q.clamp(min=1e-300).log(), torch.zeros_like(q))
@@ -386,9 +383,6 @@ def check_identical_policy(rollout: Rollout | None, batch: Batch) -> CheckResult
     Returns:
         The check; ``detail`` holds the largest |KL| per estimator.
     """
-    from roll_viz.core.pipeline.kl import KL_ESTIMATORS, token_kl
-    from roll_viz.core.records import meta_dict
-
     mode = meta_dict(rollout).get("policy_mode", "") if rollout is not None else ""
     source = "sampler" if mode == "identical" else "ref = policy"
     if batch.logprobs is None:
@@ -466,8 +460,6 @@ def with_padding(batch: Batch) -> Batch:
 
 def _mask_case(batch: Batch, framework: str, cfg: dict, poison_values: bool) -> tuple[float, float]:
     """(max |output| on padding, max change of valid advantages) when padding is poisoned."""
-    from roll_viz.core.pipeline import run
-
     mask = batch.response_mask.double()
     pad = mask == 0
     values = batch.values if batch.values is not None else torch.zeros_like(mask)
@@ -483,8 +475,8 @@ def _mask_case(batch: Batch, framework: str, cfg: dict, poison_values: bool) -> 
         ref_logprobs=dirty(batch.ref_logprobs, -1.0),
         values=dirty(values, 1.0) if poison_values else values,
     )
-    a = run(clean, framework, cfg)
-    b = run(poisoned, framework, cfg)
+    a = pipeline.run(clean, framework, cfg)
+    b = pipeline.run(poisoned, framework, cfg)
     on_pad = max(
         float(t[pad].abs().max()) if bool(pad.any()) else 0.0
         for tr in (a, b)
@@ -527,7 +519,9 @@ def check_masks(batch: Batch) -> CheckResult:
                 cfg, _ = framework_config(fw, generic)
                 cfg.update(extra)
                 label = f"{fw} {next(iter(extra.values()))}{suffix}"
-                roll_gae = fw == "roll" and extra.get("adv_estimator") == "gae"
+                dialect = dialects.get(fw)
+                unmasked = dialect.GAE_PADDING == "unmasked"  # ROLL reads padded critic values
+                roll_gae = unmasked and extra.get(dialect.ESTIMATOR_KEY) == "gae"
                 try:
                     on_pad, change = _mask_case(data, fw, cfg, poison_values=not roll_gae)
                     ok = on_pad == 0.0 and change == 0.0
@@ -564,7 +558,7 @@ def check_masks(batch: Batch) -> CheckResult:
     )
 
 
-@_one_thread
+@one_thread
 def run_self_tests(rollout: Rollout | None, batch: Batch) -> list[CheckResult]:
     """Every self-test check on the current data (the Self-test page and the unit tests).
 
@@ -575,8 +569,6 @@ def run_self_tests(rollout: Rollout | None, batch: Batch) -> list[CheckResult]:
     Returns:
         The checks in display order.
     """
-    from roll_viz.core.pipeline import FRAMEWORKS
-
     checks = [check_seed_case(*case) for case in SEED_CASES]
     checks += [check_every_position(batch.response_mask, fw) for fw in FRAMEWORKS]
     checks.append(check_kl_estimators(rollout))

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.analysis.common import SWEEP_PARAMS, _one_thread
+from roll_viz.analysis.common import SWEEP_PARAMS, one_thread
 from roll_viz.analysis.local_global import framework_config
 from roll_viz.core.pipeline import dialects, run
 from roll_viz.core.records import Batch, Rollout, Trace
@@ -158,7 +158,7 @@ def sweep_is_flat(table: pd.DataFrame, metric: str = "spread", tol: float = 1e-1
     return len(values) > 1 and float(values.max() - values.min()) < tol
 
 
-@_one_thread
+@one_thread
 def sweep(
     batch: Batch,
     framework: str,

@@ -11,19 +11,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from roll_viz.core.pipeline import dialects
+from roll_viz.core.pipeline.kl import next_kl_coef
 from roll_viz.core.records import Trace
 from roll_viz.views.text import fmt, term
-
-#: eps each framework adds to the group/batch std (used when the config's viz_eps is None).
-STD_EPS = {"roll": 1e-6, "verl": 1e-6, "openrlhf": 1e-9, "trl": 1e-4}
-
-#: Estimators whose advantage is built from the discounted reward-to-go of the token rewards.
-RETURN_ESTIMATORS = {
-    "roll": ("reinforce", "grpo"),
-    "verl": ("reinforce_plus_plus", "remax"),
-    "openrlhf": ("reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo"),
-    "trl": (),
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,7 +41,10 @@ def std_eps(trace: Trace) -> float:
     """The eps the trace's dialect added to the std (viz_eps when set, else the framework's)."""
     config = dict(trace.config)
     eps = config.get("viz_eps")
-    return float(eps) if eps is not None else STD_EPS.get(trace.framework, 1e-6)
+    if eps is not None:
+        return float(eps)
+    dialect = dialects.DIALECTS.get(trace.framework)
+    return dialect.STD_EPS if dialect is not None else 1e-6
 
 
 def normalized_reward_formula(
@@ -165,13 +159,14 @@ def whitening_fit(raw: Tensor, final: Tensor, mask: Tensor) -> tuple[float, floa
 
 
 def _estimator(trace: Trace) -> str:
-    config = dict(trace.config)
-    for key in ("adv_estimator", "advantage_estimator"):
-        if key in config:
-            return str(config[key])
-    if trace.framework == "trl":
-        return "grpo"
-    return "?"
+    dialect = dialects.DIALECTS.get(trace.framework)
+    return dialect.estimator_name(dict(trace.config)) if dialect is not None else "?"
+
+
+def _return_estimators(trace: Trace) -> tuple[str, ...]:
+    """The dialect's estimators built from the discounted reward-to-go of the token rewards."""
+    dialect = dialects.DIALECTS.get(trace.framework)
+    return dialect.RETURN_ESTIMATORS if dialect is not None else ()
 
 
 def _gamma(trace: Trace) -> float:
@@ -202,7 +197,9 @@ def _gae_next(
     """
     width = mask.shape[1]
     valid = mask[b].bool()
-    if trace.framework == "verl":
+    dialect = dialects.DIALECTS.get(trace.framework)
+    padding = dialect.GAE_PADDING if dialect is not None else None
+    if padding == "carry":
         later = [i for i in range(t + 1, width) if bool(valid[i])]
         if not later:
             return 0.0, 0.0, ""
@@ -212,7 +209,7 @@ def _gae_next(
         return 0.0, 0.0, ""
     if bool(valid[nxt]):
         return float(values[b, nxt]), float(raw[b, nxt]), ""
-    if trace.framework != "roll":
+    if padding != "unmasked":
         return 0.0, 0.0, ""
     next_value = float(values[b, nxt])
     delta = reward + gamma * next_value - float(values[b, t])
@@ -296,7 +293,7 @@ def token_formulas(
             adv_f = replace(adv_f, title=f"{adv_f.title} ({note})")
         steps.extend((delta_f, adv_f))
         pre = float(raw[b, t])
-    elif estimator in RETURN_ESTIMATORS.get(trace.framework, ()):
+    elif estimator in _return_estimators(trace):
         ret = float(trace.returns[b, t])
         steps.append(
             return_formula(r_t, gamma, float(trace.returns[b, nxt]) if has_next else 0.0, ret)
@@ -355,8 +352,6 @@ def simulated_betas(
     Returns:
         steps + 1 values, beta_0 first.
     """
-    from roll_viz.core.pipeline.kl import next_kl_coef
-
     out = [float(beta)]
     for _ in range(int(steps)):
         out.append(float(next_kl_coef(out[-1], observed_kl, target, horizon, n_steps)))
