@@ -2,7 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import local_global, reward_table
-from roll_viz.views import compare as charts_compare
+from roll_viz.views import compare_charts as charts_compare
 from roll_viz.views import text
 
 with ui.page_guard("Local vs global"):

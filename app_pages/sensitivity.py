@@ -2,7 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import common, sweep
-from roll_viz.views import compare as charts_compare
+from roll_viz.views import compare_charts as charts_compare
 
 with ui.page_guard("Sensitivity"):
     state = ui.page_setup("Sensitivity")

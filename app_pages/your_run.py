@@ -3,7 +3,8 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.analysis import history, pods
+from roll_viz.analysis import downsampling as pods
+from roll_viz.analysis import history
 from roll_viz.ui import runs
 from roll_viz.views import history_charts, text
 

@@ -18,6 +18,7 @@ from roll_viz.analysis.common import (
     LOW_VARIANCE_PROMPT,
     LOW_VARIANCE_REWARDS,
 )
+from roll_viz.core.pipeline import dialects
 
 
 def default_reward_table() -> pd.DataFrame:
@@ -37,16 +38,7 @@ def default_reward_table() -> pd.DataFrame:
 
 #: What each dialect does with a prompt that has a single sample (T3 in docs/reference-values.md).
 SINGLETON_BEHAVIOUR: dict[str, str] = {
-    "roll": (
-        "ROLL (RLVR grpo) takes the unbiased std of one value, which is NaN, so the reward becomes "
-        "NaN (the agentic pipeline returns 0 instead)."
-    ),
-    "verl": (
-        "verl grpo uses mean 0 and std 1 for a group of one, so the advantage is the raw reward "
-        "divided by 1 + 1e-6."
-    ),
-    "openrlhf": "OpenRLHF refuses to run: group estimators assert n_samples_per_prompt > 1.",
-    "trl": "TRL refuses to run: GRPOTrainer requires num_generations >= 2 (nanstd would be NaN).",
+    name: dialect.SINGLETON_BEHAVIOUR for name, dialect in dialects.DIALECTS.items()
 }
 
 

@@ -4,7 +4,7 @@ Xu, Savani, Fang, Kolter, "Not All Rollouts are Useful: Down-Sampling Rollouts i
 Reinforcement Learning" (arXiv 2504.13818); official code ``YixuanEvenXu/pods@187f43b6``.
 A max-variance subset of size m is the k highest plus the m - k lowest rewards for some k: sort
 each group once and scan the m + 1 splits with prefix sums, O(n log n), vectorised over groups.
-The training loop (``lm.train``) and the analyses (``analysis.pods``) both use it.
+The training loop (``lm.train``) and the analyses (``analysis.downsampling``) both use it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from torch import Tensor
 _TIE_RTOL = 1e-12
 
 
-def _as_groups(rewards: Tensor) -> Tensor:
+def as_groups(rewards: Tensor) -> Tensor:
+    """(n,) or (P, n) finite rewards -> a (P, n) float64 tensor; ValueError otherwise."""
     r = torch.as_tensor(rewards, dtype=torch.float64)
     if r.dim() == 1:
         r = r[None, :]
@@ -26,7 +27,8 @@ def _as_groups(rewards: Tensor) -> Tensor:
     return r
 
 
-def _check_m(m: int, n: int) -> None:
+def check_m(m: int, n: int) -> None:
+    """ValueError unless the subset size m is in 1..n."""
     if not 1 <= m <= n:
         raise ValueError(f"m must be in 1..n={n}, got {m}")
 
@@ -41,9 +43,9 @@ def max_variance_subset(rewards: Tensor, m: int) -> Tensor:
     Returns:
         (P, m) long indices into each row, ascending.
     """
-    r = _as_groups(rewards)
+    r = as_groups(rewards)
     P, n = r.shape
-    _check_m(m, n)
+    check_m(m, n)
     order = torch.sort(r, dim=1, descending=True, stable=True).indices  # (P, n)
     s = torch.gather(r, 1, order)  # (P, n) descending
     zero = torch.zeros(P, 1, dtype=r.dtype)

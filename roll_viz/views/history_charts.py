@@ -70,7 +70,7 @@ def pods_groups(results: dict, group_labels: tuple, max_groups: int = 12) -> go.
     """Each method's kept rollouts on the first groups: rewards as dots, kept ones filled.
 
     Args:
-        results: method -> ``analysis.pods.PodsResult``.
+        results: method -> ``analysis.downsampling.PodsResult``.
         group_labels: (P,) group ids.
         max_groups: groups drawn.
     """

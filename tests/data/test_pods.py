@@ -9,7 +9,7 @@ import statistics
 import pytest
 import torch
 
-from roll_viz.analysis import pods
+from roll_viz.analysis import downsampling as pods
 
 
 def brute_force_best_variance(rewards: list[float], m: int) -> float:

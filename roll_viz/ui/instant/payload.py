@@ -30,7 +30,7 @@ from roll_viz.core.pipeline import (
     resolve_config,
 )
 from roll_viz.core.records import Batch, RunningMoments
-from roll_viz.views.compare import OKABE_ITO
+from roll_viz.views.compare_charts import OKABE_ITO
 
 PAYLOAD_VERSION = 1
 

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from roll_viz.core.pods import _as_groups, _check_m, max_variance_subset
+from roll_viz.core.pods import as_groups, check_m, max_variance_subset
 
 #: eps added to the kept subset's std (official code).
 PODS_EPS = 1e-4
@@ -34,16 +34,16 @@ METHODS = ("max_variance", "top", "random")
 
 def top_subset(rewards: Tensor, m: int) -> Tensor:
     """Indices of the m highest rewards of each group (ties: earlier rollout first), ascending."""
-    r = _as_groups(rewards)
-    _check_m(m, r.shape[1])
+    r = as_groups(rewards)
+    check_m(m, r.shape[1])
     order = torch.sort(r, dim=1, descending=True, stable=True).indices
     return order[:, :m].sort(dim=1).values
 
 
 def random_subset(rewards: Tensor, m: int, generator: torch.Generator) -> Tensor:
     """Indices of m uniformly random rollouts of each group (seeded generator), ascending."""
-    r = _as_groups(rewards)
-    _check_m(m, r.shape[1])
+    r = as_groups(rewards)
+    check_m(m, r.shape[1])
     keys = torch.rand(r.shape, generator=generator, dtype=torch.float64)
     return keys.argsort(dim=1)[:, :m].sort(dim=1).values
 
@@ -58,7 +58,7 @@ def subset_advantages(rewards: Tensor, eps: float = PODS_EPS) -> Tensor:
     Returns:
         (P, k) advantages (exactly 0 for a row of equal rewards).
     """
-    r = _as_groups(rewards)
+    r = as_groups(rewards)
     if r.shape[1] < 2:
         raise ValueError("advantages need at least 2 rollouts per prompt (unbiased std)")
     mean = r.mean(dim=1, keepdim=True)
@@ -117,7 +117,7 @@ def down_sample(
     Returns:
         PodsResult.
     """
-    r = _as_groups(rewards)
+    r = as_groups(rewards)
     if method == "max_variance":
         kept = max_variance_subset(r, m)
     elif method == "top":
@@ -164,7 +164,7 @@ def sweep(rewards: Tensor, ms: list[int] | None = None, seed: int = 0) -> pd.Dat
         rewards' std), zero_signal_share (prompts whose kept rewards are all equal),
         mean_abs_advantage (over kept rollouts), mean_kept_reward.
     """
-    r = _as_groups(rewards)
+    r = as_groups(rewards)
     n = r.shape[1]
     rows = []
     for m in ms if ms is not None else range(2, n + 1):
