@@ -19,6 +19,9 @@ The rewards:
 - ``positive_words``: ``per_word`` for each occurrence of a word from a small lexicon
   (``POSITIVE_WORDS``), capped at ``cap``. Example: "a great, happy day" -> 2 * 0.25 = 0.5.
 
+Two more, for training runs only (``EXTRA_REWARDS``; the UI's selector lists ``REWARD_FNS``):
+``letter_share`` (share of ASCII letters) and ``char_length`` (``per_char`` x characters).
+
 Simplifications: real RLHF uses a learned reward model or a verifier with far more parsing. These
 toy rewards only exist to make the rest of the pipeline predictable. Optional Gaussian noise (a
 seeded generator, so it is reproducible) imitates a noisy reward model.
@@ -315,6 +318,42 @@ REWARD_HELP: dict[str, str] = {
     "arithmetic": "1 if the last number in the response equals the prompt's arithmetic answer.",
     "one_sentence": "1 if the response is exactly one sentence ending in . ! or ?",
     "positive_words": "per_word for each positive word (great, happy, love, ...), capped.",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Training-only rewards: the same signature, listed by the training CLI and ``lm.runfile``'s
+# ``RewardChoice``, not by the UI's reward selector (``REWARD_FNS``).
+
+
+def letter_share(prompt: str, response: str) -> float:
+    """Share of the response's characters that are ASCII letters (0 for an empty response).
+
+    A dense reward even a random byte-level model can climb (the tiny test model), and a gameable
+    one on a real model (it ignores meaning entirely).
+    """
+    text = response[:5000]
+    if not text:
+        return 0.0
+    return sum(1 for c in text if c.isascii() and c.isalpha()) / len(text)
+
+
+def char_length(prompt: str, response: str, *, per_char: float = 0.01) -> float:
+    """``per_char`` times the number of characters: raw length, the classic gameable reward."""
+    return per_char * len(response[:5000])
+
+
+EXTRA_REWARDS: dict[str, RewardFn] = {
+    "letter_share": letter_share,
+    "char_length": char_length,
+}
+EXTRA_PARAMS: dict[str, dict[str, tuple[Any, str]]] = {
+    "letter_share": {},
+    "char_length": {"per_char": (0.01, "reward per character")},
+}
+EXTRA_HELP: dict[str, str] = {
+    "letter_share": "share of the response's characters that are ASCII letters",
+    "char_length": "per_char x number of characters (raw length)",
 }
 
 

@@ -41,8 +41,9 @@ def _one(model: str, steps: int, group: int, tokens: int, threads: int | None) -
 
     from roll_viz.lm.models import load_models
     from roll_viz.lm.request import SamplingConfig
+    from roll_viz.lm.runfile import RewardChoice, TrainSettings
     from roll_viz.lm.sampling import sample
-    from roll_viz.lm.train import RewardChoice, Trainer, TrainSettings
+    from roll_viz.lm.train import Trainer
 
     t0 = time.perf_counter()
     bundle = load_models(model, device="cpu", dtype="float32", threads=threads)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm import update
+from roll_viz.lm import lora, update
 from roll_viz.lm.models import ModelBundle, load_models
 
 SHAPES = ((8, 8, 128), (4, 4, 48))
@@ -81,7 +81,7 @@ def synthetic_rollout(bundle: ModelBundle, prompts: int, group: int, width: int)
         finish_reasons=("length",) * rows,
         meta=(("logprob_temperature", 1.0), ("model_spec", bundle.spec)),
     )
-    with update.LoraPolicy(bundle, seed=SEED) as fresh:  # B = 0: the base model's log-probs
+    with lora.LoraPolicy(bundle, seed=SEED) as fresh:  # B = 0: the base model's log-probs
         base = update.policy_logprobs(fresh, rollout)
     return dataclasses.replace(rollout, logprobs=base, ref_logprobs=base)
 
@@ -103,7 +103,7 @@ def _rss_mb() -> float:
 
 def run_ours(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[dict, Any]:
     """Our step; returns (timings line, (B, T) delta)."""
-    with update.LoraPolicy(bundle, seed=SEED) as policy:
+    with lora.LoraPolicy(bundle, seed=SEED) as policy:
         result = update.update_step(
             policy, rollout, adv, framework="verl", cfg=update.UpdateConfig(lr=LR, seed=SEED)
         )
@@ -126,18 +126,18 @@ def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
     from peft import LoraConfig, get_peft_model
 
     # our adapter's initial A (same seed, same draw) so both implementations take the same step
-    with update.LoraPolicy(bundle, seed=SEED) as ours:
+    with lora.LoraPolicy(bundle, seed=SEED) as ours:
         init_a = {
             n: layer.lora_A[ours.name].weight.detach().clone()
-            for n, layer in update._hub(bundle).layers
+            for n, layer in lora.adapter_layers(bundle)
         }
     model = get_peft_model(
         bundle.model,
         LoraConfig(
-            r=update.DEFAULT_RANK,
-            lora_alpha=update.DEFAULT_ALPHA,
+            r=lora.DEFAULT_RANK,
+            lora_alpha=lora.DEFAULT_ALPHA,
             lora_dropout=0.0,
-            target_modules=list(update.LLAMA_TARGETS),
+            target_modules=list(lora.LLAMA_TARGETS),
         ),
     )
     with torch.no_grad():
@@ -249,7 +249,7 @@ def lr_probe(model: str, lrs: tuple[float, ...] = (1e-5, 1e-4, 2e-4, 1e-3)) -> l
     mask = rollout.response_mask.bool()
     out = []
     for lr in lrs:
-        with update.LoraPolicy(bundle, seed=SEED) as policy:
+        with lora.LoraPolicy(bundle, seed=SEED) as policy:
             result = update.update_step(
                 policy, rollout, adv, framework="verl", cfg=update.UpdateConfig(lr=lr)
             )
@@ -262,8 +262,8 @@ def lr_probe(model: str, lrs: tuple[float, ...] = (1e-5, 1e-4, 2e-4, 1e-3)) -> l
                 "what": "lr_probe",
                 "model": bundle.name,
                 "lr": lr,
-                "rank": update.DEFAULT_RANK,
-                "alpha": update.DEFAULT_ALPHA,
+                "rank": lora.DEFAULT_RANK,
+                "alpha": lora.DEFAULT_ALPHA,
                 "tokens": int(mask.sum()),
                 "mean_abs_delta_logp": round(float(delta.abs().mean()), 5),
                 "max_abs_delta_logp": round(float(delta.abs().max()), 4),

@@ -42,8 +42,7 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by the tests)."""
-    from roll_viz.lm.train import EXTRA_REWARDS
-    from roll_viz.rewards import REWARD_FNS
+    from roll_viz.rewards import EXTRA_REWARDS, REWARD_FNS
 
     p = argparse.ArgumentParser(
         prog="python -m roll_viz train",
@@ -97,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, model: str) -> Any:
     """TrainSettings from parsed arguments (ValueError on a bad combination)."""
-    from roll_viz.lm.train import RewardChoice, TrainSettings
+    from roll_viz.lm.runfile import RewardChoice, TrainSettings
 
     config = _pairs(args.config, "--config")
     config[pipeline.ESTIMATOR_KEY[args.framework]] = args.adv_estimator
@@ -132,7 +131,8 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
 def main(argv: list[str]) -> int:
     """Run the training loop, streaming JSON lines; returns the exit code (1 on a failed step)."""
     from roll_viz.lm.models import ModelNotFoundError, load_models
-    from roll_viz.lm.train import Trainer, TrainRun
+    from roll_viz.lm.runfile import TrainRun
+    from roll_viz.lm.train import Trainer
 
     args = build_parser().parse_args(argv)
     try:

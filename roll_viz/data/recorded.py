@@ -1,6 +1,6 @@
 """Recorded training runs shipped with the app: real-model runs made by the app's own trainer.
 
-Each file in ``roll_viz/data/recorded/`` is a run file of ``roll_viz.lm.train`` (JSONL, schema
+Each file in ``roll_viz/data/recorded/`` is a run file of ``roll_viz.lm.runfile`` (JSONL, schema
 ``roll-viz.train/1``: header with the settings, one line per step with its metrics, samples with
 token data every few steps, an end line), written by ``python -m roll_viz train`` on the bundled
 SmolLM2-135M on CPU. The command that made each one is in ``RECORDED[name].command``.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from roll_viz.lm.train import TrainRun
+from roll_viz.lm.runfile import TrainRun
 
 RECORDED_DIR = Path(__file__).with_name("recorded")
 

@@ -1,39 +1,10 @@
-"""One real policy-gradient step on the shared model through a per-user LoRA adapter.
+"""One real policy-gradient step on the shared model through a user's LoRA adapter.
 
-``LoraPolicy(bundle, ...)`` gives one user a LoRA adapter (peft 0.21.2) over the SHARED base
-weights of ``bundle.model``; ``update_step(policy, rollout, advantages, ...)`` takes K epochs of
-PPO-style minibatch steps on a Rollout with a framework's policy loss
-(``roll_viz.core.pipeline.losses.policy_loss``), then re-scores the batch. The trained policy is a
-``PolicySource`` (``lm.request``): ``sample(bundle, cfg, source=policy)`` samples from it, and its
-reference is the base model with the adapter switched off (one copy of the weights, as TRL's
-GRPOTrainer does with PEFT: ``ref_model = None``).
-
-Design (why peft layers injected into the shared model, kept disabled):
-
-- The sampler runs ``bundle.model`` inside ``source.activate(bundle)``, so the policy has to be
-  computed BY ``bundle.model``. The LoRA layers are therefore injected into it once per bundle
-  (peft's multi-adapter support: one named adapter per user, ``rv_lora_<n>``), and every LoRA layer
-  stays DISABLED (``disable_adapters``: the layer calls its untouched ``base_layer`` only, so the
-  output is bitwise the base model's) except inside ``activate``, which the caller enters while
-  holding ``bundle.lock``; it enables exactly this user's adapter and disables it again on exit,
-  also on error. Other users, who hold the same lock for their own requests, can never observe an
-  enabled adapter.
-- The base weights are never written: the original ``nn.Linear`` modules become the LoRA layers'
-  ``base_layer`` (same Parameter objects, ``requires_grad`` False), the optimizer only sees this
-  user's A and B matrices, and ``close()`` deletes the named adapter; when the last adapter of a
-  bundle is closed, peft's ``unload()`` puts the original modules back (the model's module tree is
-  then exactly what ``load_models`` built).
-- A functional alternative (``torch.func.functional_call`` with W + s * B A) would leave the module
-  tree untouched, but the sampler could not use it, and its backward forms a full-size dW for
-  every adapted matrix (one more weight-sized matmul per layer, about +50 % backward time).
-- Per-user memory: rank r adapter on all 7 linear maps of each layer (q, k, v, o, gate, up, down);
-  SmolLM2-135M at r=8 has 2.44 M adapter parameters (9.8 MB fp32), AdamW keeps two more copies
-  (19.5 MB): about 29 MB per user (``LoraPolicy.nbytes()``), freed by ``close()``.
-- Randomness: LoRA A is drawn from a ``torch.Generator`` seeded by ``seed`` (uniform in
-  +-1/sqrt(fan_in), peft's kaiming-uniform(a=sqrt(5)) bound), B is zero, so a fresh adapter IS the
-  base model and the same seed gives the same adapter. peft's own init draws from the global RNG,
-  so injection runs inside ``torch.random.fork_rng`` and the global state is restored. Minibatch
-  order comes from a generator seeded by ``UpdateConfig.seed``.
+``update_step(policy, rollout, advantages, ...)`` takes K epochs of PPO-style minibatch steps on
+a Rollout with a framework's policy loss (``roll_viz.core.pipeline.policy_loss``) on the
+``lm.lora.LoraPolicy``'s adapter, then re-scores the batch. The AdamW optimizer of the adapter
+is built here (``_optimizer``) and kept on the policy, so its state survives between steps.
+Minibatch order comes from a generator seeded by ``UpdateConfig.seed``.
 
 Memory-bounded backward: the loss of a minibatch aggregates over all its tokens, but holding the
 graph of 64 x 128 tokens of a 30-layer model is >10 GB. When a minibatch has more than
@@ -63,11 +34,8 @@ learning-rate schedule or warm-up, fp32 only, no gradient checkpointing, one pro
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,19 +43,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from roll_viz.core.pipeline import policy_loss
 from roll_viz.core.records import Rollout
+from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import response_hidden
 
 DEFAULT_LR = 2e-4
-DEFAULT_RANK = 8
-DEFAULT_ALPHA = 16.0
 MAX_LR = 1e-2
 MAX_EPOCHS = 8
 MAX_RANK = 64
 MICRO_TOKENS = 1024  # rows per micro-batch are chosen so rows * T stays below this
-LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-ADAPTER_PREFIX = "rv_lora_"
 
 LossFn = Callable[..., Any]
 
@@ -223,229 +189,6 @@ class UpdateResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# The per-bundle adapter registry (peft multi-adapter injection)
-
-
-class _Hub:
-    """The LoRA layers injected into one bundle's model; all use under ``bundle.lock``."""
-
-    def __init__(self) -> None:
-        self.tuner: Any = None  # peft LoraModel wrapping bundle.model (None: not injected)
-        self.layers: list[tuple[str, Any]] = []  # (module name, LoraLayer), sorted by name
-        self.names: set[str] = set()
-        self.counter = itertools.count()
-
-
-_HUBS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_HUBS_LOCK = threading.Lock()  # guards _HUBS itself (not the model)
-
-
-def _hub(bundle: ModelBundle) -> _Hub:
-    with _HUBS_LOCK:
-        hub = _HUBS.get(bundle)
-        if hub is None:
-            hub = _HUBS[bundle] = _Hub()
-        return hub
-
-
-def adapter_names(bundle: ModelBundle) -> tuple[str, ...]:
-    """Names of the live adapters injected into ``bundle.model`` (sorted)."""
-    return tuple(sorted(_hub(bundle).names))
-
-
-def _lora_config(rank: int, alpha: float, targets: tuple[str, ...]) -> Any:
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
-        lora_dropout=0.0,
-        target_modules=list(targets),
-        bias="none",
-        init_lora_weights=True,
-    )
-
-
-def _inject(bundle: ModelBundle, name: str, rank: int, alpha: float, targets: tuple) -> None:
-    """Add adapter ``name`` to the bundle's model (caller holds the lock); leaves all disabled."""
-    from peft.tuners.lora import LoraLayer, LoraModel
-
-    hub = _hub(bundle)
-    config = _lora_config(rank, alpha, targets)
-    with torch.random.fork_rng(devices=[]):  # peft's init draws from the global RNG
-        if hub.tuner is None:
-            hub.tuner = LoraModel(bundle.model, config, name)
-        else:
-            hub.tuner.peft_config[name] = config
-            hub.tuner.inject_adapter(bundle.model, name)
-    hub.layers = sorted((n, m) for n, m in bundle.model.named_modules() if isinstance(m, LoraLayer))
-    hub.names.add(name)
-    for _, layer in hub.layers:
-        layer.enable_adapters(False)
-
-
-def _remove(bundle: ModelBundle, name: str) -> None:
-    """Delete adapter ``name``; unload peft when it was the last (caller holds the lock)."""
-    hub = _hub(bundle)
-    if name not in hub.names or hub.tuner is None:
-        return
-    hub.names.discard(name)
-    if hub.names:
-        keep = sorted(hub.names)[0]
-        for _, layer in hub.layers:  # move off the deleted adapter first (no peft warning)
-            layer.set_adapter(keep)
-        hub.tuner.delete_adapter(name)
-        for _, layer in hub.layers:
-            layer.enable_adapters(False)
-    else:
-        hub.tuner.unload()  # the original nn.Linear modules go back in place
-        hub.tuner = None
-        hub.layers = []
-
-
-# ---------------------------------------------------------------------------------------------
-# The policy source
-
-
-class LoraPolicy:
-    """One user's LoRA policy over the shared base model; a ``PolicySource`` for the sampler.
-
-    The reference stays the base model (adapter off). Create, step with ``update_step``, sample
-    with ``lm.sampling.sample(bundle, cfg, source=policy)``, and ``close()`` when done (or use it
-    as a context manager). Every method that touches the model takes ``bundle.lock`` itself,
-    except ``activate``, which the caller enters while holding it (as the sampler does).
-
-    Args:
-        bundle: the shared model.
-        rank: LoRA r.
-        alpha: LoRA alpha (scale alpha / r).
-        seed: seeds the init of the A matrices (B starts at 0).
-        target_modules: names of the linear maps to adapt (Llama's seven by default).
-    """
-
-    mode: str = "lora"
-    shares_reference: bool = False
-
-    def __init__(
-        self,
-        bundle: ModelBundle,
-        rank: int = DEFAULT_RANK,
-        alpha: float = DEFAULT_ALPHA,
-        seed: int = 0,
-        target_modules: tuple[str, ...] = LLAMA_TARGETS,
-    ) -> None:
-        self.bundle = bundle
-        self.rank = int(rank)
-        self.alpha = float(alpha)
-        self.seed = int(seed)
-        self.steps = 0
-        self.optimizer: torch.optim.Optimizer | None = None
-        self._closed = False
-        hub = _hub(bundle)
-        with bundle.lock:
-            self.name = f"{ADAPTER_PREFIX}{next(hub.counter)}"
-            _inject(bundle, self.name, self.rank, self.alpha, tuple(target_modules))
-            self._params = self._collect()
-            generator = torch.Generator().manual_seed(self.seed)
-            with torch.no_grad():
-                for a_weight, b_weight in self._pairs():
-                    bound = 1.0 / math.sqrt(a_weight.shape[1])
-                    draw = torch.rand(a_weight.shape, generator=generator, dtype=torch.float32)
-                    a_weight.copy_((draw * 2 - 1) * bound)
-                    b_weight.zero_()
-
-    # PolicySource protocol --------------------------------------------------------------------
-
-    def context_ids(self, bundle: ModelBundle, prompt: str) -> list[int]:
-        """The plain chat-templated prompt (the adapter, not the prompt, is what differs)."""
-        return bundle.chat_ids(prompt)
-
-    @contextlib.contextmanager
-    def activate(self, bundle: ModelBundle) -> Iterator[None]:
-        """This user's adapter on, every other adapter off; caller holds ``bundle.lock``.
-
-        Raises:
-            RuntimeError: closed policy, another bundle, or the lock is not held.
-        """
-        if self._closed:
-            raise RuntimeError("this LoRA policy was closed")
-        if bundle is not self.bundle:
-            raise RuntimeError("this LoRA policy belongs to another model bundle")
-        if not bundle.lock.locked():
-            raise RuntimeError("hold bundle.lock around LoraPolicy.activate")
-        layers = _hub(bundle).layers
-        try:
-            for _, layer in layers:
-                layer.set_adapter(self.name)
-                layer.enable_adapters(True)
-            yield
-        finally:
-            for _, layer in layers:
-                layer.enable_adapters(False)
-
-    # Parameters, memory, lifetime -------------------------------------------------------------
-
-    def _collect(self) -> list[Tensor]:
-        return [w for pair in self._pairs() for w in pair]
-
-    def _pairs(self) -> list[tuple[Tensor, Tensor]]:
-        out = []
-        for _, layer in _hub(self.bundle).layers:
-            if self.name in layer.lora_A:
-                out.append((layer.lora_A[self.name].weight, layer.lora_B[self.name].weight))
-        return out
-
-    def parameters(self) -> list[Tensor]:
-        """This adapter's trainable tensors (A then B of each adapted layer, by module name)."""
-        return list(self._params)
-
-    def nbytes(self) -> dict[str, int]:
-        """Bytes held for this user: adapter weights, AdamW state, and their total."""
-        adapter = sum(p.numel() * p.element_size() for p in self._params)
-        optim = 0
-        if self.optimizer is not None:
-            for state in self.optimizer.state.values():
-                for value in state.values():
-                    if isinstance(value, Tensor):
-                        optim += value.numel() * value.element_size()
-        return {"adapter": adapter, "optimizer": optim, "total": adapter + optim}
-
-    @property
-    def closed(self) -> bool:
-        """Whether ``close()`` ran."""
-        return self._closed
-
-    def close(self) -> None:
-        """Delete the adapter from the shared model and drop the optimizer (idempotent).
-
-        Takes ``bundle.lock``: do not call it while holding the lock.
-        """
-        if self._closed:
-            return
-        with self.bundle.lock:
-            _remove(self.bundle, self.name)
-        self._closed = True
-        self.optimizer = None
-        self._params = []
-
-    def __enter__(self) -> LoraPolicy:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _optimizer(self, cfg: UpdateConfig) -> torch.optim.Optimizer:
-        if self.optimizer is None:
-            self.optimizer = torch.optim.AdamW(
-                self._params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False
-            )
-        for group in self.optimizer.param_groups:
-            group["lr"] = cfg.lr
-            group["weight_decay"] = cfg.weight_decay
-        return self.optimizer
-
-
-# ---------------------------------------------------------------------------------------------
 # Log-probs under the adapted policy
 
 
@@ -566,9 +309,19 @@ def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) ->
 # The update step
 
 
-def _default_loss() -> LossFn:
-    from roll_viz.core.pipeline import policy_loss
+def _optimizer(policy: LoraPolicy, cfg: UpdateConfig) -> torch.optim.Optimizer:
+    """The policy's AdamW over its adapter (made on the first step), at ``cfg``'s lr and decay."""
+    if policy.optimizer is None:
+        policy.optimizer = torch.optim.AdamW(
+            policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=False
+        )
+    for group in policy.optimizer.param_groups:
+        group["lr"] = cfg.lr
+        group["weight_decay"] = cfg.weight_decay
+    return policy.optimizer
 
+
+def _default_loss() -> LossFn:
     return policy_loss
 
 
@@ -682,7 +435,7 @@ def update_step(
 
     with bundle.lock, policy.activate(bundle):
         contexts = _row_contexts(bundle, rollout)
-        optimizer = policy._optimizer(cfg)
+        optimizer = _optimizer(policy, cfg)
         params = policy.parameters()
         with timer.phase("forward"):
             if cfg.minibatches > 1:  # later minibatches see a moved adapter: score all first

@@ -21,7 +21,8 @@ import streamlit as st
 
 from roll_viz.core import pipeline
 from roll_viz.data import recorded
-from roll_viz.lm.train import RewardChoice, TrainRun, TrainRunner, TrainSettings
+from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
+from roll_viz.lm.train import TrainRunner
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
 from roll_viz.views import heatmaps, training_charts

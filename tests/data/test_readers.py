@@ -246,10 +246,10 @@ def test_plain_csv_and_jsonl_group_by_column_or_prompt():
 
 
 def test_rollviz_run_file_written_by_the_trainer_reads_back(tmp_path):
-    from roll_viz.lm import train
+    from roll_viz.lm import runfile
 
-    assert SCHEMA == train.SCHEMA
-    samples = train.StepSamples(
+    assert SCHEMA == runfile.SCHEMA
+    samples = runfile.StepSamples(
         prompts=("What is 2 + 3?",),
         group_ids=(0, 0),
         responses=("5", "6!"),
@@ -263,9 +263,9 @@ def test_rollviz_run_file_written_by_the_trainer_reads_back(tmp_path):
         entropy=((1.0,), (1.1, 1.2)),
         advantages=((0.7,), (-0.7, -0.7)),
     )
-    record = train.StepRecord(step=0, metrics={"reward_mean": 0.5, "loss": 0.1}, samples=samples)
-    settings = train.TrainSettings(prompts=("What is 2 + 3?",), group_size=2, model="tiny")
-    text = train.TrainRun(settings=settings, steps=(record,), model="tiny").to_jsonl()
+    record = runfile.StepRecord(step=0, metrics={"reward_mean": 0.5, "loss": 0.1}, samples=samples)
+    settings = runfile.TrainSettings(prompts=("What is 2 + 3?",), group_size=2, model="tiny")
+    text = runfile.TrainRun(settings=settings, steps=(record,), model="tiny").to_jsonl()
     path = tmp_path / "run.jsonl"
     path.write_text(text, encoding="utf-8")
     run = open_run(path)

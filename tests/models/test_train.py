@@ -14,16 +14,10 @@ from roll_viz.cli.train import main as cli_main
 from roll_viz.core.pipeline.kl import next_kl_coef
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.runfile import RewardChoice, StepRecord, TrainRun, TrainSettings
 from roll_viz.lm.sampling import sample
-from roll_viz.lm.train import (
-    RewardChoice,
-    StepRecord,
-    Trainer,
-    TrainRun,
-    TrainRunner,
-    TrainSettings,
-    letter_share,
-)
+from roll_viz.lm.train import Trainer, TrainRunner
+from roll_viz.rewards import letter_share
 
 PROMPTS = ("hello", "tell me")
 

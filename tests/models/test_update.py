@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from roll_viz.core import pipeline
-from roll_viz.lm import update
+from roll_viz.lm import lora, update
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.sampling import sample
@@ -40,7 +40,7 @@ def agreement(result) -> float:
 
 
 def step(bundle, rollout, advantages, framework="verl", loss_config=None, **kw):
-    with update.LoraPolicy(bundle, seed=kw.pop("adapter_seed", 0)) as policy:
+    with lora.LoraPolicy(bundle, seed=kw.pop("adapter_seed", 0)) as policy:
         return update.update_step(
             policy,
             rollout,
@@ -52,7 +52,7 @@ def step(bundle, rollout, advantages, framework="verl", loss_config=None, **kw):
 
 
 def test_fresh_adapter_is_the_base(bundle, rollout):
-    with update.LoraPolicy(bundle, seed=3) as policy:
+    with lora.LoraPolicy(bundle, seed=3) as policy:
         lp = update.policy_logprobs(policy, rollout)
     torch.testing.assert_close(lp, rollout.logprobs, atol=1e-5, rtol=0)
 
@@ -85,9 +85,9 @@ def test_first_epoch_gradient_is_minus_a_over_n_for_token_mean(bundle, rollout, 
 def test_base_weights_bitwise_unchanged(bundle, rollout, advantages):
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     types = {n: type(m) for n, m in bundle.model.named_modules()}
-    policy = update.LoraPolicy(bundle, seed=1)
+    policy = lora.LoraPolicy(bundle, seed=1)
     update.update_step(policy, rollout, advantages, cfg=update.UpdateConfig(lr=1e-3, epochs=2))
-    for name, layer in update._hub(bundle).layers:
+    for name, layer in lora.adapter_layers(bundle):
         assert torch.equal(layer.base_layer.weight, before[f"{name}.weight"])
     policy.close()
     after = bundle.model.state_dict()
@@ -100,8 +100,8 @@ def test_base_weights_bitwise_unchanged(bundle, rollout, advantages):
 def test_users_do_not_see_each_other(bundle, rollout, advantages):
     base_again_cfg = SamplingConfig(prompts=PROMPTS, group_size=2, max_new_tokens=8, seed=5)
     base_before = sample(bundle, base_again_cfg)
-    user_a = update.LoraPolicy(bundle, seed=1)
-    user_b = update.LoraPolicy(bundle, seed=2)
+    user_a = lora.LoraPolicy(bundle, seed=1)
+    user_b = lora.LoraPolicy(bundle, seed=2)
     try:
         b_before = update.policy_logprobs(user_b, rollout)
         result = update.update_step(user_a, rollout, advantages, cfg=update.UpdateConfig(lr=1e-3))
@@ -111,8 +111,8 @@ def test_users_do_not_see_each_other(bundle, rollout, advantages):
         assert torch.equal(base_after.token_ids, base_before.token_ids)
         assert torch.equal(base_after.logprobs, base_before.logprobs)
         # and the trained policy is a PolicySource: sampling from it differs from the base
-        lora = sample(bundle, base_again_cfg, source=user_a)
-        assert float(lora.exact_kl.max()) > 0
+        adapted = sample(bundle, base_again_cfg, source=user_a)
+        assert float(adapted.exact_kl.max()) > 0
     finally:
         user_a.close()
         user_b.close()
@@ -157,16 +157,16 @@ def test_chunked_backward_equals_one_backward(bundle, rollout, advantages, frame
 
 
 def test_close_frees_the_adapter(bundle, rollout, advantages):
-    policy = update.LoraPolicy(bundle, seed=0)
+    policy = lora.LoraPolicy(bundle, seed=0)
     update.update_step(policy, rollout, advantages, cfg=update.UpdateConfig(lr=1e-4))
     sizes = policy.nbytes()
     # AdamW: exp_avg and exp_avg_sq per tensor, plus a float32 step counter
     assert sizes["adapter"] > 0
     assert sizes["optimizer"] == 2 * sizes["adapter"] + 4 * len(policy.parameters())
-    assert policy.name in update.adapter_names(bundle)
+    assert policy.name in lora.adapter_names(bundle)
     policy.close()
     assert policy.closed
-    assert update.adapter_names(bundle) == ()
+    assert lora.adapter_names(bundle) == ()
     assert policy.optimizer is None
     assert policy.parameters() == []
     assert not any("lora" in n for n, _ in bundle.model.named_parameters())
@@ -178,7 +178,7 @@ def test_close_frees_the_adapter(bundle, rollout, advantages):
 
 
 def test_activate_needs_the_lock_and_configs_are_checked(bundle, rollout, advantages):
-    with update.LoraPolicy(bundle) as policy:
+    with lora.LoraPolicy(bundle) as policy:
         with pytest.raises(RuntimeError, match="lock"), policy.activate(bundle):
             pass
         with pytest.raises(ValueError, match="r=4"):

@@ -12,7 +12,7 @@ Public API::
 Formats: ``rllb`` (RL Logging Board / ROLL save_logging_board_dir), ``trl`` (completions
 parquet), ``verl`` (rollout_data_dir, V1 uid or legacy), ``roll-dump`` (ROLL rollout_dump_dir),
 ``unipo`` / ``unipo-jsonl`` (UNIPO canonical), ``plain`` / ``plain-csv`` (prompt, response,
-reward[, group, step]), ``rollviz`` (roll-viz's own training runs, ``roll_viz.lm.train``).
+reward[, group, step]), ``rollviz`` (roll-viz's own training runs, ``roll_viz.lm.runfile``).
 Exporters (UNIPO JSONL, RL Logging Board JSONL, the calculator's compute input) are in
 ``roll_viz.data.runs.export``. Every problem names the file, line and field (``RunFormatError``);
 per-line problems are collected as warnings and those rows skipped. Nothing from a file is

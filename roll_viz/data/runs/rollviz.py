@@ -1,4 +1,4 @@
-"""roll-viz's own training runs: the JSONL that ``roll_viz.lm.train`` writes (schema below).
+"""roll-viz's own training runs: the JSONL of ``roll_viz.lm.runfile`` (schema below).
 
 Schema ``roll-viz.train/1`` (documented in ``roll_viz/lm/train.py``): line 1 is
 ``{"type": "header", "schema": "roll-viz.train/1", "settings": {...}, "model": ..., ...}``; then
@@ -11,7 +11,7 @@ step. Metrics are plain numbers; nested dicts (``update``, ``seconds``) are flat
 ``update/<key>``, lists are left out.
 
 The schema string is written out here (not imported) so this reader never loads the training
-code; a test checks it equals ``roll_viz.lm.train.SCHEMA``.
+code; a test checks it equals ``roll_viz.lm.runfile.SCHEMA``.
 """
 
 from __future__ import annotations
