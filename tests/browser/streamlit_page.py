@@ -11,25 +11,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
+from roll_viz import nav
 from roll_viz.bench import browser
 
 # the run-state selectors, the observer and the waits are the benchmark's (one copy)
 APP, CONNECTED, IDLE = browser.APP, browser.CONNECTED, browser.IDLE
 _OBSERVE = browser.OBSERVE_JS
 
+#: The pages every-page tests visit, in the README's order: screenshot name -> URL path. The
+#: names (00_home, 03_token_kl, ...) are the README's image files; paths come from roll_viz.nav.
+README_ORDER = (
+    "home", "samples", "rewards", "kl", "advantages", "local_global", "sensitivity",
+    "frameworks", "self_test", "update", "training",
+)  # fmt: skip
 PAGES = {
-    "00_home": "",
-    "01_samples": "Samples",
-    "02_rewards": "Rewards",
-    "03_token_kl": "Token_KL",
-    "04_advantages": "Advantages",
-    "05_local_vs_global": "Local_vs_Global",
-    "06_sensitivity": "Sensitivity",
-    "07_frameworks": "Frameworks",
-    "08_self_test": "Self_test",
-    "09_update": "Update",
-    "10_training": "Training",
+    f"{i:02d}_{Path(nav.page(key).file).stem}": nav.url_path(key)
+    for i, key in enumerate(README_ORDER)
 }
 
 

@@ -1,4 +1,4 @@
-"""AppTest of Home and the four stage pages: no exception, and the widgets drive the numbers.
+"""AppTest of Home and the first four chain pages: no exception, and the widgets drive the numbers.
 
 Everything runs on the committed presets (no model) except the live-sampling tests, which use the
 tiny random model (ROLL_VIZ_MODEL=tiny, set in tests/conftest.py).
@@ -8,35 +8,15 @@ import base64
 import json
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from roll_viz import ui
+from tests.ui.apptest import open_page, page_alone, page_file
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "Home.py")
-PAGES = {
-    "samples": "pages/1_Samples.py",
-    "rewards": "pages/2_Rewards.py",
-    "kl": "pages/3_Token_KL.py",
-    "advantages": "pages/4_Advantages.py",
-}
-TIMEOUT = 120
-
-
-def open_page(page: str | None = None, **params: str) -> AppTest:
-    """Open ``page`` (a PAGES key; None = Home) with ``params`` in the URL."""
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    if page is not None:
-        at.switch_page(PAGES[page])
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
+PAGES = ("samples", "rewards", "kl", "advantages")  # keys of roll_viz.nav.PAGES
 
 
 def shown(markdown: str) -> str:
@@ -96,18 +76,36 @@ def test_page_runs_without_exception(page, preset):
     assert not at.error
 
 
+def page_links(at: AppTest) -> dict[str, str]:
+    """URL path -> label of every ``st.page_link`` on the page."""
+    return {link.proto.page: link.proto.label for link in at.get("page_link")}
+
+
 def test_home_has_chain_presets_and_next_link():
     at = open_page()
     labels = [b.label for b in at.button]
     assert {"quantum", "arithmetic", "sentiment", "pirate", "Use the live model"} <= set(labels)
-    links = " ".join(h.proto.body for h in at.get("html"))
-    assert "Next: Samples" in links
-    for target in ("Samples?", "Rewards?", "Token_KL?", "Advantages?", "Local_vs_Global?"):
-        assert f'href="{target}' in links
+    links = page_links(at)
+    assert any(label.startswith("Next: Samples") for label in links.values())
+    for target in ("Samples", "Rewards", "Token_KL", "Advantages", "Local_vs_Global"):
+        assert target in links
 
 
-def test_next_link_carries_the_url_state():
+def test_next_link_keeps_the_state():
     at = open_page("kl", preset="pirate", beta="0.3", G="2")
+    assert list(page_links(at)) == ["Advantages"]
+    at.switch_page(page_file("advantages"))  # what the link does
+    rerun(at)
+    assert at.title[0].value.startswith("4. Advantages")
+    assert at.selectbox(key=ui.KEY_PRESET).value == "pirate"
+    assert at.slider(key=ui.KEY_BETA).value == pytest.approx(0.3)
+    assert at.slider(key=ui.KEY_G).value == 2
+
+
+def test_a_page_alone_links_with_the_state_in_the_url():
+    at = page_alone("kl")
+    at.query_params.update({"preset": "pirate", "beta": "0.3", "G": "2"})
+    rerun(at)
     links = [h.proto.body for h in at.get("html") if h.proto.body.startswith("<a ")]
     assert len(links) == 1
     assert 'href="Advantages?' in links[0]
@@ -137,8 +135,8 @@ def test_group_size_changes_the_shape():
     at.slider(key=ui.KEY_G).set_value(2)
     rerun(at)
     assert len(frame(at, "samples_table")) == 2
-    # AppTest does not mirror bound widgets into its URL, so open the next page with G in it
-    fig = chart(open_page("advantages", preset="quantum", G="2"), "advantage_heatmaps")
+    at.switch_page(page_file("advantages"))  # the shared controls keep G on the next page
+    fig = chart(rerun(at), "advantage_heatmaps")
     assert len(zgrid(fig["data"][0])) == 2
 
 

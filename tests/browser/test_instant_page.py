@@ -10,9 +10,9 @@ from __future__ import annotations
 import statistics
 import urllib.parse
 
-from tests.e2e import streamlit_page as sp
-from tests.e2e.test_app_e2e import CLASSROOM, _query
-from tests.e2e.test_instant import _bench_inputs
+from tests.browser import streamlit_page as sp
+from tests.browser.test_app_e2e import CLASSROOM, _query
+from tests.browser.test_instant import _bench_inputs
 
 READY = "[data-testid=rv-instant][data-state=ready]"
 

@@ -8,7 +8,7 @@ import torch
 from plotly.colors import sample_colorscale
 
 from roll_viz.views import charts, chips, heatmaps, scales
-from tests.app.synthetic import synthetic_rollout, synthetic_trace
+from tests.synthetic import synthetic_rollout, synthetic_trace
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from roll_viz.ui import state as ui_state
+from tests.ui import apptest
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "Home.py")
 FIXTURES = ROOT / "tests" / "fixtures" / "runs"
 
 
@@ -20,10 +20,7 @@ def runs_dir(monkeypatch):
 
 
 def open_run_page(run: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("pages/11_Your_run.py")
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = apptest.open_page("your_run")
     at.selectbox(key="run_pick").select(f"dir:{run}").run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -50,9 +47,8 @@ def test_a_step_drives_every_page(runs_dir):
     at.button(key="run_use").click().run()
     assert not at.exception
     assert at.session_state[ui_state.KEY_RUN_SOURCE].startswith("run:dir:rllb#")
-    for page in ("pages/2_Rewards.py", "pages/4_Advantages.py", "pages/3_Token_KL.py",
-                 "pages/5_Local_vs_Global.py", "pages/7_Frameworks.py"):  # fmt: skip
-        at.switch_page(page).run()
+    for page in ("rewards", "advantages", "kl", "local_global", "frameworks"):
+        at.switch_page(apptest.page_file(page)).run()
         assert not at.exception, (page, [e.message for e in at.exception])
         assert not at.error, (page, [e.value for e in at.error])
         info = " ".join(i.value for i in at.sidebar.info)

@@ -1,6 +1,6 @@
 """Classroom-proofing in a real browser: hostile input never stalls the server or fetches a URL.
 
-Screenshots: presentation mode at 1280 x 720 (docs/screenshots/09_presentation*.png).
+Screenshots: presentation mode at 1280 x 720 (09_presentation*.png, see the `shots` fixture).
 """
 
 from __future__ import annotations
@@ -8,12 +8,8 @@ from __future__ import annotations
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
-from tests.e2e import streamlit_page as sp
-
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
+from tests.browser import streamlit_page as sp
 
 
 def _health(server: str) -> str:
@@ -59,15 +55,14 @@ def test_markdown_and_image_prompts_render_literally_and_fetch_nothing(server, p
     assert not any(url.startswith("http://127.0.0.1:9/") for url in requested)
 
 
-def test_presentation_mode_at_1280x720(server, browser):
+def test_presentation_mode_at_1280x720(server, browser, shots):
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     pg = context.new_page()
     pg.set_default_timeout(60_000)
     try:
         sp.goto(pg, f"{server}/Advantages?present=true", timeout=240_000)
         assert sp.exceptions(pg) == []
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        pg.screenshot(path=str(SHOTS / "09_presentation.png"))
+        pg.screenshot(path=str(shots / "09_presentation.png"))
         # the side panel stacks under the figure instead of being squeezed to a word per line
         widths = pg.locator("[data-testid='stMain'] [data-testid='stColumn']").evaluate_all(
             "els => els.map(e => e.getBoundingClientRect().width)"
@@ -78,7 +73,7 @@ def test_presentation_mode_at_1280x720(server, browser):
         assert pg.get_by_test_id("stSidebar").is_hidden()
         back = pg.get_by_text("Show the controls")
         assert back.is_visible()
-        pg.screenshot(path=str(SHOTS / "09_presentation_no_sidebar.png"))
+        pg.screenshot(path=str(shots / "09_presentation_no_sidebar.png"))
         sp.after_rerun(pg, back.click)
         assert pg.get_by_test_id("stSidebar").is_visible()
     finally:

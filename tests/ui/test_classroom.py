@@ -14,7 +14,8 @@ import pytest
 from roll_viz import ui
 from roll_viz.analysis import reward_table
 from roll_viz.ui import guard, sidebar
-from tests.app.test_pages import open_page, rerun
+from tests.ui.apptest import open_page, router
+from tests.ui.test_chain_pages import rerun
 
 CHARTS = "plotly_chart"
 
@@ -179,14 +180,7 @@ def test_the_table_travels_in_a_link_and_garbage_is_refused():
 
 def test_a_shared_link_restores_the_edited_table():
     df = pd.DataFrame({"prompt": ["q", "q", "p", "p"], "reward": ["1", "2", "3", "7"]})
-    at = open_page("local_global" if False else None)  # warm the app
-    from streamlit.testing.v1 import AppTest
-
-    from tests.app.test_pages import APP
-
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("pages/5_Local_vs_Global.py")
-    at.query_params["rt"] = reward_table.encode_table(df)
+    at = router("local_global", rt=reward_table.encode_table(df))
     at.run()
     assert not at.exception
     table = next(d.value for d in at.dataframe if "local advantage" in d.value.columns)
@@ -199,17 +193,7 @@ def test_an_unforeseen_error_shows_a_friendly_message_not_a_traceback(monkeypatc
         raise RuntimeError("/srv/secret/path.py exploded")
 
     monkeypatch.setattr(ui, "cached_trace", broken)
-    at = (
-        open_page.__wrapped__("advantages", preset="quantum")
-        if hasattr(open_page, "__wrapped__")
-        else None
-    )
-    from streamlit.testing.v1 import AppTest
-
-    from tests.app.test_pages import APP
-
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("pages/4_Advantages.py")
+    at = router("advantages")
     at.run()
     assert not at.exception
     message = " ".join(e.value for e in at.error)

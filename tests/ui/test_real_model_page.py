@@ -6,7 +6,7 @@ Marked `slow` (it loads the real model) but part of `make test`: one prompt, G =
 import pytest
 
 from roll_viz import ui
-from tests.app.test_pages import chart, frame, open_page, zgrid
+from tests.ui.test_chain_pages import chart, frame, open_page, zgrid
 
 
 @pytest.mark.slow

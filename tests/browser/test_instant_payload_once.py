@@ -19,9 +19,9 @@ import urllib.parse
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from roll_viz.bench.browser import Traffic
-from tests.e2e import streamlit_page as sp
-from tests.e2e.test_app_e2e import CLASSROOM
-from tests.e2e.test_instant import _bench_inputs
+from tests.browser import streamlit_page as sp
+from tests.browser.test_app_e2e import CLASSROOM
+from tests.browser.test_instant import _bench_inputs
 
 ROOT_SEL = "[data-testid=rv-instant]"
 READY = f"{ROOT_SEL}[data-state=ready]"

@@ -11,7 +11,7 @@ import torch
 from roll_viz.analysis import common, compare, local_global, reward_table, sweep
 from roll_viz.core.records import Batch
 from roll_viz.views import text
-from tests.app_b.helpers import batch_of, consistent_rollout
+from tests.synthetic import batch_of, consistent_rollout
 
 T1_LOCAL = (0.201965964, -1.085567055, 0.883601091)
 

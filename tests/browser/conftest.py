@@ -1,8 +1,10 @@
-"""Real-browser fixtures: a `streamlit run Home.py` server on 127.0.0.1 and Debian's Chromium.
+"""Real-browser fixtures: a `streamlit run app.py` server on 127.0.0.1 and Debian's Chromium.
 
 The server runs the tiny test model (ROLL_VIZ_MODEL=tiny) and is killed with its whole process
-group at teardown. Without /usr/bin/chromium every e2e test is skipped with the reason, unless
-REQUIRE_E2E=1 (CI), which turns that into a failure.
+group at teardown. Without /usr/bin/chromium every browser test (marker ``browser``, set in
+tests/conftest.py) is skipped with the reason, unless REQUIRE_E2E=1 (CI), which turns that into a
+failure. Screenshots go to a temporary folder;
+``make screenshots`` (ROLL_VIZ_SCREENSHOTS=1) writes the README's images to docs/screenshots/.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from roll_viz import nav
 from roll_viz.bench import load
 from roll_viz.bench.browser import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
+#: where ``make screenshots`` writes the README's images (the suite itself never writes there)
+README_SHOTS = ROOT / "docs" / "screenshots"
 __all__ = ["CHROMIUM", "CHROMIUM_ARGS", "ROOT"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test in this folder `e2e`; skip (or fail in CI) without a browser."""
+    """Skip (or fail in CI) every test in this folder without a browser."""
     here = Path(__file__).parent
     missing = not Path(CHROMIUM).exists()
     try:
@@ -30,7 +35,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if here not in Path(str(item.fspath)).parents:
             continue
-        item.add_marker(pytest.mark.e2e)
         if missing and os.environ.get("REQUIRE_E2E") != "1":
             item.add_marker(
                 pytest.mark.skip(
@@ -41,13 +45,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def server():
-    """Base URL of a headless `streamlit run Home.py` on a free local port (tiny model)."""
+def shots(tmp_path_factory) -> Path:
+    """Folder for screenshots: a temporary one, docs/screenshots/ under ROLL_VIZ_SCREENSHOTS=1."""
+    if os.environ.get("ROLL_VIZ_SCREENSHOTS") == "1":
+        README_SHOTS.mkdir(parents=True, exist_ok=True)
+        return README_SHOTS
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """Base URL of a headless `streamlit run app.py` on a free local port (tiny model)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing (apt-get install -y chromium)")
     runs = str(ROOT / "tests" / "fixtures" / "runs")  # what the Your run page may open
-    log = ROOT / ".pytest_cache" / "e2e_server.log"
-    with load.server(log=log, extra_env={"ROLL_VIZ_RUNS": runs}) as srv:
+    log = tmp_path_factory.mktemp("server") / "streamlit.log"
+    with load.server(script=nav.ENTRY, log=log, extra_env={"ROLL_VIZ_RUNS": runs}) as srv:
         yield srv.base
 
 

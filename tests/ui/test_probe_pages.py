@@ -1,23 +1,22 @@
-"""AppTest for pages 5-8: no exception, and the key widgets drive the numbers shown."""
+"""AppTest of Local vs global, Sensitivity, Frameworks and Self-test, each page script alone.
+
+No exception, and the key widgets drive the numbers shown. Opening the script alone (no router)
+also checks that every page draws the shared sidebar itself.
+"""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = {
-    "local_global": ROOT / "pages" / "5_Local_vs_Global.py",
-    "sensitivity": ROOT / "pages" / "6_Sensitivity.py",
-    "frameworks": ROOT / "pages" / "7_Frameworks.py",
-    "self_test": ROOT / "pages" / "8_Self_test.py",
-}
+from tests.ui.apptest import page_alone
+
+PAGES = ("local_global", "sensitivity", "frameworks", "self_test")  # keys of roll_viz.nav.PAGES
 CHARTS = {
     "local_global": {"lg_hand_scatter", "lg_hand_std", "lg_batch_scatter", "lg_batch_std"},
     "sensitivity": {"sw_lines"},
@@ -27,7 +26,7 @@ CHARTS = {
 
 
 def _app(page: str) -> AppTest:
-    return AppTest.from_file(str(PAGES[page]), default_timeout=120)
+    return page_alone(page)
 
 
 def _ok(at: AppTest) -> AppTest:

@@ -6,27 +6,16 @@ Live runs use the tiny model (ROLL_VIZ_MODEL=tiny from tests/conftest.py) with 2
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from roll_viz.data import recorded
 from roll_viz.ui import training as tr
-
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "Home.py")
-PAGE = "pages/10_Training.py"
-TIMEOUT = 120
+from tests.ui import apptest
 
 
 def open_page(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.switch_page(PAGE)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
+    return apptest.open_page("training", **params)
 
 
 def charts(at: AppTest) -> dict[str, dict]:

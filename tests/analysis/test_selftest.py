@@ -11,7 +11,7 @@ from roll_viz import rewards
 from roll_viz.analysis import selftest
 from roll_viz.core.records import batch_from_rollout
 from roll_viz.data import presets
-from tests.app_b.helpers import batch_of, consistent_rollout
+from tests.synthetic import batch_of, consistent_rollout
 
 
 def _data(kind: str):

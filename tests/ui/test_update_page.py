@@ -1,7 +1,6 @@
-"""AppTest of the Update page (pages/9_Update.py) on the tiny live model (ROLL_VIZ_MODEL=tiny)."""
+"""AppTest of the Update page (app_pages/update.py) on the tiny live model (ROLL_VIZ_MODEL=tiny)."""
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,20 +10,13 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz.ui import update as upd
 from roll_viz.views import update_charts
+from tests.ui import apptest
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "Home.py")
-PAGE = "pages/9_Update.py"
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
 
 
 def open_page(**params: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page(PAGE)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
+    at = apptest.open_page("update", **params)
     assert not at.error, [e.value for e in at.error]  # page_guard turns errors into st.error
     return at
 
@@ -140,7 +132,7 @@ def test_the_updated_policy_drives_the_other_pages():
     radio = at.sidebar.radio(key="policy_view")
     assert radio.value == "updated"
     assert "updated" in radio.options[1]
-    at.switch_page("pages/3_Token_KL.py").run()
+    at.switch_page(apptest.page_file("kl")).run()
     assert not at.exception, [e.message for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert not any("Policy = reference in this batch" in i.value for i in at.info)

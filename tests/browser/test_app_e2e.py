@@ -1,7 +1,7 @@
 """The app in a real browser: every page renders, knobs drive URL and numbers, links reload exactly.
 
-Runs against `streamlit run Home.py` with the tiny test model (see conftest.py). Screenshots of
-every page are written to docs/screenshots/ (overwritten each run) for the README and for review.
+Runs against `streamlit run app.py` with the tiny test model (see conftest.py). Every page is
+screenshotted (into a temporary folder; `make screenshots` refreshes the README's images).
 The slider-release -> redrawn latency on the classroom batch (8 prompts x 8 samples x 128 tokens)
 is printed as a benchmark line, not asserted.
 """
@@ -18,10 +18,7 @@ from pathlib import Path
 import pytest
 
 from roll_viz.bench import classroom
-from tests.e2e import streamlit_page as sp
-
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
+from tests.browser import streamlit_page as sp
 
 #: Minimum number of Plotly charts each page draws on the default preset.
 MIN_CHARTS = {
@@ -59,14 +56,13 @@ def _numbers(page) -> list:
 
 
 @pytest.mark.parametrize("name", list(sp.PAGES))
-def test_every_page_renders_and_is_screenshotted(server, page, name):
+def test_every_page_renders_and_is_screenshotted(server, page, shots, name):
     sp.goto(page, _url(server, name))
     assert sp.exceptions(page) == []
     charts = page.get_by_test_id("stPlotlyChart").count()
     assert charts >= MIN_CHARTS[name]
     assert page.locator("[data-testid='stMainBlockContainer'] h1").count() >= 1
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    sp.full_page_screenshot(page, str(SHOTS / f"{name}.png"))
+    sp.full_page_screenshot(page, str(shots / f"{name}.png"))
 
 
 def test_download_csv_of_the_reward_table(server, page):
@@ -125,7 +121,7 @@ def test_typing_into_the_reward_table_redraws_the_scatter(server, page):
     assert after[2]["y"][1] == pytest.approx(2.7 / (5.47**0.5 + 1e-6), abs=1e-6)
 
 
-def test_slider_latency_benchmark_on_the_classroom_batch(server, page, capsys):
+def test_slider_latency_benchmark_on_the_classroom_batch(server, page, capsys, tmp_path):
     """Print slider-release -> redrawn latency (ms) on 8 x 8 x 128 tokens; not asserted."""
     lines = []
     for name in ("04_advantages", "06_sensitivity"):
@@ -147,8 +143,7 @@ def test_slider_latency_benchmark_on_the_classroom_batch(server, page, capsys):
         )
     with capsys.disabled():
         print("\n" + "\n".join(lines))
-    (ROOT / ".pytest_cache").mkdir(exist_ok=True)
-    (ROOT / ".pytest_cache" / "e2e_benchmark.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "e2e_benchmark.txt").write_text("\n".join(lines) + "\n")
 
 
 def test_knobs_change_the_url_and_the_numbers(server, page):

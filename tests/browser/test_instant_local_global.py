@@ -6,7 +6,7 @@ Python's ``roll_viz.analysis.local_global.local_vs_global`` on the same first-G 
 the sidebar's G, the server's own CSV of the page. A release moves the sidebar's G and the URL
 on a preset; on a live batch it does not (sampling again would change the answers). Prints the
 input -> redrawn time on the classroom batch (BENCHMARK, never asserted) and writes the panel's
-screenshot to docs/screenshots/05_local_vs_global_instant.png.
+screenshot 05_local_vs_global_instant.png (see the `shots` fixture).
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ import torch
 
 from roll_viz.analysis.local_global import local_vs_global
 from roll_viz.ui.instant.payload import subset_scores
-from tests.e2e import streamlit_page as sp
-from tests.e2e.conftest import ROOT
-from tests.e2e.test_app_e2e import CLASSROOM, _query
-from tests.e2e.test_instant import _bench_inputs
+from tests.browser import streamlit_page as sp
+from tests.browser.test_app_e2e import CLASSROOM, _query
+from tests.browser.test_instant import _bench_inputs
 from tests.js.test_local_global_conformance import _pipeline_oracle
 
 ROOT_SEL = "[data-testid=rv-lg-instant]"
 READY = f"{ROOT_SEL}[data-state=ready]"
-SHOT = ROOT / "docs" / "screenshots" / "05_local_vs_global_instant.png"
+SHOT = "05_local_vs_global_instant.png"
 TOL = 1e-9
 
 
@@ -124,7 +123,7 @@ def _assert_equals_server(page) -> None:
             _close(None if math.isnan(row[key]) else row[key], e, f"{key}[{b}] vs server")
 
 
-def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page):
+def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, shots):
     _open(page, server, {"preset": "arithmetic"})
     assert sp.exceptions(page) == []
     status = page.locator("[data-testid=rv-lg-status]").inner_text()
@@ -185,8 +184,7 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page):
     page.locator(ROOT_SEL).evaluate("(el) => el.scrollIntoView({block: 'center'})")
     _bench_inputs(page, "rv-lg-eps", [-6])  # back to ROLL's eps; waits for a painted frame
     assert "all-equal rewards" in page.locator("[data-testid=rv-lg-summary]").inner_text()
-    SHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.locator(ROOT_SEL).screenshot(path=str(SHOT))
+    page.locator(ROOT_SEL).screenshot(path=str(shots / SHOT))
 
 
 def test_live_batch_escapes_prompts_and_keeps_the_sidebar(server, page):

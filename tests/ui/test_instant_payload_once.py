@@ -53,7 +53,7 @@ def app() -> None:
     import streamlit as st
 
     from roll_viz.ui import instant
-    from tests.app.test_instant_payload_once import KEY, make_lg_payload, make_payload
+    from tests.ui.test_instant_payload_once import KEY, make_lg_payload, make_payload
 
     which = st.session_state.get("which", "advantages")
     seed, gamma = st.session_state.get("seed", 0), st.session_state.get("gamma", 1.0)

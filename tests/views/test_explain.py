@@ -8,7 +8,7 @@ import torch
 from roll_viz.core import pipeline
 from roll_viz.core.records import batch_from_rollout
 from roll_viz.views import explain, tables, text
-from tests.app.synthetic import SEED_SCORES, seed_rollout, synthetic_rollout
+from tests.synthetic import SEED_SCORES, seed_rollout, synthetic_rollout
 
 
 def _seed_trace(framework="roll", config=None, values=None, width=3):

@@ -1,6 +1,6 @@
 """The instant component in a real browser: live recompute equals the Python pipeline.
 
-Runs ``streamlit run tests/e2e/apps/instant_app.py`` (a fixed synthetic batch, no model), moves
+Runs ``streamlit run tests/browser/apps/instant_app.py`` (a fixed synthetic batch, no model), moves
 sliders with the keyboard and programmatic input events, and checks that the browser's numbers
 (the full trace and the displayed table) equal ``roll_viz.core.pipeline.run`` on the settled
 values that came back to Python (printed by the app). Input -> redraw time is printed as
@@ -17,20 +17,21 @@ import pytest
 
 from roll_viz.bench import load
 from roll_viz.bench.browser import bench_inputs as _bench_inputs
-from tests.e2e import streamlit_page as sp
-from tests.e2e.conftest import CHROMIUM, ROOT
+from tests.browser import streamlit_page as sp
+from tests.browser.conftest import CHROMIUM
 
-APP = "tests/e2e/apps/instant_app.py"
+APP = "tests/browser/apps/instant_app.py"
 READY = "[data-testid=rv-instant][data-state=ready]"
 TOL = 1e-9
 
 
 @pytest.fixture(scope="module")
-def instant_server():
+def instant_server(tmp_path_factory):
     """Base URL of a headless `streamlit run` of the instant test app."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing")
-    with load.server(script=APP, log=ROOT / ".pytest_cache" / "e2e_instant_server.log") as srv:
+    log = tmp_path_factory.mktemp("instant_server") / "streamlit.log"
+    with load.server(script=APP, log=log) as srv:
         yield srv.base
 
 

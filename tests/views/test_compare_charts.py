@@ -7,8 +7,8 @@ import pandas as pd
 import torch
 
 from roll_viz.analysis import compare, local_global, reward_table, sweep
-from roll_viz.views import compare as charts_compare
-from tests.app_b.helpers import batch_of, consistent_rollout
+from roll_viz.views import compare_charts as charts_compare
+from tests.synthetic import batch_of, consistent_rollout
 
 
 def _lg():

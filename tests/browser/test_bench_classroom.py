@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from roll_viz.bench import classroom
-from tests.e2e.conftest import ROOT
+from tests.browser.conftest import ROOT
 
 
 def test_fresh_values_never_repeat_the_previous_or_the_current_value():

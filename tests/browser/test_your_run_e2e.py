@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from tests.e2e import streamlit_page as sp
-
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
+from tests.browser import streamlit_page as sp
 
 
-def test_open_a_run_and_walk_the_pages(server, page):
+def test_open_a_run_and_walk_the_pages(server, page, shots):
     sp.goto(page, f"{server}/Your_run")
     picker = page.locator(".st-key-run_pick")
     picker.click()
@@ -18,8 +13,7 @@ def test_open_a_run_and_walk_the_pages(server, page):
     sp.after_rerun(page, option.click)
     assert sp.exceptions(page) == []
     assert page.get_by_test_id("stPlotlyChart").count() >= 2
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    sp.full_page_screenshot(page, str(SHOTS / "11_your_run.png"))
+    sp.full_page_screenshot(page, str(shots / "11_your_run.png"))
     sp.after_rerun(page, lambda: page.locator(".st-key-run_use button").click())
     assert "dump=dir" in page.url
     sp.goto(page, page.url.replace("/Your_run", "/Advantages"))
