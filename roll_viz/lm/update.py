@@ -29,6 +29,9 @@ in epoch 2, so K=2 shows clipping without destroying the step); 1e-3 is "too big
 
 Simplifications against ROLL/verl/OpenRLHF/TRL: no value head (the critic is not trained), no
 learning-rate schedule or warm-up, fp32 only, no gradient checkpointing, one process.
+
+Size: one algorithm (``update_step`` and the named pieces of its epoch loop, the teacher-forced
+log-probs they share, and the records it returns) kept together so it reads top to bottom.
 """
 
 from __future__ import annotations
@@ -355,6 +358,183 @@ class _Timer:
             self.seconds[name] += time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class _Minibatch:
+    """What one minibatch's forward and backward read (the lock is held, the adapter on).
+
+    Attributes:
+        bundle: the shared model.
+        contexts: (B,) prompt ids of every row of the batch.
+        rollout: the batch.
+        rows: (n,) sorted row indices of the minibatch.
+        old: (B, T) old log-probs (the placeholders of rows outside a chunk).
+        mask: (B, T) bool real tokens.
+        want_entropy: the loss has an entropy term (compute the entropy with grad).
+    """
+
+    bundle: ModelBundle
+    contexts: list[list[int]]
+    rollout: Rollout
+    rows: Tensor
+    old: Tensor
+    mask: Tensor
+    want_entropy: bool
+
+
+def _minibatch_backward(
+    mb: _Minibatch,
+    run_loss: Callable[[Tensor, Tensor, Tensor | None], Any],
+    micro_tokens: int,
+    timer: _Timer,
+) -> tuple[Any, Tensor, Tensor]:
+    """Forward and backward of one minibatch; gradients accumulate in the adapter's ``.grad``.
+
+    With at most ``micro_tokens`` tokens: one forward with grad and one backward. With more: the
+    rows in chunks, each chunk's rows live and the others held at the old log-probs (exact for a
+    row-separable loss, see the module docstring), then the minibatch's true loss on the detached
+    log-probs for the reported numbers and grad_coef.
+
+    Args:
+        mb: the minibatch.
+        run_loss: ``(rows, logprobs, entropy) -> LossResult`` of the step's loss.
+        micro_tokens: token budget of one backward.
+        timer: the step's phase timer.
+
+    Returns:
+        (the loss result, (n, T) dL/dlogp per token, (n, T) the rows' log-probs), on the CPU.
+    """
+    rows, ids = mb.rows, mb.rollout.token_ids
+    width = ids.shape[1]
+    temperature = _temperature(mb.rollout)
+    chunks = _chunks(rows, width, micro_tokens)
+    if len(chunks) == 1:  # one forward with grad, one backward
+        with timer.phase("forward"), torch.enable_grad():
+            lp, ent = _forward(
+                mb.bundle,
+                [mb.contexts[i] for i in rows.tolist()],
+                ids[rows].clone(),
+                mb.mask[rows],
+                temperature,
+                mb.want_entropy,
+            )
+            lp.retain_grad()
+            result = run_loss(rows, lp, ent)
+        with timer.phase("backward"):
+            result.total.backward()
+        return result, lp.grad.detach().cpu(), lp.detach().cpu()
+    # row chunks: each chunk's rows live, the others held at placeholders
+    lp_parts, ent_parts = [], []
+    offset = 0
+    for chunk in chunks:
+        part = slice(offset, offset + len(chunk))
+        offset += len(chunk)
+        with timer.phase("forward"), torch.enable_grad():
+            lp_c, ent_c = _forward(
+                mb.bundle,
+                [mb.contexts[i] for i in chunk.tolist()],
+                ids[chunk].clone(),
+                mb.mask[chunk],
+                temperature,
+                mb.want_entropy,
+            )
+            full_lp = mb.old[rows].clone().to(lp_c.device)
+            full_lp[part] = lp_c
+            full_ent = None
+            if ent_c is not None:
+                full_ent = torch.zeros(len(rows), width, device=ent_c.device)
+                full_ent[part] = ent_c
+            partial = run_loss(rows, full_lp, full_ent)
+        with timer.phase("backward"):
+            partial.total.backward()
+        lp_parts.append(lp_c.detach().cpu())
+        if ent_c is not None:
+            ent_parts.append(ent_c.detach().cpu())
+    with timer.phase("forward"):  # the minibatch's true loss, on detached inputs
+        current = torch.cat(lp_parts)
+        lp_leaf = current.clone().requires_grad_(True)
+        ent_all = torch.cat(ent_parts) if ent_parts else None
+        with torch.enable_grad():
+            result = run_loss(rows, lp_leaf, ent_all)
+            coef = torch.autograd.grad(result.total, lp_leaf, allow_unused=True)[0]
+    coef = torch.zeros_like(current) if coef is None else coef.detach().cpu()
+    return result, coef, current
+
+
+def _keep_per_token(
+    kept: dict[str, Tensor], result: Any, rows: Tensor, num_rows: int, width: int
+) -> None:
+    """Copy the loss's (n, T) per-token tensors of a minibatch into (B, T) tensors of ``kept``."""
+    for key, value in result.per_token.items():
+        if isinstance(value, Tensor) and value.shape == (len(rows), width):
+            if key not in kept:
+                kept[key] = torch.zeros(num_rows, width, dtype=torch.float32)
+            kept[key][rows] = value.detach().float().cpu()
+
+
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float | None
+) -> float:
+    """Clip the gradient (if asked), step, zero the gradient; returns the pre-clip norm."""
+    if max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(
+            torch.stack([p.grad.norm() for p in params if p.grad is not None] or [torch.zeros(())])
+        )
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+class _EpochTally:
+    """Sums over one epoch's minibatches, turned into an ``EpochStats`` at the end."""
+
+    def __init__(self, num_rows: int, width: int) -> None:
+        self.ratio = torch.zeros(num_rows, width)
+        self.clip_counts: dict[str, float] = {}
+        self.term_sums: dict[str, float] = {}
+        self.metric_sums: dict[str, float] = {}
+        self.norms: list[float] = []
+
+    def add(
+        self,
+        result: Any,
+        rows: Tensor,
+        current: Tensor,
+        old: Tensor,
+        mask_f: Tensor,
+        mask_b: Tensor,
+    ) -> None:
+        """Fold in one minibatch: its ratios, clip-mask hits, loss terms and metrics."""
+        self.ratio[rows] = torch.exp(current - old[rows]) * mask_f[rows]
+        for key, value in result.per_token.items():
+            if "clip" in key and isinstance(value, Tensor) and value.dtype == torch.bool:
+                hits = float((value.cpu() & mask_b[rows]).sum())
+                self.clip_counts[key] = self.clip_counts.get(key, 0.0) + hits
+        terms = {k: _scalar(v) for k, v in result.terms.items() if v is not None}
+        terms["total"] = _scalar(result.total)
+        for key, value in terms.items():
+            self.term_sums[key] = self.term_sums.get(key, 0.0) + value
+        for key, value in result.metrics.items():
+            self.metric_sums[key] = self.metric_sums.get(key, 0.0) + _scalar(value)
+
+    def stats(self, epoch: int, minibatches: int, mask_b: Tensor) -> EpochStats:
+        """The epoch's EpochStats (means over minibatches, shares over valid tokens)."""
+        valid_ratio = self.ratio[mask_b]
+        n_valid = max(int(mask_b.sum()), 1)
+        return EpochStats(
+            epoch=epoch,
+            terms={k: v / minibatches for k, v in self.term_sums.items()},
+            ratio_mean=float(valid_ratio.mean()) if valid_ratio.numel() else 1.0,
+            ratio_min=float(valid_ratio.min()) if valid_ratio.numel() else 1.0,
+            ratio_max=float(valid_ratio.max()) if valid_ratio.numel() else 1.0,
+            clip_fractions={k: v / n_valid for k, v in self.clip_counts.items()},
+            metrics={k: v / minibatches for k, v in self.metric_sums.items()},
+            grad_norms=tuple(self.norms),
+            ratio=self.ratio,
+        )
+
+
 def update_step(
     policy: LoraPolicy,
     rollout: Rollout,
@@ -444,115 +624,24 @@ def update_step(
             perm = (
                 torch.randperm(num_rows, generator=order_gen) if cfg.minibatches > 1 else all_rows
             )
-            ratio_epoch = torch.zeros(num_rows, width)
-            clip_counts: dict[str, float] = {}
-            term_sums: dict[str, float] = {}
-            metric_sums: dict[str, float] = {}
-            norms: list[float] = []
+            tally = _EpochTally(num_rows, width)
             for rows in torch.tensor_split(perm, cfg.minibatches):
                 rows = rows.sort().values
-                chunks = _chunks(rows, width, cfg.micro_tokens)
-                if len(chunks) == 1:  # one forward with grad, one backward
-                    with timer.phase("forward"), torch.enable_grad():
-                        lp, ent = _forward(
-                            bundle,
-                            [contexts[i] for i in rows.tolist()],
-                            ids[rows].clone(),
-                            mask_b[rows],
-                            _temperature(rollout),
-                            want_entropy,
-                        )
-                        lp.retain_grad()
-                        result = run_loss(rows, lp, ent)
-                    with timer.phase("backward"):
-                        result.total.backward()
-                    coef = lp.grad.detach().cpu()
-                    current = lp.detach().cpu()
-                else:  # row chunks: each chunk's rows live, the others held at placeholders
-                    lp_parts, ent_parts = [], []
-                    offset = 0
-                    for chunk in chunks:
-                        part = slice(offset, offset + len(chunk))
-                        offset += len(chunk)
-                        with timer.phase("forward"), torch.enable_grad():
-                            lp_c, ent_c = _forward(
-                                bundle,
-                                [contexts[i] for i in chunk.tolist()],
-                                ids[chunk].clone(),
-                                mask_b[chunk],
-                                _temperature(rollout),
-                                want_entropy,
-                            )
-                            full_lp = old[rows].clone().to(lp_c.device)
-                            full_lp[part] = lp_c
-                            full_ent = None
-                            if ent_c is not None:
-                                full_ent = torch.zeros(len(rows), width, device=ent_c.device)
-                                full_ent[part] = ent_c
-                            partial = run_loss(rows, full_lp, full_ent)
-                        with timer.phase("backward"):
-                            partial.total.backward()
-                        lp_parts.append(lp_c.detach().cpu())
-                        if ent_c is not None:
-                            ent_parts.append(ent_c.detach().cpu())
-                    with timer.phase("forward"):  # the minibatch's true loss, on detached inputs
-                        current = torch.cat(lp_parts)
-                        lp_leaf = current.clone().requires_grad_(True)
-                        ent_all = torch.cat(ent_parts) if ent_parts else None
-                        with torch.enable_grad():
-                            result = run_loss(rows, lp_leaf, ent_all)
-                            coef = torch.autograd.grad(result.total, lp_leaf, allow_unused=True)[0]
-                    coef = torch.zeros_like(current) if coef is None else coef.detach().cpu()
+                result, coef, current = _minibatch_backward(
+                    _Minibatch(bundle, contexts, rollout, rows, old, mask_b, want_entropy),
+                    run_loss,
+                    cfg.micro_tokens,
+                    timer,
+                )
                 if epoch == 1:
                     grad_coef[rows] = coef
                     if cfg.minibatches == 1:
                         before = current.clone()
-                    for key, value in result.per_token.items():
-                        if isinstance(value, Tensor) and value.shape == (len(rows), width):
-                            if key not in first_per_token:
-                                first_per_token[key] = torch.zeros(
-                                    num_rows, width, dtype=torch.float32
-                                )
-                            first_per_token[key][rows] = value.detach().float().cpu()
-                ratio_epoch[rows] = torch.exp(current - old[rows]) * mask_f[rows]
-                for key, value in result.per_token.items():
-                    if "clip" in key and isinstance(value, Tensor) and value.dtype == torch.bool:
-                        hits = float((value.cpu() & mask_b[rows]).sum())
-                        clip_counts[key] = clip_counts.get(key, 0.0) + hits
-                terms = {k: _scalar(v) for k, v in result.terms.items() if v is not None}
-                terms["total"] = _scalar(result.total)
-                for key, value in terms.items():
-                    term_sums[key] = term_sums.get(key, 0.0) + value
-                for key, value in result.metrics.items():
-                    metric_sums[key] = metric_sums.get(key, 0.0) + _scalar(value)
+                    _keep_per_token(first_per_token, result, rows, num_rows, width)
+                tally.add(result, rows, current, old, mask_f, mask_b)
                 with timer.phase("optimizer"):
-                    if cfg.max_grad_norm is not None:
-                        norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                    else:
-                        norm = torch.linalg.vector_norm(
-                            torch.stack(
-                                [p.grad.norm() for p in params if p.grad is not None]
-                                or [torch.zeros(())]
-                            )
-                        )
-                    norms.append(float(norm))
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-            valid_ratio = ratio_epoch[mask_b]
-            n_valid = max(int(mask_b.sum()), 1)
-            epochs.append(
-                EpochStats(
-                    epoch=epoch,
-                    terms={k: v / cfg.minibatches for k, v in term_sums.items()},
-                    ratio_mean=float(valid_ratio.mean()) if valid_ratio.numel() else 1.0,
-                    ratio_min=float(valid_ratio.min()) if valid_ratio.numel() else 1.0,
-                    ratio_max=float(valid_ratio.max()) if valid_ratio.numel() else 1.0,
-                    clip_fractions={k: v / n_valid for k, v in clip_counts.items()},
-                    metrics={k: v / cfg.minibatches for k, v in metric_sums.items()},
-                    grad_norms=tuple(norms),
-                    ratio=ratio_epoch,
-                )
-            )
+                    tally.norms.append(_optimizer_step(optimizer, params, cfg.max_grad_norm))
+            epochs.append(tally.stats(epoch, cfg.minibatches, mask_b))
         with timer.phase("rescore"):
             after = _score_rows(policy, rollout, contexts, all_rows, cfg.micro_tokens)[0]
     policy.steps += 1
