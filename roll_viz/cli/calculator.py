@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from roll_viz.core.pipeline import FRAMEWORKS, LossResult, policy_loss, run
-from roll_viz.core.records import Batch, Trace
+from roll_viz.core.records import Batch, to_plain, trace_to_dict
 
 BATCH_KEYS = (
     "scores",
@@ -206,48 +206,6 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
     return batch, framework, config, loss
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (value.detach().to(torch.float64) + 0.0).tolist()  # + 0.0 turns -0.0 into 0.0
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def trace_to_dict(trace: Trace) -> dict[str, Any]:
-    """A JSON-ready dict of a Trace (tensors as nested lists, config as an object).
-
-    Args:
-        trace: a pipeline Trace.
-
-    Returns:
-        dict with framework, config, scores, rewards, baseline, scale, clip_frac, kl, kl_coef,
-        next_kl_coef, kl_in_reward, kl_loss, token_rewards, advantages, returns, running, notes.
-    """
-    running = trace.running
-    return {
-        "framework": trace.framework,
-        "config": {k: _plain(v) for k, v in trace.config},
-        "scores": _plain(trace.scores),
-        "rewards": _plain(trace.rewards),
-        "baseline": _plain(trace.baseline),
-        "scale": _plain(trace.scale),
-        "clip_frac": trace.clip_frac,
-        "kl": _plain(trace.kl),
-        "kl_coef": trace.kl_coef,
-        "next_kl_coef": trace.next_kl_coef,
-        "kl_in_reward": trace.kl_in_reward,
-        "kl_loss": trace.kl_loss,
-        "token_rewards": _plain(trace.token_rewards),
-        "advantages": _plain(trace.advantages),
-        "returns": _plain(trace.returns),
-        "running": None
-        if running is None
-        else {"mean": running.mean, "var": running.var, "count": running.count},
-        "notes": list(trace.notes),
-    }
-
-
 def loss_to_dict(result: LossResult) -> dict[str, Any]:
     """The JSON-ready loss fields of a LossResult (masks as 0/1, NaN metrics as null).
 
@@ -260,7 +218,7 @@ def loss_to_dict(result: LossResult) -> dict[str, Any]:
     """
     tok = result.per_token
     out: dict[str, Any] = {
-        key: _plain(tok[key]) for key in ("ratio", "pg_loss", "grad_coef", "loss_weight")
+        key: to_plain(tok[key]) for key in ("ratio", "pg_loss", "grad_coef", "loss_weight")
     }
     for key in ("clipped_high", "clipped_low", "dual_clipped"):
         out[key] = tok[key].to(torch.int64).tolist()

@@ -6,9 +6,7 @@ import argparse
 import json
 import sys
 
-from torch import Tensor
-
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import rollout_to_dict
 from roll_viz.lm.models import ModelNotFoundError, load_models
 from roll_viz.lm.request import DEFAULT_INSTRUCTION, POLICY_MODES, SamplingConfig
 from roll_viz.lm.sampling import sample
@@ -60,38 +58,6 @@ def main(argv: list[str]) -> int:
     if args.reward:
         rewards = score_rollout(rollout, RewardSpec(terms=((args.reward, 1.0, ()),)))
     sys.stdout.write(
-        json.dumps(rollout_json(rollout, rewards, args.reward or ""), ensure_ascii=False) + "\n"
+        json.dumps(rollout_to_dict(rollout, rewards, args.reward or ""), ensure_ascii=False) + "\n"
     )
     return 0
-
-
-def _round(values: list[float], digits: int = 6) -> list[float]:
-    return [round(float(v), digits) for v in values]
-
-
-def rollout_json(rollout: Rollout, rewards: Tensor | None = None, reward_name: str = "") -> dict:
-    """The CLI's JSON view of a rollout: one entry per sample with its per-token numbers."""
-    samples = []
-    for b, response in enumerate(rollout.responses):
-        n = int(rollout.response_mask[b].sum())
-        samples.append(
-            {
-                "prompt": rollout.prompts[int(rollout.group_ids[b])],
-                "group": int(rollout.group_ids[b]),
-                "response": response,
-                "token_ids": rollout.token_ids[b, :n].tolist(),
-                "tokens": list(rollout.tokens[b]),
-                "logprobs": _round(rollout.logprobs[b, :n].tolist()),
-                "ref_logprobs": _round(rollout.ref_logprobs[b, :n].tolist()),
-                "kl": _round(rollout.exact_kl[b, :n].tolist()),
-                "entropy": _round(rollout.entropy[b, :n].tolist()),
-                "finish_reason": rollout.finish_reasons[b],
-                "reward": None if rewards is None else float(rewards[b]),
-            }
-        )
-    return {
-        "meta": dict(rollout.meta),
-        "reward": reward_name or None,
-        "greedy_responses": list(rollout.greedy_responses),
-        "samples": samples,
-    }

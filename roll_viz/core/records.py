@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
 from torch import Tensor
 
 
@@ -204,3 +205,122 @@ def batch_from_rollout(
         values=values,
         baseline_scores=baseline_scores,
     )
+
+
+def subsample_rollout(rollout: Rollout, group_size: int) -> Rollout:
+    """Keep the first ``group_size`` samples of every prompt (emulates a smaller G).
+
+    Args:
+        rollout: the full batch; rows of one prompt are contiguous.
+        group_size: samples to keep per prompt, 1 <= group_size <= rollout.group_size.
+
+    Returns:
+        A new Rollout with P * group_size rows (trailing all-padding columns kept).
+    """
+    full = rollout.group_size
+    if not 1 <= group_size <= full:
+        raise ValueError(f"group_size must be in [1, {full}], got {group_size}")
+    if group_size == full:
+        return rollout
+    keep: list[int] = []
+    seen: dict[int, int] = {}
+    for b, gid in enumerate(rollout.group_ids.tolist()):
+        if seen.get(gid, 0) < group_size:
+            keep.append(b)
+        seen[gid] = seen.get(gid, 0) + 1
+    return select_rows(rollout, torch.tensor(keep, dtype=torch.long))
+
+
+# ------------------------------------------------------------------------------------- JSON
+
+
+def to_plain(value: Any) -> Any:
+    """A JSON-ready value: a tensor as nested float lists (-0.0 as 0.0), a tuple as a list."""
+    if isinstance(value, Tensor):
+        return (value.detach().to(torch.float64) + 0.0).tolist()  # + 0.0 turns -0.0 into 0.0
+    if isinstance(value, tuple):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    """A JSON-ready dict of a Trace (tensors as nested lists, config as an object).
+
+    The one serializer of a Trace: the calculator CLI prints it, the pages download it.
+
+    Args:
+        trace: a pipeline Trace.
+
+    Returns:
+        dict with framework, config, scores, rewards, baseline, scale, clip_frac, kl, kl_coef,
+        next_kl_coef, kl_in_reward, kl_loss, token_rewards, advantages, returns, running, notes.
+    """
+    running = trace.running
+    return {
+        "framework": trace.framework,
+        "config": {k: to_plain(v) for k, v in trace.config},
+        "scores": to_plain(trace.scores),
+        "rewards": to_plain(trace.rewards),
+        "baseline": to_plain(trace.baseline),
+        "scale": to_plain(trace.scale),
+        "clip_frac": trace.clip_frac,
+        "kl": to_plain(trace.kl),
+        "kl_coef": trace.kl_coef,
+        "next_kl_coef": trace.next_kl_coef,
+        "kl_in_reward": trace.kl_in_reward,
+        "kl_loss": trace.kl_loss,
+        "token_rewards": to_plain(trace.token_rewards),
+        "advantages": to_plain(trace.advantages),
+        "returns": to_plain(trace.returns),
+        "running": None
+        if running is None
+        else {"mean": running.mean, "var": running.var, "count": running.count},
+        "notes": list(trace.notes),
+    }
+
+
+def _round(values: list[float], digits: int = 6) -> list[float]:
+    return [round(float(v), digits) for v in values]
+
+
+def rollout_to_dict(
+    rollout: Rollout, rewards: Tensor | None = None, reward_name: str = ""
+) -> dict[str, Any]:
+    """A JSON-ready dict of a Rollout: one entry per sample with its per-token numbers.
+
+    The one serializer of a Rollout (the sampling CLI prints it). Per-token numbers are rounded
+    to 6 digits and cut at the response's length.
+
+    Args:
+        rollout: the sampled batch.
+        rewards: (B,) rewards, or None.
+        reward_name: the reward's name ("" = none).
+
+    Returns:
+        dict with meta, reward, greedy_responses and samples (prompt, group, response,
+        token_ids, tokens, logprobs, ref_logprobs, kl, entropy, finish_reason, reward).
+    """
+    samples = []
+    for b, response in enumerate(rollout.responses):
+        n = int(rollout.response_mask[b].sum())
+        samples.append(
+            {
+                "prompt": rollout.prompts[int(rollout.group_ids[b])],
+                "group": int(rollout.group_ids[b]),
+                "response": response,
+                "token_ids": rollout.token_ids[b, :n].tolist(),
+                "tokens": list(rollout.tokens[b]),
+                "logprobs": _round(rollout.logprobs[b, :n].tolist()),
+                "ref_logprobs": _round(rollout.ref_logprobs[b, :n].tolist()),
+                "kl": _round(rollout.exact_kl[b, :n].tolist()),
+                "entropy": _round(rollout.entropy[b, :n].tolist()),
+                "finish_reason": rollout.finish_reasons[b],
+                "reward": None if rewards is None else float(rewards[b]),
+            }
+        )
+    return {
+        "meta": dict(rollout.meta),
+        "reward": reward_name or None,
+        "greedy_responses": list(rollout.greedy_responses),
+        "samples": samples,
+    }

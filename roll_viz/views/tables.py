@@ -5,39 +5,15 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-import torch
 from torch import Tensor
 
-from roll_viz.core.records import Rollout, Trace, select_rows
+from roll_viz.core.records import Rollout, Trace, trace_to_dict
+from roll_viz.core.records import subsample_rollout as subsample_rollout  # the pages call it here
 from roll_viz.views.text import sample_labels
 
 
-def subsample_rollout(rollout: Rollout, group_size: int) -> Rollout:
-    """Keep the first ``group_size`` samples of every prompt (emulates a smaller G).
-
-    Args:
-        rollout: the full batch; rows of one prompt are contiguous.
-        group_size: samples to keep per prompt, 1 <= group_size <= rollout.group_size.
-
-    Returns:
-        A new Rollout with P * group_size rows (trailing all-padding columns kept).
-    """
-    full = rollout.group_size
-    if not 1 <= group_size <= full:
-        raise ValueError(f"group_size must be in [1, {full}], got {group_size}")
-    if group_size == full:
-        return rollout
-    keep: list[int] = []
-    seen: dict[int, int] = {}
-    for b, gid in enumerate(rollout.group_ids.tolist()):
-        if seen.get(gid, 0) < group_size:
-            keep.append(b)
-        seen[gid] = seen.get(gid, 0) + 1
-    return select_rows(rollout, torch.tensor(keep, dtype=torch.long))
-
-
 def trace_to_plain(trace: Trace) -> dict:
-    """A JSON-able dict of a Trace (tensors as nested lists). Fallback for calculator.trace_to_dict.
+    """A JSON-able dict of a Trace (tensors as nested lists): ``records.trace_to_dict``.
 
     Args:
         trace: any Trace.
@@ -45,18 +21,7 @@ def trace_to_plain(trace: Trace) -> dict:
     Returns:
         Field name -> plain Python value.
     """
-    out: dict = {}
-    for name in trace.__dataclass_fields__:
-        value = getattr(trace, name)
-        if isinstance(value, Tensor):
-            out[name] = value.tolist()
-        elif name == "running" and value is not None:
-            out[name] = {"mean": value.mean, "var": value.var, "count": value.count}
-        elif name == "config":
-            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in value}
-        else:
-            out[name] = list(value) if isinstance(value, tuple) else value
-    return out
+    return trace_to_dict(trace)
 
 
 # ---------------------------------------------------------------------------------------------
