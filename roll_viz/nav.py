@@ -57,6 +57,8 @@ PAGES: tuple[Page, ...] = (
     Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
     Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", "Lessons"),
+    Page("lesson", "app_pages/lesson.py", "Lesson (teacher)", "Lesson", "Lessons"),
+    Page("vote", "app_pages/vote.py", "Vote (phones)", "vote", "Lessons"),
     Page("self_test", "app_pages/self_test.py", "Self-test", "Self_test", CHECKS),
 )
 

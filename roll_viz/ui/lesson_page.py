@@ -1,0 +1,580 @@
+"""The lesson pages: the teacher's projector view and the phones' vote view.
+
+Teacher (``app_pages/lesson.py``): pick a lesson (built-in or an uploaded TOML file; a bad file
+gets one message naming the gate and the field), start it, and get a room code, a link and a QR
+code. Each step shows one question; the teacher opens, locks and reveals the vote, asks for a
+re-vote after discussion, resets, moves next or back, and downloads the answers as CSV. On
+reveal the class's distribution stands next to the pipeline's own answer, with its formula and
+one figure. The room lives in the server's vote store (``votes.STORE``); its code and the
+teacher's key are in the page's URL, so a refresh (or a second browser) keeps the room.
+
+Phone (``app_pages/vote.py``): no sidebar, no login, large buttons, 360 px wide. It joins with the
+room code from its link, gets an anonymous token (kept in its own URL, so a refresh keeps the
+student's vote), shows only the current question and the student's own answer, and polls the
+room every ``PHONE_POLL_S`` seconds so it follows the teacher. It never shows other answers.
+
+Why a page of the app and not a custom ``/api/vote`` route: a route needs Streamlit's ASGI entry
+point (``st.App`` under uvicorn), while the embedded default is ``streamlit run app.py``, which
+serves pages only; a page needs no second server, no extra port and no CORS, and every vote
+still goes through the same bounded store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+from dataclasses import replace
+from typing import Any
+
+import segno
+import streamlit as st
+
+from roll_viz.analysis.lessons import GateBatch, GateResult, compute_gate
+from roll_viz.data.lessons import (
+    LESSON_DIR,
+    MAX_FILE_BYTES,
+    Gate,
+    Lesson,
+    LessonError,
+    builtin_lesson_ids,
+    load_lesson,
+    parse_lesson,
+)
+from roll_viz.ui import flow
+from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text
+from roll_viz.views import lesson_charts
+from roll_viz.views.text import md_escape
+
+PHONE_POLL_S = 2.0
+TEACHER_POLL_S = 2.0
+VOTE_PATH = "vote"  # the phone page's URL path (roll_viz/nav.py)
+KEY_LESSON_CHOICE = "lesson_choice"
+KEY_UPLOAD = "lesson_upload"
+KEY_PHONE_MSG = "_vote_message"
+KEY_NUMBER = "vote_number"
+UPLOAD_CHOICE = "Upload a lesson file (.toml)"
+LETTERS = "ABCDEFGH"
+
+PHONE_CSS = """<style>
+[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
+[data-testid="stSidebarNav"], header[data-testid="stHeader"] { display: none !important; }
+.block-container { padding: 1rem 0.75rem 3rem 0.75rem !important; max-width: 40rem; }
+.stButton button { min-height: 3.5rem; font-size: 1.15rem; white-space: normal; }
+.stButton button p { font-size: 1.15rem; }
+</style>"""
+TEACHER_CSS = """<style>
+.lesson-question p { font-size: 2rem; line-height: 1.3; font-weight: 600; }
+.lesson-option p { font-size: 1.5rem; }
+.lesson-code { font-size: 3rem; font-weight: 700; letter-spacing: 0.3rem; }
+</style>"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Lessons and their answers
+# ---------------------------------------------------------------------------------------------
+
+
+def answer_spec(gate: Gate) -> AnswerSpec:
+    """What a phone may answer to a gate: an option index, or a number on the slider."""
+    if gate.kind == "number":
+        return AnswerSpec(low=gate.low, high=gate.high)
+    return AnswerSpec(options=len(gate.choices))
+
+
+@st.cache_resource
+def _builtin(lesson_id: str) -> Lesson:
+    return load_lesson(LESSON_DIR / f"{lesson_id}.toml")
+
+
+def read_upload(data: bytes, name: str) -> Lesson:
+    """A lesson from an uploaded file (size checked first). Raises LessonError."""
+    if len(data) > MAX_FILE_BYTES:
+        raise LessonError(f"{name}: field 'file': is {len(data)} bytes, more than {MAX_FILE_BYTES}")
+    stem = name.rsplit(".", 1)[0][:40] or "lesson"
+    digest = hashlib.sha256(data).hexdigest()[:10]
+    return parse_lesson(data, lesson_id=f"{stem}-{digest}", source=name)
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def _cached_step(lesson_key: str, index: int, _lesson: Lesson) -> GateResult:
+    gate = _lesson.steps[index]
+    base = None
+    if gate.parent:
+        parent = _lesson.step_index(gate.parent)
+        base = _cached_step(lesson_key, parent, _lesson).env
+    return compute_gate(gate, None, base)
+
+
+def _live_batch(state: Any, gate: Gate) -> GateBatch:
+    """The class's live batch for a live gate: the sidebar's live sampling with the gate's seed."""
+    if state is None or not getattr(state, "live", False):
+        raise LessonError(
+            f"gate {gate.id!r}, field 'batch': this gate uses the class's live batch; switch the "
+            "sidebar's data source to the live model first"
+        )
+    seeded = replace(state, sampling=replace(state.sampling, seed=gate.seed))
+    rollout = flow.cached_rollout(seeded)
+    batch = flow.current_batch(seeded)
+    return GateBatch(batch, tuple(rollout.prompts), tuple(rollout.responses))
+
+
+def step_result(lesson: Lesson, index: int, state: Any = None) -> GateResult:
+    """The pipeline's answer to one step (cached; live gates recompute from the cached batch).
+
+    Raises:
+        LessonError: the gate cannot be computed (one message: gate and field).
+    """
+    gate = lesson.steps[index]
+    if gate.batch != "live":
+        return _cached_step(lesson.id, index, lesson)
+    live = _live_batch(state, gate)
+    base = None
+    if gate.parent:
+        parent_gate = lesson.steps[lesson.step_index(gate.parent)]
+        base = compute_gate(parent_gate, live).env
+    return compute_gate(gate, live, base)
+
+
+def check_lesson(lesson: Lesson, state: Any = None) -> str | None:
+    """The one error message of a lesson that cannot run (None when every step computes)."""
+    for i, gate in enumerate(lesson.steps):
+        if gate.batch == "live" and not getattr(state, "live", False):
+            continue  # computed when the class reaches it, on the live batch of that moment
+        try:
+            step_result(lesson, i, state)
+        except LessonError as err:
+            return str(err)
+    return None
+
+
+def answer_label(gate: Gate, value: float | None) -> str:
+    """A vote as the class saw it: the option's label, or the number."""
+    if value is None:
+        return ""
+    if gate.kind == "number":
+        return f"{value:g}"
+    i = int(value)
+    return gate.choices[i].label if 0 <= i < len(gate.choices) else str(i)
+
+
+def export_csv(code: str, key: str, lesson: Lesson, state: Any = None) -> str:
+    """Every answer of the room as CSV (cells neutralised against spreadsheet formulas)."""
+    header = ["room", "lesson", "step", "gate", "round", "student", "answer", "right", "seconds"]
+    rows = []
+    for step, rnd, student, value, seconds in STORE.export_rows(code, key):
+        gate = lesson.steps[step]
+        try:
+            right = "yes" if step_result(lesson, step, state).is_right(value) else "no"
+        except LessonError:
+            right = ""
+        rows.append(
+            [
+                code,
+                lesson.id,
+                step + 1,
+                gate.id,
+                rnd,
+                student,
+                answer_label(gate, value),
+                right,
+                seconds,
+            ]
+        )
+    return csv_text(header, rows)
+
+
+def vote_link(code: str) -> str:
+    """The phone link of a room, on the host the teacher's browser used."""
+    base = ""
+    try:
+        url = st.context.url or ""
+    except (AttributeError, RuntimeError):
+        url = ""
+    if url.startswith(("http://", "https://")):
+        scheme, rest = url.split("://", 1)
+        base = f"{scheme}://{rest.split('/', 1)[0]}"
+    return f"{base}/{VOTE_PATH}?room={code}"
+
+
+def qr_png(text: str, scale: int = 8) -> bytes:
+    """A QR code of ``text`` as PNG bytes (black on white, a 4-module quiet zone)."""
+    out = io.BytesIO()
+    segno.make(text, error="m").save(out, kind="png", scale=scale, border=4)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Teacher
+# ---------------------------------------------------------------------------------------------
+
+
+def _start_room(lesson: Lesson) -> None:
+    try:
+        code, key = STORE.create_room(
+            lesson.id, [answer_spec(g) for g in lesson.steps], content=lesson
+        )
+    except VoteError as err:
+        st.session_state["_lesson_error"] = str(err)
+        return
+    st.query_params["room"] = code
+    st.query_params["key"] = key
+
+
+def _end_room(code: str, key: str) -> None:
+    with contextlib.suppress(VoteError):
+        STORE.close(code, key)
+    for name in ("room", "key"):
+        st.query_params.pop(name, None)
+
+
+def _teacher_action(code: str, key: str, action: str) -> None:
+    try:
+        if action == "next":
+            STORE.next(code, key)
+        elif action == "back":
+            STORE.back(code, key)
+        elif action == "revote":
+            STORE.revote(code, key)
+        elif action == "reset":
+            STORE.reset(code, key)
+        else:
+            STORE.set_phase(code, key, action)
+    except VoteError as err:
+        st.session_state["_lesson_error"] = str(err)
+
+
+def _pick_lesson(state: Any) -> Lesson | None:
+    ids = builtin_lesson_ids()
+    options = [*ids, UPLOAD_CHOICE]
+    titles = {}
+    for lesson_id in ids:
+        try:
+            titles[lesson_id] = _builtin(lesson_id).title
+        except LessonError as err:
+            titles[lesson_id] = f"{lesson_id} (cannot be read: {err})"
+    choice = st.selectbox(
+        "Lesson",
+        options,
+        key=KEY_LESSON_CHOICE,
+        format_func=lambda o: titles.get(o, o),
+    )
+    if choice == UPLOAD_CHOICE:
+        upload = st.file_uploader(
+            f"Lesson file (TOML, at most {MAX_FILE_BYTES // 1000} kB)",
+            type=["toml"],
+            key=KEY_UPLOAD,
+        )
+        if upload is None:
+            return None
+        try:
+            return read_upload(upload.getvalue(), upload.name)
+        except LessonError as err:
+            st.error(md_escape(str(err)), icon=":material/error:")
+            return None
+    try:
+        return _builtin(choice)
+    except LessonError as err:
+        st.error(md_escape(str(err)), icon=":material/error:")
+        return None
+
+
+def _start_view(state: Any) -> None:
+    st.title("Lesson: predict, vote, then see the real answer")
+    st.markdown(
+        "Each question freezes a batch and asks the class to predict. Students answer on their "
+        "phones; on **Reveal** the class's answers stand next to the answer the pipeline computes "
+        "on that batch, with its formula and one figure. Then discuss, **Re-vote**, and change "
+        "one knob."
+    )
+    lesson = _pick_lesson(state)
+    if lesson is None:
+        return
+    st.subheader(md_escape(lesson.title))
+    if lesson.description:
+        st.markdown(md_escape(lesson.description))
+    st.caption(f"{len(lesson.steps)} questions · about {lesson.minutes} minutes")
+    problem = check_lesson(lesson, state)
+    if problem:
+        st.error(md_escape(problem), icon=":material/error:")
+        return
+    st.button(
+        "Start the lesson",
+        type="primary",
+        icon=":material/play_arrow:",
+        key="lesson_start",
+        on_click=_start_room,
+        args=(lesson,),
+    )
+    if lesson.id in builtin_lesson_ids():
+        st.download_button(
+            "Download this lesson's file (copy and edit it to write your own)",
+            (LESSON_DIR / f"{lesson.id}.toml").read_text(encoding="utf-8"),
+            file_name=f"{lesson.id}.toml",
+            mime="text/plain",
+            key="lesson_template",
+            on_click="ignore",
+        )
+
+
+def _join_panel(code: str) -> None:
+    link = vote_link(code)
+    st.markdown(f'<div class="lesson-code">{code}</div>', unsafe_allow_html=True)
+    st.image(qr_png(link), width=220)
+    st.caption(f"Phones: scan, or open {md_escape(link)}")
+
+
+@st.fragment(run_every=TEACHER_POLL_S)
+def _answer_count(code: str) -> None:
+    try:
+        view = STORE.view(code)
+    except VoteError:
+        st.warning("This room has ended.")
+        return
+    round_text = "first vote" if view.round == 1 else "after discussion"
+    st.metric(
+        f"Answers ({round_text}, {view.phase})",
+        f"{view.answered} / {view.students}",
+        help="phones that answered this question / phones in the room",
+    )
+
+
+def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
+    cols = st.columns(7)
+    buttons = [
+        ("Back", "back", ":material/arrow_back:", step == 0),
+        (
+            "Lock" if phase == "open" else "Open",
+            "locked" if phase == "open" else "open",
+            ":material/lock:" if phase == "open" else ":material/lock_open:",
+            False,
+        ),
+        ("Reveal", "revealed", ":material/visibility:", phase == "revealed"),
+        ("Re-vote", "revote", ":material/replay:", False),
+        ("Reset", "reset", ":material/restart_alt:", False),
+        ("Next", "next", ":material/arrow_forward:", step >= n_steps - 1),
+    ]
+    for col, (label, action, icon, disabled) in zip(cols, buttons, strict=False):
+        col.button(
+            label,
+            key=f"lesson_{action}",
+            icon=icon,
+            disabled=disabled,
+            on_click=_teacher_action,
+            args=(code, key, action),
+            width="stretch",
+            type="primary" if action == "revealed" else "secondary",
+        )
+    cols[6].button(
+        "End",
+        key="lesson_end",
+        icon=":material/stop:",
+        on_click=_end_room,
+        args=(code, key),
+        width="stretch",
+    )
+
+
+def _reveal(code: str, key: str, gate: Gate, result: GateResult) -> None:
+    tally = STORE.tally(code, key)
+    st.success(f"The pipeline's answer: **{md_escape(result.shown)}**", icon=":material/check:")
+    left, right = st.columns(2)
+    with left:
+        if gate.kind == "number":
+            fig = lesson_charts.vote_histogram(tally.rounds, result.value, gate.low, gate.high)
+        else:
+            fig = lesson_charts.vote_bars(gate.labels, tally.rounds, result.correct)
+        st.plotly_chart(fig, key="lesson_votes", theme=None, config={"displaylogo": False})
+        both = " · ".join(
+            f"{'first vote' if r == 1 else 'after discussion'}: {n} answers, "
+            f"{_share_right(tally.rounds[r], result):.0%} right"
+            for r, n in tally.answered.items()
+            if n
+        )
+        if both:
+            st.caption(both)
+    with right:
+        figure = lesson_charts.gate_figure(result)
+        if figure is not None:
+            st.plotly_chart(figure, key="lesson_figure", theme=None, config={"displaylogo": False})
+    st.latex(result.formula)
+    if gate.explanation:
+        st.markdown(md_escape(gate.explanation))
+
+
+def _share_right(counts: Any, result: GateResult) -> float:
+    total = sum(counts.values())
+    if not total:
+        return 0.0
+    return sum(n for v, n in counts.items() if result.is_right(v)) / total
+
+
+def _room_view(state: Any, code: str, key: str) -> None:
+    lesson = STORE.content(code)
+    view = STORE.view(code)
+    gate = lesson.steps[view.step]
+    st.html(TEACHER_CSS)
+    main, side = st.columns([3, 1])
+    with side:
+        _join_panel(code)
+        _answer_count(code)
+    with main:
+        knob = " · change one knob" if gate.parent else ""
+        st.caption(
+            f"{md_escape(lesson.title)} · question {view.step + 1} of {view.n_steps} · "
+            f"{gate.stage.replace('_', ' ')}{knob}"
+        )
+        with st.container(key="lesson_question"):
+            st.markdown(
+                f'<div class="lesson-question">\n\n{md_escape(gate.question)}\n\n</div>',
+                unsafe_allow_html=True,
+            )
+        if gate.kind == "number":
+            st.markdown(f"Answer on the slider: from {gate.low:g} to {gate.high:g}.")
+        else:
+            for i, label in enumerate(gate.labels):
+                st.markdown(f"**{LETTERS[i]}.** {md_escape(label)}")
+    message = st.session_state.pop("_lesson_error", None)
+    if message:
+        st.warning(md_escape(message))
+    _controls(code, key, view.phase, view.step, view.n_steps)
+    if view.phase == "revealed":
+        try:
+            result = step_result(lesson, view.step, state)
+        except LessonError as err:
+            st.error(md_escape(str(err)), icon=":material/error:")
+        else:
+            _reveal(code, key, gate, result)
+    st.download_button(
+        "Download the answers (CSV)",
+        export_csv(code, key, lesson, state),
+        file_name=f"lesson-{code}.csv",
+        mime="text/csv",
+        key="lesson_csv",
+        on_click="ignore",
+        icon=":material/download:",
+    )
+
+
+def teacher_page(state: Any) -> None:
+    """The teacher's page (after ``page_setup``): start a lesson, or run the room in the URL."""
+    code = st.query_params.get("room")
+    key = st.query_params.get("key")
+    if code and key and STORE.is_teacher(code, key):
+        _room_view(state, code.upper(), key)
+        return
+    if code:
+        st.info("That lesson room has ended or expired: start a new one.")
+        for name in ("room", "key"):
+            st.query_params.pop(name, None)
+    message = st.session_state.pop("_lesson_error", None)
+    if message:
+        st.warning(md_escape(message))
+    _start_view(state)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phone
+# ---------------------------------------------------------------------------------------------
+
+
+def _cast(code: str, token: str, step: int, rnd: int, answer: float) -> None:
+    try:
+        STORE.vote(code, token, step, rnd, answer)
+    except VoteError as err:
+        st.session_state[KEY_PHONE_MSG] = str(err)
+
+
+def _cast_number(code: str, token: str, step: int, rnd: int) -> None:
+    _cast(code, token, step, rnd, st.session_state.get(f"{KEY_NUMBER}_{step}_{rnd}"))
+
+
+def _join_form() -> None:
+    st.title("Join the lesson")
+    typed = st.text_input("Room code (on the screen)", max_chars=5, key="vote_code")
+    if st.button("Join", type="primary", width="stretch", key="vote_join") and typed:
+        st.query_params["room"] = typed.strip().upper()
+        st.rerun()
+
+
+@st.fragment(run_every=PHONE_POLL_S)
+def _phone_question(code: str, token: str) -> None:
+    try:
+        view = STORE.view(code)
+        lesson = STORE.content(code)
+        mine = STORE.my_answer(code, token)
+    except VoteError:
+        st.warning("This lesson has ended. Thank you!")
+        return
+    gate = lesson.steps[view.step]
+    again = " · vote again" if view.round > 1 else ""
+    st.caption(f"Room {code} · question {view.step + 1} of {view.n_steps}{again}")
+    st.markdown(f"#### {md_escape(gate.question)}")
+    message = st.session_state.pop(KEY_PHONE_MSG, None)
+    if message:
+        st.warning(md_escape(message))
+    if view.phase == "open":
+        if gate.kind == "number":
+            st.slider(
+                "Your answer",
+                min_value=float(gate.low),
+                max_value=float(gate.high),
+                step=float(gate.step),
+                value=float(mine) if mine is not None else float(gate.low + gate.high) / 2,
+                key=f"{KEY_NUMBER}_{view.step}_{view.round}",
+            )
+            st.button(
+                "Send",
+                type="primary",
+                width="stretch",
+                key=f"vote_send_{view.step}_{view.round}",
+                on_click=_cast_number,
+                args=(code, token, view.step, view.round),
+            )
+        else:
+            for i, label in enumerate(gate.labels):
+                st.button(
+                    f"{LETTERS[i]}. {md_escape(label)}",
+                    key=f"vote_{view.step}_{view.round}_{i}",
+                    type="primary" if mine == float(i) else "secondary",
+                    width="stretch",
+                    on_click=_cast,
+                    args=(code, token, view.step, view.round, i),
+                )
+        if mine is not None:
+            st.success(
+                f"Your answer: {md_escape(answer_label(gate, mine))}. "
+                "You can change it until the vote closes."
+            )
+    elif view.phase == "locked":
+        st.info(f"The vote is closed. Your answer: {md_escape(answer_label(gate, mine)) or '-'}")
+    else:
+        st.info(
+            "Look at the screen for the answer. "
+            f"Your answer: {md_escape(answer_label(gate, mine)) or '-'}"
+        )
+
+
+def phone_page() -> None:
+    """The phone's page: join with the room code from the link, then answer the current step."""
+    st.set_page_config(
+        page_title="Vote - roll-viz", layout="centered", initial_sidebar_state="collapsed"
+    )
+    st.html(PHONE_CSS)
+    code = (st.query_params.get("room") or "").strip().upper()
+    try:
+        STORE.view(code)
+    except VoteError:
+        if code:
+            st.warning("No lesson with this room code (it may have ended).")
+        _join_form()
+        return
+    token = st.query_params.get("s")
+    if not STORE.knows(code, token):
+        try:
+            token = STORE.join(code)
+        except VoteError as err:
+            st.error(md_escape(str(err)))
+            return
+        st.query_params["s"] = token
+    _phone_question(code, token)

@@ -1,0 +1,181 @@
+"""Lesson figures for a projector: the class's votes, and each gate's one explaining figure.
+
+Sized for 1280 x 720 on a light background, with type readable from the back of a room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from roll_viz.analysis.lessons import GateResult
+from roll_viz.views.scales import _title
+
+#: projector type sizes (px)
+BIG_FONT = 24
+TICK_FONT = 20
+RIGHT = "#1a9850"  # the real answer's bar
+OTHER = "#9e9e9e"
+ROUND_COLORS = {1: "#4575b4", 2: "#f46d43"}
+NUMBER_BINS = 12
+
+
+def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+    fig.update_layout(
+        template="plotly_white",
+        height=height,
+        margin={"l": 20, "r": 20, "t": 60, "b": 40},
+        title=_title(title),
+        font={"size": TICK_FONT},
+        title_font={"size": BIG_FONT},
+        legend={"orientation": "h", "y": -0.12, "x": 0.5, "xanchor": "center"},
+    )
+    return fig
+
+
+def _short(label: str, limit: int = 48) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def vote_bars(
+    labels: Sequence[str], rounds: Mapping[int, Mapping[float, int]], correct: int | None
+) -> go.Figure:
+    """How many voted for each option, per round, the real answer's option in green.
+
+    Args:
+        labels: the options as the phones showed them.
+        rounds: round (1, 2) -> option index -> count; an empty round is left out.
+        correct: the real answer's option.
+
+    Returns:
+        A horizontal bar chart (option labels on the left, counts at the bars' ends).
+    """
+    fig = go.Figure()
+    shown = [r for r in sorted(rounds) if sum(rounds[r].values())]
+    names = [("✔ " if i == correct else "") + _short(lab) for i, lab in enumerate(labels)]
+    for rnd in shown:
+        counts = [int(rounds[rnd].get(float(i), 0)) for i in range(len(labels))]
+        colors = [
+            RIGHT if i == correct else ROUND_COLORS.get(rnd, OTHER) for i in range(len(labels))
+        ]
+        fig.add_trace(
+            go.Bar(
+                y=names,
+                x=counts,
+                orientation="h",
+                name="first vote" if rnd == 1 else "after discussion",
+                marker_color=colors,
+                marker_pattern_shape="" if rnd == 1 else "/",
+                text=counts,
+                textposition="outside",
+                textfont={"size": BIG_FONT},
+            )
+        )
+    fig.update_layout(barmode="group", yaxis={"autorange": "reversed"})
+    fig.update_xaxes(title_text="votes", rangemode="tozero")
+    return _layout(fig, "The class's answers (green: the pipeline's answer)")
+
+
+def vote_histogram(
+    rounds: Mapping[int, Mapping[float, int]], value: float, low: float, high: float
+) -> go.Figure:
+    """A number gate's votes as a histogram per round, the real value as a green line."""
+    fig = go.Figure()
+    size = (high - low) / NUMBER_BINS
+    for rnd in sorted(rounds):
+        xs = [v for v, n in rounds[rnd].items() for _ in range(int(n))]
+        if not xs:
+            continue
+        fig.add_trace(
+            go.Histogram(
+                x=xs,
+                xbins={"start": low, "end": high + 1e-12, "size": size},
+                name="first vote" if rnd == 1 else "after discussion",
+                marker_color=ROUND_COLORS.get(rnd, OTHER),
+                opacity=0.75,
+            )
+        )
+    fig.add_vline(x=value, line_color=RIGHT, line_width=5)
+    fig.add_annotation(
+        x=value,
+        y=1,
+        yref="paper",
+        text=f"pipeline: {value:.3g}",
+        showarrow=False,
+        font={"size": BIG_FONT, "color": RIGHT},
+        yanchor="bottom",
+    )
+    fig.update_layout(barmode="overlay")
+    fig.update_xaxes(range=[low, high], title_text="answer")
+    fig.update_yaxes(title_text="votes")
+    return _layout(fig, "The class's answers")
+
+
+def _answer_labels(result: GateResult) -> list[str]:
+    n = len(result.env.get("scores", []))
+    return [f"answer {i + 1}" for i in range(n)]
+
+
+def _bars(labels: Sequence[str], values: Sequence[float], title: str, axis: str) -> go.Figure:
+    colors = ["#2166ac" if v >= 0 else "#b2182b" for v in values]
+    fig = go.Figure(
+        go.Bar(
+            x=list(labels),
+            y=list(values),
+            marker_color=colors,
+            text=[f"{v:.3g}" for v in values],
+            textposition="outside",
+            textfont={"size": TICK_FONT},
+        )
+    )
+    fig.add_hline(y=0, line_color="#444", line_width=1)
+    fig.update_yaxes(title_text=axis)
+    return _layout(fig, title)
+
+
+def gate_figure(result: GateResult) -> go.Figure | None:
+    """The one figure that explains a gate's answer (None for ``figure = "none"``)."""
+    env, kind = result.env, result.gate.figure
+    if kind == "none":
+        return None
+    if kind == "training" or "run_kl" in env:
+        steps = list(range(len(env["run_kl"])))
+        fig = make_subplots(specs=[[{"secondary_y": True}]])
+        fig.add_trace(
+            go.Scatter(x=steps, y=env["run_reward"], name="mean reward", line={"width": 4}),
+            secondary_y=False,
+        )
+        fig.add_trace(
+            go.Scatter(x=steps, y=env["run_kl"], name="KL(policy || reference)", line={"width": 4}),
+            secondary_y=True,
+        )
+        fig.update_xaxes(title_text="training step")
+        fig.update_yaxes(title_text="reward", secondary_y=False)
+        fig.update_yaxes(title_text="KL", secondary_y=True)
+        return _layout(fig, "Reward and KL over the recorded run")
+    labels = _answer_labels(result)
+    if kind == "rewards":
+        return _bars(labels, env["scores"], "Reward of each answer", "reward")
+    if kind == "kl":
+        return _bars(labels, env["kl_mean"], "Mean KL per token of each answer", "KL")
+    if kind == "local_global" and "local_adv" in env:
+        fig = go.Figure(
+            [
+                go.Bar(x=labels, y=env["local_adv"], name="local (per prompt)"),
+                go.Bar(x=labels, y=env["global_adv"], name="global (whole batch)"),
+            ]
+        )
+        fig.update_layout(barmode="group")
+        fig.add_hline(y=0, line_color="#444", line_width=1)
+        return _layout(fig, "Advantage under local vs global normalisation")
+    if kind == "update" and "grad_coef" in env:
+        first = [row[0] if row else 0.0 for row in env["grad_coef"]]
+        return _bars(
+            labels,
+            first,
+            f"First token's gradient coefficient (loss = {env['loss']:.3g})",
+            "dL/dlogp",
+        )
+    return _bars(labels, env["advantage"], "Advantage of each answer (first token)", "advantage")
