@@ -97,10 +97,12 @@ def test_registered_in_the_page_table_and_opens_through_the_router():
     page = nav.page("silent_bugs")
     assert page.file == "app_pages/silent_bugs.py"
     at = AppTest.from_file(str(ROOT / nav.ENTRY), default_timeout=TIMEOUT)
+    at.run()  # AppTest matches a page with a custom url_path only after a first run
     at.switch_page(page.file)
     at.query_params["bug"] = "cispo-cap"
     at.run()
     assert not at.exception, [e.message for e in at.exception]
+    assert next(t.value for t in at.title).startswith("Silent bugs")
     assert chosen(at) == "cispo-cap"
 
 
