@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 from torch import Tensor
 
 from roll_viz.core.records import Rollout
-from roll_viz.views.heatmaps import _labels
-from roll_viz.views.scales import _title
+from roll_viz.views.scales import title_style
+from roll_viz.views.text import sample_labels
 
 
 def reward_bars(
@@ -27,7 +27,7 @@ def reward_bars(
     Returns:
         A grouped bar chart.
     """
-    labels = _labels(rollout)
+    labels = sample_labels(rollout)
     fig = go.Figure(
         [
             go.Bar(
@@ -50,7 +50,7 @@ def reward_bars(
         barmode="group",
         height=400,
         margin={"l": 50, "r": 20, "t": 40, "b": 120},
-        title=_title("Response-level reward: raw vs post-processed"),
+        title=title_style("Response-level reward: raw vs post-processed"),
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
         xaxis_title="sample (prompt p / sample s)",
         yaxis_title="reward",
@@ -92,14 +92,14 @@ def group_stats_figure(
             mode="markers",
             name="samples",
             marker={"color": "#b2182b", "size": 8, "line": {"width": 1, "color": "white"}},
-            text=_labels(rollout),
+            text=sample_labels(rollout),
             hovertemplate="%{text}<br>reward = %{y:.4f}<extra></extra>",
         )
     )
     fig.update_layout(
         height=360,
         margin={"l": 50, "r": 20, "t": 40, "b": 110},
-        title=_title("Group statistics of the raw reward"),
+        title=title_style("Group statistics of the raw reward"),
         xaxis_title="prompt",
         yaxis_title="raw reward",
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
@@ -171,7 +171,7 @@ def kl_bars(table_rows: Mapping[str, Sequence[float]], labels: Sequence[str]) ->
         barmode="group",
         height=360,
         margin={"l": 50, "r": 20, "t": 40, "b": 110},
-        title=_title("Token-mean KL per sample"),
+        title=title_style("Token-mean KL per sample"),
         legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
         yaxis_title="mean KL per token",
     )

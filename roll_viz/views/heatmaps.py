@@ -19,10 +19,10 @@ from roll_viz.views.scales import (
     FONT,
     SEQUENTIAL_SCALE,
     SIGNED_SCALE,
-    _title,
     masked_array,
     nice_ceiling,
     symmetric_range,
+    title_style,
 )
 from roll_viz.views.text import sample_labels, visible_whitespace
 
@@ -43,10 +43,6 @@ def token_text(rollout: Rollout) -> np.ndarray:
 
 def _height(rows: int, per_row: int = 26, extra: int = 130) -> int:
     return max(340, min(1600, extra + per_row * rows))
-
-
-def _labels(rollout: Rollout) -> list[str]:
-    return sample_labels(rollout)
 
 
 def heatmap(
@@ -97,7 +93,7 @@ def heatmap(
     trace = go.Heatmap(
         z=z,
         x=np.arange(width),
-        y=_labels(rollout),
+        y=sample_labels(rollout),
         customdata=custom,
         hovertemplate=hover,
         hoverongaps=False,
@@ -124,7 +120,7 @@ def _formatted(grid: np.ndarray) -> np.ndarray:
 def _token_layout(title: str, rows: int) -> dict:
     """Layout of a token heatmap as one dict (one plotly validation pass, not several updates)."""
     return {
-        "title": _title(title),
+        "title": title_style(title),
         "height": _height(rows),
         "margin": {"l": 60, "r": 20, "t": 50, "b": 40},
         "plot_bgcolor": "rgba(0,0,0,0)",
@@ -284,7 +280,7 @@ def estimator_heatmaps(
         rows=len(names), cols=1, shared_xaxes=True, subplot_titles=names, vertical_spacing=0.06
     )
     text = token_text(rollout)
-    labels = _labels(rollout)
+    labels = sample_labels(rollout)
     for i, name in enumerate(names, start=1):
         fig.add_trace(
             go.Heatmap(

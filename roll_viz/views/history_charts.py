@@ -7,7 +7,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from roll_viz.views.scales import _title
+from roll_viz.views.scales import title_style
 
 LABELS = {
     "reward": "reward (as the file gives it)",
@@ -32,7 +32,7 @@ def step_distributions(long: pd.DataFrame, what: str, max_steps: int = 60) -> go
         values = long.loc[long["step"] == step, "value"]
         fig.add_trace(go.Box(y=values, name=str(step), boxpoints=False, marker_color="#2166ac"))
     fig.update_layout(
-        title=_title(f"{LABELS.get(what, what)} per step"),
+        title=title_style(f"{LABELS.get(what, what)} per step"),
         xaxis_title="training step",
         yaxis_title=LABELS.get(what, what),
         showlegend=False,
@@ -55,7 +55,7 @@ def zero_signal_share(history: pd.DataFrame) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=_title("Zero-signal groups: every reward equal, so every advantage is 0"),
+        title=title_style("Zero-signal groups: every reward equal, so every advantage is 0"),
         xaxis_title="training step",
         yaxis_title="share of prompts",
         yaxis_tickformat=".0%",
@@ -103,7 +103,7 @@ def pods_groups(results: dict, group_labels: tuple, max_groups: int = 12) -> go.
                 )
             )
     fig.update_layout(
-        title=_title("Kept (filled) and dropped (open) rollouts per prompt"),
+        title=title_style("Kept (filled) and dropped (open) rollouts per prompt"),
         scattermode="group",
         xaxis_title="prompt group",
         yaxis_title="reward",
@@ -121,7 +121,7 @@ def pods_sweep(table: pd.DataFrame) -> go.Figure:
             go.Scatter(x=part["m"], y=part["mean_std_after"], mode="lines+markers", name=method)
         )
     fig.update_layout(
-        title=_title("Signal left after keeping m of n: mean std of the kept rewards"),
+        title=title_style("Signal left after keeping m of n: mean std of the kept rewards"),
         xaxis_title="m (rollouts kept per prompt)",
         yaxis_title="mean std of kept rewards",
         height=300,

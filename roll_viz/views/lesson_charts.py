@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from roll_viz.analysis.lessons import GateResult
-from roll_viz.views.scales import _title
+from roll_viz.views.scales import title_style as _title
 
 #: projector type sizes (px)
 BIG_FONT = 24

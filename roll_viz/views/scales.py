@@ -98,7 +98,7 @@ def nice_ceiling(x: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
-def _title(text: str) -> dict:
+def title_style(text: str) -> dict:
     """The one title style of every figure: left-aligned, 15 px."""
     return {"text": text, "font": {"size": 15}, "x": 0.01, "xanchor": "left"}
 

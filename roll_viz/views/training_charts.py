@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from roll_viz.views.scales import _title
+from roll_viz.views.scales import title_style
 
 #: run colours in overlay order (colour-blind safe: blue, orange, green)
 RUN_COLORS = ("#2166ac", "#e66101", "#1b7837")
@@ -204,7 +204,7 @@ def training_curves(
     fig.update_layout(
         height=240 * rows + 80,
         margin={"l": 50, "r": 20, "t": 60, "b": 40},
-        title=_title("Training curves over steps"),
+        title=title_style("Training curves over steps"),
         legend={"orientation": "h", "y": 1.06, "x": 0.5, "xanchor": "center"},
         hovermode="x unified" if len(runs) == 1 else "closest",
     )

@@ -20,7 +20,7 @@ from torch import Tensor
 from roll_viz.core.pipeline.losses import agg_weights
 from roll_viz.core.records import Rollout
 from roll_viz.views.heatmaps import heatmap, token_text
-from roll_viz.views.scales import _title, nice_ceiling, symmetric_range
+from roll_viz.views.scales import nice_ceiling, symmetric_range, title_style
 from roll_viz.views.text import sample_labels
 
 #: the aggregation modes compared on the page: name -> how a token of answer i is weighted
@@ -43,7 +43,7 @@ PALETTE = (
 
 def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
-        title=_title(title),
+        title=title_style(title),
         height=height,
         margin={"l": 60, "r": 20, "t": 50, "b": 45},
         plot_bgcolor="rgba(0,0,0,0)",
