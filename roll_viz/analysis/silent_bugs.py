@@ -521,9 +521,18 @@ LUSPO_LENGTHS = (2, 6)
 
 
 def wrong_luspo(lengths: Sequence[int] = LUSPO_LENGTHS) -> list[float]:
-    """TRL's old LUSPO reduction (#6654): token SUM times L over T, per sequence L^2 / T / B."""
+    """TRL's old LUSPO reduction (#6654), ``(x * mask.sum(1, keepdim=True)).mean()``.
+
+    With a (B, T) per-token loss (the token-level ratio, a KL term) the mean runs over all B * T
+    padded positions: a sequence's share is ``L * sum_t x / (B * T)``. With x = 1 on its L
+    tokens (0 on padding) each sequence weighs ``L^2 / T / B``.
+    """
     width, b = max(lengths), len(lengths)
-    return [n * n / width / b for n in lengths]
+    shares = []
+    for n in lengths:
+        x = [1.0] * n + [0.0] * (width - n)
+        shares.append(sum(n * v for v in x) / (b * width))
+    return shares
 
 
 def right_luspo(lengths: Sequence[int] = LUSPO_LENGTHS) -> Tensor:
@@ -549,7 +558,8 @@ def _luspo() -> Outcome:
         right_series=_series(right),
         formula=(
             "weight of a sequence in the loss, lengths 2 and 6 (T = 6, B = 2)\n"
-            f"old: L^2 / T / B = 4/12, 36/12 = {_n(wrong[0])}, {_n(wrong[1])}  ->  ratio "
+            "old: (x * L).mean() over all B x T padded slots, x = 1 on a token: L * (L / T) / B\n"
+            f"   = 4/12, 36/12 = {_n(wrong[0])}, {_n(wrong[1])}  ->  ratio "
             f"{_n(ratio_wrong)} (quadratic)\n"
             f"LUSPO: token-mean * L / B = L / B = {_n(right[0].item())}, {_n(right[1].item())}  "
             f"->  ratio {_n(ratio_right)} (linear)"
@@ -667,7 +677,8 @@ TOP_P_DISTRIBUTIONS = ((0.5, 0.3, 0.15, 0.05), (0.9, 0.06, 0.04))  # sampled tok
 def top_p_mass(probs: Sequence[float], top_p: float) -> float:
     """S: the probability mass of the nucleus, the smallest top set reaching ``top_p``.
 
-    roll-viz scores with the full softmax (its log-probs are raw, never "processed"), so the
+    roll-viz scores every token with the full-vocabulary softmax (temperature-scaled, top-p
+    ignored, as the trainers recompute log-probs), so it never holds "processed" log-probs; the
     term a top-p sampler's renormalised log-probs carry is computed here from the distribution.
     """
     total = 0.0
@@ -761,17 +772,34 @@ def _cispo() -> Outcome:
 
 # ------------------------------------------ 13. ROLL method: mean grouped per trajectory
 
-TRAJ_SCORES = (1.0, 0.0, 0.0, 1.0)
+TRAJ_STEPS = 3
+TRAJ_RETURNS = (1.0,) * TRAJ_STEPS + (0.0,) * TRAJ_STEPS  # terminal reward 1 / 0, gamma = 1
+TRAJ_IDS = ("traj 1",) * TRAJ_STEPS + ("traj 2",) * TRAJ_STEPS
 
 
-def wrong_per_trajectory(scores: Sequence[float] = TRAJ_SCORES) -> list[float]:
-    """Each trajectory its own group: the mean of one reward is that reward, r - r = 0."""
-    return [x - _mean([x]) for x in scores]
+def wrong_per_trajectory(
+    returns: Sequence[float] = TRAJ_RETURNS, groups: Sequence[str] = TRAJ_IDS
+) -> list[float]:
+    """ROLL agentic ``grouping: traj_group_id, method: mean`` with ``group_size: 1``.
+
+    ``method: mean`` is (group mean, no std); each group holds the steps of ONE trajectory, and
+    with a terminal reward propagated by gamma = 1 every step of it has the same return R:
+    ``R - mean = R - R = 0``.
+    """
+    out = []
+    for value, group in zip(returns, groups, strict=True):
+        members = [r for r, g in zip(returns, groups, strict=True) if g == group]
+        out.append(value - _mean(members))
+    return out
 
 
 def right_per_trajectory() -> Tensor:
-    """(B,) rewards minus the prompt group's mean: roll-viz's ROLL ``norm_mean_type: group``."""
-    batch = make_batch(TRAJ_SCORES, [1] * 4, ["q"] * 4)
+    """(B,) step rewards minus the mean over both trajectories of the prompt.
+
+    roll-viz's ROLL ``norm_mean_type: group`` with the prompt as the group (what a group of
+    several trajectories per prompt gives).
+    """
+    batch = make_batch(TRAJ_RETURNS, [1] * len(TRAJ_RETURNS), ["q"] * len(TRAJ_RETURNS))
     return run(batch, "roll", {"adv_estimator": "reinforce", "norm_mean_type": "group"}).rewards
 
 
@@ -781,15 +809,16 @@ def _per_trajectory() -> Outcome:
     return Outcome(
         wrong=wrong[0],
         right=right[0].item(),
-        labels=tuple(f"trajectory {i + 1}" for i in range(4)),
+        labels=tuple(f"{g}, step {i % TRAJ_STEPS + 1}" for i, g in enumerate(TRAJ_IDS)),
         wrong_series=_series(wrong),
         right_series=_series(right),
         formula=(
-            "four trajectories of one prompt, rewards 1, 0, 0, 1\n"
-            f"grouped per trajectory: mean of {{1}} = 1  ->  1 - 1 = {_n(wrong[0])} (every "
-            "advantage 0)\n"
+            "two trajectories of one prompt, 3 steps each; terminal reward 1 and 0, gamma = 1  "
+            "->  step returns 1, 1, 1 and 0, 0, 0\n"
+            f"grouped per trajectory (group_size 1): 1 - mean(1, 1, 1) = {_n(wrong[0])}, "
+            f"0 - mean(0, 0, 0) = {_n(wrong[3])}  (every advantage 0)\n"
             f"grouped per prompt: mean 0.5  ->  1 - 0.5 = {_n(right[0].item())}, 0 - 0.5 = "
-            f"{_n(right[1].item())}"
+            f"{_n(right[3].item())}"
         ),
     )
 
@@ -1024,8 +1053,8 @@ BUGS: tuple[SilentBug, ...] = (
         batch=(("lengths", "2 and 6 tokens (T = 6)"),),
         wrong_label="old reduction: L^2 / T",
         right_label="roll-viz: agg_weights(seq-mean-token-sum)",
-        explanation="The old reduction multiplied a token SUM (already proportional to L) by L "
-        "again: long answers weighed quadratically.",
+        explanation="The old reduction averaged L * x over the padded width T, so a sequence's "
+        "token mean shrank to L/T of itself before the factor L: long answers weighed L^2 / T.",
         compute=_luspo,
     ),
     SilentBug(
@@ -1100,16 +1129,20 @@ BUGS: tuple[SilentBug, ...] = (
         id="per-trajectory-mean",
         title="ROLL method: mean grouped per trajectory",
         thread="alibaba/ROLL#397",
-        question="Four trajectories of one prompt scored 1, 0, 0, 1; the reward is normalised "
-        "with method: mean. What advantage does the first get?",
+        question="Two agentic trajectories of one prompt, 3 steps each, terminal reward 1 and 0 "
+        "(gamma = 1). Normalised with grouping: traj_group_id, method: mean and group_size 1: "
+        "what advantage does a step of the successful trajectory get?",
         choices=("+0.5", "0", "+1"),
         answer=0,
-        quantity="advantage of trajectory 1",
-        batch=(("rewards", "1, 0, 0, 1 (one prompt)"),),
+        quantity="advantage of a step of the successful trajectory",
+        batch=(
+            ("step returns", "traj 1: 1, 1, 1; traj 2: 0, 0, 0"),
+            ("config", "reward_normalization grouping traj_group_id, method mean, group_size 1"),
+        ),
         wrong_label="each trajectory its own group",
-        right_label="roll-viz: run('roll', norm_mean_type=group)",
-        explanation="A group of one has mean equal to its reward, so r - mean = 0 for every "
-        "trajectory: the whole batch trains on nothing.",
+        right_label="roll-viz: run('roll', norm_mean_type=group) over the prompt",
+        explanation="A group holding one trajectory's steps has mean R, and every step's return "
+        "is R, so r - mean = 0 everywhere: the whole batch trains on nothing.",
         compute=_per_trajectory,
     ),
     SilentBug(

@@ -218,7 +218,7 @@ def test_trl_batch_uses_the_batch_std():
 def test_luspo_weights_linear_not_quadratic():
     # LUSPO: sequence token-mean * L, mean over B: sequence weight L / B
     assert sb.right_luspo().tolist() == pytest.approx([2 / 2, 6 / 2], abs=1e-12)
-    assert sb.wrong_luspo() == pytest.approx([4 / 6 / 2, 36 / 6 / 2])
+    assert sb.wrong_luspo() == pytest.approx([2 * 2 / 6 / 2, 6 * 6 / 6 / 2])  # L^2 / T / B
     out = sb.bug("luspo-quadratic").compute()
     assert (out.wrong, out.right) == (pytest.approx(9.0), pytest.approx(3.0))
 
@@ -289,12 +289,12 @@ def test_cispo_cap():
 
 
 def test_per_trajectory_mean_zeroes_everything():
-    assert sb.wrong_per_trajectory() == [0.0, 0.0, 0.0, 0.0]
-    assert sb.right_per_trajectory().tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert sb.wrong_per_trajectory() == [0.0] * 6
+    assert sb.right_per_trajectory().tolist() == pytest.approx([0.5] * 3 + [-0.5] * 3)
     # the same pipeline with one group per trajectory gives the all-zero advantages
-    batch = sb.make_batch(sb.TRAJ_SCORES, [1] * 4, ["t1", "t2", "t3", "t4"])
+    batch = sb.make_batch(sb.TRAJ_RETURNS, [1] * 6, list(sb.TRAJ_IDS))
     cfg = {"adv_estimator": "reinforce", "norm_mean_type": "group"}
-    assert run(batch, "roll", cfg).rewards.tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert run(batch, "roll", cfg).rewards.tolist() == [0.0] * 6
 
 
 # --------------------------------------------------------------- 14. CE rollouts filtered
