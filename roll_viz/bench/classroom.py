@@ -1,7 +1,7 @@
 """The classroom benchmark: one run, every figure of issue #12 side by side.
 
 ``python -m roll_viz.bench --classroom`` (or ``python -m roll_viz.bench.classroom``) starts one
-``streamlit run Home.py`` on 127.0.0.1 with the tiny live model, opens the classroom batch
+``streamlit run app.py`` on 127.0.0.1 with the tiny live model, opens the classroom batch
 (8 prompts x G = 8 x 128 new tokens, steered policy, KL in the reward: ``CLASSROOM``) in Debian's
 Chromium (playwright, imported lazily) and prints one JSON line per measurement::
 
@@ -28,12 +28,12 @@ fresh sampling seed (``seeds`` in the line). Lines (``students`` is 0 alone, N u
   ``ws_*_bytes_per_move``: that move's websocket traffic (the rerun request sent, the new page
   received); ``final_value_ok``: the URL ended on the value the walk expected.
 - ``server_script_time``: the same moves alone from a websocket protocol client
-  (``bench.load.Session``, no browser, fresh seeds of its own): rerun request ->
+  (``bench.st_client.Session``, no browser, fresh seeds of its own): rerun request ->
   ``script_finished``, i.e. the server's script time plus localhost transfer, next to the
   browser's figure; ``received_bytes_per_move_by_kind`` splits what one move ships by element
   kind (``plotly_chart``, ``bidi_component`` = the instant panel's payload, ...).
-- per N of ``--students``: ``classroom_load`` (``bench.load``'s line: N simulated students on
-  the same server for ``--seconds``: p50/p95/max, reruns/s, errors, isolation) and
+- per N of ``--students``: ``classroom_load`` (``bench.classroom_load``'s line: N simulated
+  students on the same server for ``--seconds``: p50/p95/max, reruns/s, errors, isolation) and
   ``classroom_under_load``, which puts side by side the browser student's client-path and
   server-path median/p95 measured WHILE those students ran (after a 2 s ramp: the client path
   first, then server moves until the window closes, so under heavy load only a few fit;
@@ -68,7 +68,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from roll_viz.bench import load
+from roll_viz.bench import classroom_load, st_client
 from roll_viz.bench.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -80,6 +80,7 @@ from roll_viz.bench.browser import (
     goto,
     wait_idle,
 )
+from roll_viz.bench.server import Server, health, streamlit_server
 
 #: The classroom batch: 8 prompts x G = 8 x 128 new tokens from the live (tiny) model, steered
 #: policy (so the KL is not 0) with the KL in the reward (so beta reaches the advantages).
@@ -366,7 +367,7 @@ async def _probe(
     received: list[bytes] = []
     while len(out) < moves:
         q = {**query, "seed": str(seeds.take())}
-        s = load.Session(base)
+        s = st_client.Session(base)
         await s.connect()
         s.ws = rec = _Recording(s.ws)
         try:
@@ -381,7 +382,7 @@ async def _probe(
                 keep = {
                     k: _current(s.query, k, w)
                     for k, w in res.widgets.items()
-                    if k in load.TRACKED and k != key
+                    if k in classroom_load.TRACKED and k != key
                 }
                 rec.received.clear()
                 res = await s.run(changes={key: v}, widgets=res.widgets, keep=keep)
@@ -394,12 +395,12 @@ async def _probe(
     return out, received
 
 
-def _current(query: str, key: str, widget: load.Widget) -> Any:
+def _current(query: str, key: str, widget: st_client.Widget) -> Any:
     """The value the URL gives a widget (what the browser would resend), else its default."""
     raw = dict(urllib.parse.parse_qsl(query)).get(key)
     if raw is None:
         return widget.default
-    if widget.kind == load.CHECKBOX:
+    if widget.kind == st_client.CHECKBOX:
         return raw.lower() == "true"
     return float(raw)
 
@@ -408,7 +409,7 @@ def server_script_time(
     base: str, where: str, query: dict[str, str], seeds: Seeds, moves: int
 ) -> dict[str, Any]:
     """The ``server_script_time`` line: the sidebar moves of ``where`` alone, no browser."""
-    ms, received = load.run_coroutine(_probe(base, where, query, seeds, moves))
+    ms, received = st_client.run_coroutine(_probe(base, where, query, seeds, moves))
     n = max(len(ms), 1)
     return {
         "name": "server_script_time",
@@ -420,7 +421,9 @@ def server_script_time(
         "received_bytes_per_move_by_kind": {
             k: round(v / n) for k, v in _bytes_by_kind(received).items()
         },
-        "client": "websocket protocol client (bench.load.Session), alone: rerun -> script_finished",
+        "client": (
+            "websocket protocol client (bench.st_client.Session), alone: rerun -> script_finished"
+        ),
     }
 
 
@@ -440,7 +443,7 @@ def _emit(line: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
 
 def _under_load(
     browser: Any,
-    srv: load.Server,
+    srv: Server,
     query: dict[str, str],
     seeds: Seeds,
     args: argparse.Namespace,
@@ -456,7 +459,7 @@ def _under_load(
 
         def students() -> None:
             try:
-                result["res"] = load.run_classroom(
+                result["res"] = classroom_load.run_classroom(
                     srv.base,
                     n,
                     args.seconds,
@@ -486,7 +489,7 @@ def _under_load(
     res = result.get("res")
     if res is not None:
         line = res.summary()
-        line["health_after"] = load.health(srv.base)
+        line["health_after"] = health(srv.base)
         _emit(line, {})
     students_line = res.summary() if res is not None else {}
     _emit(
@@ -524,7 +527,7 @@ def _new_page(browser: Any) -> tuple[Any, Traffic, Any]:
     return page, traffic, context
 
 
-def browser_benchmarks(srv: load.Server, query: dict[str, str], args: argparse.Namespace) -> None:
+def browser_benchmarks(srv: Server, query: dict[str, str], args: argparse.Namespace) -> None:
     """Part 1 (alone) and part 2 (under load) of the module docstring."""
     from playwright.sync_api import sync_playwright
 
@@ -603,10 +606,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--moves in [1, 500]")
     query = QUICK if quick else CLASSROOM
     started = time.monotonic()
-    with load.server() as srv:
+    with streamlit_server() as srv:
         browser_benchmarks(srv, query, args)
         tracebacks = srv.tracebacks()
-        ok = load.health(srv.base)
+        ok = health(srv.base)
         _emit({"name": "server", "tracebacks": len(tracebacks), "health": ok}, {})
     if not (args.skip_sampling or quick):
         sampling_benchmarks(args.sampling_runs, args.sampling_model)

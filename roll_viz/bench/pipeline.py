@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         "--update": "roll_viz.bench.update",
         "--train": "roll_viz.bench.train",
         "--runs": "roll_viz.bench.runs",
-        "--load": "roll_viz.bench.load",
+        "--load": "roll_viz.bench.classroom_load",
         "--classroom": "roll_viz.bench.classroom",
     }
     if argv and argv[0] in families:

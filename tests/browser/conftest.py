@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from roll_viz import nav
-from roll_viz.bench import load
 from roll_viz.bench.browser import CHROMIUM, CHROMIUM_ARGS
+from roll_viz.bench.server import streamlit_server
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where ``make screenshots`` writes the README's images (the suite itself never writes there)
@@ -60,7 +60,7 @@ def server(tmp_path_factory):
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing (apt-get install -y chromium)")
     runs = str(ROOT / "tests" / "fixtures" / "runs")  # what the Your run page may open
     log = tmp_path_factory.mktemp("server") / "streamlit.log"
-    with load.server(script=nav.ENTRY, log=log, extra_env={"ROLL_VIZ_RUNS": runs}) as srv:
+    with streamlit_server(script=nav.ENTRY, log=log, extra_env={"ROLL_VIZ_RUNS": runs}) as srv:
         yield srv.base
 
 

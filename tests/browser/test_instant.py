@@ -15,8 +15,8 @@ import statistics
 
 import pytest
 
-from roll_viz.bench import load
 from roll_viz.bench.browser import bench_inputs as _bench_inputs
+from roll_viz.bench.server import streamlit_server
 from tests.browser import streamlit_page as sp
 from tests.browser.conftest import CHROMIUM
 
@@ -31,7 +31,7 @@ def instant_server(tmp_path_factory):
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"REQUIRE_E2E=1 but {CHROMIUM} is missing")
     log = tmp_path_factory.mktemp("instant_server") / "streamlit.log"
-    with load.server(script=APP, log=log) as srv:
+    with streamlit_server(script=APP, log=log) as srv:
         yield srv.base
 
 

@@ -1,8 +1,8 @@
 """A classroom on one server: N = 5 websocket students for ~15 s, three sampling live at once.
 
 Runs in ``make test`` (no browser: the students speak Streamlit's protobuf protocol over the
-websocket, see roll_viz.bench.load). Asserts only what must never happen under load: errors
-(dropped connections, unfinished runs), exceptions on a page, a student's numbers changing
+websocket, see roll_viz.bench.classroom_load). Asserts only what must never happen under load:
+errors (dropped connections, unfinished runs), exceptions on a page, a student's numbers changing
 because of the others (every (page, settings) key shows one page, equal to the same URL opened
 alone), a server that stops answering. Latency, reruns/s and RSS are printed as a BENCHMARK line.
 """
@@ -14,7 +14,10 @@ import urllib.parse
 
 import pytest
 
-from roll_viz.bench import load
+from roll_viz.bench import classroom_load, st_client
+from roll_viz.bench.server import Server, health, streamlit_server
+
+pytestmark = pytest.mark.server  # every test here starts (or reads) a streamlit server
 
 STUDENTS = 5
 SECONDS = 15.0
@@ -24,13 +27,13 @@ REFERENCES = 6
 
 @pytest.fixture(scope="module")
 def srv():
-    with load.server(model="tiny") as s:
+    with streamlit_server(model="tiny") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def classroom(srv):
-    res = load.run_classroom(
+    res = classroom_load.run_classroom(
         srv.base,
         STUDENTS,
         SECONDS,
@@ -39,7 +42,7 @@ def classroom(srv):
         server_pid=srv.pid,
         reference_keys=REFERENCES,
     )
-    return res, load.health(srv.base, timeout=10), srv.proc.poll() is None, srv.tracebacks()
+    return res, health(srv.base, timeout=10), srv.proc.poll() is None, srv.tracebacks()
 
 
 def test_classroom_load_benchmark_and_invariants(classroom, capsys):
@@ -60,7 +63,7 @@ def test_classroom_load_benchmark_and_invariants(classroom, capsys):
     # shared by several students and keys were re-opened alone
     for student in range(STUDENTS):
         moves = [i for i in res.interactions if i.student == student and i.action != "open"]
-        assert len(moves) >= load.MIN_ACTIONS, student
+        assert len(moves) >= classroom_load.MIN_ACTIONS, student
     assert len({i.page for i in res.interactions}) >= 3
     assert len(res.live_ms) == LIVE
     assert sum(1 for i in res.interactions if i.action == "live") == LIVE
@@ -74,10 +77,10 @@ def test_a_slider_move_shows_what_its_url_shows_alone(srv):
     moved through WidgetStates lands on the page its shareable URL shows."""
 
     async def go(base):
-        a = await load.open_alone(base, "Advantages|beta=0.1&klr=true")
-        b = await load.open_alone(base, "Advantages|beta=0.1&klr=true")
-        c = await load.open_alone(base, "Advantages|beta=0.3&klr=true")
-        s = load.Session(base)
+        a = await classroom_load.open_alone(base, "Advantages|beta=0.1&klr=true")
+        b = await classroom_load.open_alone(base, "Advantages|beta=0.1&klr=true")
+        c = await classroom_load.open_alone(base, "Advantages|beta=0.3&klr=true")
+        s = st_client.Session(base)
         await s.connect()
         try:
             first = await s.run(page="Advantages", query="beta=0.1&klr=true")
@@ -87,7 +90,7 @@ def test_a_slider_move_shows_what_its_url_shows_alone(srv):
             await s.close()
         return a, b, c, first, moved, query
 
-    a, b, c, first, moved, query = load.run_coroutine(go(srv.base))
+    a, b, c, first, moved, query = st_client.run_coroutine(go(srv.base))
     for r in (a, b, c, first, moved):
         assert r.status == "FINISHED_SUCCESSFULLY"
         assert r.exceptions == []
@@ -105,17 +108,17 @@ def test_inconsistent_keys_names_the_key_and_the_students():
         "Advantages|beta=0.1": {"aaaa": [0, 2], "bbbb": [1]},
         "Rewards|": {"cccc": [0, 1, 3]},
     }
-    lines = load.inconsistent_keys(digests)
+    lines = classroom_load.inconsistent_keys(digests)
     assert len(lines) == 1
     assert lines[0].startswith("Advantages|beta=0.1: 2 different pages")
     assert "aaaa by students [0, 2]" in lines[0]
     assert "bbbb by students [1]" in lines[0]
-    assert load.inconsistent_keys({"Rewards|": {"cccc": [0, 1]}}) == []
+    assert classroom_load.inconsistent_keys({"Rewards|": {"cccc": [0, 1]}}) == []
 
 
 def test_the_driver_talks_only_to_127_0_0_1():
     with pytest.raises(ValueError, match=r"127\.0\.0\.1"):
-        load.Session("http://example.org:8501")
+        st_client.Session("http://example.org:8501")
 
 
 def test_server_tracebacks_reads_plain_and_rich_logs(tmp_path):
@@ -133,7 +136,7 @@ def test_server_tracebacks_reads_plain_and_rich_logs(tmp_path):
         "\x1b[1;91mAttributeError: \x1b[0mmodule \x1b[32m'roll_viz.ui'\x1b[0m has no attribute\n"
         "  Stopping...\n"
     )
-    srv = load.Server("http://127.0.0.1:1", None, log)
+    srv = Server("http://127.0.0.1:1", None, log)
     assert srv.tracebacks() == [
         "ZeroDivisionError: division by zero",
         "AttributeError: module 'roll_viz.ui' has no attribute",

@@ -1,14 +1,15 @@
-"""Classroom load: N simulated students on one ``streamlit run Home.py`` server on 127.0.0.1.
+"""Classroom load: N simulated students on one ``streamlit run app.py`` server on 127.0.0.1.
 
-``python -m roll_viz.bench.load --students 5 15 30 --seconds 30`` starts one server per N (the
-tiny model, a free local port), runs the classroom and prints one JSON line per N::
+``python -m roll_viz.bench.classroom_load --students 5 15 30 --seconds 30`` starts one server
+per N (the tiny model, a free local port), runs the classroom and prints one JSON line per N::
 
     {"name": "classroom_load", "students": 5, "interactions": ..., "p50_ms": ..., "p95_ms": ...,
      "max_ms": ..., "reruns_per_s": ..., "errors": 0, "exceptions": 0, "isolation_ok": true,
      "rss_mib_start": ..., "rss_mib_peak": ..., "rss_mib_end": ..., ...}
 
-A student is one websocket session speaking the browser's protocol (protobuf ``BackMsg`` /
-``ForwardMsg`` over ``/_stcore/stream``), far cheaper than a browser per student. It opens a
+A student is one websocket session speaking the browser's protocol (``bench.st_client.Session``:
+protobuf ``BackMsg`` / ``ForwardMsg`` over ``/_stcore/stream``), far cheaper than a browser per
+student. It opens a
 page, switches page once, then every 0.5-1.5 s (its own seeded ``random.Random``) moves a
 sidebar slider (beta, gamma, lambda, G) or switches page (``page_script_hash`` from the
 ``navigation`` message). Like the frontend it sends the moved slider's new value in
@@ -34,7 +35,7 @@ Two runs with the same key must show the same digest, whoever ran them and whate
 alongside; after the load, up to ``reference_keys`` of the keys (most-shared first) are opened
 alone by a fresh session through the shareable URL (``page?beta=...``) and must match too; a
 mismatch names the first differing elements. Server RSS is sampled with psutil on the server
-pid; ``Server.tracebacks()`` reads the exceptions the server logged.
+pid; ``Server.tracebacks()`` reads the exceptions the server logged (``bench.server``).
 
 Traffic goes only to the server's 127.0.0.1 port; every loop is bounded in count and time.
 """
@@ -43,54 +44,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
-import hashlib
 import json
 import math
 import os
 import random
-import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psutil
-import websockets
 
-# The wire format only (generated protobuf classes); nothing of Streamlit's runtime is imported.
-from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: TID251
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: TID251
-
-ROOT = Path(__file__).resolve().parents[2]
-ENTRY = "Home.py"  # the home page script `streamlit run` starts
-RUN_TIMEOUT_S = 90.0
-CONNECT_TIMEOUT_S = 30.0
-SERVER_START_TIMEOUT_S = 90.0
-#: Pages the students wander through (url path names; "" is Home), those of them the server
-#: lists. Self_test is left out: it runs the oracle suite, a different load from a class
-#: exploring the chain. Update and Training are only drawn (nobody presses their buttons).
-PAGES = (
-    "",
-    "Samples",
-    "Rewards",
-    "Token_KL",
-    "Advantages",
-    "Local_vs_Global",
-    "Sensitivity",
-    "Frameworks",
-    "Update",
-    "Training",
+from roll_viz import nav
+from roll_viz.bench.server import health, streamlit_server
+from roll_viz.bench.st_client import (
+    RUN_TIMEOUT_S,
+    RunResult,
+    Session,
+    Widget,
+    run_coroutine,
+    url_value,
 )
+
+#: Pages the students wander through (url path names; "" is Home): the page table's, those of
+#: them the server lists, less ``LEFT_OUT``. Update and Training are only drawn (nobody presses
+#: their buttons).
+LEFT_OUT = {
+    "self_test": "it runs the oracle suite, a different load from a class exploring the chain",
+    "your_run": "it needs a run file of the student's own",
+    "silent_bugs": "a lesson page, outside the chain the class explores",
+}
+PAGES = tuple(p.url_path for p in nav.PAGES if p.key not in LEFT_OUT)
+
 START_PAGE = "Advantages"
 #: Every student makes at least this many moves (even past the end time), at most MAX_ACTIONS.
 MIN_ACTIONS = 2
@@ -104,274 +92,6 @@ SLIDER_CHOICES: dict[str, tuple[float, ...]] = {
 }
 LIVE_KEY = "live"
 TRACKED = frozenset({*SLIDER_CHOICES, LIVE_KEY})
-#: Content elements that make up the digest (what a student reads off the page).
-CONTENT_KINDS = frozenset(
-    {
-        "alert",
-        "code",
-        "dataframe",
-        "table",
-        "heading",
-        "html",
-        "json",
-        "markdown",
-        "metric",
-        "plotly_chart",
-        "text",
-        "vega_lite_chart",
-    }
-)
-#: Widget kinds whose id and value the client tracks (the ones it may change).
-SLIDER, CHECKBOX = "slider", "checkbox"
-
-
-# --------------------------------------------------------------------------- one page run
-
-
-@dataclasses.dataclass(frozen=True)
-class Widget:
-    """A slider or checkbox as the deltas describe it (what the client needs to move it)."""
-
-    id: str
-    kind: str
-    lo: float
-    hi: float
-    step: float
-    default: float | bool
-
-
-@dataclasses.dataclass
-class RunResult:
-    """What one script run showed a student.
-
-    Attributes:
-        ms: from sending the rerun to ``script_finished`` (ms).
-        status: ``script_finished`` status name, or an error label.
-        digest: sha256 of the final page's content elements (see the module docstring).
-        parts: (delta path, kind, short hash, text) of each of those elements, for diagnosis.
-        exceptions: "Type: message" of every Exception element the run drew.
-        error_alerts: bodies of st.error boxes the run drew.
-        widgets: user key -> Widget, for the sliders / checkboxes the run drew.
-    """
-
-    ms: float
-    status: str
-    digest: str = ""
-    parts: list[tuple[tuple[int, ...], str, str, str]] = dataclasses.field(default_factory=list)
-    exceptions: list[str] = dataclasses.field(default_factory=list)
-    error_alerts: list[str] = dataclasses.field(default_factory=list)
-    widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
-
-
-def _user_key(widget_id: str) -> str:
-    """``$$ID-<hash>-beta`` -> ``beta`` (the user key Streamlit appends to keyed widget ids)."""
-    parts = widget_id.split("-", 2)
-    return parts[2] if len(parts) == 3 and parts[0] == "$$ID" else ""
-
-
-class Session:
-    """One browser-like websocket session on the app (a student's tab).
-
-    Args:
-        base: server base URL, ``http://127.0.0.1:<port>``.
-    """
-
-    def __init__(self, base: str) -> None:
-        parsed = urllib.parse.urlparse(base)
-        if parsed.hostname != "127.0.0.1":
-            raise ValueError(f"the load driver only talks to 127.0.0.1, not {base!r}")
-        self.url = f"ws://127.0.0.1:{parsed.port}/_stcore/stream"
-        self.ws: Any = None
-        self.query = ""
-        self.page_hashes: dict[str, str] = {}
-        self.page = ""
-        self.page_hash = ""
-        self.runs = 0
-
-    async def connect(self) -> None:
-        """Open the websocket (subprotocol ``streamlit``, as the frontend does)."""
-        self.ws = await asyncio.wait_for(
-            websockets.connect(
-                self.url, subprotocols=["streamlit"], max_size=None, open_timeout=CONNECT_TIMEOUT_S
-            ),
-            CONNECT_TIMEOUT_S,
-        )
-
-    async def close(self) -> None:
-        """Close the websocket (quietly)."""
-        if self.ws is not None:
-            with contextlib.suppress(Exception):
-                await self.ws.close()
-
-    async def run(
-        self,
-        page: str | None = None,
-        changes: dict[str, Any] | None = None,
-        widgets: dict[str, Widget] | None = None,
-        query: str | None = None,
-        keep: dict[str, Any] | None = None,
-    ) -> RunResult:
-        """Send one rerun and read the page until its ``script_finished``.
-
-        Like the frontend, a change of a URL-bound widget also edits the query string sent
-        with the rerun (``key=value``, or the key removed when the value is its default), and
-        the rerun carries the current value of every widget the client tracks (``keep``), not
-        only the changed one.
-
-        Args:
-            page: url path of the page to run (None: stay on the current page).
-            changes: user key -> new value for widgets of the last run (sliders: float,
-                checkboxes: bool).
-            widgets: the last run's widget table (``RunResult.widgets``) to resolve keys to ids.
-            query: query string to send (None: the current one, edited by ``changes``).
-            keep: user key -> current value of other widgets of the last run to resend.
-
-        Returns:
-            The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
-        """
-        msg = BackMsg()
-        cs = msg.rerun_script
-        if query is not None:
-            self.query = query
-        widgets = widgets or {}
-        if changes:
-            params = dict(urllib.parse.parse_qsl(self.query, keep_blank_values=True))
-            for key, value in changes.items():
-                if value == widgets[key].default:
-                    params.pop(key, None)
-                else:
-                    params[key] = _url_value(value)
-            self.query = urllib.parse.urlencode(params)
-        cs.query_string = self.query
-        if page is not None and page != self.page:
-            self.page = page
-            self.page_hash = self.page_hashes.get(page, "")
-        cs.page_name = self.page
-        cs.page_script_hash = self.page_hash
-        for key, value in {**(keep or {}), **(changes or {})}.items():
-            widget = widgets[key]
-            state = cs.widget_states.widgets.add()
-            state.id = widget.id
-            if widget.kind == SLIDER:
-                state.double_array_value.data.append(float(value))
-            else:
-                state.bool_value = bool(value)
-        t0 = time.perf_counter()
-        await self.ws.send(msg.SerializeToString())
-        return await self._read_run(t0)
-
-    async def _read_run(self, t0: float) -> RunResult:
-        elements: dict[tuple[int, ...], tuple[str, bytes, str]] = {}
-        result = RunResult(ms=0.0, status="")
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                result.status = "timeout"
-                break
-            try:
-                data = await asyncio.wait_for(self.ws.recv(), left)
-            except TimeoutError:
-                result.status = "timeout"
-                break
-            fm = ForwardMsg()
-            fm.ParseFromString(data)
-            kind = fm.WhichOneof("type")
-            if kind == "new_session":
-                elements.clear()
-                result.widgets.clear()
-                result.exceptions.clear()
-                result.error_alerts.clear()
-            elif kind in ("navigation", "page_info_changed"):
-                self._track(fm)
-            elif kind == "delta":
-                self._delta(fm, elements, result)
-            elif kind == "ref_hash":
-                result.status = "unexpected ref_hash (client sent no cached hashes)"
-                break
-            elif kind == "page_not_found":
-                result.status = f"page_not_found: {fm.page_not_found.page_name}"
-                break
-            elif kind == "script_finished":
-                status = ForwardMsg.ScriptFinishedStatus.Name(fm.script_finished)
-                if status == "FINISHED_EARLY_FOR_RERUN":
-                    continue  # the server started a newer run; its script_finished follows
-                result.status = status
-                break
-        result.ms = (time.perf_counter() - t0) * 1000.0
-        self.runs += 1
-        h = hashlib.sha256()
-        for path in sorted(elements):
-            ek, blob, text = elements[path]
-            h.update(ek.encode() + b"\0" + blob + b"\1")
-            result.parts.append((path, ek, hashlib.sha1(blob).hexdigest()[:8], text))
-        result.digest = h.hexdigest()
-        return result
-
-    def _track(self, fm: Any) -> None:
-        """Follow the page list, the current page and the URL the server sets."""
-        kind = fm.WhichOneof("type")
-        if kind == "navigation":
-            for p in fm.navigation.app_pages:
-                self.page_hashes[p.url_pathname] = p.page_script_hash
-            if fm.navigation.page_script_hash:
-                self.page_hash = fm.navigation.page_script_hash
-        elif kind == "page_info_changed":
-            self.query = fm.page_info_changed.query_string
-
-    async def idle(self, seconds: float) -> int:
-        """Think for ``seconds`` while reading what the server still sends (URL updates...).
-
-        Returns:
-            How many runs the server started on its own meanwhile (0 expected).
-        """
-        deadline = time.monotonic() + seconds
-        started = 0
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                data = await asyncio.wait_for(self.ws.recv(), left)
-            except TimeoutError:
-                break
-            fm = ForwardMsg()
-            fm.ParseFromString(data)
-            kind = fm.WhichOneof("type")
-            if kind == "new_session":
-                started += 1
-            self._track(fm)
-        return started
-
-    @staticmethod
-    def _delta(fm: Any, elements: dict, result: RunResult) -> None:
-        path = tuple(fm.metadata.delta_path)
-        delta = fm.delta
-        dk = delta.WhichOneof("type")
-        if dk == "add_block":
-            for p in [p for p in elements if p[: len(path)] == path]:
-                del elements[p]
-            return
-        if dk != "new_element":
-            return
-        el = delta.new_element
-        ek = el.WhichOneof("type")
-        body = getattr(el, ek)
-        elements.pop(path, None)
-        if ek == "exception":
-            result.exceptions.append(f"{body.type}: {body.message}")
-        elif ek in CONTENT_KINDS:
-            if ek == "alert" and body.format == body.ERROR:
-                result.error_alerts.append(body.body)
-            text = getattr(body, "body", "") if isinstance(getattr(body, "body", None), str) else ""
-            elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
-        elif ek in (SLIDER, CHECKBOX):
-            key = _user_key(body.id)
-            if key:
-                if ek == SLIDER:
-                    default = float(body.default[0]) if len(body.default) else float(body.min)
-                    result.widgets[key] = Widget(
-                        body.id, ek, float(body.min), float(body.max), float(body.step), default
-                    )
-                else:
-                    result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, bool(body.default))
 
 
 # --------------------------------------------------------------------------- the classroom
@@ -513,16 +233,8 @@ def _state_key(page: str, values: dict[str, Any]) -> str:
     return page + "|" + _query_of(values)
 
 
-def _url_value(v: Any) -> str:
-    """A widget value as Streamlit writes it into the URL (5.0 -> "5", True -> "true")."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    f = float(v)
-    return str(int(f)) if f.is_integer() else repr(f)
-
-
 def _query_of(values: dict[str, Any]) -> str:
-    return urllib.parse.urlencode({k: _url_value(values[k]) for k in sorted(values)})
+    return urllib.parse.urlencode({k: url_value(values[k]) for k in sorted(values)})
 
 
 def _valid(value: float, spec: Widget) -> bool:
@@ -748,7 +460,7 @@ async def classroom(
     """Run ``students`` simulated students against the server at ``base`` for ``seconds``.
 
     Args:
-        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run Home.py``.
+        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run app.py``.
         students: number of concurrent sessions N.
         seconds: how long the students keep interacting (each finishes its last run after).
         live_students: how many of them switch on live sampling at the same moment.
@@ -837,151 +549,16 @@ async def classroom(
     )
 
 
-def run_coroutine(coro: Any) -> Any:
-    """``asyncio.run(coro)``, in a worker thread when this thread already runs an event loop.
-
-    Playwright's sync API (the browser tests in the same pytest process) leaves a loop running
-    in the main thread, where ``asyncio.run`` refuses to start.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
 def run_classroom(base: str, students: int, seconds: float, **kwargs: Any) -> ClassroomResult:
     """Synchronous wrapper of ``classroom`` (a fresh event loop)."""
     return run_coroutine(classroom(base, students, seconds, **kwargs))
 
 
-# --------------------------------------------------------------------------- the server
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def health(base: str, timeout: float = 2.0) -> bool:
-    """True when ``base``/_stcore/health answers ``ok``."""
-    try:
-        with urllib.request.urlopen(f"{base}/_stcore/health", timeout=timeout) as resp:
-            return resp.read().decode().strip() == "ok"
-    except OSError:
-        return False
-
-
-@dataclasses.dataclass
-class Server:
-    """A running ``streamlit run Home.py``: its base URL, process and log file."""
-
-    base: str
-    proc: subprocess.Popen
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        """The server's pid (for RSS)."""
-        return self.proc.pid
-
-    def tracebacks(self) -> list[str]:
-        """The exception line of every traceback the server logged.
-
-        Catches a page that failed even when a page guard turned the error into a friendly
-        message. Plain and rich (boxed, coloured) tracebacks are both recognised.
-        """
-        text = _ANSI.sub("", self.log.read_text(errors="replace"))
-        found, inside = [], False
-        for line in text.splitlines():
-            if "Traceback (most recent call last)" in line:
-                inside = True
-            elif inside and _EXC_LINE.match(line):
-                found.append(line.strip())
-                inside = False
-        return found
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*")
-
-
-@contextlib.contextmanager
-def server(
-    model: str = "tiny",
-    log: Path | None = None,
-    script: str = ENTRY,
-    extra_env: dict[str, str] | None = None,
-) -> Iterator[Server]:
-    """Start ``streamlit run <script>`` headless on a free 127.0.0.1 port; kill its group after.
-
-    The one server launcher of the project: the load benchmark and the browser tests use it.
-
-    Args:
-        model: ROLL_VIZ_MODEL for the server (the tiny test model by default).
-        log: where the server's output goes (default: .pytest_cache/load_server.log).
-        script: the app script, relative to the repository (default: the home page).
-        extra_env: more environment for the server (e.g. ROLL_VIZ_RUNS).
-
-    Yields:
-        The Server, once /_stcore/health answers.
-    """
-    port = free_port()
-    env = {**os.environ, "ROLL_VIZ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    env.update(extra_env or {})
-    log = log or ROOT / ".pytest_cache" / "load_server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    venv = ROOT / ".venv" / "bin" / "python"
-    python = str(venv) if venv.exists() else sys.executable
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "streamlit",
-                "run",
-                script,
-                "--server.headless=true",
-                "--server.address=127.0.0.1",
-                f"--server.port={port}",
-                "--server.fileWatcherType=none",
-                "--browser.gatherUsageStats=false",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-            while not health(base):
-                if proc.poll() is not None:
-                    raise RuntimeError(
-                        f"streamlit exited early ({proc.returncode}):\n{log.read_text()[-3000:]}"
-                    )
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"streamlit not healthy:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
-            yield Server(base, proc, log)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-
-
 def main(argv: list[str] | None = None) -> int:
     """CLI: one JSON line per N (a fresh server each)."""
-    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.load", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m roll_viz.bench.classroom_load", description=__doc__
+    )
     ap.add_argument("--students", type=int, nargs="+", default=[5, 15, 30])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--live", type=int, default=3, help="students sampling live at once")
@@ -992,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--seconds in (0, 600], --students in [1, 200]")
     worst = 0
     for n in args.students:
-        with server() as srv:
+        with streamlit_server() as srv:
             res = run_classroom(
                 srv.base,
                 n,

@@ -1,0 +1,323 @@
+"""A Streamlit client without a browser: one websocket session speaking the frontend's protocol.
+
+``Session(base)`` opens ``/_stcore/stream`` on a 127.0.0.1 server (subprotocol ``streamlit``)
+and exchanges protobuf ``BackMsg`` / ``ForwardMsg``, far cheaper than a browser per user. Like the
+frontend it sends a moved widget's new value in ``WidgetStates`` under the widget id read from
+the deltas of its last run, together with the current values of the other widgets it tracks,
+and edits the URL itself (``key=value``, or the key dropped at its default: the widgets are
+bound to the query string). ``Session.run`` sends one rerun and reads the page until its
+``script_finished``: a ``RunResult`` with the time, the status, the exceptions and ``st.error``
+boxes drawn, the sliders / checkboxes (``Widget``) and a digest of the displayed content (every
+content element - markdown, plots, tables, metrics, html - in delta-path order; widgets,
+progress bars and download buttons left out, so a run that sampled and one that hit a cache
+read the same).
+
+Traffic goes only to 127.0.0.1; every read is bounded in time (``RUN_TIMEOUT_S``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import hashlib
+import time
+import urllib.parse
+from typing import Any
+
+import websockets
+
+# The wire format only (generated protobuf classes); nothing of Streamlit's runtime is imported.
+from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: TID251
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: TID251
+
+RUN_TIMEOUT_S = 90.0
+CONNECT_TIMEOUT_S = 30.0
+#: Content elements that make up the digest (what a student reads off the page).
+CONTENT_KINDS = frozenset(
+    {
+        "alert",
+        "code",
+        "dataframe",
+        "table",
+        "heading",
+        "html",
+        "json",
+        "markdown",
+        "metric",
+        "plotly_chart",
+        "text",
+        "vega_lite_chart",
+    }
+)
+#: Widget kinds whose id and value the client tracks (the ones it may change).
+SLIDER, CHECKBOX = "slider", "checkbox"
+
+
+@dataclasses.dataclass(frozen=True)
+class Widget:
+    """A slider or checkbox as the deltas describe it (what the client needs to move it)."""
+
+    id: str
+    kind: str
+    lo: float
+    hi: float
+    step: float
+    default: float | bool
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one script run showed a student.
+
+    Attributes:
+        ms: from sending the rerun to ``script_finished`` (ms).
+        status: ``script_finished`` status name, or an error label.
+        digest: sha256 of the final page's content elements (see the module docstring).
+        parts: (delta path, kind, short hash, text) of each of those elements, for diagnosis.
+        exceptions: "Type: message" of every Exception element the run drew.
+        error_alerts: bodies of st.error boxes the run drew.
+        widgets: user key -> Widget, for the sliders / checkboxes the run drew.
+    """
+
+    ms: float
+    status: str
+    digest: str = ""
+    parts: list[tuple[tuple[int, ...], str, str, str]] = dataclasses.field(default_factory=list)
+    exceptions: list[str] = dataclasses.field(default_factory=list)
+    error_alerts: list[str] = dataclasses.field(default_factory=list)
+    widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
+
+
+def _user_key(widget_id: str) -> str:
+    """``$$ID-<hash>-beta`` -> ``beta`` (the user key Streamlit appends to keyed widget ids)."""
+    parts = widget_id.split("-", 2)
+    return parts[2] if len(parts) == 3 and parts[0] == "$$ID" else ""
+
+
+class Session:
+    """One browser-like websocket session on the app (a student's tab).
+
+    Args:
+        base: server base URL, ``http://127.0.0.1:<port>``.
+    """
+
+    def __init__(self, base: str) -> None:
+        parsed = urllib.parse.urlparse(base)
+        if parsed.hostname != "127.0.0.1":
+            raise ValueError(f"the load driver only talks to 127.0.0.1, not {base!r}")
+        self.url = f"ws://127.0.0.1:{parsed.port}/_stcore/stream"
+        self.ws: Any = None
+        self.query = ""
+        self.page_hashes: dict[str, str] = {}
+        self.page = ""
+        self.page_hash = ""
+        self.runs = 0
+
+    async def connect(self) -> None:
+        """Open the websocket (subprotocol ``streamlit``, as the frontend does)."""
+        self.ws = await asyncio.wait_for(
+            websockets.connect(
+                self.url, subprotocols=["streamlit"], max_size=None, open_timeout=CONNECT_TIMEOUT_S
+            ),
+            CONNECT_TIMEOUT_S,
+        )
+
+    async def close(self) -> None:
+        """Close the websocket (quietly)."""
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    async def run(
+        self,
+        page: str | None = None,
+        changes: dict[str, Any] | None = None,
+        widgets: dict[str, Widget] | None = None,
+        query: str | None = None,
+        keep: dict[str, Any] | None = None,
+    ) -> RunResult:
+        """Send one rerun and read the page until its ``script_finished``.
+
+        Like the frontend, a change of a URL-bound widget also edits the query string sent
+        with the rerun (``key=value``, or the key removed when the value is its default), and
+        the rerun carries the current value of every widget the client tracks (``keep``), not
+        only the changed one.
+
+        Args:
+            page: url path of the page to run (None: stay on the current page).
+            changes: user key -> new value for widgets of the last run (sliders: float,
+                checkboxes: bool).
+            widgets: the last run's widget table (``RunResult.widgets``) to resolve keys to ids.
+            query: query string to send (None: the current one, edited by ``changes``).
+            keep: user key -> current value of other widgets of the last run to resend.
+
+        Returns:
+            The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
+        """
+        msg = BackMsg()
+        cs = msg.rerun_script
+        if query is not None:
+            self.query = query
+        widgets = widgets or {}
+        if changes:
+            params = dict(urllib.parse.parse_qsl(self.query, keep_blank_values=True))
+            for key, value in changes.items():
+                if value == widgets[key].default:
+                    params.pop(key, None)
+                else:
+                    params[key] = url_value(value)
+            self.query = urllib.parse.urlencode(params)
+        cs.query_string = self.query
+        if page is not None and page != self.page:
+            self.page = page
+            self.page_hash = self.page_hashes.get(page, "")
+        cs.page_name = self.page
+        cs.page_script_hash = self.page_hash
+        for key, value in {**(keep or {}), **(changes or {})}.items():
+            widget = widgets[key]
+            state = cs.widget_states.widgets.add()
+            state.id = widget.id
+            if widget.kind == SLIDER:
+                state.double_array_value.data.append(float(value))
+            else:
+                state.bool_value = bool(value)
+        t0 = time.perf_counter()
+        await self.ws.send(msg.SerializeToString())
+        return await self._read_run(t0)
+
+    async def _read_run(self, t0: float) -> RunResult:
+        elements: dict[tuple[int, ...], tuple[str, bytes, str]] = {}
+        result = RunResult(ms=0.0, status="")
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                result.status = "timeout"
+                break
+            try:
+                data = await asyncio.wait_for(self.ws.recv(), left)
+            except TimeoutError:
+                result.status = "timeout"
+                break
+            fm = ForwardMsg()
+            fm.ParseFromString(data)
+            kind = fm.WhichOneof("type")
+            if kind == "new_session":
+                elements.clear()
+                result.widgets.clear()
+                result.exceptions.clear()
+                result.error_alerts.clear()
+            elif kind in ("navigation", "page_info_changed"):
+                self._track(fm)
+            elif kind == "delta":
+                self._delta(fm, elements, result)
+            elif kind == "ref_hash":
+                result.status = "unexpected ref_hash (client sent no cached hashes)"
+                break
+            elif kind == "page_not_found":
+                result.status = f"page_not_found: {fm.page_not_found.page_name}"
+                break
+            elif kind == "script_finished":
+                status = ForwardMsg.ScriptFinishedStatus.Name(fm.script_finished)
+                if status == "FINISHED_EARLY_FOR_RERUN":
+                    continue  # the server started a newer run; its script_finished follows
+                result.status = status
+                break
+        result.ms = (time.perf_counter() - t0) * 1000.0
+        self.runs += 1
+        h = hashlib.sha256()
+        for path in sorted(elements):
+            ek, blob, text = elements[path]
+            h.update(ek.encode() + b"\0" + blob + b"\1")
+            result.parts.append((path, ek, hashlib.sha1(blob).hexdigest()[:8], text))
+        result.digest = h.hexdigest()
+        return result
+
+    def _track(self, fm: Any) -> None:
+        """Follow the page list, the current page and the URL the server sets."""
+        kind = fm.WhichOneof("type")
+        if kind == "navigation":
+            for p in fm.navigation.app_pages:
+                self.page_hashes[p.url_pathname] = p.page_script_hash
+            if fm.navigation.page_script_hash:
+                self.page_hash = fm.navigation.page_script_hash
+        elif kind == "page_info_changed":
+            self.query = fm.page_info_changed.query_string
+
+    async def idle(self, seconds: float) -> int:
+        """Think for ``seconds`` while reading what the server still sends (URL updates...).
+
+        Returns:
+            How many runs the server started on its own meanwhile (0 expected).
+        """
+        deadline = time.monotonic() + seconds
+        started = 0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                data = await asyncio.wait_for(self.ws.recv(), left)
+            except TimeoutError:
+                break
+            fm = ForwardMsg()
+            fm.ParseFromString(data)
+            kind = fm.WhichOneof("type")
+            if kind == "new_session":
+                started += 1
+            self._track(fm)
+        return started
+
+    @staticmethod
+    def _delta(fm: Any, elements: dict, result: RunResult) -> None:
+        path = tuple(fm.metadata.delta_path)
+        delta = fm.delta
+        dk = delta.WhichOneof("type")
+        if dk == "add_block":
+            for p in [p for p in elements if p[: len(path)] == path]:
+                del elements[p]
+            return
+        if dk != "new_element":
+            return
+        el = delta.new_element
+        ek = el.WhichOneof("type")
+        body = getattr(el, ek)
+        elements.pop(path, None)
+        if ek == "exception":
+            result.exceptions.append(f"{body.type}: {body.message}")
+        elif ek in CONTENT_KINDS:
+            if ek == "alert" and body.format == body.ERROR:
+                result.error_alerts.append(body.body)
+            text = getattr(body, "body", "") if isinstance(getattr(body, "body", None), str) else ""
+            elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
+        elif ek in (SLIDER, CHECKBOX):
+            key = _user_key(body.id)
+            if key:
+                if ek == SLIDER:
+                    default = float(body.default[0]) if len(body.default) else float(body.min)
+                    result.widgets[key] = Widget(
+                        body.id, ek, float(body.min), float(body.max), float(body.step), default
+                    )
+                else:
+                    result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, bool(body.default))
+
+
+def url_value(v: Any) -> str:
+    """A widget value as Streamlit writes it into the URL (5.0 -> "5", True -> "true")."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    f = float(v)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def run_coroutine(coro: Any) -> Any:
+    """``asyncio.run(coro)``, in a worker thread when this thread already runs an event loop.
+
+    Playwright's sync API (the browser tests in the same pytest process) leaves a loop running
+    in the main thread, where ``asyncio.run`` refuses to start.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
