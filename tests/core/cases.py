@@ -71,7 +71,7 @@ def seed_batch(T=1, lengths=None):
     )
 
 
-def close(actual, expected, tol=1e-8):
+def close(actual, expected, tol=1e-8, rtol=0.0):
     actual = torch.as_tensor(actual, dtype=torch.float64)
     expected = torch.as_tensor(expected, dtype=torch.float64)
-    torch.testing.assert_close(actual, expected, rtol=0, atol=tol)
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=tol)
