@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from roll_viz.data.runs import RunFormatError, base, load, load_step, open_run
+from roll_viz.data.runs import RunFormatError, load_step, open_run, parse, scan
 from tests.data.helpers import fixture, write_jsonl
 
 GOOD = {"prompt": "p", "response": "r", "reward": 1.0, "group": "g", "step": 0}
@@ -110,7 +110,7 @@ def test_wrong_types_and_non_finite_numbers(tmp_path):
 
 
 def test_over_long_line_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(base, "MAX_LINE_BYTES", 200)
+    monkeypatch.setattr(parse, "MAX_LINE_BYTES", 200)
     path = write_jsonl(tmp_path / "long.jsonl", [GOOD, {**GOOD, "response": "x" * 5000}, GOOD])
     run = open_run(path)
     (warning,) = run.warnings
@@ -120,7 +120,7 @@ def test_over_long_line_is_skipped(tmp_path, monkeypatch):
 
 
 def test_row_cap_stops_the_scan_with_a_note(tmp_path, monkeypatch):
-    monkeypatch.setattr(load, "MAX_ROWS", 5)
+    monkeypatch.setattr(scan, "MAX_ROWS", 5)
     path = write_jsonl(tmp_path / "many.jsonl", [{**GOOD, "reward": float(i)} for i in range(50)])
     run = open_run(path)
     assert run.summary(0).samples == 5
@@ -128,7 +128,7 @@ def test_row_cap_stops_the_scan_with_a_note(tmp_path, monkeypatch):
 
 
 def test_huge_json_document_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(base, "MAX_JSON_BYTES", 100)
+    monkeypatch.setattr(parse, "MAX_JSON_BYTES", 100)
     doc = {"header": {"algorithm": "grpo"}, "entries": [{"step": 0, "metrics": {}}] * 20}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -145,7 +145,7 @@ def test_deeply_nested_line_is_a_warning_not_a_crash(tmp_path):
 
 
 def test_token_series_longer_than_the_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(base, "MAX_TOKENS_PER_ROW", 3)
+    monkeypatch.setattr(parse, "MAX_TOKENS_PER_ROW", 3)
     row = {"step": 0, "prompt": "p", "response": "r", "reward": 1.0, "logprobs": [0.0] * 4}
     path = write_jsonl(tmp_path / "b.jsonl", [row, {**row, "logprobs": [0.0] * 2}])
     run = open_run(path)

@@ -16,10 +16,15 @@ reward[, group, step]), ``rollviz`` (roll-viz's own training runs, ``roll_viz.lm
 Exporters (UNIPO JSONL, RL Logging Board JSONL, the calculator's compute input) are in
 ``roll_viz.data.runs.export``. Every problem names the file, line and field (``RunFormatError``);
 per-line problems are collected as warnings and those rows skipped. Nothing from a file is
-executed (no pickle, no eval). Caps are module constants in ``roll_viz.data.runs.base``.
+executed (no pickle, no eval). Caps are module constants in ``roll_viz.data.runs.parse``.
+
+Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``records`` (``Row``,
+``StepSummary``, ``RunStep``), ``detect`` (the format registry and ``detect``), ``scan``
+(``open_run``, ``load_step``), and one module per format.
 """
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.detect import FORMATS, default_dialect, detect
+from roll_viz.data.runs.parse import (
     MAX_FILES,
     MAX_JSON_BYTES,
     MAX_LINE_BYTES,
@@ -28,18 +33,9 @@ from roll_viz.data.runs.base import (
     MAX_TOKENS_PER_ROW,
     MAX_WARNINGS,
     RunFormatError,
-    RunStep,
-    StepSummary,
 )
-from roll_viz.data.runs.load import (
-    EXPECTED_FIELDS,
-    FORMATS,
-    Run,
-    default_dialect,
-    detect,
-    load_step,
-    open_run,
-)
+from roll_viz.data.runs.records import RunStep, StepSummary
+from roll_viz.data.runs.scan import EXPECTED_FIELDS, Run, load_step, open_run
 
 __all__ = [
     "EXPECTED_FIELDS",

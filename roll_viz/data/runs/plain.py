@@ -13,10 +13,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     MAX_LINE_BYTES,
     Problems,
-    Row,
     RunFormatError,
     get_int,
     get_number,
@@ -24,6 +23,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "plain"
 LABEL = "plain table (prompt, response, reward[, group, step])"

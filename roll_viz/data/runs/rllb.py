@@ -27,9 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     Problems,
-    Row,
     RunFormatError,
     get_int,
     get_number,
@@ -39,6 +38,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "rllb"
 LABEL = "RL Logging Board JSONL (ROLL save_logging_board_dir)"

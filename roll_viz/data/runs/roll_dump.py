@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     Problems,
-    Row,
     RunFormatError,
     get_int,
     get_number,
@@ -25,6 +24,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "roll-dump"
 LABEL = "ROLL rollout_dump_dir (column-oriented JSON per step)"

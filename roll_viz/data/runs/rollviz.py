@@ -21,9 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     Problems,
-    Row,
     RunFormatError,
     get_numbers,
     get_strings,
@@ -31,6 +30,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "rollviz"
 LABEL = "roll-viz training run JSONL (roll_viz.lm.train)"

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
-from roll_viz.data.runs.base import Problems, Row, RunFormatError
+from roll_viz.data.runs.parse import Problems, RunFormatError
+from roll_viz.data.runs.records import Row
 
 FORMAT = "trl"
 LABEL = "TRL completions parquet (GRPOTrainer log_completions)"
@@ -41,7 +43,8 @@ def matches_columns(names: list[str]) -> bool:
     return all(name in names for name in REQUIRED)
 
 
-def _schema(path: Path):
+def parquet_file(path: Path) -> Any:
+    """The opened parquet file (schema and row groups; RunFormatError when unreadable)."""
     import pyarrow.parquet as pq
 
     try:
@@ -54,7 +57,7 @@ def reward_columns(path: Path) -> list[str]:
     """Numeric columns taken as reward functions (everything numeric but step/advantage)."""
     import pyarrow as pa
 
-    schema = _schema(path).schema_arrow
+    schema = parquet_file(path).schema_arrow
     out = []
     for column in schema:
         if column.name in _NOT_REWARDS:
@@ -80,7 +83,7 @@ def rows(files: list[Path], problems: Problems, locations=None):
 
 
 def _file_rows(path: Path, problems: Problems):
-    handle = _schema(path)
+    handle = parquet_file(path)
     names = handle.schema_arrow.names
     for key in REQUIRED:
         if key not in names:

@@ -21,9 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     Problems,
-    Row,
     RunFormatError,
     get_int,
     get_number,
@@ -34,6 +33,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "unipo"
 LABEL = "UNIPO canonical JSON"
@@ -220,3 +220,13 @@ def header(path: Path, jsonl: bool) -> dict:
         return {k: v for k, v in obj.items() if k != "type"} if isinstance(obj, dict) else {}
     doc = read_json_document(path)
     return doc.get("header", {}) if isinstance(doc, dict) else {}
+
+
+def header_pairs(path: Path) -> tuple:
+    """The UNIPO JSON document's header as sorted (key, value) pairs (the registry's hook)."""
+    return tuple(sorted((str(k), v) for k, v in header(path, jsonl=False).items()))
+
+
+def header_pairs_jsonl(path: Path) -> tuple:
+    """The UNIPO JSONL header line as sorted (key, value) pairs (the registry's hook)."""
+    return tuple(sorted((str(k), v) for k, v in header(path, jsonl=True).items()))

@@ -16,9 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.base import (
+from roll_viz.data.runs.parse import (
     Problems,
-    Row,
     RunFormatError,
     get_int,
     get_number,
@@ -27,6 +26,7 @@ from roll_viz.data.runs.base import (
     require_object,
     rows_from_jsonl,
 )
+from roll_viz.data.runs.records import Row
 
 FORMAT = "verl"
 LABEL = "verl rollout_data_dir JSONL"
@@ -82,3 +82,8 @@ def convert(value: Any, file: str, line: int) -> Row:
 def rows(files: list[Path], problems: Problems, locations=None):
     """Rows of verl files (see ``base.rows_from_jsonl``)."""
     return rows_from_jsonl(files, problems, convert, locations)
+
+
+def scan_notes(present: set[str]) -> tuple[str, ...]:
+    """How the groups were formed, from the fields the scan found (the registry's hook)."""
+    return (NOTE_V1 if "group_ids" in present else NOTE_LEGACY,)

@@ -1,41 +1,33 @@
-"""Detect a run's format, scan it into per-step summaries, load one step as tensors.
+"""Scan a run into per-step summaries (``open_run``), then load one step as tensors (``load_step``).
 
-``open_run(path)`` streams every row once and keeps only per-sample scalars per step (score,
-group, length, mean KL, the file's advantage, extra columns) plus where each step's lines are,
-so a 512 x 16 x 4096-token dump opens in bounded memory. ``load_step(run, k)`` reads that step's
-lines again and builds a ``RunStep`` with token tensors for as many whole prompts as fit in
-``MAX_STEP_TOKENS`` positions.
+``open_run(path)`` detects the format (``runs.detect``), streams every row once and keeps only
+per-sample scalars per step (score, group, length, mean KL, the file's advantage, extra
+columns) plus where each step's lines are, so a 512 x 16 x 4096-token dump opens in bounded
+memory; metrics side files (TRL ``trainer_state.json``, verl FileLogger JSONL) are merged in.
+``load_step(run, k)`` reads that step's lines again and builds a ``RunStep`` with token tensors
+for as many whole prompts as fit in ``MAX_STEP_TOKENS`` positions.
 """
 
 from __future__ import annotations
 
-import csv
 import math
-import re
 from array import array
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl, unipo, verl
-from roll_viz.data.runs.base import (
-    MAX_FILES,
+from roll_viz.data.runs.detect import FORMATS, detect
+from roll_viz.data.runs.parse import (
     MAX_ROWS,
     MAX_STEP_TOKENS,
-    TOKEN_SERIES,
     Problems,
-    Row,
     RunFormatError,
-    RunStep,
-    StepSummary,
     iter_jsonl,
     read_json_document,
-    sniff_text,
 )
+from roll_viz.data.runs.records import TOKEN_SERIES, Row, RunStep, StepSummary
 
 #: Fields roll-viz can use; ``Run.missing`` lists those a file does not provide.
 EXPECTED_FIELDS = (
@@ -50,80 +42,6 @@ EXPECTED_FIELDS = (
     "token_advantages",
     "entropy",
     "metrics",
-)
-
-#: The dialect (framework, config) whose advantage matches each format's framework by default.
-DEFAULT_DIALECT: dict[str, tuple[str, dict[str, Any]]] = {
-    "rllb": ("roll", {"adv_estimator": "grpo"}),
-    "roll-dump": ("roll", {"adv_estimator": "grpo"}),
-    "trl": ("trl", {"scale_rewards": "group"}),
-    "verl": ("verl", {"adv_estimator": "grpo"}),
-}
-#: Fallback dialect for formats from no particular framework.
-FALLBACK_DIALECT: tuple[str, dict[str, Any]] = ("roll", {"adv_estimator": "grpo"})
-
-
-def default_dialect(fmt: str) -> tuple[str, dict[str, Any]]:
-    """(framework, config) used to recompute advantages for a format (a fresh dict)."""
-    framework, config = DEFAULT_DIALECT.get(fmt, FALLBACK_DIALECT)
-    return framework, dict(config)
-
-
-@dataclass(frozen=True)
-class Format:
-    """One readable format: its name, label, reader and what its score means."""
-
-    name: str
-    label: str
-    kind: str  # "jsonl", "json", "parquet", "csv"
-    rows: Callable[..., Iterator[Row]]
-    score_kind: str
-    notes: tuple[str, ...]
-
-
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in (
-        Format(rllb.FORMAT, rllb.LABEL, "jsonl", rllb.rows, rllb.SCORE_KIND, rllb.NOTES),
-        Format(trl.FORMAT, trl.LABEL, "parquet", trl.rows, trl.SCORE_KIND, trl.NOTES),
-        Format(verl.FORMAT, verl.LABEL, "jsonl", verl.rows, verl.SCORE_KIND, verl.NOTES),
-        Format(
-            roll_dump.FORMAT,
-            roll_dump.LABEL,
-            "jsonl",
-            roll_dump.rows,
-            roll_dump.SCORE_KIND,
-            roll_dump.NOTES,
-        ),
-        Format(
-            unipo.FORMAT, unipo.LABEL, "json", unipo.rows_document, unipo.SCORE_KIND, unipo.NOTES
-        ),
-        Format(
-            unipo.FORMAT_JSONL,
-            unipo.LABEL_JSONL,
-            "jsonl",
-            unipo.rows_jsonl,
-            unipo.SCORE_KIND,
-            unipo.NOTES,
-        ),
-        Format(plain.FORMAT, plain.LABEL, "jsonl", plain.rows, plain.SCORE_KIND, plain.NOTES),
-        Format(
-            plain.FORMAT_CSV, plain.LABEL_CSV, "csv", plain.rows_csv, plain.SCORE_KIND, plain.NOTES
-        ),
-        Format(
-            rollviz.FORMAT, rollviz.LABEL, "jsonl", rollviz.rows, rollviz.SCORE_KIND, rollviz.NOTES
-        ),
-    )
-}
-
-# first-line matchers for JSONL files, most specific first
-_JSONL_MATCHERS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
-    (rollviz.FORMAT, rollviz.matches),
-    (unipo.FORMAT_JSONL, unipo.matches_jsonl),
-    (roll_dump.FORMAT, roll_dump.matches),
-    (rllb.FORMAT, rllb.matches),
-    (verl.FORMAT, verl.matches),
-    (plain.FORMAT, plain.matches),
 )
 
 
@@ -176,142 +94,6 @@ class Run:
             if s.step == step:
                 return s
         raise KeyError(f"step {step} is not in {self.path} (steps: {list(self.steps)[:20]})")
-
-
-# ---------------------------------------------------------------------------------------------
-# Detection
-
-
-def _natural_key(path: Path) -> tuple:
-    parts = re.split(r"(\d+)", path.name)
-    return tuple(int(p) if p.isdigit() else p for p in parts)
-
-
-def _first_value(path: Path, problems: Problems | None = None) -> Any:
-    """The first well-formed JSON line of a file (None when there is none)."""
-    for _, _, value in iter_jsonl(path, problems if problems is not None else Problems()):
-        return value
-    return None
-
-
-def _is_parquet(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(4) == b"PAR1"
-    except OSError:
-        return False
-
-
-def _detect_file(path: Path) -> str:
-    """Format name of a single file, or RunFormatError saying why none fits."""
-    if path.suffix == ".parquet" or _is_parquet(path):
-        if not _is_parquet(path):
-            raise RunFormatError(path, None, None, "not a parquet file (no PAR1 magic)")
-        names = trl._schema(path).schema_arrow.names
-        if not trl.matches_columns(names):
-            raise RunFormatError(
-                path, None, "prompt", f"parquet without TRL's prompt/completion columns: {names}"
-            )
-        return trl.FORMAT
-    head = sniff_text(path)
-    text = head.decode("utf-8", errors="ignore").lstrip()
-    if path.suffix == ".csv" or (not text.startswith(("{", "["))):
-        first = text.splitlines()[0] if text else ""
-        names = next(iter(csv.reader([first])), [])
-        if plain.matches_header(names):
-            return plain.FORMAT_CSV
-        raise RunFormatError(
-            path,
-            1,
-            None,
-            "not a known run format: expected JSONL, parquet, UNIPO JSON or a CSV with "
-            f"prompt, response and reward columns (header: {first[:80]!r})",
-        )
-    scratch = Problems()
-    first = _first_value(path, scratch)
-    if first is None and path.suffix != ".json" and scratch.items:
-        raise scratch.items[0]
-    for name, matches in _JSONL_MATCHERS:
-        if first is not None and matches(first):
-            return name
-    if path.suffix == ".json" or first is None:
-        doc = read_json_document(path)
-        if unipo.matches_document(doc):
-            return unipo.FORMAT
-        if isinstance(doc, dict) and roll_dump.matches(doc):
-            return roll_dump.FORMAT
-    keys = sorted(first)[:12] if isinstance(first, dict) else type(first).__name__
-    raise RunFormatError(path, 1, None, f"not a known run format (first line keys: {keys})")
-
-
-def detect(path: str | Path) -> tuple[str, list[Path], list[Path]]:
-    """The format of a file or folder, the sample files to read and any metrics side files.
-
-    Args:
-        path: a dump file, or a folder of per-step files (verl ``<step>.jsonl``, ROLL
-            ``rollout_dump_data.step_<N>.jsonl``, TRL ``completions_*.parquet``, board files).
-
-    Returns:
-        ``(format name, sample files, metrics files)``; metrics files are TRL
-        ``trainer_state.json`` or verl FileLogger JSONL found next to the samples.
-
-    Raises:
-        RunFormatError: missing path, empty folder, unknown or mixed formats.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise RunFormatError(path, None, None, "no such file or folder")
-    if path.is_file():
-        return _detect_file(path), [path], _side_files(path.parent)
-    folder = path / "completions" if (path / "completions").is_dir() else path
-    files = sorted(
-        (
-            p
-            for p in folder.iterdir()
-            if p.is_file()
-            and not p.name.startswith(".")
-            and p.suffix in (".jsonl", ".parquet", ".csv", ".json")
-            and p.name != "trainer_state.json"
-        ),
-        key=_natural_key,
-    )
-    if not files:
-        raise RunFormatError(path, None, None, "folder has no .jsonl/.parquet/.csv/.json files")
-    if len(files) > MAX_FILES:
-        raise RunFormatError(path, None, None, f"{len(files)} files, more than the cap {MAX_FILES}")
-    found: dict[str, list[Path]] = {}
-    metrics = []
-    first_error = None
-    for p in files:
-        if p.suffix == ".jsonl" and _is_metrics_log(p):
-            metrics.append(p)
-            continue
-        try:
-            found.setdefault(_detect_file(p), []).append(p)
-        except RunFormatError as err:
-            first_error = first_error or err
-    if not found:
-        raise first_error or RunFormatError(path, None, None, "no readable run files")
-    if len(found) > 1:
-        kinds = {k: [p.name for p in v][:3] for k, v in found.items()}
-        raise RunFormatError(path, None, None, f"folder mixes formats: {kinds}")
-    name, chosen = next(iter(found.items()))
-    return name, chosen, metrics + _side_files(folder, also_parent=True)
-
-
-def _is_metrics_log(path: Path) -> bool:
-    first = _first_value(path)
-    return isinstance(first, dict) and set(first) == {"step", "data"}
-
-
-def _side_files(folder: Path, also_parent: bool = False) -> list[Path]:
-    out = []
-    for candidate in (folder, folder.parent) if also_parent else (folder,):
-        state = candidate / "trainer_state.json"
-        if state.is_file():
-            out.append(state)
-            break
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,8 +269,7 @@ def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
                 f"no valid sample; first problem: {first.message}",
             )
         raise RunFormatError(files[0], None, None, "no samples in the file")
-    if name == verl.FORMAT:
-        notes.append(verl.NOTE_V1 if "group_ids" in present else verl.NOTE_LEGACY)
+    notes.extend(fmt.scan_notes(present))
     summaries = tuple(
         accs[s].summary(s, side_metrics.get(s, {})) for s in sorted(accs) if len(accs[s].scores)
     )
@@ -496,12 +277,6 @@ def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
     for s, acc in accs.items():
         if acc.metrics:
             all_metrics.setdefault(s, {}).update(acc.metrics)
-    header = ()
-    if name in (unipo.FORMAT, unipo.FORMAT_JSONL):
-        meta = unipo.header(files[0], jsonl=name == unipo.FORMAT_JSONL)
-        header = tuple(sorted((str(k), v) for k, v in meta.items()))
-    elif name == rollviz.FORMAT:
-        header = rollviz.header(files[0])
     return Run(
         path=str(path),
         format=name,
@@ -514,7 +289,7 @@ def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
         warnings=tuple(problems.items),
         warnings_dropped=problems.dropped,
         notes=tuple(notes),
-        header=header,
+        header=fmt.header(files[0]),
         step_metrics=tuple((s, tuple(sorted(all_metrics[s].items()))) for s in sorted(all_metrics)),
         locations={s: dict(a.locations) for s, a in accs.items()},
     )
@@ -700,7 +475,7 @@ def _build_step(
     columns = tuple(
         (k, torch.tensor([r.columns.get(k, math.nan) for r in rows], dtype=f64)) for k in names
     )
-    reward_names = tuple(names) if run.format == trl.FORMAT else ()
+    reward_names = tuple(names) if FORMATS[run.format].reward_columns else ()
     summary = run.summary(step)
     return RunStep(
         step=step,
