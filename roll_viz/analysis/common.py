@@ -13,6 +13,8 @@ from contextlib import contextmanager
 
 import torch
 
+from roll_viz.core.pipeline.dialects import roll
+
 # ---------------------------------------------------------------------------------------------
 # Shared constants
 # ---------------------------------------------------------------------------------------------
@@ -24,8 +26,8 @@ EXAMPLE_REWARDS: tuple[float, float, float] = (8.2, 6.5, 9.1)
 LOW_VARIANCE_PROMPT = "capital of France"
 LOW_VARIANCE_REWARDS: tuple[float, float, float] = (5.0, 5.1, 4.9)
 
-#: ROLL's group/batch std epsilon: ``(r - mean) / (std + EPS)``.
-ROLL_EPS = 1e-6
+#: ROLL's group/batch std epsilon: ``(r - mean) / (std + EPS)`` (the dialect's ``STD_EPS``).
+ROLL_EPS = roll.STD_EPS
 
 #: Generic sweep parameters (keys of ``pipeline.ALIASES[fw]``, plus the group size ``G``).
 SWEEP_PARAMS: tuple[str, ...] = ("beta", "gamma", "lam", "G")
