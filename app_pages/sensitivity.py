@@ -81,19 +81,8 @@ with ui.page_guard("Sensitivity"):
     notes = []
     swept = {param} | ({param2} if param2 else set())
     if "beta" in swept:
-        if aliases.get("kl_in_reward") and not base_config.get(aliases["kl_in_reward"]):
-            base_config[aliases["kl_in_reward"]] = True
-            notes.append(
-                "beta only reaches the advantages when the KL is in the reward, so this sweep turns "
-                f"'{aliases['kl_in_reward']}' on (the sidebar's setting is off)."
-            )
-        elif fw == "trl":
-            notes.append(
-                "TRL puts the KL only in the loss (beta = coefficient of k3 in the loss), so beta "
-                "cannot change TRL's advantages: the lines are flat. Switch the dialect to see it."
-            )
-        elif fw == "openrlhf" and base_config.get("use_loss"):
-            notes.append("OpenRLHF's use_loss is on, so the KL is not in the reward: beta is flat.")
+        base_config, beta_notes = sweep.beta_sweep_config(fw, config)
+        notes += beta_notes
     if "beta" in swept and sweep.kl_is_zero(ui.cached_rollout(state)):
         notes.append(
             "This batch was sampled with policy = reference, so every KL is exactly 0 and beta "

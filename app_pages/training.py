@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.ui import training as tr
+from roll_viz.ui import training_page as tr
 from roll_viz.views import training_charts
 
 

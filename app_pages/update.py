@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.ui import update as upd
+from roll_viz.ui import update_page as upd
 from roll_viz.views import text, update_charts
 
 with ui.page_guard("Update"):

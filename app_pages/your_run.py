@@ -5,7 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.analysis import downsampling as pods
 from roll_viz.analysis import history
-from roll_viz.ui import runs
+from roll_viz.ui import your_run_page as runs
 from roll_viz.views import history_charts, text
 
 with ui.page_guard("Your run"):

@@ -2,15 +2,23 @@
 
 A page reads top to bottom: ``state = ui.page_setup("Title")`` (sidebar -> frozen AppState), then
 ``ui.cached_rollout(state)`` / ``ui.cached_trace(state)`` (the cached flow), then figures from
-``roll_viz.views`` drawn with ``ui.plot``. The modules, in import order:
+``roll_viz.views`` drawn with ``ui.plot``. The modules, in import order (each imports only those
+above it):
 
-    state.py     widget keys, caps, AppState, the URL
-    settings.py  generic widget values -> each dialect's config keys
-    flow.py      the cached data flow: models -> rollout -> scores -> batch -> trace
-    sidebar.py   the shared sidebar and page_setup
-    widgets.py   plot, explainer, links, downloads, token chips
-    guard.py     the page-level catch-all (no traceback on a page)
-    nav.py       the navigation (st.Page objects) from the page table roll_viz/nav.py
+    nav.py            the navigation (st.Page objects) from the page table roll_viz/nav.py
+    resources.py      the shared model and the store of live samples
+    state.py          widget keys, caps, AppState, the URL of a page
+    url.py            the URL binding of the shared controls and its notices
+    present.py        presentation mode (projector CSS, hidden controls)
+    settings.py       generic widget values -> each dialect's config keys
+    adapters.py       the adapted policies this session registered (Update, Training)
+    your_run_page.py  imported training runs: allowed files, cached scan, one step
+    flow.py           the cached data flow: rollout -> scores -> batch -> trace
+    guard.py          the page-level catch-all (no traceback on a page)
+    knobs.py          the algorithm section of the sidebar, from one table of knobs
+    sidebar.py        the shared sidebar, page_setup and the router's frame
+    widgets.py        plot, explainer, links, downloads, token chips
+    update_page.py, training_page.py   glue of the Update and Training pages
 
 This file re-exports what pages call, so a page needs one import. May import every layer below;
 must not import ``cli`` or ``bench``.
@@ -22,7 +30,6 @@ from roll_viz.core.pipeline.kl import observed_kl
 from roll_viz.data.presets import PRESETS
 from roll_viz.ui.flow import (
     add_running_batch,
-    cached_models,
     cached_rollout,
     cached_scores,
     cached_trace,
@@ -37,6 +44,7 @@ from roll_viz.ui.flow import (
 )
 from roll_viz.ui.guard import page_guard
 from roll_viz.ui.instant import instant_local_global, instant_panel
+from roll_viz.ui.resources import cached_models
 from roll_viz.ui.settings import (
     estimator_options,
     estimator_overrides,
@@ -44,7 +52,7 @@ from roll_viz.ui.settings import (
     kl_placement_overrides,
     norm_overrides,
 )
-from roll_viz.ui.sidebar import frame, go_live, page_setup, select_preset, stop_run, use_run_step
+from roll_viz.ui.sidebar import frame, go_live, page_setup, select_preset
 from roll_viz.ui.state import (
     FRAMEWORK_LABELS,
     KEY_BETA,
@@ -88,6 +96,7 @@ from roll_viz.ui.widgets import (
     share_reward_table,
     trace_json,
 )
+from roll_viz.ui.your_run_page import stop_run, use_run_step
 
 __all__ = [
     "ALIASES",

@@ -1,6 +1,6 @@
 """The cached data flow of a page, top to bottom: state -> rollout -> scores -> batch -> trace.
 
-    cached_models()           the one shared model (st.cache_resource)
+    cached_models()           the one shared model (``resources``)
     cached_rollout(state)     the sampled batch: a committed preset (instant) or the live model
     cached_scores(state)      (B,) raw rewards of the batch
     current_batch(state)      the calculator's input (Batch), with a zero or a probe critic
@@ -16,8 +16,6 @@ a cache miss, never replayed on a hit.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -25,62 +23,33 @@ from typing import Any
 import streamlit as st
 import torch
 
-from roll_viz.core.records import Batch, Rollout, RunningMoments, Trace, batch_from_rollout
-from roll_viz.ui.settings import _preset_defaults, resolve_config
-from roll_viz.ui.state import (
-    KEY_RUNNING,
-    KEY_RUNNING_BATCHES,
-    LIVE_CACHE_ENTRIES,
-    AppState,
-    _freeze,
-    _model_spec,
-    _pipeline,
+from roll_viz import rewards
+from roll_viz.core import pipeline
+from roll_viz.core.pipeline import kl as kl_mod
+from roll_viz.core.pipeline import values as values_mod
+from roll_viz.core.records import (
+    Batch,
+    Rollout,
+    RunningMoments,
+    Trace,
+    batch_from_rollout,
+    subsample_rollout,
 )
-from roll_viz.views import tables
+from roll_viz.data import presets
+from roll_viz.lm import models as models_mod
+from roll_viz.lm import sampling as sampling_mod
+from roll_viz.lm import serving
+from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
+from roll_viz.ui import adapters, instant
+from roll_viz.ui import your_run_page as runs
+from roll_viz.ui.resources import cached_models, live_store
+from roll_viz.ui.settings import native_config, preset_defaults
+from roll_viz.ui.state import KEY_RUNNING, KEY_RUNNING_BATCHES, AppState, freeze
 
 
 # ---------------------------------------------------------------------------------------------
 # Cached data
 # ---------------------------------------------------------------------------------------------
-@st.cache_resource(show_spinner="Loading the policy and reference model...")
-def cached_models(spec: str | None = None) -> Any:
-    """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
-    from roll_viz.lm import models
-    from roll_viz.lm import sampling as sampling_mod
-
-    bundle = models.load_models(spec or _model_spec())
-    sampling_mod.calibrate(bundle)  # one tiny sample, so the first time estimate is measured
-    return bundle
-
-
-class _LiveStore:
-    """A small thread-safe LRU of live Rollouts, shared by every session."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.lock = threading.Lock()
-        self.items: OrderedDict = OrderedDict()
-
-    def get(self, key: Any) -> Rollout | None:
-        with self.lock:
-            if key in self.items:
-                self.items.move_to_end(key)
-                return self.items[key]
-            return None
-
-    def put(self, key: Any, value: Rollout) -> None:
-        with self.lock:
-            self.items[key] = value
-            self.items.move_to_end(key)
-            while len(self.items) > self.size:
-                self.items.popitem(last=False)
-
-
-@st.cache_resource
-def _live_store() -> _LiveStore:
-    return _LiveStore(LIVE_CACHE_ENTRIES)
-
-
 @st.cache_data(show_spinner=False, max_entries=32, ttl=60)
 def preset_available(name: str) -> bool:
     """Whether the preset's committed JSON loads (exists and matches its config)."""
@@ -93,8 +62,6 @@ def preset_available(name: str) -> bool:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def _preset_rollout(name: str) -> Rollout:
-    from roll_viz.data import presets
-
     return presets.load_preset(name)[2]
 
 
@@ -109,12 +76,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     Returns:
         The Rollout.
     """
-    from roll_viz.lm import models as models_mod
-    from roll_viz.lm import sampling as sampling_mod
-    from roll_viz.lm import serving
-    from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
-
-    store = _live_store()
+    store = live_store()
     key = (model, sampling, decode)
     rollout = store.get(key)
     if rollout is not None:
@@ -159,14 +121,10 @@ def cached_rollout(state: AppState) -> Rollout:
         The Rollout (for a preset with a smaller G: the first G samples of each prompt).
     """
     if state.adapted:  # this session's updated or trained policy
-        from roll_viz.ui import policies
-
-        return policies.policy_rollout(state.source, state.model, state.sampling)
+        return adapters.policy_rollout(state.source, state.model, state.sampling)
     if state.live:
         return sample_live(state.model, state.sampling, state.decode)
     if state.source.startswith("run:"):
-        from roll_viz.ui import runs
-
         return runs.step_rollout(state.source)
     rollout = _preset_rollout(state.preset)
     if state.group_size < rollout.group_size:
@@ -176,7 +134,7 @@ def cached_rollout(state: AppState) -> Rollout:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _subsampled(preset: str, group_size: int) -> Rollout:
-    return tables.subsample_rollout(_preset_rollout(preset), group_size)
+    return subsample_rollout(_preset_rollout(preset), group_size)
 
 
 def _rollout_key(state: AppState) -> tuple:
@@ -185,17 +143,10 @@ def _rollout_key(state: AppState) -> tuple:
 
 @st.cache_data(show_spinner=False, max_entries=128)
 def _scores(_rollout: Rollout, key: tuple, spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    from roll_viz import rewards
-
     if str(key[0]).startswith("run:"):  # an imported run: its file's scores, no reward fn
-        from roll_viz.ui import runs
-
         return runs.step_scores(key[0]), None
     scores = rewards.score_rollout(_rollout, spec)
-    greedy_fn = getattr(rewards, "score_greedy", None)
-    greedy = (
-        greedy_fn(_rollout, spec) if greedy_fn is not None and _rollout.greedy_responses else None
-    )
+    greedy = rewards.score_greedy(_rollout, spec) if _rollout.greedy_responses else None
     return scores, greedy
 
 
@@ -237,8 +188,6 @@ def _probe(state: AppState) -> torch.Tensor:
 def _probe_cached(
     key: tuple, spec: Any, framework: str, config_items: tuple, _rollout: Rollout
 ) -> torch.Tensor:
-    from roll_viz.core.pipeline import values as values_mod
-
     if _rollout.features is None:
         return torch.zeros_like(_rollout.response_mask)
     scores, greedy = _scores(_rollout, key, spec)
@@ -254,7 +203,6 @@ def _mc_returns(batch: Batch, framework: str, config: dict) -> torch.Tensor:
 
     Computed as the dialect's GAE with lam = 1, a zero critic and no whitening.
     """
-    pipeline = _pipeline()
     fw = framework
     aliases = pipeline.ALIASES[fw]
     choices = pipeline.CHOICES.get(fw, {})
@@ -296,11 +244,10 @@ def add_running_batch(state: AppState, overrides: Mapping[str, Any] | None = Non
         state: from page_setup.
         overrides: extra dialect config (e.g. the Rewards page's normalization mode).
     """
-    pipeline = _pipeline()
     k = running_batches() + 1
     base = state.sampling
     if not state.live:
-        base = _preset_defaults(state.preset)[0]
+        base = preset_defaults(state.preset)[0]
         base = replace(base, group_size=state.group_size)
     next_sampling = replace(base, seed=int(base.seed) + k)
     rollout = sample_live(state.model, next_sampling, state.decode)
@@ -309,7 +256,7 @@ def add_running_batch(state: AppState, overrides: Mapping[str, Any] | None = Non
     batch = batch_from_rollout(
         rollout, scores, values=torch.zeros_like(rollout.response_mask), baseline_scores=greedy
     )
-    config = resolve_config(state.framework, dict(state.generic), overrides)
+    config = native_config(state.framework, dict(state.generic), overrides)
     trace = pipeline.run(batch, state.framework, config, running=running_moments())
     if trace.running is not None:
         st.session_state[KEY_RUNNING] = trace.running
@@ -330,7 +277,7 @@ def _trace_cached(
     running: RunningMoments | None,
     _batch: Batch,
 ) -> Trace:
-    return _pipeline().run(_batch, framework, dict(config_items), running=running)
+    return pipeline.run(_batch, framework, dict(config_items), running=running)
 
 
 def cached_trace(
@@ -357,12 +304,12 @@ def cached_trace(
     if fw == state.framework and not overrides:
         config = state.config
     else:
-        config = resolve_config(fw, dict(state.generic), overrides)
+        config = native_config(fw, dict(state.generic), overrides)
     running = running_moments() if _uses_running(config) else None
     batch = current_batch(state, values=values)
     try:
         return _trace_cached(
-            _rollout_key(state), state.reward, values, fw, _freeze(config), running, _batch=batch
+            _rollout_key(state), state.reward, values, fw, freeze(config), running, _batch=batch
         )
     except ValueError as err:
         st.error(f"This combination of settings is not valid in {fw}: {err}")
@@ -372,8 +319,6 @@ def cached_trace(
 
 def kl_estimates(state: AppState, estimator: str) -> torch.Tensor:
     """(B, T) per-token KL of the current batch with a generic estimator name (k1/abs/k2/k3)."""
-    from roll_viz.core.pipeline import kl as kl_mod
-
     rollout = cached_rollout(state)
     return kl_mod.token_kl(
         rollout.logprobs, rollout.ref_logprobs, rollout.response_mask, estimator=estimator
@@ -398,12 +343,12 @@ def try_trace(
         The Trace, or the ValueError's message (an estimator undefined for this batch).
     """
     fw = framework or state.framework
-    config = resolve_config(fw, dict(state.generic), overrides)
+    config = native_config(fw, dict(state.generic), overrides)
     running = running_moments() if _uses_running(config) else None
     batch = current_batch(state, values=values)
     try:
         return _trace_cached(
-            _rollout_key(state), state.reward, values, fw, _freeze(config), running, _batch=batch
+            _rollout_key(state), state.reward, values, fw, freeze(config), running, _batch=batch
         )
     except ValueError as err:
         return str(err)
@@ -412,9 +357,7 @@ def try_trace(
 @st.cache_data(show_spinner=False, max_entries=16)
 def instant_payload(state: AppState, values: str = "zero") -> dict:
     """The batch the instant component recomputes in the browser (built once per batch)."""
-    from roll_viz.ui.instant import instant_payload as build
-
-    return build(current_batch(state, values), state.framework, state.config)
+    return instant.instant_payload(current_batch(state, values), state.framework, state.config)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -433,8 +376,6 @@ def local_global_payload(state: AppState) -> dict:
         follow a release (a preset, where changing G only takes other rows of the same
         committed batch; a live batch would be sampled again).
     """
-    from roll_viz.ui.instant import local_global_payload as build
-
     preset = state.source.startswith("preset:") and not state.adapted
     if preset and not getattr(state.reward, "noise_sigma", 0):
         rollout = _preset_rollout(state.preset)
@@ -443,6 +384,6 @@ def local_global_payload(state: AppState) -> dict:
     else:
         rollout = cached_rollout(state)
         scores = cached_scores(state)
-    payload = build(scores, rollout.group_ids, tuple(rollout.prompts))
+    payload = instant.local_global_payload(scores, rollout.group_ids, tuple(rollout.prompts))
     payload["sync_G"] = bool(preset)
     return payload

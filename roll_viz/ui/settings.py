@@ -1,7 +1,9 @@
 """From the sidebar's generic widget values to each dialect's own config keys (no widgets here).
 
-The same sidebar drives every dialect: ``resolve_config`` starts from the dialect's shipped
-DEFAULTS, applies the generic controls it accepts (beta, gamma, lam ...) and then page overrides.
+The same sidebar drives every dialect: ``native_config`` asks the dialect to translate the generic
+controls (beta, gamma, lam ...) into its own keys over its shipped DEFAULTS (``to_native``), then
+applies page overrides. Everything framework-specific is the dialect's
+(``roll_viz.core.pipeline.dialects``).
 """
 
 from __future__ import annotations
@@ -9,32 +11,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roll_viz.ui.state import PRESET_REWARD, AppState, _pipeline, _presets
+from roll_viz import rewards
+from roll_viz.core import pipeline
+from roll_viz.core.pipeline import dialects
+from roll_viz.data.presets import PRESETS
+from roll_viz.ui.state import PRESET_REWARD, AppState
 
 
 # ---------------------------------------------------------------------------------------------
-# Sidebar
+# Presets and rewards
 # ---------------------------------------------------------------------------------------------
-def _preset_defaults(name: str) -> tuple[Any, Any]:
+def preset_defaults(name: str) -> tuple[Any, Any]:
     """(SamplingConfig, RewardSpec) the preset was made with."""
-    _description, sampling, reward = _presets()[name]
+    _description, sampling, reward = PRESETS[name]
     return sampling, reward
 
 
-def _reward_choices(reward_spec: Any) -> list[str]:
+def reward_choices(reward_spec: Any) -> list[str]:
     """Reward selector options: "preset" first when the preset sums several rewards."""
-    from roll_viz import rewards
-
     names = list(rewards.REWARD_FNS)
     return [PRESET_REWARD, *names] if len(reward_spec.terms) > 1 else names
 
 
-def _default_reward_choice(reward_spec: Any) -> str:
+def default_reward_choice(reward_spec: Any) -> str:
     """The selector value that reproduces a preset's reward exactly."""
     return PRESET_REWARD if len(reward_spec.terms) > 1 else reward_spec.terms[0][0]
 
 
-def _describe_terms(terms: tuple) -> str:
+def describe_terms(terms: tuple) -> str:
     """'1 x one_sentence + 1 x target_length(target=20, tolerance=20)' for a caption."""
     parts = []
     for name, weight, params in terms:
@@ -43,57 +47,24 @@ def _describe_terms(terms: tuple) -> str:
     return " + ".join(parts)
 
 
-def _reward_defaults(reward_spec: Any) -> tuple[str, dict]:
+def reward_defaults(reward_spec: Any) -> tuple[str, dict]:
     """(reward name, params dict) of the first term of a RewardSpec."""
     name, _weight, params = reward_spec.terms[0]
     return name, dict(params)
 
 
-def _generic_defaults(framework: str) -> dict[str, Any]:
+# ---------------------------------------------------------------------------------------------
+# Dialects
+# ---------------------------------------------------------------------------------------------
+def generic_defaults(framework: str) -> dict[str, Any]:
     """Widget values that reproduce the dialect's shipped defaults."""
-    pipeline = _pipeline()
-    defaults = pipeline.DEFAULTS[framework]
-    out: dict[str, Any] = {}
-    for generic, key in pipeline.ALIASES[framework].items():
-        value = defaults.get(key) if key is not None else None
-        out[generic] = _to_widget(generic, value)
-    return out
+    return dialects.get(framework).from_native()
 
 
-def _to_widget(generic: str, value: Any) -> Any:
-    """A dialect config value -> the generic widget's value."""
-    if generic in {"beta", "gamma", "lam"}:
-        return float(value) if value is not None else (0.0 if generic == "beta" else 1.0)
-    if generic == "clip":
-        if value is None:
-            return 0.0
-        if isinstance(value, list | tuple):
-            return float(max(abs(float(v)) for v in value))
-        return float(value)
-    if generic in {"kl_in_reward", "whiten"}:
-        return bool(value)
-    return value
-
-
-def _from_widget(generic: str, value: Any, default: Any) -> Any:
-    """A generic widget's value -> the dialect config value (shape of the default kept)."""
-    if generic == "clip":
-        if not value:
-            return None
-        if isinstance(default, list | tuple):
-            return (-float(value), float(value))
-        return float(value)
-    if generic in {"beta", "gamma", "lam"}:
-        return float(value)
-    if generic in {"kl_in_reward", "whiten"}:
-        return bool(value)
-    return value
-
-
-def resolve_config(
+def native_config(
     framework: str, generic: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
 ) -> dict:
-    """The dialect config: DEFAULTS[framework], then the generic controls, then overrides.
+    """The dialect config: the generic controls in the dialect's keys, then overrides.
 
     A generic value that the dialect does not accept (an estimator name of another dialect, a
     knob the dialect lacks) is skipped, so the same sidebar drives every dialect.
@@ -106,21 +77,11 @@ def resolve_config(
     Returns:
         A fresh dict with the framework's own key names.
     """
-    pipeline = _pipeline()
-    defaults = pipeline.DEFAULTS[framework]
-    aliases = pipeline.ALIASES[framework]
-    choices = pipeline.CHOICES.get(framework, {})
-    config = dict(defaults)
-    for name, value in generic.items():
-        key = aliases.get(name)
-        if key is None:
-            continue
-        converted = _from_widget(name, value, defaults.get(key))
-        if key in choices and converted not in choices[key]:
-            continue
-        config[key] = converted
+    dialect = dialects.get(framework)
+    config = dict(dialect.to_native(dict(generic)))
     for name, value in (overrides or {}).items():
-        key = name if name in defaults or name not in aliases else aliases[name]
+        in_defaults = name in dialect.DEFAULTS or name not in dialect.ALIASES
+        key = name if in_defaults else dialect.ALIASES[name]
         if key is None:
             continue
         config[key] = value
@@ -129,31 +90,25 @@ def resolve_config(
 
 def estimator_options(framework: str) -> tuple[str, ...]:
     """The advantage estimators (or TRL scale_rewards modes) a dialect offers."""
-    pipeline = _pipeline()
     return tuple(pipeline.CHOICES[framework].get(pipeline.ESTIMATOR_KEY[framework], ()))
 
 
 def estimator_overrides(framework: str, estimator: str) -> dict[str, Any]:
     """Config overrides that select ``estimator`` in ``framework``."""
-    return {_pipeline().ESTIMATOR_KEY[framework]: estimator}
+    return {pipeline.ESTIMATOR_KEY[framework]: estimator}
 
 
 def norm_overrides(framework: str, mode: str) -> dict[str, Any] | None:
     """Overrides for a reward-normalization mode (none/group/batch/running).
-
-    Only ROLL has a separate reward-normalization stage; other dialects get None.
 
     Args:
         framework: dialect.
         mode: "none", "group", "batch" or "running".
 
     Returns:
-        {norm_mean_type, norm_std_type} for ROLL, else None.
+        The dialect's normalization keys, or None where it has no such stage.
     """
-    if framework != "roll":
-        return None
-    kind = None if mode == "none" else mode
-    return {"norm_mean_type": kind, "norm_std_type": kind}
+    return dialects.get(framework).norm_config(mode)
 
 
 def kl_placement_overrides(framework: str, in_reward: bool, beta: float) -> dict[str, Any] | None:
@@ -167,23 +122,7 @@ def kl_placement_overrides(framework: str, in_reward: bool, beta: float) -> dict
     Returns:
         The overrides, or None where the dialect cannot do it (TRL GRPO: loss only).
     """
-    if framework == "roll":
-        return {
-            "add_token_level_kl": in_reward,
-            "use_kl_loss": not in_reward,
-            "kl_loss_coef": 0.0 if in_reward else beta,
-        }
-    if framework == "verl":
-        return {
-            "use_kl_in_reward": in_reward,
-            "use_kl_loss": not in_reward,
-            "kl_loss_coef": beta,
-        }
-    if framework == "openrlhf":
-        return {"use_loss": not in_reward}
-    if framework == "trl":
-        return None if in_reward else {}
-    return None
+    return dialects.get(framework).kl_placement(in_reward, beta)
 
 
 def generic_value(state: AppState, name: str, default: Any = None) -> Any:

@@ -8,113 +8,65 @@ controls (``hide=sidebar`` the whole sidebar) for a teacher's projector.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import streamlit as st
-import torch
 
+from roll_viz import rewards
+from roll_viz.data.presets import PRESETS
+from roll_viz.lm import sampling as sampling_mod
+from roll_viz.ui import adapters, knobs, url
+from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.guard import page_guard
+from roll_viz.ui.present import inject_css, presentation_controls
+from roll_viz.ui.resources import model_choices, model_spec
 from roll_viz.ui.settings import (
-    _default_reward_choice,
-    _describe_terms,
-    _generic_defaults,
-    _preset_defaults,
-    _reward_choices,
-    _reward_defaults,
-    norm_overrides,
-    resolve_config,
+    default_reward_choice,
+    describe_terms,
+    preset_defaults,
+    reward_choices,
+    reward_defaults,
 )
 from roll_viz.ui.state import (
-    _KEY_RE,
-    FRAMEWORK_LABELS,
-    GENERIC_KEYS,
-    KEY_BETA,
-    KEY_CLIP,
-    KEY_ESTIMATOR,
     KEY_FAST,
-    KEY_FRAMEWORK,
     KEY_G,
-    KEY_GAMMA,
-    KEY_HIDE,
     KEY_INSTRUCTION,
-    KEY_KL_ESTIMATOR,
-    KEY_KL_IN_REWARD,
-    KEY_LAM,
     KEY_LAST_VALID_PARAMS,
     KEY_LIVE,
     KEY_MAX_TOKENS,
     KEY_MODEL,
     KEY_NOISE,
-    KEY_NORM,
     KEY_POLICY,
-    KEY_PRESENT,
     KEY_PRESET,
     KEY_PROMPTS,
     KEY_REWARD,
     KEY_REWARD_PARAM_PREFIX,
-    KEY_RUN_SOURCE,
-    KEY_RUN_URL,
     KEY_SEED,
-    KEY_STEP_URL,
     KEY_TEMPERATURE,
-    KEY_WHITEN,
     MAX_GROUP_SIZE,
     MAX_INSTRUCTION_CHARS,
     MAX_NEW_TOKENS,
     MAX_PROMPT_CHARS,
     MAX_PROMPTS,
     PRESET_REWARD,
-    SINGLETON_NOTES,
     AppState,
-    RunSampling,
-    _freeze,
-    _model_spec,
-    _pipeline,
-    _presets,
-    model_choices,
+    freeze,
 )
+from roll_viz.ui.url import bound, url_notices
 from roll_viz.views import text
 
-PRESENT_CSS = """
-<style>
-[data-testid="stMain"] { font-size: 21px; }
-[data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
-[data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
-[data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
-[data-testid="stMain"] .katex { font-size: 1.35em !important; }
-[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
-[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
-/* tables draw on a canvas: zoom scales their text with the mode */
-[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.3; }
-/* one column on a projector: side panels stack under the figures instead of squeezing */
-[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-direction: column; }
-[data-testid="stMain"] [data-testid="stColumn"] {
-  width: 100% !important; flex: 1 1 100% !important; }
-</style>
-"""
-
-BASE_CSS = """
-<style>
-.rv-chips { line-height: 2.0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
-a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2166ac;
-  border-radius: 0.5rem; color: #2166ac; text-decoration: none; font-weight: 600; }
-a.rv-link:hover { background: #2166ac; color: #ffffff; }
-/* the run step's URL fields: the sidebar names the run in words */
-.st-key-dump, .st-key-dump_step { display: none; }
-</style>
-"""
-
+#: per script thread: the state the router's frame drew for the page of this run
+_FRAME = threading.local()
 
 def _sidebar_model(live: bool) -> str:
     """The live model's spec (a selector shown only when sampling live)."""
     if not live:
-        return _model_spec()
-    return _bound(
+        return model_spec()
+    return bound(
         st.sidebar.selectbox,
         "Model",
         model_choices(),
@@ -124,78 +76,12 @@ def _sidebar_model(live: bool) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Presentation mode
-# ---------------------------------------------------------------------------------------------
-def _sidebar_presentation() -> tuple[bool, tuple[str, ...]]:
-    """The presentation controls (bound to the URL: ``?present=true&hide=beta,gamma``)."""
-    with st.sidebar.expander("Presentation mode", expanded=False):
-        present = _bound(
-            st.toggle,
-            "Presentation mode (larger fonts)",
-            value=False,
-            key=KEY_PRESENT,
-            help="For a projector. In the URL as present=true.",
-        )
-        hide_text = _bound(
-            st.text_input,
-            "Hide these controls",
-            value="",
-            key=KEY_HIDE,
-            placeholder="beta,gamma  (or: sidebar)",
-            help="Comma-separated control keys as they appear in the URL (beta, gamma, lam, G, "
-            "seed, fw, est, ...); 'sidebar' hides the whole sidebar. In the URL as hide=...",
-        )
-    # keys only (letters, digits, _ and -): the text goes into a CSS selector
-    hide = tuple(h for h in (p.strip() for p in (hide_text or "").split(",")) if _KEY_RE.match(h))
-    return bool(present), hide
-
-
-def _show_sidebar(kept: str) -> None:
-    """Callback: drop 'sidebar' from the hidden controls (the URL follows)."""
-    st.session_state[KEY_HIDE] = kept
-
-
-def _inject_css(present: bool, hide: tuple[str, ...]) -> None:
-    css = BASE_CSS
-    if present:
-        css += PRESENT_CSS
-    rules = []
-    for key in hide:
-        if key == "sidebar":
-            rules.append('[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"]')
-        else:
-            rules.append(f".st-key-{key}")
-    if rules:
-        css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
-    st.html(css)
-    if "sidebar" in hide:
-        # the sidebar and its toggle are hidden: leave a visible way back (same tab, same state)
-        st.button(
-            "Show the controls",
-            key="show_sidebar",
-            on_click=_show_sidebar,
-            args=(",".join(h for h in hide if h != "sidebar"),),
-            icon=":material/tune:",
-            type="tertiary",
-        )
-
-
-def _on_framework_change() -> None:
-    """Load the new dialect's shipped defaults into the generic controls."""
-    framework = st.session_state.get(KEY_FRAMEWORK, "roll")
-    for generic, value in _generic_defaults(framework).items():
-        key = GENERIC_KEYS.get(generic)
-        if key is not None and value is not None:
-            st.session_state[key] = value
-
-
 def _on_preset_change() -> None:
     """Load the new preset's sampling and reward settings into the sidebar."""
     name = st.session_state.get(KEY_PRESET)
-    if name not in _presets():
+    if name not in PRESETS:
         return
-    sampling, reward = _preset_defaults(name)
+    sampling, reward = preset_defaults(name)
     st.session_state[KEY_G] = int(sampling.group_size)
     st.session_state[KEY_PROMPTS] = "\n".join(sampling.prompts)
     st.session_state[KEY_TEMPERATURE] = float(sampling.temperature)
@@ -203,75 +89,14 @@ def _on_preset_change() -> None:
     st.session_state[KEY_SEED] = int(sampling.seed)
     st.session_state[KEY_POLICY] = sampling.policy_mode
     st.session_state[KEY_INSTRUCTION] = sampling.instruction
-    _name, params = _reward_defaults(reward)
-    st.session_state[KEY_REWARD] = _default_reward_choice(reward)
+    _name, params = reward_defaults(reward)
+    st.session_state[KEY_REWARD] = default_reward_choice(reward)
     for param, value in params.items():
         st.session_state[KEY_REWARD_PARAM_PREFIX + param] = value
     st.session_state[KEY_NOISE] = float(reward.noise_sigma)
 
 
-#: per script thread: what each URL key allows, and the state the router's frame drew
-_RUN = threading.local()
-
-
-def _allowed_text(widget: Callable, args: tuple, kwargs: dict) -> str:
-    """How a bound widget's allowed values read in a notice ("1 to 16", "one of a, b")."""
-    name = getattr(widget, "__name__", "")
-    if name in {"slider", "number_input"} and len(args) >= 3:
-        return f"{args[1]:g} to {args[2]:g}"
-    if name in {"selectbox", "radio"} and len(args) >= 2:
-        options = [str(o) for o in args[1]]
-        shown = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
-        return f"one of {shown}"
-    if name == "toggle":
-        return "true or false"
-    return "a valid value"
-
-
-def _bound(widget: Callable, *args: Any, key: str, **kwargs: Any) -> Any:
-    """A widget bound to the URL query parameter ``key``, kept across page switches."""
-    allowed = getattr(_RUN, "allowed", None)
-    if allowed is not None:
-        allowed[key] = _allowed_text(widget, args, kwargs)
-    return widget(*args, key=key, bind="query-params", persist_state="session", **kwargs)
-
-
-def _same_value(raw: str, value: Any) -> bool:
-    """Whether a URL string means the widget's current value (then dropping it was no loss)."""
-    if isinstance(value, bool):
-        return raw.strip().lower() == str(value).lower()
-    if isinstance(value, int | float):
-        try:
-            return math.isclose(float(raw), float(value), rel_tol=1e-9, abs_tol=1e-12)
-        except ValueError:
-            return False
-    return raw == str(value)
-
-
-def _url_notices(raw: Mapping[str, Any]) -> list[str]:
-    """One line per URL value the bound widgets refused (out of range, NaN, unknown option).
-
-    Streamlit drops an invalid bound value silently; a student who pasted a link must learn
-    which value was ignored, what is allowed and what is used instead.
-    """
-    notices = []
-    kept = st.query_params
-    for key, allowed in getattr(_RUN, "allowed", {}).items():
-        if key not in raw or key in kept:
-            continue
-        value = raw[key]
-        raw_text = value[-1] if isinstance(value, list) else str(value)
-        current = st.session_state.get(key)
-        if current is None or _same_value(raw_text, current):
-            continue
-        notices.append(
-            f"The link's value {key}={raw_text[:40]} is not allowed ({key} takes {allowed}); "
-            f"using {current}."
-        )
-    return notices
-
-
-def _read_prompts(
+def read_prompts(
     typed: str | None, fallback: tuple[str, ...]
 ) -> tuple[tuple[str, ...], list[str]]:
     """The prompts as typed: one per line (split on line feeds only), each checked on its own.
@@ -309,108 +134,45 @@ def _read_prompts(
 
 def _sidebar_policy(source: str, model: str, sampling: Any) -> str:
     """The policy the pages show: the original, or this session's updated / trained adapter."""
-    from roll_viz.ui import policies
-
     if source.startswith("run:"):
         return source
-    choices = policies.available(model, int(getattr(sampling, "seed", 0)))
+    choices = adapters.available()
     if not choices:
         return source
-    views = [policies.ORIGINAL, *choices]
-    chosen = st.session_state.get(policies.KEY_POLICY_VIEW, policies.ORIGINAL)
+    views = [adapters.ORIGINAL, *choices]
+    chosen = st.session_state.get(adapters.KEY_POLICY_VIEW, adapters.ORIGINAL)
     if chosen not in views:
-        chosen = policies.ORIGINAL
+        chosen = adapters.ORIGINAL
     # a plain session key holds the choice (a widget's own state does not follow page switches)
     view = st.sidebar.radio(
         "Policy the pages show",
         views,
         index=views.index(chosen),
-        format_func=lambda v: policies.label(v, choices[v][1] if v in choices else 0),
-        key=policies.KEY_POLICY_WIDGET,
+        format_func=lambda v: adapters.label(v, choices[v][1] if v in choices else 0),
+        key=adapters.KEY_POLICY_WIDGET,
         on_change=lambda: st.session_state.__setitem__(
-            policies.KEY_POLICY_VIEW, st.session_state[policies.KEY_POLICY_WIDGET]
+            adapters.KEY_POLICY_VIEW, st.session_state[adapters.KEY_POLICY_WIDGET]
         ),
         help="Your updated or trained LoRA policy samples the same prompts and settings; the "
         "reference stays the base model, so Token KL shows the KL the update produced.",
     )
-    st.session_state[policies.KEY_POLICY_VIEW] = view
-    if view == policies.ORIGINAL:
+    st.session_state[adapters.KEY_POLICY_VIEW] = view
+    if view == adapters.ORIGINAL:
         return source
     policy, steps = choices[view]
-    return source + policies.suffix(view, policy, steps)
-
-
-def stop_run() -> None:
-    """Callback: back to the presets (the run step leaves the URL)."""
-    st.session_state[KEY_RUN_URL] = ""
-    st.session_state[KEY_STEP_URL] = ""
-
-
-def use_run_step(run_id: str, step: int) -> None:
-    """Callback: make one step of an imported run the data of every page (and of the URL)."""
-    st.session_state[KEY_RUN_URL] = run_id
-    st.session_state[KEY_STEP_URL] = str(step)
-
-
-def _run_link() -> str | None:
-    """The run step named in the URL (``dump=<run id>&dump_step=<step>``) as a source, or None.
-
-    Two bound fields carry it: widgets drawn by the router belong to every page, so Streamlit
-    keeps them (and their query parameters) on every page switch, as it keeps the other
-    controls. The sidebar names the run in words, so the fields themselves are hidden (CSS).
-    """
-    hidden = {"label_visibility": "collapsed", "max_chars": 300}
-    run_id = _bound(st.sidebar.text_input, "Run", value="", key=KEY_RUN_URL, **hidden)
-    step = _bound(st.sidebar.text_input, "Run step", value="", key=KEY_STEP_URL, **hidden)
-    if not run_id or not step:
-        return None
-    return f"run:{run_id}#{step}"
-
-
-def _run_data(messages: list[str]) -> tuple[str, str, Any] | None:
-    """The imported run step as the data source, when one is chosen (Your run page or URL)."""
-    from roll_viz.ui import runs
-
-    source = _run_link()
-    if source is None:
-        st.session_state.pop(KEY_RUN_SOURCE, None)
-        return None
-    try:
-        run_id, step_no = runs.parse_source(source)
-        step = runs.step_cached(run_id, step_no)
-    except (ValueError, KeyError, OSError) as err:
-        messages.append(f"The run in the link cannot be opened ({err}); using the presets.")
-        st.session_state.pop(KEY_RUN_SOURCE, None)
-        st.sidebar.button("Forget the link's run", key="stop_run", on_click=stop_run)
-        return None
-    st.session_state[KEY_RUN_SOURCE] = source
-    sb = st.sidebar
-    sb.info(
-        text.md_escape(
-            f"Data: your run {run_id.split('/')[-1].removeprefix('dir:')}, step {step_no} "
-            f"({text.count(len(step.prompts), 'prompt')}, {int(step.scores.numel())} samples; "
-            f"scores: {step.score_kind} from the file)."
-        ),
-        icon=":material/folder_open:",
-    )
-    sb.button("Back to the presets", key="stop_run", on_click=stop_run)
-    group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
-    preset = st.session_state.get(KEY_PRESET) or next(iter(_presets()))
-    return source, preset, RunSampling(run_id=run_id, step=step_no, group_size=group_size)
+    return source + adapters.suffix(view, policy, steps)
 
 
 def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     """Data section: preset / live, prompts, G, sampling. Returns (source, preset, sampling)."""
-    from roll_viz.lm import sampling as sampling_mod
-
-    presets = _presets()
+    presets = PRESETS
     names = list(presets)
     sb = st.sidebar
     sb.markdown("### Data")
-    run = _run_data(messages)
+    run = runs.run_data(messages)
     if run is not None:
         return run
-    preset = _bound(
+    preset = bound(
         sb.selectbox,
         "Preset",
         names,
@@ -419,8 +181,8 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="A committed batch sampled from the real model: loads instantly, no model needed.",
     )
     sb.caption(presets[preset][0])
-    preset_sampling, _ = _preset_defaults(preset)
-    live = _bound(
+    preset_sampling, _ = preset_defaults(preset)
+    live = bound(
         sb.toggle,
         "Sample live with the model",
         value=False,
@@ -428,7 +190,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Sample your own prompts with the policy and score them under the reference model. "
         "Runs only when the prompts, G, temperature, max tokens, seed or policy change.",
     )
-    group_size = _bound(
+    group_size = bound(
         sb.slider,
         "Group size G (samples per prompt)",
         1,
@@ -465,7 +227,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         )
         return f"preset:{preset}", preset, sampling
 
-    prompts_text = _bound(
+    prompts_text = bound(
         sb.text_area,
         "Prompts (one per line)",
         value="\n".join(preset_sampling.prompts),
@@ -474,10 +236,10 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help=f"Up to {MAX_PROMPTS} prompts of at most {MAX_PROMPT_CHARS} characters each; "
         "a new line starts a new prompt.",
     )
-    prompts, prompt_notes = _read_prompts(prompts_text, tuple(preset_sampling.prompts))
+    prompts, prompt_notes = read_prompts(prompts_text, tuple(preset_sampling.prompts))
     for note in prompt_notes:
         sb.warning(text.md_escape(note), icon=":material/edit_note:")
-    temperature = _bound(
+    temperature = bound(
         sb.slider,
         "Temperature",
         0.1,
@@ -487,7 +249,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         key=KEY_TEMPERATURE,
         help="Softmax temperature of the policy; log-probs are taken at this temperature.",
     )
-    max_tokens = _bound(
+    max_tokens = bound(
         sb.slider,
         "Max new tokens",
         4,
@@ -497,7 +259,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         key=KEY_MAX_TOKENS,
         help="Responses that hit this length are truncated (finish reason 'length').",
     )
-    seed = _bound(
+    seed = bound(
         sb.number_input,
         "Seed",
         0,
@@ -507,7 +269,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         key=KEY_SEED,
         help="Same seed, same samples (the seed is in the URL).",
     )
-    policy = _bound(
+    policy = bound(
         sb.radio,
         "Policy",
         ["identical", "steered"],
@@ -519,7 +281,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     )
     instruction = preset_sampling.instruction
     if policy == "steered":
-        instruction = _bound(
+        instruction = bound(
             sb.text_area,
             "Hidden instruction (policy only)",
             value=preset_sampling.instruction or "Answer in one short sentence.",
@@ -535,7 +297,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
             )
             instruction = preset_sampling.instruction or "Answer in one short sentence."
 
-    _bound(
+    bound(
         sb.toggle,
         "Fast sampling (int8 answers)",
         value=False,
@@ -562,10 +324,8 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     except ValueError as err:
         messages.append(f"Invalid sampling settings ({err}); using the preset's.")
         cfg = preset_sampling
-    capped = getattr(sampling_mod, "capped", None)
-    if capped is not None:
-        cfg, cap_messages = capped(cfg)
-        messages.extend(cap_messages)
+    cfg, cap_messages = sampling_mod.capped(cfg)
+    messages.extend(cap_messages)
     return "live", preset, cfg
 
 
@@ -575,8 +335,6 @@ def _valid_params(name: str, typed: dict[str, Any], slots: dict[str, Any]) -> di
     Each problem is written under its own field (``slots``); the rest of the sidebar and the
     page keep working on the last values that were valid (or the defaults).
     """
-    from roll_viz import rewards
-
     if name not in rewards.REWARD_PARAMS:
         return typed
     last = st.session_state.setdefault(KEY_LAST_VALID_PARAMS, {})
@@ -599,24 +357,22 @@ def _valid_params(name: str, typed: dict[str, Any], slots: dict[str, Any]) -> di
 
 def _sidebar_reward(preset: str) -> Any:
     """Reward section: function, its parameters, noise. Returns the RewardSpec."""
-    from roll_viz import rewards
-
     sb = st.sidebar
     sb.markdown("### Reward")
-    _sampling, preset_reward = _preset_defaults(preset)
-    default_name, default_params = _reward_defaults(preset_reward)
-    names = _reward_choices(preset_reward)
-    name = _bound(
+    _sampling, preset_reward = preset_defaults(preset)
+    default_name, default_params = reward_defaults(preset_reward)
+    names = reward_choices(preset_reward)
+    name = bound(
         sb.selectbox,
         "Reward function",
         names,
-        index=names.index(_default_reward_choice(preset_reward)),
+        index=names.index(default_reward_choice(preset_reward)),
         key=KEY_REWARD,
         help="A toy, rule-based reward on the response text (no reward model). 'preset' is the "
         "preset's own weighted sum of several rewards; pick one reward to tune its parameters.",
     )
     if name == PRESET_REWARD:
-        sb.caption("reward = " + _describe_terms(preset_reward.terms))
+        sb.caption("reward = " + describe_terms(preset_reward.terms))
     params, slots = {}, {}
     for param, (default, help_text) in rewards.REWARD_PARAMS.get(name, {}).items():
         value = default_params.get(param, default) if name == default_name else default
@@ -626,9 +382,9 @@ def _sidebar_reward(preset: str) -> Any:
             low, high, inclusive = bounds
             help_text += f" (allowed: {'[' if inclusive else '('}{low:g}, {high:g}])"
         if isinstance(default, bool):
-            params[param] = _bound(sb.toggle, param, value=bool(value), key=key, help=help_text)
+            params[param] = bound(sb.toggle, param, value=bool(value), key=key, help=help_text)
         elif isinstance(default, int | float):
-            params[param] = _bound(
+            params[param] = bound(
                 sb.number_input,
                 param,
                 value=float(value) if isinstance(default, float) else int(value),
@@ -636,7 +392,7 @@ def _sidebar_reward(preset: str) -> Any:
                 help=help_text,
             )
         else:
-            params[param] = _bound(
+            params[param] = bound(
                 sb.text_area,
                 param,
                 value=str(value),
@@ -647,7 +403,7 @@ def _sidebar_reward(preset: str) -> Any:
             )
         slots[param] = sb.empty()  # the field's own message goes right under it
     params = _valid_params(name, params, slots)
-    noise = _bound(
+    noise = bound(
         sb.slider,
         "Reward noise sigma",
         0.0,
@@ -669,145 +425,6 @@ def _sidebar_reward(preset: str) -> Any:
     )
 
 
-def _sidebar_algorithm(group_size: int, messages: list[str]) -> tuple[str, dict, dict]:
-    """Algorithm section: dialect and generic knobs. Returns (framework, generic, config)."""
-    pipeline = _pipeline()
-    sb = st.sidebar
-    sb.markdown("### Algorithm")
-    frameworks = list(pipeline.FRAMEWORKS)
-    framework = _bound(
-        sb.selectbox,
-        "Framework dialect (roll = default)",
-        frameworks,
-        key=KEY_FRAMEWORK,
-        on_change=_on_framework_change,
-        help="Whose conventions the pipeline follows. Switching loads that framework's shipped "
-        "defaults into the controls below.",
-    )
-    aliases = pipeline.ALIASES[framework]
-    choices = pipeline.CHOICES.get(framework, {})
-    helps = pipeline.HELP.get(framework, {})
-    widget_defaults = _generic_defaults(framework)
-
-    def label(generic: str, text: str) -> str:
-        key = aliases.get(generic)
-        return f"{text} ({key})" if key else f"{text} (not in {framework})"
-
-    def help_for(generic: str) -> str:
-        key = aliases.get(generic)
-        if key is None:
-            return f"{FRAMEWORK_LABELS.get(framework, framework)} has no such setting."
-        return helps.get(key, "")
-
-    generic: dict[str, Any] = {}
-    est_key = aliases.get("estimator")
-    est_options = list(choices.get(est_key, ())) if est_key else []
-    if est_options:
-        default_est = widget_defaults.get("estimator")
-        generic["estimator"] = _bound(
-            sb.selectbox,
-            label("estimator", "Advantage estimator"),
-            est_options,
-            index=est_options.index(default_est) if default_est in est_options else 0,
-            key=KEY_ESTIMATOR,
-            help=help_for("estimator"),
-        )
-    generic["beta"] = _bound(
-        sb.slider,
-        label("beta", "KL coefficient beta"),
-        0.0,
-        1.0,
-        value=float(widget_defaults.get("beta") or 0.0),
-        step=0.001,
-        format="%.3f",
-        key=KEY_BETA,
-        disabled=aliases.get("beta") is None,
-        help=help_for("beta"),
-    )
-    kl_key = aliases.get("kl_estimator")
-    kl_options = list(choices.get(kl_key, ())) if kl_key else []
-    if kl_options:
-        default_kl = widget_defaults.get("kl_estimator")
-        generic["kl_estimator"] = _bound(
-            sb.selectbox,
-            label("kl_estimator", "KL estimator"),
-            kl_options,
-            index=kl_options.index(default_kl) if default_kl in kl_options else 0,
-            key=KEY_KL_ESTIMATOR,
-            help=help_for("kl_estimator"),
-        )
-    generic["kl_in_reward"] = _bound(
-        sb.toggle,
-        label("kl_in_reward", "KL in the reward"),
-        value=bool(widget_defaults.get("kl_in_reward")),
-        key=KEY_KL_IN_REWARD,
-        disabled=aliases.get("kl_in_reward") is None,
-        help=help_for("kl_in_reward"),
-    )
-    generic["gamma"] = _bound(
-        sb.slider,
-        label("gamma", "Discount gamma"),
-        0.0,
-        1.0,
-        value=float(widget_defaults.get("gamma", 1.0)),
-        step=0.01,
-        key=KEY_GAMMA,
-        disabled=aliases.get("gamma") is None,
-        help=help_for("gamma"),
-    )
-    generic["lam"] = _bound(
-        sb.slider,
-        label("lam", "GAE lambda"),
-        0.0,
-        1.0,
-        value=float(widget_defaults.get("lam", 1.0)),
-        step=0.01,
-        key=KEY_LAM,
-        disabled=aliases.get("lam") is None,
-        help=help_for("lam"),
-    )
-    generic["clip"] = _bound(
-        sb.number_input,
-        label("clip", "Reward clip (0 = off)"),
-        0.0,
-        100.0,
-        value=float(widget_defaults.get("clip") or 0.0),
-        step=0.5,
-        key=KEY_CLIP,
-        disabled=aliases.get("clip") is None,
-        help=help_for("clip"),
-    )
-    generic["whiten"] = _bound(
-        sb.toggle,
-        label("whiten", "Whiten advantages"),
-        value=bool(widget_defaults.get("whiten")),
-        key=KEY_WHITEN,
-        disabled=aliases.get("whiten") is None,
-        help=help_for("whiten"),
-    )
-    norm_overrides_ = None
-    if framework == "roll":
-        # ROLL's reward normalization is a stage of the chain: one control drives every page
-        generic["norm"] = _bound(
-            sb.segmented_control,
-            "Reward normalization (norm_mean_type / norm_std_type)",
-            ["none", "group", "batch", "running"],
-            default="none",
-            required=True,
-            key=KEY_NORM,
-            help="ROLL normalizes the response rewards before the KL and the estimator: subtract "
-            "the mean and divide by the std of the prompt's group, the whole batch, or running "
-            "statistics over many batches. ROLL's grpo forces group.",
-        )
-        norm_overrides_ = norm_overrides(framework, generic["norm"])
-    config = resolve_config(framework, generic, overrides=norm_overrides_)
-    if group_size < 2:
-        messages.append(
-            f"G = 1: a group of one has no spread. {SINGLETON_NOTES.get(framework, '')}"
-        )
-    return framework, generic, config
-
-
 def page_setup(title: str) -> AppState:
     """Set up a page: page config, CSS, the shared sidebar. Call first on every page.
 
@@ -823,7 +440,7 @@ def page_setup(title: str) -> AppState:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
-    drawn = getattr(_RUN, "state", None)
+    drawn = getattr(_FRAME, "state", None)
     if drawn is not None:
         return drawn
     return _draw_sidebar()
@@ -844,32 +461,32 @@ def frame(title: str) -> Iterator[None]:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
-    _RUN.state = None
+    _FRAME.state = None
     with page_guard(title):
-        _RUN.state = _draw_sidebar()
-    if _RUN.state is None:  # the guard showed what went wrong
+        _FRAME.state = _draw_sidebar()
+    if _FRAME.state is None:  # the guard showed what went wrong
         st.stop()
     try:
         yield
     finally:
-        _RUN.state = None
+        _FRAME.state = None
 
 
 def _draw_sidebar() -> AppState:
     """Draw the shared sidebar and return the state it describes."""
     messages: list[str] = []
     raw_url = st.query_params.to_dict()  # before the bound widgets drop what they refuse
-    _RUN.allowed = {}
+    url.start()
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
     source = _sidebar_policy(source, model, sampling)
     reward = _sidebar_reward(preset)
     if source.startswith("run:"):
         st.sidebar.caption("These reward settings do not apply: the run's file gives the scores.")
-    framework, generic, config = _sidebar_algorithm(sampling.group_size, messages)
-    present, hide = _sidebar_presentation()
-    _inject_css(present, hide)
-    messages = _url_notices(raw_url) + messages
+    framework, generic, config = knobs.algorithm_section(sampling.group_size, messages)
+    present, hide = presentation_controls()
+    inject_css(present, hide)
+    messages = url_notices(raw_url) + messages
     st.sidebar.caption(
         "Every control is in the URL: copy it to share this exact state "
         "(`?present=true&hide=beta,G` for a projector)."
@@ -880,8 +497,8 @@ def _draw_sidebar() -> AppState:
         sampling=sampling,
         reward=reward,
         framework=framework,
-        config_items=_freeze(config),
-        generic=_freeze(generic),
+        config_items=freeze(config),
+        generic=freeze(generic),
         model=model,
         present=present,
         decode="int8" if source == "live" and st.session_state.get(KEY_FAST) else "float",

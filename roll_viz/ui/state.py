@@ -6,8 +6,6 @@ so a link reproduces the state, seed included.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,19 +97,6 @@ MAX_NEW_TOKENS = CLASS_MAX_NEW_TOKENS  # <= 128 new tokens
 MAX_PROMPTS = CLASS_MAX_PROMPTS  # <= 8 prompts
 MAX_PROMPT_CHARS = SAMPLER_MAX_PROMPT_CHARS  # per prompt
 MAX_INSTRUCTION_CHARS = SAMPLER_MAX_INSTRUCTION_CHARS
-LIVE_CACHE_ENTRIES = 16
-_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
-
-#: What a group of one sample means in each dialect (shown when G = 1).
-SINGLETON_NOTES = {
-    "roll": "ROLL's group std of one sample is NaN (torch.std with n - 1 = 0), so GRPO / group "
-    "normalization is undefined; use gae or reinforce.",
-    "verl": "verl treats a group of one as mean 0, std 1: GRPO then passes the raw reward through, "
-    "RLOO keeps the raw score.",
-    "openrlhf": "OpenRLHF asserts n_samples_per_prompt > 1 for rloo, reinforce_baseline, "
-    "group_norm and dr_grpo; gae and reinforce still work.",
-    "trl": "TRL requires at least 2 generations per prompt (GRPO and RLOO are both group methods).",
-}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,46 +190,12 @@ class AppState:
         return int(self.sampling.seed)
 
 
-# ---------------------------------------------------------------------------------------------
-# Small helpers around the other modules (imported lazily: pages stay importable while the
-# models / pipeline modules evolve)
-# ---------------------------------------------------------------------------------------------
-def _pipeline():
-    from roll_viz.core import pipeline
-
-    return pipeline
-
-
-def _presets() -> dict:
-    from roll_viz.data import presets
-
-    return presets.PRESETS
-
-
-def _model_spec() -> str:
-    from roll_viz.lm import models
-
-    return (os.environ.get("ROLL_VIZ_MODEL") or models.DEFAULT_MODEL).strip()
-
-
-def model_choices() -> list[str]:
-    """Models a user may pick in the UI: the server's ROLL_VIZ_MODEL, the bundled one, tiny.
-
-    A short allow-list, not free text: every distinct model stays loaded in the shared process,
-    so letting each visitor name a folder or hub id would let one URL exhaust the server's memory.
-    Any other model is chosen by whoever starts the server (ROLL_VIZ_MODEL or the CLI's --model).
-    """
-    from roll_viz.lm import models
-
-    return list(dict.fromkeys([_model_spec(), models.DEFAULT_MODEL, "tiny"]))
-
-
-def _freeze(value: Any) -> Any:
+def freeze(value: Any) -> Any:
     """Lists -> tuples (recursively) so config values stay hashable."""
     if isinstance(value, list | tuple):
-        return tuple(_freeze(v) for v in value)
+        return tuple(freeze(v) for v in value)
     if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
     return value
 
 

@@ -12,6 +12,8 @@ import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
 from roll_viz import nav
+from roll_viz.analysis import reward_table
+from roll_viz.core.pipeline import ALIASES
 from roll_viz.core.records import Trace
 from roll_viz.ui.nav import ROOT
 from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
@@ -186,8 +188,6 @@ def reward_table_base() -> tuple[Any, str]:
     Returns:
         (DataFrame, "" or why the link's table could not be read).
     """
-    from roll_viz.analysis import reward_table
-
     if KEY_TABLE_BASE in st.session_state:
         return st.session_state[KEY_TABLE_BASE], ""
     problem = ""
@@ -204,8 +204,6 @@ def reward_table_base() -> tuple[Any, str]:
 
 def share_reward_table(edited: Any) -> None:
     """Write the edited table into the URL (removed again when it equals the example)."""
-    from roll_viz.analysis import reward_table
-
     encoded = reward_table.encode_table(edited)
     if encoded == reward_table.encode_table(reward_table.default_reward_table()):
         if KEY_TABLE_URL in st.query_params:
@@ -230,8 +228,6 @@ def beta_note(state: Any, *, stage: str = "advantages") -> None:
         stage: "advantages" (beta acts only through KL in the reward) or "rewards" (the
             response-level processing comes before any KL, so beta never acts here).
     """
-    from roll_viz.core.pipeline import ALIASES
-
     beta = dict(state.generic).get("beta")
     key = ALIASES[state.framework].get("kl_in_reward")
     in_reward = bool(dict(state.generic).get("kl_in_reward")) if key else False

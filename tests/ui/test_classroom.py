@@ -108,12 +108,12 @@ def test_a_valid_default_in_the_url_gives_no_notice():
 # --- prompts as typed ---------------------------------------------------------------------------
 def test_prompts_split_on_line_feeds_only_and_bad_ones_are_reported():
     long = "x" * (ui.state.MAX_PROMPT_CHARS + 1)
-    prompts, notes = sidebar._read_prompts(f"a\u2028b\nc\u0085d\n{long}\n\ne", ("fallback",))
+    prompts, notes = sidebar.read_prompts(f"a\u2028b\nc\u0085d\n{long}\n\ne", ("fallback",))
     assert prompts == ("a\u2028b", "c\u0085d", "e")
     assert len(notes) == 1
     assert "Line 3" in notes[0]
     assert "other prompts are kept" in notes[0]
-    assert sidebar._read_prompts("  \n ", ("fb",)) == (
+    assert sidebar.read_prompts("  \n ", ("fb",)) == (
         ("fb",),
         ["No prompt to sample: keeping the preset's prompts."],
     )
@@ -219,14 +219,14 @@ def test_trace_json_carries_its_inputs_and_recomputes_with_the_calculator():
     from roll_viz.ui import settings, state
 
     _desc, sampling, reward = PRESETS["quantum"]
-    config = settings.resolve_config("roll", {"estimator": "grpo"})
+    config = settings.native_config("roll", {"estimator": "grpo"})
     app_state = ui.AppState(
         source="preset:quantum",
         preset="quantum",
         sampling=sampling,
         reward=reward,
         framework="roll",
-        config_items=state._freeze(config),
+        config_items=state.freeze(config),
     )
     rollout = ui.cached_rollout(app_state)
     trace = ui.cached_trace(app_state)

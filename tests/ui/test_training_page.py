@@ -10,7 +10,7 @@ import json
 from streamlit.testing.v1 import AppTest
 
 from roll_viz.data import recorded
-from roll_viz.ui import training as tr
+from roll_viz.ui import training_page as tr
 from tests.ui import apptest
 
 

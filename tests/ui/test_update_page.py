@@ -8,7 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from roll_viz.ui import update as upd
+from roll_viz.ui import update_page as upd
 from roll_viz.views import update_charts
 from tests.ui import apptest
 

@@ -24,6 +24,17 @@ import streamlit as st
 import torch
 
 from roll_viz.core.records import Rollout
+from roll_viz.data.presets import PRESETS
+from roll_viz.data.runs import load_step, open_run
+from roll_viz.ui.state import (
+    KEY_PRESET,
+    KEY_RUN_SOURCE,
+    KEY_RUN_URL,
+    KEY_STEP_URL,
+    RunSampling,
+)
+from roll_viz.ui.url import bound
+from roll_viz.views import text
 
 RUNS_ENV = "ROLL_VIZ_RUNS"
 MAX_LISTED = 200  # entries of the allowed folder shown in the picker
@@ -102,16 +113,12 @@ def resolve(run_id: str) -> Path:
 @st.cache_resource(show_spinner="Scanning the run...", max_entries=8)
 def open_cached(run_id: str) -> Any:
     """The scanned run (``data.runs.Run``), shared by every session."""
-    from roll_viz.data.runs import open_run
-
     return open_run(resolve(run_id))
 
 
 @st.cache_resource(show_spinner="Loading the step...", max_entries=16)
 def step_cached(run_id: str, step: int) -> Any:
     """One step of a run as tensors (``data.runs.RunStep``), shared by every session."""
-    from roll_viz.data.runs import load_step
-
     return load_step(open_cached(run_id), step)
 
 
@@ -169,3 +176,68 @@ def _scores_only_rollout(step: Any) -> Rollout:
             ("step", step.step),
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The run step as the data of every page (the sidebar's data section)
+# ---------------------------------------------------------------------------------------------
+def stop_run() -> None:
+    """Callback: back to the presets (the run step leaves the URL)."""
+    st.session_state[KEY_RUN_URL] = ""
+    st.session_state[KEY_STEP_URL] = ""
+
+
+def use_run_step(run_id: str, step: int) -> None:
+    """Callback: make one step of an imported run the data of every page (and of the URL)."""
+    st.session_state[KEY_RUN_URL] = run_id
+    st.session_state[KEY_STEP_URL] = str(step)
+
+
+def _run_link() -> str | None:
+    """The run step named in the URL (``dump=<run id>&dump_step=<step>``) as a source, or None.
+
+    Two bound fields carry it: widgets drawn by the router belong to every page, so Streamlit
+    keeps them (and their query parameters) on every page switch, as it keeps the other
+    controls. The sidebar names the run in words, so the fields themselves are hidden (CSS).
+    """
+    hidden = {"label_visibility": "collapsed", "max_chars": 300}
+    run_id = bound(st.sidebar.text_input, "Run", value="", key=KEY_RUN_URL, **hidden)
+    step = bound(st.sidebar.text_input, "Run step", value="", key=KEY_STEP_URL, **hidden)
+    if not run_id or not step:
+        return None
+    return f"run:{run_id}#{step}"
+
+
+def run_data(messages: list[str]) -> tuple[str, str, Any] | None:
+    """The sidebar's data section when a run step is the data (chosen on Your run or in the URL).
+
+    Returns:
+        (source, preset, RunSampling), or None when no run step is chosen (or it cannot be
+        opened: then ``messages`` says why).
+    """
+    source = _run_link()
+    if source is None:
+        st.session_state.pop(KEY_RUN_SOURCE, None)
+        return None
+    try:
+        run_id, step_no = parse_source(source)
+        step = step_cached(run_id, step_no)
+    except (ValueError, KeyError, OSError) as err:
+        messages.append(f"The run in the link cannot be opened ({err}); using the presets.")
+        st.session_state.pop(KEY_RUN_SOURCE, None)
+        st.sidebar.button("Forget the link's run", key="stop_run", on_click=stop_run)
+        return None
+    st.session_state[KEY_RUN_SOURCE] = source
+    sb = st.sidebar
+    sb.info(
+        text.md_escape(
+            f"Data: your run {run_id.split('/')[-1].removeprefix('dir:')}, step {step_no} "
+            f"({text.count(len(step.prompts), 'prompt')}, {int(step.scores.numel())} samples; "
+            f"scores: {step.score_kind} from the file)."
+        ),
+        icon=":material/folder_open:",
+    )
+    sb.button("Back to the presets", key="stop_run", on_click=stop_run)
+    group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
+    preset = st.session_state.get(KEY_PRESET) or next(iter(PRESETS))
+    return source, preset, RunSampling(run_id=run_id, step=step_no, group_size=group_size)

@@ -5,8 +5,8 @@ in ``st.session_state`` under ``KEY_RUNNERS``; each holds its own LoRA adapter o
 base model and takes the model lock per phase of a step, so other users' pages keep working
 while it trains. Recorded runs (``data.recorded``) open without a model.
 
-``trained_policy()`` is the hook for the other pages: the session's trained policy (slot A) and
-its step, to show "trained (step k) vs reference".
+``trained_policy()`` is registered with ``adapters`` when a run starts: the session's trained
+policy (slot A) and its step, so the other pages can show "trained (step k) vs reference".
 """
 
 from __future__ import annotations
@@ -18,11 +18,14 @@ from typing import Any
 
 import pandas as pd
 import streamlit as st
+import torch
 
 from roll_viz.core import pipeline
+from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
+from roll_viz.ui import adapters
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
 from roll_viz.views import heatmaps, training_charts
@@ -163,6 +166,7 @@ def start_run(bundle: Any, slot: str, settings: TrainSettings) -> TrainRunner:
     runner = TrainRunner(bundle, settings)
     table[slot] = runner
     runner.start()
+    adapters.register(adapters.TRAINED, trained_policy)
     return runner
 
 
@@ -204,7 +208,7 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
     )
     config = {k: v for k, v in state.config.items() if k not in _OWN_KEYS}
     mode = st.session_state.get(KEY_BETA_MODE, "fixed")
-    if state.framework == "trl" and mode == "adaptive":
+    if mode == "adaptive" and not dialects.get(state.framework).ADAPTIVE_BETA:
         notes.append("TRL has no adaptive KL controller: fixed beta.")
         mode = "fixed"
     settings = TrainSettings(
@@ -392,8 +396,6 @@ def scrubber(run: TrainRun, key: str) -> int | None:
 
 
 def _grid(rows: Sequence[Sequence[float]], rollout: Any) -> Any:
-    import torch
-
     out = torch.zeros_like(rollout.response_mask)
     for b, row in enumerate(rows):
         if row:

@@ -16,7 +16,10 @@ from typing import Any
 import streamlit as st
 
 from roll_viz.core.records import Rollout, Trace
-from roll_viz.ui.flow import cached_models
+from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
+from roll_viz.lm.update import UpdateConfig, update_step
+from roll_viz.ui import adapters
+from roll_viz.ui.resources import cached_models
 from roll_viz.ui.state import AppState
 from roll_viz.views import text
 
@@ -52,8 +55,6 @@ def session_policy(spec: str, rank: int, alpha: float, seed: int) -> Any:
     Returns:
         The LoraPolicy.
     """
-    from roll_viz.lm.update import LoraPolicy
-
     return LoraPolicy(cached_models(spec), rank=rank, alpha=alpha, seed=seed)
 
 
@@ -125,9 +126,11 @@ def controls() -> tuple[float, int, int]:
 def take_step(
     state: AppState, rollout: Rollout, trace: Trace, lr: float, epochs: int, minibatches: int
 ) -> Any:
-    """One update step with this session's adapter; stores and returns the UpdateResult."""
-    from roll_viz.lm.update import DEFAULT_ALPHA, DEFAULT_RANK, UpdateConfig, update_step
+    """One update step with this session's adapter; stores and returns the UpdateResult.
 
+    The adapter is then registered as this session's "updated" policy (``adapters``), so the
+    sidebar can offer it to every page.
+    """
     seed = int(state.sampling.seed) if state.sampling is not None else 0
     policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
     if policy.closed:  # released under us (cache cleared): make a new one
@@ -149,6 +152,7 @@ def take_step(
         cfg=cfg,
     )
     st.session_state[KEY_RESULT] = (batch_key(state), result)
+    adapters.register(adapters.UPDATED, lambda: (policy, int(policy.steps)))
     return result
 
 

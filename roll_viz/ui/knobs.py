@@ -1,0 +1,156 @@
+"""The sidebar's algorithm section: the dialect and its knobs, drawn from one table.
+
+Every generic control (estimator, beta, KL estimator, KL in the reward, gamma, lambda, clip,
+whiten) is a row of ``KNOBS``; the dialect says what each one is called in its own config, its
+choices and its help, and which it lacks (then the control is disabled and says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from roll_viz.core import pipeline
+from roll_viz.core.pipeline import dialects
+from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides
+from roll_viz.ui.state import (
+    FRAMEWORK_LABELS,
+    GENERIC_KEYS,
+    KEY_BETA,
+    KEY_CLIP,
+    KEY_ESTIMATOR,
+    KEY_FRAMEWORK,
+    KEY_GAMMA,
+    KEY_KL_ESTIMATOR,
+    KEY_KL_IN_REWARD,
+    KEY_LAM,
+    KEY_NORM,
+    KEY_WHITEN,
+)
+from roll_viz.ui.url import bound
+
+
+def _on_framework_change() -> None:
+    """Load the new dialect's shipped defaults into the generic controls."""
+    framework = st.session_state.get(KEY_FRAMEWORK, "roll")
+    for generic, value in generic_defaults(framework).items():
+        key = GENERIC_KEYS.get(generic)
+        if key is not None and value is not None:
+            st.session_state[key] = value
+
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One generic algorithm control of the sidebar.
+
+    Attributes:
+        generic: generic name (as in ``pipeline.ALIASES``); the dialect maps it to its own key.
+        key: widget key and URL parameter.
+        label: what the control says (the dialect's own key is added in brackets).
+        widget: "select" (the dialect's choices; not drawn when it has none), "slider",
+            "number" or "toggle" (disabled where the dialect lacks the setting).
+        low, high, step: range of a slider or number input.
+        fallback: value when the dialect's default is None.
+        fmt: number format of a slider ("%.3f").
+    """
+
+    generic: str
+    key: str
+    label: str
+    widget: str
+    low: float = 0.0
+    high: float = 1.0
+    step: float = 0.01
+    fallback: float = 0.0
+    fmt: str | None = None
+
+
+#: The algorithm section, top to bottom.
+KNOBS = (
+    Knob("estimator", KEY_ESTIMATOR, "Advantage estimator", "select"),
+    Knob("beta", KEY_BETA, "KL coefficient beta", "slider", step=0.001, fmt="%.3f"),
+    Knob("kl_estimator", KEY_KL_ESTIMATOR, "KL estimator", "select"),
+    Knob("kl_in_reward", KEY_KL_IN_REWARD, "KL in the reward", "toggle"),
+    Knob("gamma", KEY_GAMMA, "Discount gamma", "slider", fallback=1.0),
+    Knob("lam", KEY_LAM, "GAE lambda", "slider", fallback=1.0),
+    Knob("clip", KEY_CLIP, "Reward clip (0 = off)", "number", high=100.0, step=0.5),
+    Knob("whiten", KEY_WHITEN, "Whiten advantages", "toggle"),
+)
+
+
+def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
+    """Draw one knob for ``framework``. Returns (drawn, value)."""
+    sb = st.sidebar
+    key = pipeline.ALIASES[framework].get(knob.generic)
+    if key is None:
+        label = f"{knob.label} (not in {framework})"
+        help_text = f"{FRAMEWORK_LABELS.get(framework, framework)} has no such setting."
+    else:
+        label = f"{knob.label} ({key})"
+        help_text = pipeline.HELP.get(framework, {}).get(key, "")
+    if knob.widget == "select":
+        options = list(pipeline.CHOICES.get(framework, {}).get(key, ())) if key else []
+        if not options:
+            return False, None
+        index = options.index(default) if default in options else 0
+        return True, bound(sb.selectbox, label, options, index=index, key=knob.key, help=help_text)
+    common = {"key": knob.key, "disabled": key is None, "help": help_text}
+    if knob.widget == "toggle":
+        return True, bound(sb.toggle, label, value=bool(default), **common)
+    value = float(knob.fallback if default is None else default)
+    widget = sb.slider if knob.widget == "slider" else sb.number_input
+    if knob.fmt:
+        common["format"] = knob.fmt
+    return True, bound(widget, label, knob.low, knob.high, value=value, step=knob.step, **common)
+
+
+def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, dict]:
+    """The sidebar's algorithm section: dialect and generic knobs.
+
+    Args:
+        group_size: G of the batch (G = 1 gets the dialect's note on groups of one).
+        messages: notes for the page; appended to.
+
+    Returns:
+        (framework, generic widget values, the dialect's config).
+    """
+    sb = st.sidebar
+    sb.markdown("### Algorithm")
+    framework = bound(
+        sb.selectbox,
+        "Framework dialect (roll = default)",
+        list(pipeline.FRAMEWORKS),
+        key=KEY_FRAMEWORK,
+        on_change=_on_framework_change,
+        help="Whose conventions the pipeline follows. Switching loads that framework's shipped "
+        "defaults into the controls below.",
+    )
+    dialect = dialects.get(framework)
+    defaults = generic_defaults(framework)
+    generic: dict[str, Any] = {}
+    for knob in KNOBS:
+        drawn, value = _knob(knob, framework, defaults.get(knob.generic))
+        if drawn:
+            generic[knob.generic] = value
+    norm = None
+    if dialect.HAS_REWARD_NORM:
+        # the dialect's reward normalization is a stage of the chain: one control for every page
+        generic["norm"] = bound(
+            sb.segmented_control,
+            "Reward normalization (norm_mean_type / norm_std_type)",
+            ["none", "group", "batch", "running"],
+            default="none",
+            required=True,
+            key=KEY_NORM,
+            help="ROLL normalizes the response rewards before the KL and the estimator: subtract "
+            "the mean and divide by the std of the prompt's group, the whole batch, or running "
+            "statistics over many batches. ROLL's grpo forces group.",
+        )
+        norm = norm_overrides(framework, generic["norm"])
+    config = native_config(framework, generic, overrides=norm)
+    if group_size < 2:
+        messages.append(f"G = 1: a group of one has no spread. {dialect.SINGLETON_NOTE}")
+    return framework, generic, config

@@ -1,0 +1,103 @@
+"""Presentation mode for a projector: larger type, one column, and controls hidden by key.
+
+``?present=true`` enlarges fonts in prose, charts and tables and stacks side panels under the
+figures; ``&hide=beta,gamma`` hides those controls and ``&hide=sidebar`` the whole sidebar, with
+a "Show the controls" button to bring it back.
+"""
+
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from roll_viz.ui.state import KEY_HIDE, KEY_PRESENT
+from roll_viz.ui.url import bound
+
+#: what a hidden control's key may be (it goes into a CSS selector)
+HIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+PRESENT_CSS = """
+<style>
+[data-testid="stMain"] { font-size: 21px; }
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.2rem; }
+[data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
+[data-testid="stMain"] .katex { font-size: 1.35em !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
+[data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
+/* tables draw on a canvas: zoom scales their text with the mode */
+[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.3; }
+/* one column on a projector: side panels stack under the figures instead of squeezing */
+[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-direction: column; }
+[data-testid="stMain"] [data-testid="stColumn"] {
+  width: 100% !important; flex: 1 1 100% !important; }
+</style>
+"""
+
+BASE_CSS = """
+<style>
+.rv-chips { line-height: 2.0; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2166ac;
+  border-radius: 0.5rem; color: #2166ac; text-decoration: none; font-weight: 600; }
+a.rv-link:hover { background: #2166ac; color: #ffffff; }
+/* the run step's URL fields: the sidebar names the run in words */
+.st-key-dump, .st-key-dump_step { display: none; }
+</style>
+"""
+
+
+def presentation_controls() -> tuple[bool, tuple[str, ...]]:
+    """The presentation controls (bound to the URL: ``?present=true&hide=beta,gamma``)."""
+    with st.sidebar.expander("Presentation mode", expanded=False):
+        present = bound(
+            st.toggle,
+            "Presentation mode (larger fonts)",
+            value=False,
+            key=KEY_PRESENT,
+            help="For a projector. In the URL as present=true.",
+        )
+        hide_text = bound(
+            st.text_input,
+            "Hide these controls",
+            value="",
+            key=KEY_HIDE,
+            placeholder="beta,gamma  (or: sidebar)",
+            help="Comma-separated control keys as they appear in the URL (beta, gamma, lam, G, "
+            "seed, fw, est, ...); 'sidebar' hides the whole sidebar. In the URL as hide=...",
+        )
+    # keys only (letters, digits, _ and -): the text goes into a CSS selector
+    parts = (p.strip() for p in (hide_text or "").split(","))
+    hide = tuple(h for h in parts if HIDE_KEY_RE.match(h))
+    return bool(present), hide
+
+
+def _show_sidebar(kept: str) -> None:
+    """Callback: drop 'sidebar' from the hidden controls (the URL follows)."""
+    st.session_state[KEY_HIDE] = kept
+
+
+def inject_css(present: bool, hide: tuple[str, ...]) -> None:
+    """The app's CSS: links, the projector mode, and the controls ``hide`` names."""
+    css = BASE_CSS
+    if present:
+        css += PRESENT_CSS
+    rules = []
+    for key in hide:
+        if key == "sidebar":
+            rules.append('[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"]')
+        else:
+            rules.append(f".st-key-{key}")
+    if rules:
+        css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
+    st.html(css)
+    if "sidebar" in hide:
+        # the sidebar and its toggle are hidden: leave a visible way back (same tab, same state)
+        st.button(
+            "Show the controls",
+            key="show_sidebar",
+            on_click=_show_sidebar,
+            args=(",".join(h for h in hide if h != "sidebar"),),
+            icon=":material/tune:",
+            type="tertiary",
+        )
