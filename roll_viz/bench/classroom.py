@@ -69,6 +69,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roll_viz.bench import classroom_load, st_client
+from roll_viz.bench import sampling as bench_sampling
 from roll_viz.bench.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -81,6 +82,7 @@ from roll_viz.bench.browser import (
     wait_idle,
 )
 from roll_viz.bench.server import Server, health, streamlit_server
+from roll_viz.lm.models import load_models
 
 #: The classroom batch: 8 prompts x G = 8 x 128 new tokens from the live (tiny) model, steered
 #: policy (so the KL is not 0) with the KL in the reward (so beta reaches the advantages).
@@ -565,9 +567,6 @@ def sampling_benchmarks(runs: int, model: str | None = None) -> None:
         runs: timed runs after one warm-up (each part).
         model: model spec (None: the bundled model).
     """
-    from roll_viz.bench import sampling as bench_sampling
-    from roll_viz.lm.models import load_models
-
     bundle = load_models(model, device="cpu", dtype="float32")
     parts: dict[str, Callable[[], list[dict]]] = {
         "lecture": lambda: bench_sampling.bench_lecture(bundle, runs=runs),

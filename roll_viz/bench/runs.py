@@ -36,6 +36,10 @@ from pathlib import Path
 
 import torch
 
+from roll_viz.core import pipeline
+from roll_viz.core.records import Batch
+from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run
+
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
 
@@ -108,8 +112,6 @@ def phase_read_peer(folder: Path) -> dict:
 
 def phase_scan(folder: Path) -> dict:
     """``open_run`` of the dump (detect, validate, per-step summaries)."""
-    from roll_viz.data.runs import open_run
-
     start = time.perf_counter()
     run = open_run(folder)
     seconds = time.perf_counter() - start
@@ -126,8 +128,6 @@ def phase_scan(folder: Path) -> dict:
 
 def phase_load(folder: Path) -> dict:
     """``open_run`` then ``load_step`` of its step (timed alone)."""
-    from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run
-
     run = open_run(folder)
     rss_after_scan = _rss_mb()
     start = time.perf_counter()
@@ -146,8 +146,6 @@ def phase_load(folder: Path) -> dict:
 
 def make_batch(P: int, G: int, T: int, seed: int = 0):
     """A P x G x T float64 Batch with lengths in [T/4, T] (seeded torch.Generator)."""
-    from roll_viz.core.records import Batch
-
     gen = torch.Generator().manual_seed(seed)
     B = P * G
     lengths = torch.randint(max(1, T // 4), T + 1, (B,), generator=gen)
@@ -202,17 +200,15 @@ def loop_peer(scores: list, mask: list, lp: list, ref: list, G: int) -> list:
 
 def phase_pipeline(P: int, G: int, T: int, loop_prompts: int) -> dict:
     """``pipeline.run`` on P x G x T beside the per-sample loop on a subset, scaled by P."""
-    from roll_viz.core.pipeline import run
-
     torch.set_num_threads(1)
     batch = make_batch(P, G, T)
     start = time.perf_counter()
-    trace = run(batch, "roll", CONFIG)
+    trace = pipeline.run(batch, "roll", CONFIG)
     seconds = time.perf_counter() - start
     rss = _rss_mb()
     n = loop_prompts * G
     sub = make_batch(loop_prompts, G, T, seed=1)
-    vec = run(sub, "roll", CONFIG).advantages
+    vec = pipeline.run(sub, "roll", CONFIG).advantages
     start = time.perf_counter()
     loop = loop_peer(
         sub.scores.tolist(),

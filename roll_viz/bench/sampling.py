@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.lm.decode import FAST_DECODE, PLAIN_DECODE, DecodeOptions, decode_batch
+from roll_viz.lm.lean_step import LeanDecoder
 from roll_viz.lm.models import ModelBundle, load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.sampling import sample
@@ -170,8 +171,6 @@ def bench_int8_fidelity(bundle: ModelBundle, rows: int = 8, new_tokens: int = 48
     often the most likely token agrees. Not a timing: what the labelled fast path costs in
     fidelity.
     """
-    from roll_viz.lm.lean_step import LeanDecoder
-
     bundle = dataclasses.replace(bundle, eos_ids=(-1,))  # every answer runs full length
     with bundle.lock, torch.inference_mode():
         ctx = bundle.chat_ids(PROMPT)

@@ -26,6 +26,14 @@ import subprocess
 import sys
 import time
 
+import torch
+
+from roll_viz.lm.models import load_models
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.runfile import RewardChoice, TrainSettings
+from roll_viz.lm.sampling import sample
+from roll_viz.lm.train import Trainer
+
 PROMPTS = (
     "Write a fun fact about octopuses.",
     "Describe your favourite day.",
@@ -37,14 +45,6 @@ TARGET_SECONDS = 20.0
 
 def _one(model: str, steps: int, group: int, tokens: int, threads: int | None) -> int:
     """Benchmark one model in this process; prints the step lines and the summary."""
-    import torch
-
-    from roll_viz.lm.models import load_models
-    from roll_viz.lm.request import SamplingConfig
-    from roll_viz.lm.runfile import RewardChoice, TrainSettings
-    from roll_viz.lm.sampling import sample
-    from roll_viz.lm.train import Trainer
-
     t0 = time.perf_counter()
     bundle = load_models(model, device="cpu", dtype="float32", threads=threads)
     load_s = time.perf_counter() - t0

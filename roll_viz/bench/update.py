@@ -36,6 +36,8 @@ import torch
 from roll_viz.core.records import Rollout
 from roll_viz.lm import lora, update
 from roll_viz.lm.models import ModelBundle, load_models
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
 
 SHAPES = ((8, 8, 128), (4, 4, 48))
 MODELS = ("tiny", "smollm2")
@@ -237,9 +239,6 @@ def lr_probe(model: str, lrs: tuple[float, ...] = (1e-5, 1e-4, 2e-4, 1e-3)) -> l
     "clip_next_epoch" is the share of tokens whose new/old ratio already lies outside
     [0.8, 1.2] (what a second PPO epoch would clip, in either direction).
     """
-    from roll_viz.lm.request import SamplingConfig
-    from roll_viz.lm.sampling import sample
-
     bundle = load_models(model, device="cpu", dtype="float32")
     cfg = SamplingConfig(prompts=(PROMPT,), group_size=8, max_new_tokens=48, seed=SEED)
     rollout = sample(bundle, cfg)

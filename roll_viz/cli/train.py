@@ -20,6 +20,10 @@ import sys
 from typing import Any
 
 from roll_viz.core import pipeline
+from roll_viz.lm.models import ModelNotFoundError, load_models
+from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
+from roll_viz.lm.train import Trainer
+from roll_viz.rewards import EXTRA_REWARDS, REWARD_FNS
 
 
 def _value(text: str) -> Any:
@@ -42,8 +46,6 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by the tests)."""
-    from roll_viz.rewards import EXTRA_REWARDS, REWARD_FNS
-
     p = argparse.ArgumentParser(
         prog="python -m roll_viz train",
         description="Live RL training (LoRA) on your prompts; prints one JSON line per step.",
@@ -96,8 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, model: str) -> Any:
     """TrainSettings from parsed arguments (ValueError on a bad combination)."""
-    from roll_viz.lm.runfile import RewardChoice, TrainSettings
-
     config = _pairs(args.config, "--config")
     config[pipeline.ESTIMATOR_KEY[args.framework]] = args.adv_estimator
     reward = RewardChoice.single(args.reward, **_pairs(args.reward_param, "--reward-param"))
@@ -130,10 +130,6 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
 
 def main(argv: list[str]) -> int:
     """Run the training loop, streaming JSON lines; returns the exit code (1 on a failed step)."""
-    from roll_viz.lm.models import ModelNotFoundError, load_models
-    from roll_viz.lm.runfile import TrainRun
-    from roll_viz.lm.train import Trainer
-
     args = build_parser().parse_args(argv)
     try:
         bundle_spec = args.model

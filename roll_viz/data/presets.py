@@ -29,7 +29,9 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.records import Rollout
+from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.sampling import sample
 from roll_viz.rewards import RewardSpec
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -234,9 +236,6 @@ def load_preset(name: str) -> tuple[SamplingConfig, RewardSpec, Rollout]:
 
 def regenerate(names: list[str] | None = None, model: str | None = None) -> list[Path]:
     """Sample each preset with the real model on CPU in float32 and write its JSON file."""
-    from roll_viz.lm.models import load_models
-    from roll_viz.lm.sampling import sample
-
     bundle = load_models(model, device="cpu", dtype="float32")
     written = []
     PRESET_DIR.mkdir(exist_ok=True)
