@@ -34,16 +34,24 @@ def _first_chart(page) -> str:
     return json.dumps(sp.chart_data(page, 0), sort_keys=True)
 
 
+def _numbers(value):
+    """Every number in a trace field (lists, nested lists, typed arrays serialized as dicts)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        yield float(value)
+    elif isinstance(value, dict):
+        for key in sorted(value, key=lambda k: int(k) if str(k).isdigit() else 0):
+            yield from _numbers(value[key])
+    elif isinstance(value, list):
+        for item in value:
+            yield from _numbers(item)
+
+
 def _first_number(chart: str) -> float:
-    """One number of the figure (the first finite y or z value), for a readable failure."""
+    """One number of the figure (its first y or z value), for a readable failure."""
     for trace in json.loads(chart):
         for field in ("z", "y"):
-            values = trace.get(field)
-            while isinstance(values, list) and values and isinstance(values[0], list):
-                values = values[0]
-            for value in values or []:
-                if isinstance(value, int | float):
-                    return float(value)
+            for number in _numbers(trace.get(field)):
+                return number
     raise AssertionError("the first figure has no number")
 
 
