@@ -37,7 +37,7 @@ from roll_viz.data.lessons import (
     dialect_config,
 )
 from roll_viz.data.presets import load_preset
-from roll_viz.data.recorded import load_recorded
+from roll_viz.data.recorded_runs import load_recorded
 
 #: |grad_coef| below this counts as no gradient
 GRAD_ZERO = 1e-12

@@ -59,7 +59,7 @@ from roll_viz.data.lesson_expr import (
     compile_expression,
 )
 from roll_viz.data.presets import PRESETS
-from roll_viz.data.recorded import RECORDED
+from roll_viz.data.recorded_runs import RECORDED
 
 LESSON_DIR = Path(__file__).with_name("lessons")
 

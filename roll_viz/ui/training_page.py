@@ -22,7 +22,7 @@ import torch
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
-from roll_viz.data import recorded
+from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import adapters

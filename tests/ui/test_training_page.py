@@ -9,7 +9,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from roll_viz.data import recorded
+from roll_viz.data import recorded_runs as recorded
 from roll_viz.ui import training_page as tr
 from tests.ui import apptest
 

@@ -1,9 +1,9 @@
 """Recorded training runs shipped with the app: real-model runs made by the app's own trainer.
 
-Each file in ``roll_viz/data/recorded/`` is a run file of ``roll_viz.lm.runfile`` (JSONL, schema
-``roll-viz.train/1``: header with the settings, one line per step with its metrics, samples with
-token data every few steps, an end line), written by ``python -m roll_viz train`` on the bundled
-SmolLM2-135M on CPU. The command that made each one is in ``RECORDED[name].command``.
+Each file in ``roll_viz/data/recorded_runs/`` is a run file of ``roll_viz.lm.runfile`` (JSONL,
+schema ``roll-viz.train/1``: header with the settings, one line per step with its metrics,
+samples with token data every few steps, an end line), written by ``python -m roll_viz train``
+on the bundled SmolLM2-135M on CPU. The command that made each one is in ``RECORDED[name].command``.
 
 A class opens them at once (no model, no waiting): ``load_recorded(name)`` returns a
 ``TrainRun`` marked ``recorded=True``; the Training page addresses them from the URL
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from roll_viz.lm.runfile import TrainRun
 
-RECORDED_DIR = Path(__file__).with_name("recorded")
+RECORDED_DIR = Path(__file__).with_name("recorded_runs")
 
 
 @dataclass(frozen=True)
