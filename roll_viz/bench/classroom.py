@@ -50,8 +50,12 @@ fresh sampling seed (``seeds`` in the line). Lines (``students`` is 0 alone, N u
 Options: ``--students 5 15 30``, ``--seconds 20`` (load per N), ``--moves 20`` (per path),
 ``--live 3`` (students switching on live sampling), ``--sampling-runs 3``, ``--skip-sampling``,
 ``--quick`` (a 2 x 4 x 32 batch, 1 N of 2 students for 6 s, 3 moves, no sampling: the smoke test
-``tests/e2e/test_bench_classroom.py``). Timings are printed, never asserted. Traffic goes only to
-the server's 127.0.0.1 port.
+``tests/browser/test_bench_classroom.py``). Timings are printed, never asserted. Traffic goes only
+to the server's 127.0.0.1 port.
+
+Size: one run measures every figure side by side on one server (browser client path, protocol
+client path, the load scenario, the live model); the pieces it drives live in ``browser``,
+``st_client``, ``classroom_load`` and ``sampling``, this module only sequences and reports them.
 """
 
 from __future__ import annotations
