@@ -1,9 +1,9 @@
 """Suite-wide settings: hermetic by default (tiny model, no network), and the test tiers.
 
 Markers by folder and name, so ``make test-fast`` can leave the slow tiers out while ``make test``
-runs everything: ``browser`` (tests/browser/), ``server`` (tests/load/), ``bench`` (tests that
-exist to print BENCHMARK lines: a ``bench`` module or a ``benchmark`` test). ``slow`` (the real
-model) is set on the test itself.
+runs everything: ``browser`` (tests/browser/) and ``bench`` (tests that exist to print BENCHMARK
+lines: a ``bench`` module or a ``benchmark`` test). ``slow`` (the real model) and ``server`` (a
+local streamlit server) are set on the tests themselves.
 """
 
 import os
@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 HERE = Path(__file__).resolve().parent
-FOLDER_MARKERS = {"browser": "browser", "load": "server"}
+FOLDER_MARKERS = {"browser": "browser"}
 
 
 def pytest_collection_modifyitems(config, items):

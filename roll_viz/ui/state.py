@@ -90,7 +90,7 @@ FRAMEWORK_LABELS = {
     "trl": "TRL",
 }
 
-#: Live-sampling caps (the models engineer's ``sampling.capped`` applies its own on top).
+#: Live-sampling caps (``lm.sampling.capped`` applies the same caps on top).
 # One source for the classroom caps: the sampler's own (the sliders never offer more than it takes).
 MAX_GROUP_SIZE = CLASS_MAX_GROUP_SIZE  # G <= 16
 MAX_NEW_TOKENS = CLASS_MAX_NEW_TOKENS  # <= 128 new tokens
