@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from roll_viz import nav
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "roll_viz"
 
@@ -38,8 +40,8 @@ THIRD_PARTY_ONLY: dict[str, set[str]] = {
 }
 
 #: the "pages" layer: the router and the page scripts (outside the package)
-PAGE_DIRS = ("app_pages", "pages")
-PAGE_FILES = ("app.py", "Home.py")
+PAGE_DIRS = ("app_pages",)
+PAGE_FILES = ("app.py",)
 
 WHY = {
     "nav": "nav is the page table, plain data: it imports nothing",
@@ -123,15 +125,15 @@ def test_imports_point_down():
 def test_the_check_catches_a_violation(tmp_path):
     # A core module that imports the UI (lazily) and plotly must be reported with its rule.
     (tmp_path / "roll_viz" / "core").mkdir(parents=True)
-    (tmp_path / "pages").mkdir()
+    (tmp_path / "app_pages").mkdir()
     (tmp_path / "roll_viz" / "core" / "bad.py").write_text(
         "def f():\n    from roll_viz.ui import flow\n    import plotly\n"
     )
-    (tmp_path / "pages" / "1_X.py").write_text("from roll_viz.lm import models\n")
+    (tmp_path / "app_pages" / "x.py").write_text("from roll_viz.lm import models\n")
     problems = violations(tmp_path)
     assert any("bad.py:2: imports roll_viz.ui" in p and "pure tensor math" in p for p in problems)
     assert any("bad.py:3: imports plotly" in p for p in problems)
-    assert any("1_X.py:1: imports roll_viz.lm" in p and "pages are thin" in p for p in problems)
+    assert any("x.py:1: imports roll_viz.lm" in p and "pages are thin" in p for p in problems)
 
 
 LAYER_PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
@@ -141,3 +143,17 @@ LAYER_PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py")
 def test_each_layer_says_what_it_may_import(folder):
     doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or ""
     assert "import" in doc.lower(), f"roll_viz/{folder}/__init__.py must state its import rules"
+
+
+def test_no_legacy_pages_folder_next_to_the_router():
+    # A folder named pages/ beside the entry script switches Streamlit 1.67 to its legacy
+    # multipage runner until the router has run once (PagesManager.uses_pages_directory).
+    assert not (ROOT / "pages").exists(), "page scripts live in app_pages/ (see roll_viz/nav.py)"
+
+
+def test_every_page_in_the_table_exists_and_is_a_page():
+    files = {str(p.relative_to(ROOT)) for p in (ROOT / "app_pages").glob("*.py")}
+    assert {p.file for p in nav.PAGES} == files
+    assert len({p.url_path for p in nav.PAGES}) == len(nav.PAGES)
+    assert nav.PAGES[0].key == nav.HOME
+    assert nav.PAGES[0].url_path == ""
