@@ -65,7 +65,7 @@ PHONE_CSS = """<style>
 </style>"""
 TEACHER_CSS = """<style>
 .lesson-question p { font-size: 2rem; line-height: 1.3; font-weight: 600; }
-.lesson-option p { font-size: 1.5rem; }
+.st-key-lesson_options p { font-size: 1.5rem; }
 .lesson-code { font-size: 3rem; font-weight: 700; letter-spacing: 0.3rem; }
 </style>"""
 
@@ -378,28 +378,28 @@ def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
 def _reveal(code: str, key: str, gate: Gate, result: GateResult) -> None:
     tally = STORE.tally(code, key)
     st.success(f"The pipeline's answer: **{md_escape(result.shown)}**", icon=":material/check:")
+    if gate.kind == "number":
+        fig = lesson_charts.vote_histogram(tally.rounds, result.value, gate.low, gate.high)
+    else:
+        fig = lesson_charts.vote_bars(gate.labels, tally.rounds, result.correct)
+    st.plotly_chart(fig, key="lesson_votes", theme=None, config={"displaylogo": False})
+    both = " · ".join(
+        f"{'first vote' if r == 1 else 'after discussion'}: {n} answers, "
+        f"{_share_right(tally.rounds[r], result):.0%} right"
+        for r, n in tally.answered.items()
+        if n
+    )
+    if both:
+        st.caption(both)
     left, right = st.columns(2)
     with left:
-        if gate.kind == "number":
-            fig = lesson_charts.vote_histogram(tally.rounds, result.value, gate.low, gate.high)
-        else:
-            fig = lesson_charts.vote_bars(gate.labels, tally.rounds, result.correct)
-        st.plotly_chart(fig, key="lesson_votes", theme=None, config={"displaylogo": False})
-        both = " · ".join(
-            f"{'first vote' if r == 1 else 'after discussion'}: {n} answers, "
-            f"{_share_right(tally.rounds[r], result):.0%} right"
-            for r, n in tally.answered.items()
-            if n
-        )
-        if both:
-            st.caption(both)
-    with right:
         figure = lesson_charts.gate_figure(result)
         if figure is not None:
             st.plotly_chart(figure, key="lesson_figure", theme=None, config={"displaylogo": False})
-    st.latex(result.formula)
-    if gate.explanation:
-        st.markdown(md_escape(gate.explanation))
+    with right:
+        if gate.explanation:
+            st.markdown(md_escape(gate.explanation))
+        st.latex(result.formula)
 
 
 def _share_right(counts: Any, result: GateResult) -> float:
@@ -429,11 +429,13 @@ def _room_view(state: Any, code: str, key: str) -> None:
                 f'<div class="lesson-question">\n\n{md_escape(gate.question)}\n\n</div>',
                 unsafe_allow_html=True,
             )
-        if gate.kind == "number":
-            st.markdown(f"Answer on the slider: from {gate.low:g} to {gate.high:g}.")
-        else:
-            for i, label in enumerate(gate.labels):
-                st.markdown(f"**{LETTERS[i]}.** {md_escape(label)}")
+        if view.phase != "revealed":  # on reveal the vote chart lists the options
+            with st.container(key="lesson_options"):
+                if gate.kind == "number":
+                    st.markdown(f"Answer on the slider: from {gate.low:g} to {gate.high:g}.")
+                else:
+                    for i, label in enumerate(gate.labels):
+                        st.markdown(f"**{LETTERS[i]}.** {md_escape(label)}")
     message = st.session_state.pop("_lesson_error", None)
     if message:
         st.warning(md_escape(message))

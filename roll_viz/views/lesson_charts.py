@@ -5,6 +5,7 @@ Sized for 1280 x 720 on a light background, with type readable from the back of 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -22,7 +23,7 @@ ROUND_COLORS = {1: "#4575b4", 2: "#f46d43"}
 NUMBER_BINS = 12
 
 
-def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
     fig.update_layout(
         template="plotly_white",
         height=height,
@@ -35,7 +36,7 @@ def _layout(fig: go.Figure, title: str, height: int = 420) -> go.Figure:
     return fig
 
 
-def _short(label: str, limit: int = 48) -> str:
+def _short(label: str, limit: int = 60) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
@@ -73,9 +74,13 @@ def vote_bars(
                 textfont={"size": BIG_FONT},
             )
         )
+    top = max([0, *(max(r.values(), default=0) for r in rounds.values())])
     fig.update_layout(barmode="group", yaxis={"autorange": "reversed"})
-    fig.update_xaxes(title_text="votes", rangemode="tozero")
-    return _layout(fig, "The class's answers (green: the pipeline's answer)")
+    fig.update_xaxes(
+        title_text="votes", range=[0, max(1, top) * 1.2], dtick=max(1, math.ceil(top / 5))
+    )
+    height = min(480, 180 + 40 * len(labels) * max(1, len(shown)))
+    return _layout(fig, "Votes (green: the answer)", height=height)
 
 
 def vote_histogram(
@@ -110,7 +115,7 @@ def vote_histogram(
     fig.update_layout(barmode="overlay")
     fig.update_xaxes(range=[low, high], title_text="answer")
     fig.update_yaxes(title_text="votes")
-    return _layout(fig, "The class's answers")
+    return _layout(fig, "Votes")
 
 
 def _answer_labels(result: GateResult) -> list[str]:
@@ -154,12 +159,12 @@ def gate_figure(result: GateResult) -> go.Figure | None:
         fig.update_xaxes(title_text="training step")
         fig.update_yaxes(title_text="reward", secondary_y=False)
         fig.update_yaxes(title_text="KL", secondary_y=True)
-        return _layout(fig, "Reward and KL over the recorded run")
+        return _layout(fig, "Reward and KL per step")
     labels = _answer_labels(result)
     if kind == "rewards":
         return _bars(labels, env["scores"], "Reward of each answer", "reward")
     if kind == "kl":
-        return _bars(labels, env["kl_mean"], "Mean KL per token of each answer", "KL")
+        return _bars(labels, env["kl_mean"], "Mean KL per token", "KL")
     if kind == "local_global" and "local_adv" in env:
         fig = go.Figure(
             [
@@ -169,7 +174,7 @@ def gate_figure(result: GateResult) -> go.Figure | None:
         )
         fig.update_layout(barmode="group")
         fig.add_hline(y=0, line_color="#444", line_width=1)
-        return _layout(fig, "Advantage under local vs global normalisation")
+        return _layout(fig, "Advantage: local vs global")
     if kind == "update" and "grad_coef" in env:
         first = [row[0] if row else 0.0 for row in env["grad_coef"]]
         return _bars(
@@ -178,4 +183,4 @@ def gate_figure(result: GateResult) -> go.Figure | None:
             f"First token's gradient coefficient (loss = {env['loss']:.3g})",
             "dL/dlogp",
         )
-    return _bars(labels, env["advantage"], "Advantage of each answer (first token)", "advantage")
+    return _bars(labels, env["advantage"], "Advantage (first token)", "advantage")
