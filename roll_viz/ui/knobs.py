@@ -41,7 +41,6 @@ def _on_framework_change() -> None:
             st.session_state[key] = value
 
 
-
 @dataclass(frozen=True)
 class Knob:
     """One generic algorithm control of the sidebar.

@@ -62,6 +62,7 @@ from roll_viz.views import text
 #: per script thread: the state the router's frame drew for the page of this run
 _FRAME = threading.local()
 
+
 def _sidebar_model(live: bool) -> str:
     """The live model's spec (a selector shown only when sampling live)."""
     if not live:
@@ -96,9 +97,7 @@ def _on_preset_change() -> None:
     st.session_state[KEY_NOISE] = float(reward.noise_sigma)
 
 
-def read_prompts(
-    typed: str | None, fallback: tuple[str, ...]
-) -> tuple[tuple[str, ...], list[str]]:
+def read_prompts(typed: str | None, fallback: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The prompts as typed: one per line (split on line feeds only), each checked on its own.
 
     Only a line feed starts a new prompt: U+2028, U+0085 and other separators a user did not
