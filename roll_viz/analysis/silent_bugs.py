@@ -66,6 +66,7 @@ class SilentBug:
     Attributes:
         id: short stable id (the page's ``bug=`` URL value).
         title: one line.
+        short: a few words for the one-click choice.
         thread: where it was reported, "owner/repo#number" as in field-2026.md.
         question: what the class predicts before the reveal.
         choices: the answers offered; the distractors are the known wrong answers.
@@ -79,6 +80,7 @@ class SilentBug:
     """
 
     id: str
+    short: str
     title: str
     thread: str
     question: str
@@ -265,6 +267,7 @@ def _kl_zero() -> Outcome:
         labels=("q2 answer 1, t1", "q2 answer 1, t2", "q2 answer 2, t1", "q2 answer 2, t2"),
         wrong_series=_series(wrong),
         right_series=_series(q2),
+        series_title="dL/dlog pi on each of q2's tokens",
         formula=(
             "group q2 rewards 1, 1  ->  A = 0 on all its tokens (advantages of q2: "
             + ", ".join(_n(a) for a in advantages[2:, 0].tolist())
@@ -321,6 +324,7 @@ def _loo_std() -> Outcome:
         labels=tuple(f"answer {i + 1}" for i in range(8)),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="advantage of each answer",
         formula=(
             "answer 1 scored 0; the other seven scored 0.95 (their true std is 0)\n"
             f"float32 one-pass: (E[x^2] - E[x]^2) * 7/6 = {_n(one_pass)}  ->  std = "
@@ -419,6 +423,7 @@ def _uneven() -> Outcome:
         labels=tuple(f"{g}{i + 1}" for i, g in enumerate(UNEVEN_GROUPS)),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="advantage of each answer (mean-centred)",
         formula=(
             "group sizes 4, 3, 4 (not n * G): the reshape fails, slime falls back to one row\n"
             f"batch mean = 67 / 11 = {_n(67 / 11, 6)}  ->  B's answers (all 5.0): 5 - 6.0909 = "
@@ -466,6 +471,7 @@ def _one_token() -> Outcome:
         labels=("the one token",),
         wrong_series=(wrong,),
         right_series=(right,),
+        series_title="the token's advantage after whitening",
         formula=(
             "one valid token, advantage 0.7\n"
             "var = sum((x - mean)^2) / n * n / (n - 1) = 0 * 1/0  ->  NaN (ROLL raises)\n"
@@ -506,6 +512,7 @@ def _trl_batch() -> Outcome:
         labels=tuple(f"{g} {x:g}" for g, x in zip(TRL_BATCH_GROUPS, TRL_BATCH_SCORES, strict=True)),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="advantage of each answer",
         formula=(
             "answer 5.1 of prompt 'flat' (rewards 5.0, 5.1, 4.9; group mean 5.0)\n"
             f"group std 0.1: (5.1 - 5.0) / (0.1 + 1e-4) = {_n(wrong[4])}   (the bug)\n"
@@ -556,6 +563,7 @@ def _luspo() -> Outcome:
         labels=("2-token answer", "6-token answer"),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="weight of each sequence in the loss",
         formula=(
             "weight of a sequence in the loss, lengths 2 and 6 (T = 6, B = 2)\n"
             "old: (x * L).mean() over all B x T padded slots, x = 1 on a token: L * (L / T) / B\n"
@@ -605,6 +613,7 @@ def _names() -> Outcome:
         labels=("2 tokens, A = +1", "6 tokens, A = -1"),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="share of the loss weight per answer",
         formula=(
             "DAPO = token-mean: every token weighs 1 / (2 + 6) = 1/8  ->  the 6-token answer "
             f"carries 6/8 = {_n(right[1].item())}\n"
@@ -657,6 +666,7 @@ def _phantom() -> Outcome:
         labels=tuple(f"{n} tokens" for n in PHANTOM_LENGTHS),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="advantage of each answer",
         formula=(
             "all four answers wrong (outcome 0); shaped reward = outcome - 0.001 * length = "
             + ", ".join(_n(s) for s in scores)
@@ -715,6 +725,7 @@ def _top_p() -> Outcome:
         labels=("token 1 (p = 0.5)", "token 2 (p = 0.9)"),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="importance ratio of each token",
         formula=(
             f"token 1: probs 0.5, 0.3, 0.15, 0.05; top-p {TOP_P} keeps 0.5 + 0.3, S = {_n(s)}\n"
             f"processed log-prob = log(0.5 / {_n(s)}) = {_n(math.log(0.5 / s))}; trainer's = "
@@ -761,6 +772,7 @@ def _cispo() -> Outcome:
         labels=("token 1", "token 2"),
         wrong_series=(wrong, wrong),
         right_series=_series(right),
+        series_title="gradient coefficient of each token",
         formula=(
             "one answer, 2 tokens, A = +1, first step (r = 1), token-mean (w = 1/2)\n"
             f"defaults: epsilon_high = epsilon = 0.2: g = -min(1, 0.2) * 1 / 2 = {_n(wrong)}\n"
@@ -812,6 +824,7 @@ def _per_trajectory() -> Outcome:
         labels=tuple(f"{g}, step {i % TRAJ_STEPS + 1}" for i, g in enumerate(TRAJ_IDS)),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="advantage of each step",
         formula=(
             "two trajectories of one prompt, 3 steps each; terminal reward 1 and 0, gamma = 1  "
             "->  step returns 1, 1, 1 and 0, 0, 0\n"
@@ -886,6 +899,7 @@ def _ce_filter() -> Outcome:
         labels=("q2 answer 1, t1", "q2 answer 1, t2", "q2 answer 2, t1", "q2 answer 2, t2"),
         wrong_series=_series(wrong),
         right_series=_series(right),
+        series_title="dL/dlog pi on each of q2's tokens",
         formula=(
             "q2's answers both scored 1: A = 0, but they also carry a cross-entropy term "
             f"(coef {CE_COEF})\n"
@@ -902,6 +916,7 @@ def _ce_filter() -> Outcome:
 BUGS: tuple[SilentBug, ...] = (
     SilentBug(
         id="loss-zero",
+        short="Loss 0, gradient not",
         title="The loss is 0, but the gradient is not",
         thread="huggingface/trl#3452",
         question="TRL logs loss = 0.0 at the first step (beta = 0, one iteration). Did the model "
@@ -926,6 +941,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="kl-zero-adv",
+        short="KL where A = 0",
         title="The KL gradient survives in zero-advantage groups",
         thread="huggingface/trl#7068",
         question="Prompt q2's two answers both scored 1, so every advantage of q2 is 0. With "
@@ -951,6 +967,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="loo-std",
+        short="LOO + std: -2075",
         title="Leave-one-out + std turns a 0 reward into -2075",
         thread="NVIDIA-NeMo/RL#4158",
         question="Eight answers: one scored 0, seven scored 0.95. With a leave-one-out baseline "
@@ -967,6 +984,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="centred-std",
+        short="std of centred rewards",
         title="The std of already-centred rewards",
         thread="THUDM/slime#233",
         question="slime subtracts the group mean first and then divides by the std of the "
@@ -987,6 +1005,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="uneven-groups",
+        short="Uneven groups",
         title="Uneven groups normalised over the batch",
         thread="THUDM/slime#1414, areal-project/AReaL#1673",
         question="Groups of 4, 3 and 4 answers; group B's three answers all scored 5.0. What is "
@@ -1007,6 +1026,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="one-token-var",
+        short="One-token variance",
         title="Unbiased variance of a single token",
         thread="alibaba/ROLL#475",
         question="A batch with one valid token (advantage 0.7) goes through ROLL's advantage "
@@ -1027,6 +1047,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="trl-batch-std",
+        short='scale_rewards="batch"',
         title='scale_rewards="batch" computed the group std',
         thread="huggingface/trl#3991",
         question="Prompt 'flat' scored 5.0, 5.1, 4.9; 'quantum' 8.2, 6.5, 9.1. With "
@@ -1043,6 +1064,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="luspo-quadratic",
+        short="LUSPO L^2 / T",
         title="LUSPO's quadratic length weighting",
         thread="huggingface/trl#6654",
         question="LUSPO multiplies each sequence's loss by its length. How much more does a "
@@ -1059,6 +1081,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="agg-names",
+        short="DAPO vs GRPO names",
         title="DAPO and GRPO aggregation names swapped",
         thread="verl-project/verl#957",
         question="A short right answer (2 tokens) and a long wrong one (6 tokens). Under DAPO's "
@@ -1075,6 +1098,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="phantom-adv",
+        short="Phantom advantages",
         title="Phantom advantages under a shaped reward",
         thread="verl-project/verl-recipe#125",
         question="All four answers are wrong; a small length term (-0.001 per token) is added. "
@@ -1095,6 +1119,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="top-p-ratio",
+        short="Top-p in the ratio",
         title="Top-p renormalisation in the importance ratio",
         thread="huggingface/trl#6789",
         question="Sampled with top-p 0.75 from probabilities 0.5, 0.3, 0.15, 0.05 (the 0.5 "
@@ -1111,6 +1136,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="cispo-cap",
+        short="CISPO cap 0.2",
         title="TRL CISPO's default cap min(r, 0.2)",
         thread="huggingface/trl loss_type cispo (earlier notes, policy-update.md 1.3)",
         question="CISPO weighs each token by sg(min(r, cap)). On the first step (r = 1), "
@@ -1127,6 +1153,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="per-trajectory-mean",
+        short="Mean per trajectory",
         title="ROLL method: mean grouped per trajectory",
         thread="alibaba/ROLL#397",
         question="Two agentic trajectories of one prompt, 3 steps each, terminal reward 1 and 0 "
@@ -1147,6 +1174,7 @@ BUGS: tuple[SilentBug, ...] = (
     ),
     SilentBug(
         id="ce-filter",
+        short="CE rollouts filtered",
         title="A zero-advantage filter drops the cross-entropy rollouts",
         thread="PrimeIntellect-ai/prime-rl#3222",
         question="q2's answers have A = 0 but also carry a cross-entropy term. If rollouts with "

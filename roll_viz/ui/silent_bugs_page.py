@@ -23,7 +23,7 @@ _THREAD = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)#(\d+)")
 
 def _short(bug_id: str) -> str:
     number = silent_bugs.IDS.index(bug_id) + 1
-    return text.md_escape(f"{number}. {silent_bugs.BY_ID[bug_id].title}")
+    return text.md_escape(f"{number}. {silent_bugs.BY_ID[bug_id].short}")
 
 
 def link_notice(raw: object) -> str:

@@ -43,6 +43,8 @@ def test_registry_has_the_fourteen_of_the_field_notes():
         assert bug.quantity
         assert bug.batch
         assert sb.bug(bug.id) is bug
+        assert 0 < len(bug.short) <= 24, bug.short
+    assert len({b.short for b in sb.BUGS}) == 14
 
 
 @pytest.mark.parametrize("bug_id", sb.IDS)
