@@ -10,6 +10,7 @@ import torch
 from roll_viz.lm import threads
 from roll_viz.lm.decode import DecodeOptions
 from roll_viz.lm.sampling import sample
+from roll_viz.lm.threads import configure_threads, default_threads, resolve_threads
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
 
@@ -97,5 +98,27 @@ def test_adaptive_sampling_restores_the_start_up_count(tiny, steered_cfg, monkey
         seen.clear()
         sample(tiny, steered_cfg, decode=DecodeOptions(adapt_threads=False))
         assert 2 not in seen
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_thread_policy(monkeypatch):
+    assert default_threads(1) == 1
+    assert default_threads(2) == 1
+    assert default_threads(8) == 4
+    assert default_threads(4) == 2
+    monkeypatch.setenv("ROLL_VIZ_THREADS", "3")
+    assert resolve_threads() == 3
+    assert resolve_threads(2) == 2
+    monkeypatch.setenv("ROLL_VIZ_THREADS", "auto")
+    assert resolve_threads() == default_threads()
+    monkeypatch.setenv("ROLL_VIZ_THREADS", "lots")
+    with pytest.raises(ValueError, match="positive number"):
+        resolve_threads()
+    monkeypatch.delenv("ROLL_VIZ_THREADS")
+    saved = torch.get_num_threads()
+    try:
+        assert configure_threads(1) == 1
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(saved)

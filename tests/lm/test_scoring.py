@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from roll_viz.lm import scoring
 from roll_viz.lm.scoring import (
     default_block_rows,
     entropy_from_logprobs,
@@ -74,3 +75,14 @@ def test_empty_and_block_size():
     assert out.topk_ids.shape == (0, 2)
     assert default_block_rows(49152) * 49152 * 24 <= 256 * 2**20
     assert default_block_rows(10**12) == 1
+
+
+def test_shared_context_scoring_matches_full_teacher_forcing(tiny, steered):
+    rows = [[1, 5, 9, 12], [1, 5, 9, 12], [1, 7, 12], [1, 7, 12], [1, 5, 9, 12]]
+    token_ids = torch.tensor([[40, 41, 42], [43, 44, 0], [45, 46, 47], [48, 0, 0], [49, 50, 51]])
+    mask = token_ids != 0
+    with tiny.lock, torch.inference_mode():
+        full = scoring.response_hidden(tiny, rows, token_ids, mask)
+        shared = scoring.shared_context_hidden(tiny, rows, token_ids, mask)
+    assert shared.shape == full.shape == (5, 3, 64)
+    torch.testing.assert_close(shared[mask], full[mask], atol=1e-5, rtol=1e-5)

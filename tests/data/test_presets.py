@@ -14,7 +14,14 @@ from roll_viz.data.presets import (
     rollout_from_dict,
     rollout_to_dict,
 )
+from roll_viz.lm.sampling import sample
 from roll_viz.rewards import score_greedy, score_rollout
+from tests.lm.helpers import steered_config, tiny_model
+
+
+@pytest.fixture(scope="module")
+def steered():
+    return sample(tiny_model(), steered_config())
 
 
 def assert_rollouts_equal(a: Rollout, b: Rollout):

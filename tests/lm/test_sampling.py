@@ -6,9 +6,11 @@ import threading
 import pytest
 import torch
 
+from roll_viz.lm import sampling
 from roll_viz.lm.decode import DecodeOptions
-from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig
-from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, sample
+from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig, policy_source
+from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, in_flight, sample, shared_sample
+from tests.lm.helpers import run_in_threads, wait_until
 
 PROMPTS = ("Hello there", "What is 2 + 3?")  # as in conftest
 
@@ -259,3 +261,65 @@ def test_top_p_sampling_reproducible(tiny, steered_cfg):
     cfg = dataclasses.replace(steered_cfg, top_p=0.5)
     a, b = sample(tiny, cfg), sample(tiny, cfg)
     assert torch.equal(a.token_ids, b.token_ids)
+
+
+def test_identical_concurrent_requests_share_one_run(tiny, steered_cfg):
+    cfg = dataclasses.replace(steered_cfg, seed=31)
+    follower_msgs = []
+    tiny.lock.acquire()  # hold the model so both requests are in flight together
+    try:
+        runs_before = tiny.usage.runs
+        workers, results, errors = run_in_threads(
+            [
+                lambda: shared_sample(tiny, cfg),
+                lambda: shared_sample(tiny, cfg, progress=lambda f, m: follower_msgs.append(m)),
+            ]
+        )
+        key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
+        assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
+        assert in_flight() == 1
+    finally:
+        tiny.lock.release()
+    for w in workers:
+        w.join()
+    assert not errors
+    assert tiny.usage.runs - runs_before == 1
+    assert results[0] is results[1]
+    assert in_flight() == 0  # nothing kept after the run
+    assert any("shared with an identical request" in m for m in follower_msgs)
+    alone = sample(tiny, cfg)
+    assert alone.responses == results[0].responses
+    assert torch.equal(alone.token_ids, results[0].token_ids)
+    assert torch.equal(alone.logprobs, results[0].logprobs)
+
+
+def test_different_requests_run_separately(tiny, steered_cfg):
+    cfgs = [dataclasses.replace(steered_cfg, seed=s) for s in (41, 42)]
+    runs_before = tiny.usage.runs
+    workers, results, errors = run_in_threads([lambda c=c: shared_sample(tiny, c) for c in cfgs])
+    for w in workers:
+        w.join()
+    assert not errors
+    assert tiny.usage.runs - runs_before == 2
+    assert not torch.equal(results[0].token_ids, results[1].token_ids)
+
+
+def test_shared_run_error_reaches_every_caller(tiny, steered_cfg, monkeypatch):
+    cfg = dataclasses.replace(steered_cfg, seed=51)
+
+    def broken(*args, **kwargs):
+        with tiny.lock:
+            raise RuntimeError("model exploded")
+
+    monkeypatch.setattr(sampling, "sample", broken)
+    tiny.lock.acquire()
+    try:
+        workers, _, errors = run_in_threads([lambda: shared_sample(tiny, cfg)] * 2)
+        key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
+        assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
+    finally:
+        tiny.lock.release()
+    for w in workers:
+        w.join()
+    assert len(errors) == 2
+    assert in_flight() == 0

@@ -5,6 +5,7 @@ from fractions import Fraction
 import pytest
 import torch
 
+from roll_viz.lm.sampling import sample
 from roll_viz.rewards import (
     REWARD_FNS,
     REWARD_HELP,
@@ -21,6 +22,12 @@ from roll_viz.rewards import (
     score_rollout,
     target_length,
 )
+from tests.lm.helpers import identical_config, tiny_model
+
+
+@pytest.fixture(scope="module")
+def identical():
+    return sample(tiny_model(), identical_config())
 
 
 def test_registry_is_consistent():
