@@ -18,9 +18,10 @@ Exporters (UNIPO JSONL, RL Logging Board JSONL, the calculator's compute input) 
 per-line problems are collected as warnings and those rows skipped. Nothing from a file is
 executed (no pickle, no eval). Caps are module constants in ``roll_viz.data.runs.parse``.
 
-Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``records`` (``Row``,
-``StepSummary``, ``RunStep``), ``detect`` (the format registry and ``detect``), ``scan``
-(``open_run``, ``load_step``), and one module per format.
+Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``run_records``
+(``Row``, ``StepSummary``, ``RunStep``), ``detect`` (the format registry and ``detect``),
+``scan`` (``open_run``, ``load_step``), and one module per format (``rllb``,
+``trl_completions``, ``verl_dump``, ``roll_dump``, ``unipo``, ``plain``, ``rollviz``).
 """
 
 from roll_viz.data.runs.detect import FORMATS, default_dialect, detect
@@ -34,7 +35,7 @@ from roll_viz.data.runs.parse import (
     MAX_WARNINGS,
     RunFormatError,
 )
-from roll_viz.data.runs.records import RunStep, StepSummary
+from roll_viz.data.runs.run_records import RunStep, StepSummary
 from roll_viz.data.runs.scan import EXPECTED_FIELDS, Run, load_step, open_run
 
 __all__ = [

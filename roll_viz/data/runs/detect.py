@@ -1,13 +1,13 @@
 """Which format a run is: the format registry and ``detect(path)``.
 
 ``FORMATS`` is the literal registry, one ``Format`` per readable format: its reader (from its
-own module: ``rllb``, ``trl``, ``verl``, ``roll_dump``, ``unipo``, ``plain``, ``rollviz``), what
-its score means, its notes and its hooks (``header``, ``scan_notes``, ``reward_columns``), so
-the scan asks the registry instead of branching on format names. ``detect`` picks the format
-of a file (parquet magic, CSV header, the first JSON line against each format's matcher, most
-specific first, then the whole JSON document) or of a folder of per-step files, and finds the
-metrics side files next to it. ``default_dialect`` says which framework's advantage a format's
-files were made with.
+own module: ``rllb``, ``trl_completions``, ``verl_dump``, ``roll_dump``, ``unipo``, ``plain``,
+``rollviz``), what its score means, its notes and its hooks (``header``, ``scan_notes``,
+``reward_columns``), so the scan asks the registry instead of branching on format names.
+``detect`` picks the format of a file (parquet magic, CSV header, the first JSON line against
+each format's matcher, most specific first, then the whole JSON document) or of a folder of
+per-step files, and finds the metrics side files next to it. ``default_dialect`` says which
+framework's advantage a format's files were made with.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl, unipo, verl
+from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions, unipo, verl_dump
 from roll_viz.data.runs.parse import (
     MAX_FILES,
     Problems,
@@ -28,7 +28,7 @@ from roll_viz.data.runs.parse import (
     read_json_document,
     sniff_text,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 #: The dialect (framework, config) whose advantage matches each format's framework by default.
 DEFAULT_DIALECT: dict[str, tuple[str, dict[str, Any]]] = {
@@ -89,22 +89,22 @@ FORMATS: dict[str, Format] = {
     for f in (
         Format(rllb.FORMAT, rllb.LABEL, "jsonl", rllb.rows, rllb.SCORE_KIND, rllb.NOTES),
         Format(
-            trl.FORMAT,
-            trl.LABEL,
+            trl_completions.FORMAT,
+            trl_completions.LABEL,
             "parquet",
-            trl.rows,
-            trl.SCORE_KIND,
-            trl.NOTES,
+            trl_completions.rows,
+            trl_completions.SCORE_KIND,
+            trl_completions.NOTES,
             reward_columns=True,
         ),
         Format(
-            verl.FORMAT,
-            verl.LABEL,
+            verl_dump.FORMAT,
+            verl_dump.LABEL,
             "jsonl",
-            verl.rows,
-            verl.SCORE_KIND,
-            verl.NOTES,
-            scan_notes=verl.scan_notes,
+            verl_dump.rows,
+            verl_dump.SCORE_KIND,
+            verl_dump.NOTES,
+            scan_notes=verl_dump.scan_notes,
         ),
         Format(
             roll_dump.FORMAT,
@@ -154,7 +154,7 @@ _JSONL_MATCHERS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     (unipo.FORMAT_JSONL, unipo.matches_jsonl),
     (roll_dump.FORMAT, roll_dump.matches),
     (rllb.FORMAT, rllb.matches),
-    (verl.FORMAT, verl.matches),
+    (verl_dump.FORMAT, verl_dump.matches),
     (plain.FORMAT, plain.matches),
 )
 
@@ -188,12 +188,12 @@ def _detect_file(path: Path) -> str:
     if path.suffix == ".parquet" or _is_parquet(path):
         if not _is_parquet(path):
             raise RunFormatError(path, None, None, "not a parquet file (no PAR1 magic)")
-        names = trl.parquet_file(path).schema_arrow.names
-        if not trl.matches_columns(names):
+        names = trl_completions.parquet_file(path).schema_arrow.names
+        if not trl_completions.matches_columns(names):
             raise RunFormatError(
                 path, None, "prompt", f"parquet without TRL's prompt/completion columns: {names}"
             )
-        return trl.FORMAT
+        return trl_completions.FORMAT
     head = sniff_text(path)
     text = head.decode("utf-8", errors="ignore").lstrip()
     if path.suffix == ".csv" or (not text.startswith(("{", "["))):

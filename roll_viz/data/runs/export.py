@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.records import Rollout, Trace
-from roll_viz.data.runs.records import RunStep
+from roll_viz.data.runs.run_records import RunStep
 
 Sample = dict[str, Any]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 # ---------------------------------------------------------------------------------------------
 # Caps (bounded memory and time; every cap that bites leaves a message in the run's notes)

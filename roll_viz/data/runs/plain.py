@@ -23,7 +23,7 @@ from roll_viz.data.runs.parse import (
     require_object,
     rows_from_jsonl,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "plain"
 LABEL = "plain table (prompt, response, reward[, group, step])"

@@ -38,7 +38,7 @@ from roll_viz.data.runs.parse import (
     require_object,
     rows_from_jsonl,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "rllb"
 LABEL = "RL Logging Board JSONL (ROLL save_logging_board_dir)"

@@ -24,7 +24,7 @@ from roll_viz.data.runs.parse import (
     require_object,
     rows_from_jsonl,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "roll-dump"
 LABEL = "ROLL rollout_dump_dir (column-oriented JSON per step)"

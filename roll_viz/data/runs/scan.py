@@ -27,7 +27,7 @@ from roll_viz.data.runs.parse import (
     iter_jsonl,
     read_json_document,
 )
-from roll_viz.data.runs.records import TOKEN_SERIES, Row, RunStep, StepSummary
+from roll_viz.data.runs.run_records import TOKEN_SERIES, Row, RunStep, StepSummary
 
 #: Fields roll-viz can use; ``Run.missing`` lists those a file does not provide.
 EXPECTED_FIELDS = (

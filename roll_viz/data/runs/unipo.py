@@ -33,7 +33,7 @@ from roll_viz.data.runs.parse import (
     require_object,
     rows_from_jsonl,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "unipo"
 LABEL = "UNIPO canonical JSON"

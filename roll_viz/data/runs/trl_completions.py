@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_viz.data.runs.parse import Problems, RunFormatError
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "trl"
 LABEL = "TRL completions parquet (GRPOTrainer log_completions)"

@@ -26,7 +26,7 @@ from roll_viz.data.runs.parse import (
     require_object,
     rows_from_jsonl,
 )
-from roll_viz.data.runs.records import Row
+from roll_viz.data.runs.run_records import Row
 
 FORMAT = "verl"
 LABEL = "verl rollout_data_dir JSONL"
