@@ -49,7 +49,7 @@ from roll_viz.views.text import md_escape
 PHONE_POLL_S = 2.0
 TEACHER_POLL_S = 2.0
 VOTE_PATH = "vote"  # the phone page's URL path (roll_viz/nav.py)
-KEY_LESSON_CHOICE = "lesson_choice"
+KEY_LESSON_CHOICE = "lesson"  # in the URL: ?lesson=seed_chain
 KEY_UPLOAD = "lesson_upload"
 KEY_PHONE_MSG = "_vote_message"
 KEY_NUMBER = "vote_number"
@@ -258,6 +258,7 @@ def _pick_lesson(state: Any) -> Lesson | None:
         options,
         key=KEY_LESSON_CHOICE,
         format_func=lambda o: titles.get(o, o),
+        bind="query-params",
     )
     if choice == UPLOAD_CHOICE:
         upload = st.file_uploader(
@@ -285,7 +286,7 @@ def _start_view(state: Any) -> None:
         "Each question freezes a batch and asks the class to predict. Students answer on their "
         "phones; on **Reveal** the class's answers stand next to the answer the pipeline computes "
         "on that batch, with its formula and one figure. Then discuss, **Re-vote**, and change "
-        "one knob."
+        "one knob. How to run a lesson and write your own: docs/lessons.md."
     )
     lesson = _pick_lesson(state)
     if lesson is None:

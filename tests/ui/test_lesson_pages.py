@@ -209,3 +209,42 @@ answer = "argmin(advantage)"
         assert any("\\<script\\>" in b.label for b in at.button)
     finally:
         STORE.close(code, key)
+
+
+LIVE_LESSON = """title = "live"
+[[gates]]
+id = "mine"
+stage = "advantage"
+batch = "live"
+seed = 3
+settings = { estimator = "grpo" }
+question = "Our own batch: is any advantage negative?"
+kind = "choice"
+choices = ["No", "Yes"]
+answer = "where(min(advantage) < 0, 1, 0)"
+"""
+
+
+def test_live_gate_uses_the_class_batch():
+    lesson = lesson_page.read_upload(LIVE_LESSON.encode(), "live.toml")
+    code, key = STORE.create_room(
+        lesson.id, [lesson_page.answer_spec(g) for g in lesson.steps], content=lesson
+    )
+    try:
+        STORE.set_phase(code, key, "revealed")
+        # not live in the sidebar: one clear message naming the gate and the field
+        at = teacher(room=code, key=key)
+        assert "gate 'mine', field 'batch'" in plain(at)
+        # the sidebar samples live (tiny test model): the reveal is computed on that batch
+        at = teacher(room=code, key=key, live="true", G="2", T="4")
+        assert "The pipeline's answer:" in plain(at)
+        assert not at.error
+    finally:
+        STORE.close(code, key)
+
+
+def test_lesson_choice_is_in_the_url():
+    at = teacher(lesson="seed_chain")
+    assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
+    at = teacher(lesson="no_such_lesson")  # an unknown value falls back to the default
+    assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
