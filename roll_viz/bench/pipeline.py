@@ -20,7 +20,7 @@ threads (default 1: the tensors here are small, and on a shared 2-core machine O
 threading made the classroom pipeline ~15x slower, 68 ms vs 3.8 ms, while other processes held
 the cores; the loop peer is single-threaded anyway); ``--sampling``, ``--update``, ``--train``,
 ``--runs``, ``--load`` and ``--classroom`` delegate to the module of that family
-(``roll_viz.bench.<family>``).
+(``roll_viz.bench.<family>``; ``--load`` runs ``classroom_load``).
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
