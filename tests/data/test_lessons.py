@@ -147,6 +147,13 @@ def test_preset_seed_is_frozen():
     assert "field 'seed'" in error_of(lesson(body))
 
 
+def test_recorded_runs_take_no_settings():
+    body = GATE.replace(
+        'batch = "inline"\nrewards = [[8.2, 6.5, 9.1]]', 'batch = "recorded:hack_beta0"'
+    )
+    assert "field 'settings'" in error_of(lesson(body))
+
+
 def test_duplicate_ids_and_toml_errors():
     assert "used twice" in error_of(lesson(GATE + GATE))
     assert "field 'file'" in error_of("title = ")
