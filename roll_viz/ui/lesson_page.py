@@ -64,9 +64,22 @@ PHONE_CSS = """<style>
 .stButton button p { font-size: 1.15rem; }
 </style>"""
 TEACHER_CSS = """<style>
-.lesson-question p { font-size: 2rem; line-height: 1.3; font-weight: 600; }
-.st-key-lesson_options p { font-size: 1.5rem; }
+[data-testid="stMain"] .lesson-question p {
+  font-size: 2rem !important; line-height: 1.3; font-weight: 600; }
+[data-testid="stMain"] .st-key-lesson_options p { font-size: 1.5rem !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"] * { font-size: 2.8rem !important; }
 .lesson-code { font-size: 3rem; font-weight: 700; letter-spacing: 0.3rem; }
+/* presentation mode stacks columns; the question beside the join panel and the row of controls
+   stay side by side (one screen at 1280 x 720) */
+[data-testid="stMain"] .st-key-lesson_top [data-testid="stHorizontalBlock"],
+[data-testid="stMain"] .st-key-lesson_controls [data-testid="stHorizontalBlock"] {
+  flex-direction: row !important; }
+[data-testid="stMain"] .st-key-lesson_controls [data-testid="stColumn"] {
+  width: auto !important; flex: 1 1 0 !important; min-width: 0 !important; }
+[data-testid="stMain"] .st-key-lesson_top [data-testid="stColumn"] {
+  width: auto !important; flex: 1 1 0 !important; min-width: 0 !important; }
+[data-testid="stMain"] .st-key-lesson_top [data-testid="stColumn"]:first-child {
+  flex: 3 1 0 !important; }
 </style>"""
 
 
@@ -162,12 +175,16 @@ def export_csv(code: str, key: str, lesson: Lesson, state: Any = None) -> str:
     """Every answer of the room as CSV (cells neutralised against spreadsheet formulas)."""
     header = ["room", "lesson", "step", "gate", "round", "student", "answer", "right", "seconds"]
     rows = []
+    results: dict[int, GateResult | None] = {}
     for step, rnd, student, value, seconds in STORE.export_rows(code, key):
         gate = lesson.steps[step]
-        try:
-            right = "yes" if step_result(lesson, step, state).is_right(value) else "no"
-        except LessonError:
-            right = ""
+        if step not in results:  # one pipeline answer per step, however many rows
+            try:
+                results[step] = step_result(lesson, step, state)
+            except LessonError:
+                results[step] = None
+        result = results[step]
+        right = "" if result is None else ("yes" if result.is_right(value) else "no")
         rows.append(
             [
                 code,
@@ -341,7 +358,7 @@ def _answer_count(code: str) -> None:
 
 
 def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
-    cols = st.columns(7)
+    cols = st.container(key="lesson_controls").columns(7)
     buttons = [
         ("Back", "back", ":material/arrow_back:", step == 0),
         (
@@ -415,7 +432,7 @@ def _room_view(state: Any, code: str, key: str) -> None:
     view = STORE.view(code)
     gate = lesson.steps[view.step]
     st.html(TEACHER_CSS)
-    main, side = st.columns([3, 1])
+    main, side = st.container(key="lesson_top").columns([3, 1])
     with side:
         _join_panel(code)
         _answer_count(code)

@@ -38,7 +38,7 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     teacher_ctx = browser.new_context(viewport={"width": 1280, "height": 720})
     teacher = teacher_ctx.new_page()
     teacher.set_default_timeout(120_000)
-    sp.goto(teacher, f"{server}/Lesson")
+    sp.goto(teacher, f"{server}/Lesson?present=true&hide=sidebar")  # projector mode
     _click(teacher, "lesson_start")
     teacher.wait_for_url("**room=*", timeout=60_000)
     query = urllib.parse.parse_qs(urllib.parse.urlparse(teacher.url).query)
@@ -73,6 +73,7 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     shot_phone = phones[0][1]
     shot_phone.screenshot(path=str(shots / "lesson_phone.png"), full_page=True)
     _metric(teacher, "3 / 3")
+    teacher.screenshot(path=str(shots / "lesson_teacher.png"))
     for _, pg in phones:  # no phone ever shows a count or the others' answers
         text = pg.get_by_test_id("stMain").inner_text()
         assert "3 / 3" not in text
@@ -88,7 +89,6 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     assert data[0]["x"] == [1, 0, 2, 0]  # votes per option, as cast
     for _, pg in phones:
         _wait_text(pg, "Look at the screen")
-    teacher.screenshot(path=str(shots / "lesson_teacher.png"))
     teacher.get_by_test_id("stPlotlyChart").first.scroll_into_view_if_needed()
     teacher.screenshot(path=str(shots / "lesson_reveal.png"))
 
