@@ -11,6 +11,6 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.ui import nav
 
-page = st.navigation(nav.sections())
+page = st.navigation(nav.sections(), expanded=True)  # every page listed, no 'View more'
 with ui.frame(page.title):
     page.run()

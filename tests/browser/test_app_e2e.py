@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from roll_viz import nav
 from roll_viz.bench import classroom
 from tests.browser import streamlit_page as sp
 
@@ -62,6 +63,12 @@ def test_every_page_renders_and_is_screenshotted(server, page, shots, name):
     charts = page.get_by_test_id("stPlotlyChart").count()
     assert charts >= MIN_CHARTS[name]
     assert page.locator("[data-testid='stMainBlockContainer'] h1").count() >= 1
+    # the router's navigation: every page of the table, Home first, this page's title in the tab
+    links = page.locator("[data-testid='stSidebarNav'] a")
+    assert links.count() == len(nav.PAGES)
+    assert links.first.inner_text().strip() == "Home"
+    title = next(p.title for p in nav.PAGES if p.url_path == sp.PAGES[name])
+    assert page.title() == f"{title} - roll-viz"
     sp.full_page_screenshot(page, str(shots / f"{name}.png"))
 
 
