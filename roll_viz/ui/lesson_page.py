@@ -282,6 +282,7 @@ def _pick_lesson(state: Any) -> Lesson | None:
             f"Lesson file (TOML, at most {MAX_FILE_BYTES // 1000} kB)",
             type=["toml"],
             key=KEY_UPLOAD,
+            max_upload_size=1,  # MB, the smallest the uploader takes; read_upload checks 64 kB
         )
         if upload is None:
             return None

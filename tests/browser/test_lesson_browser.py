@@ -112,3 +112,36 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     for ctx, _ in phones:
         ctx.close()
     teacher_ctx.close()
+
+
+GOOD = """title = "<script>alert(1)</script> My lesson"
+[[gates]]
+id = "mine"
+stage = "advantage"
+batch = "inline"
+rewards = [[1.0, 0.0]]
+settings = { estimator = "grpo" }
+question = "Which answer is pushed down?"
+kind = "choice"
+choices = ["The first", "The second"]
+answer = "argmin(advantage)"
+"""
+
+
+def test_upload_a_lesson_file(server, page, tmp_path):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    sp.goto(page, f"{server}/Lesson?lesson=Upload+a+lesson+file+%28.toml%29")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(GOOD.replace('stage = "advantage"', 'stage = "magic"'))
+    sp.after_rerun(page, lambda: page.locator("input[type='file']").set_input_files(str(bad)))
+    alerts = page.get_by_test_id("stAlert").all_inner_texts()
+    assert any("bad.toml: gate 'mine', field 'stage'" in a for a in alerts), alerts
+    good = tmp_path / "good.toml"
+    good.write_text(GOOD)
+    sp.after_rerun(page, lambda: page.locator("input[type='file']").set_input_files(str(good)))
+    main = page.get_by_test_id("stMain").inner_text()
+    assert "<script>alert(1)</script> My lesson" in main  # shown as text, never run
+    assert dialogs == []
+    assert page.locator(".st-key-lesson_start button").is_visible()
+    assert sp.exceptions(page) == []
