@@ -20,7 +20,8 @@ optional ``entropy`` (B, T) feeds the entropy bonus. ``config`` also takes each 
 keys (``LOSS_DEFAULTS``). The output then also has per-token ``ratio``, ``pg_loss``,
 ``grad_coef`` (d loss / d logp_t), ``loss_weight`` and the 0/1 masks ``clipped_high``,
 ``clipped_low``, ``dual_clipped``, plus ``loss`` (total, policy, kl, entropy, value,
-coefficients), ``metrics`` (the framework's own names; NaN as null) and ``loss_notes``. The
+coefficients), ``metrics`` (the framework's own names; NaN as null), ``loss_notes`` and
+``metric_notes`` (beside a logged number that is not the meaningful one: the masked value). The
 critic loss needs new value predictions, which the calculator does not take (value is null).
 
 Bad input exits with status 2 and one line on stderr naming the field; every case is computed
@@ -214,7 +215,10 @@ def loss_to_dict(result: LossResult) -> dict[str, Any]:
 
     Returns:
         dict with ratio, pg_loss, grad_coef, loss_weight, clipped_high, clipped_low,
-        dual_clipped (B, T), loss (total, the four terms, coefficients), metrics, loss_notes.
+        dual_clipped (B, T), loss (total, the four terms, coefficients), metrics (the names
+        the framework logs, its quirks included), loss_notes, metric_notes (name -> what the
+        meaningful value is where the logged one is not), and the kind-specific per-token
+        pieces (``valid``, ``phi``, ``kl_cov_chosen``, ``off_policy_kept``, ``entropy_kept``).
     """
     tok = result.per_token
     out: dict[str, Any] = {
@@ -233,6 +237,13 @@ def loss_to_dict(result: LossResult) -> dict[str, Any]:
         for k, v in result.metrics.items()
     }
     out["loss_notes"] = list(result.notes)
+    out["metric_notes"] = dict(result.metric_notes)
+    base = {"ratio", "pg_loss", "grad_coef", "loss_weight", "clipped_high", "clipped_low"}
+    base |= {"dual_clipped", "kl"}
+    for key, value in tok.items():  # kind-specific pieces: dppo valid, vespo phi, kept masks
+        if key not in base:
+            is_mask = value.dtype == torch.bool
+            out[key] = value.to(torch.int64).tolist() if is_mask else to_plain(value)
     return out
 
 

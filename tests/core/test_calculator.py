@@ -266,3 +266,31 @@ def test_cli_loss_bad_inputs(monkeypatch, capsys, batch, config, field):
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ")
     assert field in lines[0], lines[0]
+
+
+def test_cli_prints_logged_metric_names_with_notes(monkeypatch, capsys):
+    code, out, err = _main(
+        monkeypatch,
+        capsys,
+        {
+            "batch": LOSS_BATCH,
+            "config": {"framework": "roll", "pg_variant": "cispo", "adv_estimator": "grpo"},
+        },
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    name = "actor/cispo_cispo_total_clipfrac"  # ROLL's doubled prefix, as it logs it
+    assert name in result["metrics"]
+    assert "padding included" in result["metric_notes"][name]
+    code, out, err = _main(
+        monkeypatch,
+        capsys,
+        {
+            "batch": LOSS_BATCH,
+            "config": {"framework": "verl", "loss_mode": "dppo_tv", "adv_estimator": "grpo"},
+        },
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    assert len(result["valid"]) == 3
+    assert set(result["valid"][0]) <= {0, 1}

@@ -271,7 +271,7 @@ def test_trl_reads_a_bool_scale_rewards():
 
 # ----------------------------------------------------------------- the stages name no framework
 
-STAGE_MODULES = ("postprocess", "kl", "advantages", "values", "losses")
+STAGE_MODULES = ("postprocess", "kl", "advantages", "values", "losses", "loss_variants")
 NAMES = {"roll", "verl", "openrlhf", "trl"}
 
 

@@ -13,7 +13,8 @@ inner log-ratio clamped to [-20, 20] and the result to [-10, 10]; OpenRLHF every
 What roll-viz simplifies against the real recipes:
 - one training step: the KL uses the rollout ("old") log-probs for both the reward KL and the
   KL loss (the frameworks compute the loss KL on the current policy during the update);
-- verl's straight-through "k1+"/"k3+" only change gradients, which roll-viz has none of;
+- verl's straight-through "k1+"/"k3+" only change gradients: the loss (``losses``) applies them,
+  the values here are the plain estimators';
 - the adaptive controller is the pure function ``next_kl_coef``; it is applied once per batch.
 """
 

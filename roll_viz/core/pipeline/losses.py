@@ -24,25 +24,38 @@ A dialect describes its loss (``LossSpec``, aggregation per term, metric names) 
 ``dialects/<name>.py``; ``loss_from_spec`` computes the ``LossResult``, whose ``total`` is
 differentiable w.r.t. ``logprobs`` (and ``entropy`` / ``values`` when they require grad).
 
+Further kinds (helpers in ``loss_variants``): verl DPPO-TV/-KL (``-A sg(min(r, c)) logp`` on a
+probability trust region), GMPO (``geo_mean``, sequence level, mean over all rows), KL-Cov (PG
+without clipping plus ``coef |d|`` on the top-covariance tokens), ROLL kimi15 / verl DRO
+(``-A logp + tau/2 d^2``), TRL VESPO (``-phi(w) A logp``); per-token keep masks (TRL
+``off_policy_mask_threshold``, ``top_entropy_quantile``) and ROLL's length sample weights scale
+the policy term only; the KL may be straight-through (verl ``k3+``: value of k3, gradient of k2)
+or multiplied by the ratio (TRL ``use_bias_correction_kl``).
+
 What roll-viz simplifies against the real recipes: one process, one micro-batch, one gradient
 accumulation step (global token / sample counts are this batch's; TRL's grad-accumulation
-division is 1); no per-sample weights (ROLL ``difficulty_loss_weight``/``length_loss_weight``),
-no rollout importance-sampling corrections (verl ``rollout_is_weights``, OpenRLHF ``tis``, TRL
-vLLM IS), no MoE aux loss, no TRL ``top_entropy_quantile`` / ``off_policy_mask_threshold`` /
-``use_bias_correction_kl`` / adaptive entropy; masked means divide by the exact count (the
-frameworks add 1e-8); ROLL's unmasked token-mean sums are taken over valid tokens only.
+division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); no
+rollout importance-sampling corrections (verl ``rollout_is_weights``, OpenRLHF
+``is_correction_*``, TRL vLLM IS), no MoE aux loss, no TRL adaptive entropy, no ROLL difficulty
+weights, no verl clip_cov (it draws its tokens with an unseeded ``torch.randperm``); masked means
+divide by the exact count (the frameworks add 1e-8); ROLL's unmasked token-mean sums are taken
+over valid tokens only (its metrics reproduce the padded sums where they differ).
+
+Size: one entry point (``loss_from_spec``) with the closed-form gradient of every loss kind next
+to its value, so that the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roll_viz.core.ops import as_bool
+from roll_viz.core.pipeline import loss_variants as variants
 from roll_viz.core.pipeline.kl import token_kl
 
 F64 = torch.float64
@@ -56,8 +69,12 @@ AGG_MODES: dict[str, str] = {
     "seq-mean-token-mean": "sum_i (mean_t x) / n  (OpenRLHF per-sample, GSPO/SAPO in verl)",
     "seq-mean-token-sum-norm": "sum_i (sum_t x) / n / f, f = loss_scale_factor or T  (verl)",
     "token-sum-norm": "sum x / T, no batch division  (ROLL seq-mean-token-sum-norm)",
-    "seq-mean-token-mean-all-rows": "sum_i (mean_t x) / B  (TRL grpo/sapo, ROLL critic)",
+    "seq-mean-token-mean-all-rows": "sum_i (mean_t x) / B  (TRL grpo/sapo, ROLL critic, verl "
+    "trainer seq-mean-token-mean)",
     "token-sum-norm-all-rows": "sum x / (B * f), f = max_completion_length  (TRL dr_grpo)",
+    "seq-mean-token-sum-all-rows": "sum x / B  (verl trainer seq-mean-token-sum, TRL luspo)",
+    "seq-mean-token-sum-norm-all-rows": "sum x / (B * f), f = loss_scale_factor or T  (verl "
+    "trainer seq-mean-token-sum-norm)",
 }
 
 
@@ -83,8 +100,11 @@ class LossResult:
             "clipped_high", "clipped_low" (the clip bound replaced the ratio: for PPO A>0 and
             r > 1+eps_high, A<0 and r < 1-eps_low, gradient 0; for CISPO the weight is capped,
             gradient kept), "dual_clipped" (A<0 loss capped at -c*A, or TRL's delta cap).
-        metrics: the framework's own logged metrics under its own names (floats).
+        metrics: the framework's own logged metrics under its own names (floats), as the
+            framework computes them, its quirks included.
         notes: conventions applied, in order.
+        metric_notes: metric name -> a note printed beside it where the framework's logged
+            number is not the meaningful one (the masked value and why they differ).
     """
 
     framework: str
@@ -94,6 +114,7 @@ class LossResult:
     per_token: dict[str, Tensor]
     metrics: dict[str, float]
     notes: tuple[str, ...] = ()
+    metric_notes: dict[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------- aggregation
@@ -103,13 +124,15 @@ def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = N
     """(B, T) weights W of an aggregation mode: ``aggregate(x) = sum(W * x)``.
 
     Zero-length rows get weight 0 everywhere; they still count in B for the "-all-rows" modes
-    (TRL grpo / dr_grpo, ROLL's critic), and never in n (rows with a token) or the token count.
+    (TRL grpo / dr_grpo / luspo, ROLL's critic, verl's trainer, which passes the mini-batch's row
+    count as ``global_batch_size``), and never in n (rows with a token) or the token count.
 
     Args:
         response_mask: (B, T) float 0/1 (or bool).
         mode: one of AGG_MODES.
-        scale_factor: f of "seq-mean-token-sum-norm" (None = T) and "token-sum-norm-all-rows"
-            (required: TRL's max_completion_length); "token-sum-norm" always uses T.
+        scale_factor: f of "seq-mean-token-sum-norm" and "seq-mean-token-sum-norm-all-rows"
+            (None = T) and "token-sum-norm-all-rows" (required: TRL's max_completion_length);
+            "token-sum-norm" always uses T.
 
     Returns:
         (B, T) float64 weights, 0 on padding.
@@ -135,6 +158,10 @@ def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = N
         return m / T
     if mode == "seq-mean-token-mean-all-rows":
         return per_row_mean / max(B, 1)
+    if mode == "seq-mean-token-sum-all-rows":
+        return m / max(B, 1)
+    if mode == "seq-mean-token-sum-norm-all-rows":
+        return m / max(B, 1) / float(T if scale_factor is None else scale_factor)
     if scale_factor is None:
         raise ValueError("token-sum-norm-all-rows needs scale_factor (max_completion_length)")
     return m / (max(B, 1) * float(scale_factor))
@@ -277,7 +304,8 @@ def value_loss(
 class LossSpec:
     """One framework's policy loss, resolved from its config by its dialect module."""
 
-    kind: str  # "ppo" | "pg" | "cispo" | "sapo"
+    kind: str  # "ppo" | "pg" | "cispo" | "sapo" | "dppo_tv" | "dppo_kl" | "geo_mean" | "kl_cov"
+    #            | "kimi" | "vespo"
     level: str  # "token" | "sequence" | "sequence-token"
     clamp: float | None
     eps_low: float = 0.2
@@ -299,6 +327,16 @@ class LossSpec:
     rl_coef: float = 1.0
     value_clip: float | None = None
     has_critic: bool = True
+    kl_straight_through: bool = False  # verl "k3+": value of the estimator, gradient of k2
+    kl_ratio_correction: bool = False  # TRL use_bias_correction_kl: KL * ratio
+    trunc_c: float = 3.0  # verl dppo: sg(min(r, clip_ratio_c))
+    kimi_tau: float = 0.1  # ROLL kimi15_tau / verl dro_beta: + tau/2 (logp - old)^2
+    kl_cov_ratio: float = 0.0002  # verl kl_cov: share of tokens with the KL penalty
+    kl_cov_coef: float = 0.1  # verl ppo_kl_coef
+    vespo: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0)  # k+, lambda+, k-, lambda-
+    off_policy_threshold: float | None = None  # TRL off_policy_mask_threshold
+    entropy_quantile: float = 1.0  # TRL top_entropy_quantile
+    length_weights: bool = False  # ROLL length_loss_weight (per-sample weights of the policy term)
 
 
 # -------------------------------------------------------------------- inputs and entry point
@@ -398,6 +436,9 @@ def loss_from_spec(
     r = ratio.detach()
     false = torch.zeros_like(mask)
     clipped_high, clipped_low, dual = false, false, false
+    extra: dict[str, Tensor] = {}
+    dl_dlogp, seq_policy = None, None
+    ratio_shown = r
     if spec.kind == "pg":
         pg = -adv * lp
         dl_dlogp = -adv
@@ -414,32 +455,85 @@ def loss_from_spec(
         dl_dlogp = -weight * adv * keep
         clipped_high = (r > spec.cispo_high) & mask
         clipped_low = (r < spec.cispo_low) & mask if spec.cispo_low is not None else false
-        ratio_shown = r
+    elif spec.kind in ("dppo_tv", "dppo_kl"):
+        pg, dl_dlogp, valid = variants.dppo(
+            lp, old, adv, r, spec.kind, spec.eps_low, spec.eps_high, spec.trunc_c
+        )
+        clipped_high = (~valid) & (adv > 0) & mask
+        clipped_low = (~valid) & (adv <= 0) & mask
+        extra["valid"] = valid & mask
+    elif spec.kind == "kimi":
+        pg = -adv * lp + 0.5 * spec.kimi_tau * (lp - old) ** 2
+        dl_dlogp = -adv + spec.kimi_tau * d
+        ratio_shown = torch.where(mask, torch.exp(d), 0.0)
+    elif spec.kind == "vespo":
+        phi = variants.vespo_phi(d, adv, m, spec.vespo)
+        pg = -phi * adv * lp
+        dl_dlogp = -phi * adv
+        extra["phi"] = phi
+    elif spec.kind == "kl_cov":
+        chosen = variants.kl_cov_tokens(adv, lp.detach(), mask, spec.kl_cov_ratio)
+        pg = -adv * ratio + spec.kl_cov_coef * (lp - old).abs() * chosen
+        dl_dlogp = -adv * r + spec.kl_cov_coef * torch.sign(d) * chosen
+        extra["kl_cov_chosen"] = chosen > 0
+    elif spec.kind == "geo_mean":
+        seq_policy, pg, g_geo, clipped = variants.geo_mean(
+            lp, old, adv, m, spec.eps_low, spec.eps_high
+        )
+        clipped_high = clipped & (adv > 0)
+        clipped_low = clipped & (adv < 0)
+        ratio_shown = torch.where(mask, torch.exp(g_geo["log_ratio"]), 0.0)
     else:
         if spec.kind == "ppo":
             pg = ppo_token_loss(ratio, adv, spec.eps_low, spec.eps_high, spec.dual_clip, spec.delta)
             dl_dr, clipped_high, clipped_low, dual = _ppo_dr(r, adv, spec, mask)
         else:
-            tau = torch.where(adv > 0, spec.tau_pos, spec.tau_neg)
+            tau_pos, tau_neg = (
+                torch.tensor(spec.tau_pos, dtype=F64),
+                torch.tensor(spec.tau_neg, dtype=F64),
+            )
+            tau = torch.where(adv > 0, tau_pos, tau_neg)  # float64 (Python floats give float32)
             pg = -torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * adv
             sig = torch.sigmoid(tau * (r - 1.0))
             dl_dr = -adv * 4.0 * sig * (1.0 - sig)
-        dl_dlogp = None  # the chain rule below depends on the ratio level
-        ratio_shown = r
     pg = torch.where(mask, pg, 0.0)
 
-    if dl_dlogp is not None:
-        g_policy = w_pol * dl_dlogp
+    # per-token keep masks (TRL off_policy_mask_threshold, top_entropy_quantile) and ROLL's
+    # per-sample weights: they scale the policy term's weights, not the KL's
+    keep = torch.ones_like(m)
+    if spec.off_policy_threshold is not None:
+        keep = keep * variants.off_policy_keep(adv, d, m, spec.off_policy_threshold)
+        extra["off_policy_kept"] = (keep > 0) & mask
+    if spec.entropy_quantile < 1.0:
+        if ent is None:
+            raise ValueError("entropy: needed for top_entropy_quantile < 1")
+        high = variants.high_entropy_mask(ent.detach(), mask, 1.0 - spec.entropy_quantile)
+        keep = keep * high.to(F64)
+        extra["entropy_kept"] = high
+    row_w = torch.ones((shape[0], 1), dtype=F64)
+    if spec.length_weights:
+        row_w = variants.length_sample_weights(m)[:, None]
+    w_pol = agg_weights(m, *modes["policy"]) * row_w
+    w_eff = w_pol * keep
+
+    if seq_policy is not None:  # verl geo_mean: a sequence-level loss, mean over all rows
+        g_policy = g_geo["coef"] * keep
+        policy = seq_policy
+        w_pol = g_geo["weights"]
+        w_eff = w_pol
+    elif dl_dlogp is not None:
+        g_policy = w_eff * dl_dlogp
     elif spec.level == "token":
         inside = torch.ones_like(r) if spec.clamp is None else (d.abs() <= spec.clamp).to(F64)
-        g_policy = w_pol * dl_dr * r * inside
+        g_policy = w_eff * dl_dr * r * inside
     elif spec.level == "sequence":
-        coupling = (w_pol * dl_dr).sum(-1, keepdim=True)
+        coupling = (w_eff * dl_dr).sum(-1, keepdim=True)
         g_policy = m * r / lengths.clamp(min=1.0) * coupling
     else:  # verl GSPO-token: own token only, log s <= clamp
         seq_mean = d.sum(-1, keepdim=True) / lengths.clamp(min=1.0)
-        g_policy = w_pol * dl_dr * r * (seq_mean <= spec.clamp).to(F64)
-    policy = (w_pol * pg).sum()
+        g_policy = w_eff * dl_dr * r * (seq_mean <= spec.clamp).to(F64)
+    if seq_policy is None:
+        policy = (w_eff * pg).sum()
 
     # ---- KL term
     kl_tok, kl_term, g_kl = None, None, torch.zeros_like(m)
@@ -450,12 +544,29 @@ def loss_from_spec(
             kl_term = torch.zeros((), dtype=F64)
         else:
             kl_tok = token_kl(lp, ref, m, spec.kl_estimator, spec.kl_clamp, spec.kl_log_ratio_clamp)
+            slope = _kl_grad(lp.detach() - ref, spec, mask)
+            if spec.kl_straight_through:  # verl "+": forward value, k2 gradient
+                k2 = 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
+                kl_tok = k2 - k2.detach() + kl_tok.detach()
+                slope = torch.where(mask, lp.detach() - ref, 0.0)
+            if spec.kl_ratio_correction:  # TRL use_bias_correction_kl: k3 * pi/pi_old
+                value = kl_tok.detach()
+                kl_tok = kl_tok * ratio
+                g = w_kl * slope * r
+                if spec.level == "token":
+                    g = g + w_kl * value * r
+                else:
+                    coupling = (w_kl * value).sum(-1, keepdim=True)
+                    g = g + m * r / lengths.clamp(min=1.0) * coupling
+                g_kl = spec.kl_coef * g
+            else:
+                g_kl = spec.kl_coef * w_kl * slope
             kl_term = (w_kl * kl_tok).sum()
-            g_kl = spec.kl_coef * w_kl * _kl_grad(lp.detach() - ref, spec, mask)
     # ---- entropy term
     ent_term = None
     if ent is not None:
-        ent_term = aggregate(ent, m, *modes["entropy"])
+        ent_mask = m if "entropy_kept" not in extra else extra["entropy_kept"].to(F64)
+        ent_term = aggregate(ent, ent_mask, *modes["entropy"])
     # ---- value term (separate critic)
     value_term, vf_clipped = None, None
     if values is not None:
@@ -475,7 +586,7 @@ def loss_from_spec(
     per_token = {
         "ratio": torch.where(mask, ratio_shown, 0.0),
         "pg_loss": pg.detach(),
-        "loss_weight": w_pol,
+        "loss_weight": w_eff,
         "grad_coef": torch.where(mask, grad_coef, 0.0),
         "clipped_high": clipped_high & mask,
         "clipped_low": clipped_low & mask,
@@ -483,8 +594,28 @@ def loss_from_spec(
     }
     if kl_tok is not None:
         per_token["kl"] = kl_tok.detach()
+    for name, value in extra.items():
+        per_token[name] = torch.where(mask, value, torch.zeros_like(value))
     terms = {"policy": policy, "kl": kl_term, "entropy": ent_term, "value": value_term}
-    ctx = MetricContext(cfg, spec, modes, m, mask, d, r, adv, terms, total, ent, kl_tok, vf_clipped)
+    ctx = MetricContext(
+        cfg,
+        spec,
+        modes,
+        m,
+        mask,
+        d,
+        r,
+        adv,
+        terms,
+        total,
+        ent,
+        kl_tok,
+        vf_clipped,
+        pg=pg.detach(),
+        extra=extra,
+        row_weights=row_w[:, 0],
+        metric_notes={},
+    )
     metric_values = metrics(ctx)
     return LossResult(
         framework=framework,
@@ -494,6 +625,7 @@ def loss_from_spec(
         per_token=per_token,
         metrics=metric_values,
         notes=tuple(notes),
+        metric_notes=dict(ctx.metric_notes),
     )
 
 
@@ -577,6 +709,10 @@ class MetricContext:
     entropy: Tensor | None
     kl_tok: Tensor | None
     vf_clipped: Tensor | None
+    pg: Tensor | None = None  # (B, T) per-token policy loss (detached)
+    extra: dict | None = None  # kind-specific (B, T) pieces (dppo valid mask, vespo phi, ...)
+    row_weights: Tensor | None = None  # (B,) ROLL per-sample weights (ones when off)
+    metric_notes: dict | None = None  # filled by the metric function: name -> note
 
     def token_mean(self, x: Tensor) -> float:
         """Token-mean of a (B, T) quantity over the valid tokens."""

@@ -124,12 +124,15 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "eps_clip": 0.2,
     "eps_clip_low_high": None,
     "dual_clip": None,
-    "token_level_loss": True,
+    "loss_agg_mode": "token-mean",
     "entropy_coef": None,
     "value_clip": 0.5,
 }
 
-LOSS_CHOICES: dict[str, tuple] = {"policy_loss_type": ("ppo", "gspo")}
+LOSS_CHOICES: dict[str, tuple] = {
+    "policy_loss_type": ("ppo", "gspo"),
+    "loss_agg_mode": ("token-mean", "seq-mean-token-mean"),
+}
 
 LOSS_HELP: dict[str, str] = {
     "policy_loss_type": "--actor.policy_loss_type: ppo (token ratio, log-ratio clamped "
@@ -138,8 +141,9 @@ LOSS_HELP: dict[str, str] = {
     "eps_clip_low_high": "--actor.eps_clip_low_high: [low, high] epsilons (None = eps_clip "
     "on both sides).",
     "dual_clip": "--actor.dual_clip: dual-clip constant c > 1 for A<0 (None = off).",
-    "token_level_loss": "token_level_loss (not on the CLI): True = sum / tokens, False = mean "
-    "of per-sample token means; the KL and entropy terms are always token-level.",
+    "loss_agg_mode": "--actor.loss_agg_mode: token-mean (sum / tokens) or seq-mean-token-mean "
+    "(mean of per-sample token means; PolicyLoss token_level_loss = mode == token-mean); the KL, "
+    "entropy and critic terms are always token-level.",
     "entropy_coef": "--actor.entropy_coef: None = entropy not computed, 0 = logged only, > 0 "
     "= loss -= coef * token-mean entropy.",
     "value_clip": "--critic.value_clip: critic clip around the old values (None = plain MSE).",
@@ -360,16 +364,15 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Canonical aggregation of each loss term.
 
-    KL and entropy are token-level; the policy and the critic per token or per sample
-    (``token_level_loss``; gspo always per sample).
+    KL, entropy and critic are token-level (``aggregate_loss`` defaults, ``ValueLoss``); the
+    policy per token or per sample (``--actor.loss_agg_mode``, 0.11.2; gspo always per sample).
     """
     token = ("token-mean", None)
     per_sample = ("seq-mean-token-mean", None)
     policy = token
-    if not cfg["token_level_loss"] or cfg["policy_loss_type"] == "gspo":
+    if cfg["loss_agg_mode"] != "token-mean" or cfg["policy_loss_type"] == "gspo":
         policy = per_sample
-    value = token if cfg["token_level_loss"] else per_sample
-    return {"policy": policy, "kl": token, "entropy": token, "value": value}
+    return {"policy": policy, "kl": token, "entropy": token, "value": token}
 
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:

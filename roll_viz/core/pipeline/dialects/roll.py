@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from roll_viz.core.ops import masked_whiten
@@ -151,17 +152,22 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "cispo_epsilon_low": 0.1,
     "cispo_epsilon_high": 0.1,
     "cispo_use_unified_mask": False,
+    "tis_lower_bound": 0.0,
+    "tis_upper_bound": 1.0,
+    "kimi15_tau": 0.1,
+    "length_loss_weight": False,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
-    "pg_variant": ("vanilla", "ppo", "cispo"),
+    "pg_variant": ("vanilla", "ppo", "cispo", "tis", "kimi15"),
     "loss_agg_mode": _AGG,
     "importance_sampling": ("token", "seq"),
 }
 
 LOSS_HELP: dict[str, str] = {
     "pg_variant": "actor_train.pg_variant: ppo = the default ActorWorker (clipped surrogate), "
-    "vanilla = -A*logp (ActorPGWorker), cispo = -sg(clip(r, 1-lo, 1+hi))*A*logp.",
+    "vanilla = -A*logp (ActorPGWorker), cispo = -sg(clip(r, 1-lo, 1+hi))*A*logp, tis = "
+    "-sg(clip(r, tis_lower_bound, tis_upper_bound))*A*logp, kimi15 = -A*logp + tau/2 * d^2.",
     "pg_clip": "pg_clip: PPO clip epsilon (both sides unless use_pg_clip_range); also sets the "
     "dual-clip constant 1 + 2*pg_clip.",
     "use_pg_clip_range": "use_pg_clip_range: use pg_clip_low / pg_clip_high, not pg_clip.",
@@ -180,6 +186,11 @@ LOSS_HELP: dict[str, str] = {
     "cispo_epsilon_high": "cispo_epsilon_high: CISPO weight cap 1 + eps (pg_variant cispo).",
     "cispo_use_unified_mask": "cispo_use_unified_mask: also zero the tokens PPO would clip "
     "(A>0 and r>1+hi, A<0 and r<1-lo).",
+    "tis_lower_bound": "tis_lower_bound: lower truncation of the TIS weight (pg_variant tis).",
+    "tis_upper_bound": "tis_upper_bound: upper truncation of the TIS weight (pg_variant tis).",
+    "kimi15_tau": "kimi15_tau: weight of the squared log-ratio penalty (pg_variant kimi15).",
+    "length_loss_weight": "length_loss_weight: per-sample weights 1.5 - normalized length "
+    "(rescaled to mean 1) on the policy term; actor/pg_loss stays unweighted.",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
@@ -463,7 +474,12 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
 
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
-    """ROLL's policy loss as a ``LossSpec`` (pg_variant ppo / vanilla / cispo); notes appended."""
+    """ROLL's policy loss as a ``LossSpec``; notes appended.
+
+    ``pg_variant`` ppo is ``rlvr/actor_worker.py::ActorWorker.loss_func``; vanilla, cispo, tis
+    and kimi15 are ``rlvr/actor_pg_worker.py::ActorPGWorker`` (``_compute_<variant>_loss``),
+    which always uses the token ratio.
+    """
     variant = cfg["pg_variant"]
     low, high = cfg["pg_clip"], cfg["pg_clip"]
     if cfg["use_pg_clip_range"]:
@@ -476,24 +492,37 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "entropy_coef": cfg["entropy_loss_coef"],
         "rl_coef": cfg["rl_loss_coef"],
         "value_clip": cfg["value_clip"],
+        "length_weights": cfg["length_loss_weight"],
     }
     if cfg["use_kl_loss"]:
         notes.append("ROLL KL loss: always k3 (clamped +-10), aggregated with loss_agg_mode")
+    if cfg["length_loss_weight"]:
+        notes.append(
+            "length_loss_weight: policy term weighted per sample by 1.5 - normalized length, "
+            "rescaled to mean 1 (compute_sample_weights)"
+        )
     if variant != "ppo" and cfg["importance_sampling"] == "seq":
         notes.append(f"pg_variant {variant}: ActorPGWorker uses the token ratio (seq ignored)")
     if variant == "vanilla":
         notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
         return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
-    if variant == "cispo":
-        lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
-        notes.append(f"pg_variant cispo: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
+    if variant == "kimi15":
+        tau = cfg["kimi15_tau"]
+        notes.append(f"pg_variant kimi15: loss = -A * logp + {tau:g}/2 * (logp - old)^2")
+        return LossSpec(kind="kimi", level="token", clamp=None, kimi_tau=tau, **kwargs)
+    if variant in ("cispo", "tis"):
+        if variant == "cispo":
+            lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
+        else:
+            lo, hi = cfg["tis_lower_bound"], cfg["tis_upper_bound"]
+        notes.append(f"pg_variant {variant}: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
         return LossSpec(
             kind="cispo",
             level="token",
             clamp=None,
             cispo_low=lo,
             cispo_high=hi,
-            unified_mask=cfg["cispo_use_unified_mask"],
+            unified_mask=variant == "cispo" and cfg["cispo_use_unified_mask"],
             **kwargs,
         )
     level = "sequence" if cfg["importance_sampling"] == "seq" else "token"
@@ -508,34 +537,108 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
-    """ROLL's logged actor/critic metrics under its own names."""
-    spec, m = ctx.spec, ctx.m
+    """ROLL's logged actor/critic metrics under the names it logs (``@sum`` tags stripped).
+
+    Two quirks are reproduced, each with a note beside the metric (``ctx.metric_notes``):
+    ``ActorPGWorker._get_pg_metrics`` logs ``f"actor/cispo_{key}"`` over cache keys that already
+    start with ``cispo_`` (and ``kimi15_``), so the names carry a doubled prefix, and its
+    clip fractions are ``.mean()`` over every (B, T) position; with ``importance_sampling: seq``
+    ``ActorWorker.loss_func`` broadcasts the sequence ratio to every position (``expand_as``) and
+    its token-mean ``agg_loss`` sums the clip indicator without the mask, so padded positions
+    count and the logged fractions can exceed 1.
+    """
+    spec, m, cfg = ctx.spec, ctx.m, ctx.cfg
+    variant = cfg["pg_variant"]
+    notes = ctx.metric_notes
     out: dict[str, float] = {
-        "actor/pg_loss": ctx.item("policy"),
+        "actor/pg_loss": ctx.agg(ctx.pg),
+        "actor/weighted_pg_loss": ctx.item("policy"),
         "actor/total_loss": ctx.total.detach().item(),
         "actor/approxkl": ctx.agg(0.5 * ctx.d * ctx.d),
         "actor/policykl": ctx.agg(ctx.d),
     }
     if ctx.kl_tok is not None:
         out["actor/kl_loss"] = ctx.item("kl")
-    if spec.kind == "ppo":
+    if spec.length_weights:
+        w = ctx.row_weights
+        out["actor/sample_weights_mean"] = w.mean().item()
+        out["actor/sample_weights_min"] = w.min().item()
+        out["actor/sample_weights_max"] = w.max().item()
+    numel = float(m.numel())  # ActorPGWorker takes .mean() over every (B, T) position
+    n_valid = max(m.sum().item(), 1.0)
+    if variant == "ppo":
         lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
         high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
         surr1, surr2 = ctx.surrogates()
-        out["actor/ppo_ratio_high_clipfrac"] = ctx.token_mean(high)
-        out["actor/ppo_ratio_low_clipfrac"] = ctx.token_mean(low)
-        out["actor/ppo_ratio_clipfrac"] = ctx.token_mean(high | low)
+        masked = {"high": high, "low": low, "": high | low}
+        for key, flags in masked.items():
+            name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
+            out[name] = ctx.token_mean(flags)
+        if spec.level == "sequence":
+            lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
+            seq = torch.exp(ctx.d.sum(-1, keepdim=True) / lengths).expand_as(m)
+            counts = {"high": seq > hi, "low": seq < lo}
+            counts[""] = counts["high"].to(F64) + counts["low"].to(F64)
+            for key, flags in counts.items():
+                name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
+                masked_value = out[name]
+                out[name] = flags.to(F64).sum().item() / n_valid
+                notes[name] = (
+                    f"counts padded positions: importance_sampling seq broadcasts each "
+                    f"sequence's ratio to all {m.shape[1]} positions and ROLL's token-mean "
+                    f"agg_loss sums them without the mask, divided by the {n_valid:g} valid "
+                    f"tokens; over the valid tokens only it is {masked_value:.6g}"
+                )
         out["actor/clipfrac"] = ctx.agg(surr2 < surr1)
         out["actor/ratio_mean"] = aggregate(ctx.r, m, "seq-mean-token-mean").item()
         out["actor/ratio_max"] = (ctx.r * m).max().item()
         out["actor/ratio_min"] = (ctx.r * m + (1.0 - m) * 1e10).min().item()
-    elif spec.kind == "cispo":
-        numel = float(m.numel())  # ROLL takes .mean() over every (B, T) position
-        low = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item() / numel
-        high = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item() / numel
-        out["actor/cispo_lower_clipfrac"] = low
-        out["actor/cispo_upper_clipfrac"] = high
-        out["actor/cispo_total_clipfrac"] = low + high
+    elif variant in ("cispo", "tis"):
+        lower = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item()
+        upper = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item()
+        prefix = "actor/cispo_cispo_" if variant == "cispo" else "actor/tis_"
+        for key, count in (("lower", lower), ("upper", upper), ("total", lower + upper)):
+            name = f"{prefix}{key}_clipfrac"
+            out[name] = count / numel
+            why = "the doubled prefix is ROLL's (f'actor/cispo_{key}' over keys named cispo_*); "
+            notes[name] = (
+                (why if variant == "cispo" else "")
+                + f".mean() over all {numel:g} (B x T) positions, padding included; over the "
+                f"{n_valid:g} valid tokens it is {count / n_valid:.6g}"
+            )
+        weight = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
+        if variant == "cispo":
+            out["actor/cispo_cispo_epsilon_low"] = cfg["cispo_epsilon_low"]
+            out["actor/cispo_cispo_epsilon_high"] = cfg["cispo_epsilon_high"]
+            out["actor/cispo_cispo_clip_lower"] = spec.cispo_low
+            out["actor/cispo_cispo_clip_upper"] = spec.cispo_high
+            out["actor/cispo_cispo_use_unified_mask"] = float(spec.unified_mask)
+            out["actor/cispo_clipped_ratio_mean"] = aggregate(
+                weight, m, "seq-mean-token-mean-all-rows"
+            ).item()
+        else:
+            out["actor/tis_clipped_ratio_mean"] = aggregate(weight, m, "seq-mean-token-mean").item()
+            out["actor/tis_lower_bound"] = spec.cispo_low
+            out["actor/tis_upper_bound"] = spec.cispo_high
+    elif variant == "kimi15":
+        log_ratio = torch.where(
+            ctx.mask, torch.log(ctx.r + 1e-8), torch.log(torch.tensor(1.0 + 1e-8, dtype=F64))
+        )
+        grad_mag = (ctx.adv * log_ratio).abs().mean().item()
+        reg_mag = (spec.kimi_tau * log_ratio.pow(2) * 0.5).mean().item()
+        out["actor/kimi15_kimi15_tau"] = spec.kimi_tau
+        out["actor/kimi15_kimi15_log_ratio_mean"] = log_ratio.mean().item()
+        out["actor/kimi15_kimi15_log_ratio_std"] = log_ratio.std().item()
+        out["actor/kimi15_kimi15_log_ratio_abs_mean"] = log_ratio.abs().mean().item()
+        out["actor/kimi15_kimi15_policy_grad_magnitude"] = grad_mag
+        out["actor/kimi15_kimi15_kl_reg_magnitude"] = reg_mag
+        out["actor/kimi15_kimi15_reg_ratio"] = reg_mag / (grad_mag + 1e-8)
+        for name in list(out):
+            if name.startswith("actor/kimi15_kimi15_log_ratio"):
+                notes[name] = (
+                    "doubled prefix as ROLL logs it; a mean over all (B x T) positions, where "
+                    "padding holds log(1 + 1e-8)"
+                )
     if ctx.terms["value"] is not None:
         out["critic/loss"] = ctx.item("value")
         # ROLL: row-mean of (clipped error larger), mean over all rows; without value_clip it

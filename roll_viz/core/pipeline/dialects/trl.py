@@ -91,16 +91,24 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "entropy_coef": 0.0,
     "sapo_temperature_pos": 1.0,
     "sapo_temperature_neg": 1.05,
+    "vespo_k_pos": 2.0,
+    "vespo_lambda_pos": 3.0,
+    "vespo_k_neg": 3.0,
+    "vespo_lambda_neg": 2.0,
+    "top_entropy_quantile": 1.0,
+    "off_policy_mask_threshold": None,
+    "use_bias_correction_kl": True,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
-    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"),
+    "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
     "importance_sampling_level": ("token", "sequence"),
 }
 
 LOSS_HELP: dict[str, str] = {
     "loss_type": "GRPOConfig.loss_type: dapo (sum / active tokens), grpo (mean of sequence "
-    "means), bnpo (token mean), dr_grpo (sum / (B * max_completion_length)), cispo, sapo.",
+    "means), bnpo (token mean), dr_grpo (sum / (B * max_completion_length)), cispo, sapo, luspo "
+    "(per-sequence token sum, mean over sequences) or vespo (Gamma-shaped sequence weight).",
     "epsilon": "GRPOConfig.epsilon: lower clip epsilon (and upper when epsilon_high is None).",
     "epsilon_high": "GRPOConfig.epsilon_high: upper clip epsilon (None = epsilon); for cispo "
     "the absolute cap on the weight min(r, epsilon_high) (ScaleRL recommends 5.0).",
@@ -112,6 +120,16 @@ LOSS_HELP: dict[str, str] = {
     "(independent of loss_type).",
     "sapo_temperature_pos": "GRPOConfig.sapo_temperature_pos: SAPO temperature for A > 0.",
     "sapo_temperature_neg": "GRPOConfig.sapo_temperature_neg: SAPO temperature for A <= 0.",
+    "vespo_k_pos": "GRPOConfig.vespo_k_pos: VESPO shape k for A >= 0.",
+    "vespo_lambda_pos": "GRPOConfig.vespo_lambda_pos: VESPO rate lambda for A >= 0.",
+    "vespo_k_neg": "GRPOConfig.vespo_k_neg: VESPO shape k for A < 0.",
+    "vespo_lambda_neg": "GRPOConfig.vespo_lambda_neg: VESPO rate lambda for A < 0.",
+    "top_entropy_quantile": "GRPOConfig.top_entropy_quantile: train only on tokens whose entropy "
+    "is at or above this quantile's complement (1.0 = all tokens, 0.2 = the top 20 %).",
+    "off_policy_mask_threshold": "GRPOConfig.off_policy_mask_threshold: drop A<0 sequences whose "
+    "mean log(pi_old / pi) exceeds it (DeepSeek-V3.2); None = off.",
+    "use_bias_correction_kl": "GRPOConfig.use_bias_correction_kl: multiply the k3 KL by the "
+    "importance ratio (TRL 1.16 default True).",
 }
 
 #: Every key the policy update reads (loss table plus the loss KL coefficient).
@@ -275,10 +293,11 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
 
 
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
-    """Canonical aggregation of each loss term by ``loss_type``.
+    """Canonical aggregation of each loss term by ``loss_type`` (``GRPOTrainer._compute_loss``).
 
     The KL is aggregated like the policy, the entropy token-mean; "value" is None: GRPO has no
-    critic.
+    critic. luspo is ``(per_token_loss * mask).sum(-1).mean()`` (TRL 1.16): the sum over each
+    sequence's tokens, averaged over all rows.
     """
     loss_type = cfg["loss_type"]
     policy = ("token-mean", None)
@@ -286,11 +305,13 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
         policy = ("seq-mean-token-mean-all-rows", None)
     elif loss_type == "dr_grpo":
         policy = ("token-sum-norm-all-rows", cfg["max_completion_length"])
+    elif loss_type == "luspo":
+        policy = ("seq-mean-token-sum-all-rows", None)
     return {"policy": policy, "kl": policy, "entropy": ("token-mean", None), "value": None}
 
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
-    """TRL's policy loss as a ``LossSpec`` (loss_type grpo/bnpo/dr_grpo/dapo/cispo/sapo)."""
+    """TRL's policy loss as a ``LossSpec`` (``GRPOTrainer._compute_loss``, every loss_type)."""
     low = cfg["epsilon"]
     high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
     level = "sequence" if cfg["importance_sampling_level"] == "sequence" else "token"
@@ -301,11 +322,32 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "kl_on": cfg["beta"] != 0,
         "kl_estimator": "k3",
         "kl_coef": cfg["beta"],
+        "kl_ratio_correction": cfg["beta"] != 0 and cfg["use_bias_correction_kl"],
         "entropy_coef": cfg["entropy_coef"],
         "has_critic": False,
+        "off_policy_threshold": cfg["off_policy_mask_threshold"],
+        "entropy_quantile": cfg["top_entropy_quantile"],
     }
     if cfg["beta"] != 0:
-        notes.append("TRL: beta * k3 (unclamped) added per token before aggregation")
+        notes.append(
+            "TRL: beta * k3 (unclamped) added per token before aggregation"
+            + (
+                ", times the importance ratio (use_bias_correction_kl)"
+                if kwargs["kl_ratio_correction"]
+                else ""
+            )
+        )
+    if cfg["off_policy_mask_threshold"] is not None:
+        notes.append(
+            f"off_policy_mask_threshold {cfg['off_policy_mask_threshold']:g}: sequences with A < 0 "
+            "and mean log(pi_old/pi) above it get no policy loss (the KL term still flows)"
+        )
+    if cfg["top_entropy_quantile"] < 1.0:
+        notes.append(
+            f"top_entropy_quantile {cfg['top_entropy_quantile']:g}: only tokens at or above the "
+            f"{1 - cfg['top_entropy_quantile']:g} entropy quantile carry the policy loss and the "
+            "entropy bonus (the denominators stay the same)"
+        )
     if level == "sequence" and loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
         notes.append("sequence-level IS with a token-sum loss weights each sequence by length")
     if loss_type == "cispo":
@@ -319,6 +361,20 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             tau_neg=cfg["sapo_temperature_neg"],
             **kwargs,
         )
+    if loss_type == "vespo":
+        params = (
+            cfg["vespo_k_pos"],
+            cfg["vespo_lambda_pos"],
+            cfg["vespo_k_neg"],
+            cfg["vespo_lambda_neg"],
+        )
+        notes.append(
+            "loss_type vespo: -phi(w) * A * logp, phi(w) = e^lambda w^k e^(-lambda w) of the "
+            "sequence ratio w = exp(sum of log-ratios), k/lambda by the sign of A; sum / tokens"
+        )
+        return LossSpec(kind="vespo", vespo=params, **kwargs)
+    if loss_type == "luspo":
+        notes.append("loss_type luspo: PPO clip, each sequence's token sum, mean over sequences")
     notes.append(
         f"TRL {loss_type}: {level} ratio, no clamp, clip [1-{low:g}, 1+{high:g}]"
         + (f", delta cap {cfg['delta']:g}" if cfg["delta"] is not None else "")
@@ -356,6 +412,11 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["clip_ratio/high_max"] = _nan_reduce(high_rows, torch.max)
     elif spec.kind == "cispo":
         out["cispo_clip_ratio"] = global_mean((ctx.r > spec.cispo_high) & (ctx.adv > 0) & ctx.mask)
+    elif spec.kind == "vespo":
+        # phi is one value per sequence when the advantages are; TRL: mean over every row
+        lengths = ctx.m.sum(-1)
+        row_phi = (ctx.extra["phi"] * ctx.m).sum(-1) / lengths.clamp(min=1.0)
+        out["vespo/phi_seq_mean"] = torch.where(lengths > 0, row_phi, 1.0).mean().item()
     return out
 
 

@@ -50,6 +50,16 @@ KL_CANON = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2"}
 KL_CANON |= {"low_var_kl": "k3", "k3": "k3"}
 #: canonical -> verl's preferred name.
 KL_NAMES = shared.kl_names(KL_CANON)
+#: Straight-through names (``core_algos.kl_penalty``): the value of the estimator before "+",
+#: the gradient of k2 (``0.5 * (logp - ref)^2``); "k2+" / "mse+" are plain k2.
+KL_PLUS = tuple(f"{name}+" for name in KL_CANON)
+
+
+def kl_base(name: str) -> str:
+    """Verl's KL name without the straight-through "+" suffix."""
+    return name[:-1] if name.endswith("+") else name
+
+
 #: The key that picks the in-reward KL estimator.
 KL_ESTIMATOR_KEY: str | None = "kl_penalty"
 
@@ -86,7 +96,7 @@ CHOICES: dict[str, tuple] = {
     "adv_estimator": tuple(ESTIMATORS),
     "kl_penalty": tuple(KL_CANON),
     "kl_ctrl_type": ("fixed", "adaptive"),
-    "kl_loss_type": tuple(KL_CANON),
+    "kl_loss_type": (*KL_CANON, *KL_PLUS),
     **shared.VIZ_CHOICES,
 }
 
@@ -105,7 +115,8 @@ HELP: dict[str, str] = {
     "horizon": "algorithm.kl_ctrl.horizon: horizon of the adaptive controller.",
     "use_kl_loss": "actor.use_kl_loss: put a KL term in the policy loss instead.",
     "kl_loss_coef": "actor.kl_loss_coef: coefficient of the KL loss term.",
-    "kl_loss_type": "actor.kl_loss_type: KL estimator of the loss term.",
+    "kl_loss_type": "actor.kl_loss_type: KL estimator of the loss term; a '+' suffix (k3+, "
+    "low_var_kl+) keeps its value but takes the gradient of k2 (straight-through).",
     **shared.VIZ_HELP,
 }
 
@@ -141,10 +152,24 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "cliprange_value": 0.5,
     "tau_pos": 1.0,
     "tau_neg": 1.05,
+    "kl_cov_ratio": 0.0002,
+    "ppo_kl_coef": 0.1,
+    "dro_beta": None,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
-    "loss_mode": ("vanilla", "gspo", "cispo", "gpg", "sapo"),
+    "loss_mode": (
+        "vanilla",
+        "gspo",
+        "cispo",
+        "gpg",
+        "sapo",
+        "dppo_tv",
+        "dppo_kl",
+        "geo_mean",
+        "kl_cov",
+        "dro",
+    ),
     "loss_agg_mode": (
         "token-mean",
         "token-sum",
@@ -156,20 +181,27 @@ LOSS_CHOICES: dict[str, tuple] = {
 
 LOSS_HELP: dict[str, str] = {
     "loss_mode": "actor.policy_loss.loss_mode: vanilla (PPO clip + always-on dual clip), gspo "
-    "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp) or sapo (soft gate).",
+    "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp), sapo (soft gate), dppo_tv / "
+    "dppo_kl (probability trust region; clip_ratio_* are divergence thresholds), geo_mean "
+    "(GMPO), kl_cov (KL-Cov) or dro (-A*logp + dro_beta/2 * d^2).",
     "clip_ratio": "actor.clip_ratio: PPO epsilon, used where clip_ratio_low/high are null.",
     "clip_ratio_low": "actor.clip_ratio_low: lower epsilon (null = clip_ratio).",
     "clip_ratio_high": "actor.clip_ratio_high: upper epsilon (null = clip_ratio; DAPO "
     "clip-higher uses 0.28).",
     "clip_ratio_c": "actor.clip_ratio_c: dual-clip constant c > 1, always on for A<0.",
     "loss_agg_mode": "actor.loss_agg_mode: aggregation of policy, KL, entropy and critic "
-    "terms (gspo and sapo force seq-mean-token-mean for the policy term).",
+    "terms; the seq-mean modes divide by every row of the mini-batch (empty ones too); sapo "
+    "forces seq-mean-token-mean, geo_mean ignores it.",
     "loss_scale_factor": "actor.loss_scale_factor: divisor of seq-mean-token-sum-norm "
     "(null = L_max, the tensor width).",
     "entropy_coeff": "actor.entropy_coeff: policy_loss -= coeff * agg(entropy).",
     "cliprange_value": "critic.cliprange_value: critic clip around the old values.",
     "tau_pos": "actor.tau_pos: SAPO gate temperature for A > 0.",
     "tau_neg": "actor.tau_neg: SAPO gate temperature for A <= 0.",
+    "kl_cov_ratio": "actor.policy_loss.kl_cov_ratio: share of tokens (top cov(A, logp)) that get "
+    "the |log-ratio| penalty in kl_cov.",
+    "ppo_kl_coef": "actor.policy_loss.ppo_kl_coef: coefficient of that penalty (yaml 0.1).",
+    "dro_beta": "actor.policy_loss.dro_beta: quadratic log-ratio penalty of dro (required > 0).",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
@@ -222,7 +254,7 @@ def estimator_name(config: Mapping[str, Any]) -> str:
 
 def kl_estimator(config: Mapping[str, Any]) -> str:
     """Canonical name (k1/abs/k2/k3) of the in-reward KL estimator of a resolved config."""
-    return KL_CANON[config["kl_penalty"]]
+    return KL_CANON[kl_base(config["kl_penalty"])]
 
 
 def to_native(generic: Mapping[str, Any]) -> dict[str, Any]:
@@ -361,8 +393,11 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
 
 
 def _kl(batch: Batch, name: str) -> Tensor:
-    """Verl ``kl_penalty``: k3 with the log-ratio clamped to +-20 and the result to +-10."""
-    canonical = KL_CANON[name]
+    """Verl ``kl_penalty``: k3 with the log-ratio clamped to +-20 and the result to +-10.
+
+    A "+" suffix only changes the gradient (straight-through k2): the value is the same.
+    """
+    canonical = KL_CANON[kl_base(name)]
     if canonical == "k3":
         return batch_kl(batch, "k3", clamp=10.0, log_ratio_clamp=20.0)
     return batch_kl(batch, canonical, clamp=None)
@@ -408,41 +443,111 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions) -> list[str]:
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Canonical aggregation of each loss term.
 
-    ``loss_agg_mode`` everywhere, except that gspo and sapo force seq-mean-token-mean for the
-    policy term.
+    ``loss_agg_mode`` everywhere, as the trainer runs it: ``agg_loss`` gets the mini-batch's
+    ``global_batch_size`` (``ppo_mini_batch_size * rollout.n`` rows, ``v1/trainer_base.py::
+    _update_actor`` / ``_update_critic``), so the seq-mean modes divide by every row, empty
+    responses included. sapo forces seq-mean-token-mean for the policy term
+    (``compute_policy_loss_sapo``); gspo follows ``loss_agg_mode`` (verl 0.9.1,
+    ``compute_policy_loss_gspo``: "we support aggregate the loss in different modes, default is
+    token-mean"; the git main snapshot 1dda039b still hard-codes seq-mean-token-mean there).
     """
-    same = (cfg["loss_agg_mode"], cfg["loss_scale_factor"])
+    factor = cfg["loss_scale_factor"]
+    same = (_TRAINER_AGG[cfg["loss_agg_mode"]], factor)
     policy = same
-    if cfg["loss_mode"] in ("gspo", "sapo"):
-        policy = ("seq-mean-token-mean", None)
+    if cfg["loss_mode"] == "sapo":
+        policy = ("seq-mean-token-mean-all-rows", None)
     return {"policy": policy, "kl": same, "entropy": same, "value": same}
 
 
+#: verl's ``loss_agg_mode`` -> the canonical mode its trainer computes (global_batch_size = B).
+_TRAINER_AGG = {
+    "token-mean": "token-mean",
+    "token-sum": "token-sum",
+    "seq-mean-token-sum": "seq-mean-token-sum-all-rows",
+    "seq-mean-token-mean": "seq-mean-token-mean-all-rows",
+    "seq-mean-token-sum-norm": "seq-mean-token-sum-norm-all-rows",
+}
+
+
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
-    """The verl policy loss as a ``LossSpec`` (loss_mode vanilla/gspo/cispo/gpg/sapo)."""
+    """The verl policy loss as a ``LossSpec`` (``core_algos.compute_policy_loss_<loss_mode>``).
+
+    Raises:
+        ValueError: loss_mode dro without dro_beta > 0 (verl raises the same).
+    """
     mode = cfg["loss_mode"]
     low = cfg["clip_ratio_low"] if cfg["clip_ratio_low"] is not None else cfg["clip_ratio"]
     high = cfg["clip_ratio_high"] if cfg["clip_ratio_high"] is not None else cfg["clip_ratio"]
-    kl_name = KL_CANON[cfg["kl_loss_type"]]
+    kl_type = cfg["kl_loss_type"]
+    kl_name = KL_CANON[kl_base(kl_type)]
     kwargs = {
         "kl_on": cfg["use_kl_loss"],
         "kl_estimator": kl_name,
         "kl_clamp": 10.0 if kl_name == "k3" else None,
         "kl_log_ratio_clamp": 20.0 if kl_name == "k3" else None,
         "kl_coef": cfg["kl_loss_coef"],
+        "kl_straight_through": kl_type.endswith("+") and kl_name != "k2",
         "entropy_coef": cfg["entropy_coeff"],
         "value_clip": cfg["cliprange_value"],
     }
     if cfg["use_kl_loss"]:
-        notes.append(f"verl KL loss: {cfg['kl_loss_type']}, aggregated with loss_agg_mode")
+        notes.append(f"verl KL loss: {kl_type}, aggregated with loss_agg_mode")
+        if kwargs["kl_straight_through"]:
+            notes.append(
+                f"{kl_type}: value of {kl_base(kl_type)}, gradient of k2 (straight-through)"
+            )
+    if cfg["loss_agg_mode"].startswith("seq-mean"):
+        notes.append(
+            f"{cfg['loss_agg_mode']}: divided by every row of the mini-batch (global_batch_size), "
+            "empty responses included"
+        )
     if mode == "gpg":
         notes.append("loss_mode gpg: loss = -A * logp")
         return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
+    if mode == "dro":
+        beta = cfg["dro_beta"]
+        if beta is None or beta <= 0:
+            raise ValueError("dro_beta: policy_loss.dro_beta must be > 0 with loss_mode dro")
+        notes.append(f"loss_mode dro: -(A * logp - {beta:g}/2 * (logp - old)^2), no clamp")
+        return LossSpec(kind="kimi", level="token", clamp=None, kimi_tau=beta, **kwargs)
     if mode == "cispo":
         lo, hi = 1.0 - low, 1.0 + high
         notes.append(f"loss_mode cispo: -sg(clip(r, {lo:g}, {hi:g})) * A * logp, d clamped +-20")
         return LossSpec(
             kind="cispo", level="token", clamp=20.0, cispo_low=lo, cispo_high=hi, **kwargs
+        )
+    if mode in ("dppo_tv", "dppo_kl"):
+        c = cfg["clip_ratio_c"]
+        what = "p - p_old" if mode == "dppo_tv" else "binary KL(p_old || p)"
+        notes.append(
+            f"loss_mode {mode}: -A * sg(min(r, clip_ratio_c = {c:g})) * logp on tokens whose "
+            f"{what} stays within clip_ratio_low/high ({low:g}/{high:g}, read as divergence "
+            "thresholds), 0 elsewhere; d clamped +-20"
+        )
+        return LossSpec(
+            kind=mode, level="token", clamp=20.0, eps_low=low, eps_high=high, trunc_c=c, **kwargs
+        )
+    if mode == "geo_mean":
+        notes.append(
+            f"loss_mode geo_mean (GMPO): sequence ratio exp(mean of sign-aware clipped d, "
+            f"[-{low:g}, {high:g}]), loss -mean(A) * ratio, mean over all rows (loss_agg_mode "
+            "ignored)"
+        )
+        return LossSpec(
+            kind="geo_mean", level="token", clamp=None, eps_low=low, eps_high=high, **kwargs
+        )
+    if mode == "kl_cov":
+        notes.append(
+            f"loss_mode kl_cov: -A * r (no clip, no clamp) plus {cfg['ppo_kl_coef']:g} * |d| on "
+            f"the top {cfg['kl_cov_ratio']:g} share of tokens by cov(A, logp) (at least one)"
+        )
+        return LossSpec(
+            kind="kl_cov",
+            level="token",
+            clamp=None,
+            kl_cov_ratio=cfg["kl_cov_ratio"],
+            kl_cov_coef=cfg["ppo_kl_coef"],
+            **kwargs,
         )
     if mode == "sapo":
         notes.append("loss_mode sapo: soft gate, d clamped +-20, forces seq-mean-token-mean")
@@ -457,7 +562,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     if mode == "gspo":
         notes.append(
             "loss_mode gspo: s = exp(mean d) in GSPO-token form, log s clamped <= 10, no dual "
-            "clip, forces seq-mean-token-mean"
+            "clip, aggregated with loss_agg_mode (verl 0.9.1)"
         )
         return LossSpec(
             kind="ppo", level="sequence-token", clamp=10.0, eps_low=low, eps_high=high, **kwargs
@@ -478,31 +583,46 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
-    """The logged actor/critic metrics under its own names."""
+    """The logged actor/critic metrics under the names verl logs them.
+
+    The worker returns ``kl_loss`` / ``kl_coef`` (``workers/utils/losses.py::ppo_loss``); the
+    trainer prefixes every actor metric with ``actor/`` (``rename_dict(..., "actor/")``), so they
+    reach the logger as ``actor/kl_loss`` and ``actor/kl_coef``.
+    """
     spec, mode = ctx.spec, ctx.cfg["loss_mode"]
     out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
-    d = ctx.d if spec.clamp is None or spec.level != "token" else ctx.d.clamp(-20.0, 20.0)
-    if mode != "gpg":
+    clamped = spec.clamp is not None and spec.level == "token"
+    d = ctx.d.clamp(-20.0, 20.0) if clamped else ctx.d
+    if mode == "kl_cov":
+        out["actor/ppo_kl"] = ctx.token_mean(ctx.d.abs())
+    elif mode == "dro":
+        out["actor/ppo_kl"] = ctx.token_mean(-ctx.d)
+    elif mode != "gpg":
+        frac, lower = 0.0, 0.0
         if mode in ("vanilla", "gspo"):
             surr1, surr2 = ctx.surrogates()
             frac = ctx.token_mean(-surr2 > -surr1)
-            lower = 0.0
             if mode == "vanilla":
                 clip1 = torch.maximum(-surr1, -surr2)
                 lower = ctx.token_mean((clip1 > -spec.dual_clip * ctx.adv) & (ctx.adv < 0))
         elif mode == "cispo":
             frac = ctx.token_mean(ctx.r != ctx.r.clamp(spec.cispo_low, spec.cispo_high))
-            lower = 0.0
-        else:
-            frac, lower = 0.0, 0.0
+        elif mode in ("dppo_tv", "dppo_kl"):
+            valid = ctx.extra["valid"]
+            frac = ctx.token_mean(~valid)
+            lower = ctx.token_mean((ctx.r > spec.trunc_c) & valid)
+        elif mode == "geo_mean":
+            clipped = ctx.d != ctx.d.clamp(-spec.eps_low, spec.eps_high)
+            frac = ctx.token_mean(clipped & (ctx.adv > 0))
+            lower = ctx.token_mean(clipped & (ctx.adv < 0))
         out["actor/pg_clipfrac"] = frac
         out["actor/ppo_kl"] = ctx.token_mean(-d)
         out["actor/pg_clipfrac_lower"] = lower
     if ctx.entropy is not None:
         out["actor/entropy_loss"] = ctx.item("entropy")
     if spec.kl_on:
-        out["kl_loss"] = ctx.item("kl")
-        out["kl_coef"] = spec.kl_coef
+        out["actor/kl_loss"] = ctx.item("kl")
+        out["actor/kl_coef"] = spec.kl_coef
     if ctx.terms["value"] is not None:
         out["critic/vf_loss"] = ctx.item("value")
         out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
