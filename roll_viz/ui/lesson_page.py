@@ -22,6 +22,7 @@ still goes through the same bounded store.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 from dataclasses import replace
@@ -214,6 +215,7 @@ def vote_link(code: str) -> str:
     return f"{base}/{VOTE_PATH}?room={code}"
 
 
+@functools.lru_cache(maxsize=64)
 def qr_png(text: str, scale: int = 8) -> bytes:
     """A QR code of ``text`` as PNG bytes (black on white, a 4-module quiet zone)."""
     out = io.BytesIO()
