@@ -131,7 +131,7 @@ def read_prompts(typed: str | None, fallback: tuple[str, ...]) -> tuple[tuple[st
     return tuple(prompts), notes
 
 
-def _sidebar_policy(source: str, model: str, sampling: Any) -> str:
+def _sidebar_policy(source: str) -> str:
     """The policy the pages show: the original, or this session's updated / trained adapter."""
     if source.startswith("run:"):
         return source
@@ -142,7 +142,7 @@ def _sidebar_policy(source: str, model: str, sampling: Any) -> str:
     chosen = st.session_state.get(adapters.KEY_POLICY_VIEW, adapters.ORIGINAL)
     if chosen not in views:
         chosen = adapters.ORIGINAL
-    # a plain session key holds the choice (a widget's own state does not follow page switches)
+    # a plain session key holds the choice: the radio exists only while an adapter does
     view = st.sidebar.radio(
         "Policy the pages show",
         views,
@@ -478,7 +478,7 @@ def _draw_sidebar() -> AppState:
     url.start()
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
-    source = _sidebar_policy(source, model, sampling)
+    source = _sidebar_policy(source)
     reward = _sidebar_reward(preset)
     if source.startswith("run:"):
         st.sidebar.caption("These reward settings do not apply: the run's file gives the scores.")
