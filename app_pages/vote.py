@@ -1,7 +1,7 @@
 """Vote: the phone page of a lesson (no sidebar, large buttons, only the current question)."""
 
 from roll_viz import ui
-from roll_viz.ui import lesson_page
+from roll_viz.ui import vote_page
 
 with ui.page_guard("Vote"):
-    lesson_page.phone_page()
+    vote_page.phone_page()

@@ -2,8 +2,8 @@
 
 A lesson asks the class to predict before the app reveals. Each gate freezes a batch, asks one
 question whose distractors are known misconceptions, and names an answer *expression* that
-``roll_viz.analysis.lessons`` evaluates on the pipeline's output for that batch: the revealed
-number is computed, never typed. Built-in lessons live in ``data/lessons/*.toml``.
+``roll_viz.analysis.lesson_answers`` evaluates on the pipeline's output for that batch: the
+revealed number is computed, never typed. Built-in lessons live in ``data/lessons/*.toml``.
 
 Format (every field of a gate; ``[gates.knob]`` is the optional "change one knob and predict
 again" follow-up, which inherits everything it does not set)::

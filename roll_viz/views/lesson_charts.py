@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from roll_viz.analysis.lessons import GateResult
+from roll_viz.analysis.lesson_answers import GateResult
 from roll_viz.views.scales import title_style as _title
 
 #: projector type sizes (px)

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.data.lessons import LessonError, builtin_lessons
-from roll_viz.ui import lesson_page
+from roll_viz.ui import lesson_page, vote_page
 from roll_viz.ui.votes import STORE
 from tests.ui.apptest import ROOT, TIMEOUT
 
@@ -171,7 +171,7 @@ def test_phone_number_gate(started):
     at = phone(room=code)
     token = at.query_params["s"]
     token = token[0] if isinstance(token, list) else token
-    at.slider(key=f"{lesson_page.KEY_NUMBER}_1_1").set_value(-1.1)
+    at.slider(key=f"{vote_page.KEY_NUMBER}_1_1").set_value(-1.1)
     click(at, "vote_send_1_1")
     assert STORE.my_answer(code, token) == pytest.approx(-1.1)
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from roll_viz.analysis.lessons import compute_lesson
+from roll_viz.analysis.lesson_answers import compute_lesson
 from roll_viz.data.lessons import builtin_lessons
 from roll_viz.views import lesson_charts
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from roll_viz.analysis.lessons import (
+from roll_viz.analysis.lesson_answers import (
     compute_gate,
     compute_lesson,
     compute_step,
