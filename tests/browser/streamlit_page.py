@@ -10,6 +10,7 @@ gives the slider-release -> redrawn latency.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +31,11 @@ PAGES = {
     f"{i:02d}_{Path(nav.page(key).file).stem}": nav.url_path(key)
     for i, key in enumerate(README_ORDER)
 }
+
+
+def query(url: str) -> dict[str, str]:
+    """The query parameters of ``url`` (the last value of each)."""
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(url).query).items()}
 
 
 def wait_idle(page, timeout: float = 120_000) -> None:

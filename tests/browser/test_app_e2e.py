@@ -47,10 +47,6 @@ def _url(base: str, page: str, params: dict[str, str] | None = None) -> str:
     return f"{base}/{sp.PAGES[page]}{query}"
 
 
-def _query(url: str) -> dict[str, str]:
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(url).query).items()}
-
-
 def _numbers(page) -> list:
     """The Sensitivity page's numbers: every line of the sweep figure (x and y)."""
     return [(t["x"], t["y"]) for t in sp.chart_data(page, 0)]
@@ -159,17 +155,17 @@ def test_knobs_change_the_url_and_the_numbers(server, page):
     for key, press in (("beta", "ArrowRight"), ("gamma", "ArrowLeft"), ("lam", "ArrowRight")):
         sp.press_slider(page, key, press)
         assert sp.exceptions(page) == []
-        assert _query(page.url)[key] == MOVED[key], page.url
+        assert sp.query(page.url)[key] == MOVED[key], page.url
         assert sp.slider_value(page, key).rstrip("0").rstrip(".") == MOVED[key].rstrip("0")
         after = _numbers(page)
         assert after != before, f"moving {key} did not change the sweep"
         before = after
     sp.press_slider(page, "G", "ArrowLeft")  # live data: resamples 8 prompts x 7
     assert sp.exceptions(page) == []
-    assert _query(page.url)["G"] == MOVED["G"]
+    assert sp.query(page.url)["G"] == MOVED["G"]
     assert _numbers(page) != before
-    assert all(_query(page.url)[k] == v for k, v in MOVED.items())
-    assert _query(page.url)["seed"] == CLASSROOM["seed"]
+    assert all(sp.query(page.url)[k] == v for k, v in MOVED.items())
+    assert sp.query(page.url)["seed"] == CLASSROOM["seed"]
 
 
 def test_a_shared_url_reloads_the_same_numbers(server, browser):
@@ -188,7 +184,7 @@ def test_a_shared_url_reloads_the_same_numbers(server, browser):
                 assert shown == pytest.approx(float(MOVED[key])), key
             assert pg.locator(".st-key-seed input").input_value() == CLASSROOM["seed"]
             seen.append(_numbers(pg))
-            assert all(_query(pg.url).get(k) == v for k, v in MOVED.items())
+            assert all(sp.query(pg.url).get(k) == v for k, v in MOVED.items())
         finally:
             context.close()
     assert seen[0] == seen[1]

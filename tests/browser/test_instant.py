@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from roll_viz.bench.browser import bench_inputs as _bench_inputs
+from roll_viz.bench.browser import bench_inputs
 from roll_viz.bench.server import streamlit_server
 from tests.browser import streamlit_page as sp
 from tests.browser.conftest import CHROMIUM
@@ -121,7 +121,7 @@ def test_roll_live_recompute_equals_python(page, instant_server):
 
     # input events: the browser recomputes without any rerun (no settled result yet)
     before = _js_state(page)["updates"]
-    timing = _bench_inputs(page, "rv-beta", [round(0.01 * i, 3) for i in range(40)])
+    timing = bench_inputs(page, "rv-beta", [round(0.01 * i, 3) for i in range(40)])
     assert _js_state(page)["updates"] == before + 40
     assert page.locator(".st-key-py_result").count() == 0
     _bench_line(
@@ -190,7 +190,7 @@ def test_benchmark_page_sized_batch(page, instant_server):
         .startswith("Computed in the browser: verl gae, 64 samples")
     )
     payload_bytes = int(page.get_by_text("payload bytes:").first.inner_text().split(":")[1].strip())
-    timing = _bench_inputs(page, "rv-lam", [round(1 - 0.01 * i, 2) for i in range(30)])
+    timing = bench_inputs(page, "rv-lam", [round(1 - 0.01 * i, 2) for i in range(30)])
     _bench_line(
         "instant_input_to_redraw_sync",
         timing["sync"],

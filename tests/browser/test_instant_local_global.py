@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from roll_viz.analysis.local_global import local_vs_global
+from roll_viz.bench.browser import bench_inputs
+from roll_viz.bench.classroom import CLASSROOM
 from roll_viz.ui.instant.payload import subset_scores
 from tests.browser import streamlit_page as sp
-from tests.browser.test_app_e2e import CLASSROOM, _query
-from tests.browser.test_instant import _bench_inputs
-from tests.js.test_local_global_conformance import _pipeline_oracle
+from tests.js.test_local_global_conformance import pipeline_oracle
 
 ROOT_SEL = "[data-testid=rv-lg-instant]"
 READY = f"{ROOT_SEL}[data-state=ready]"
@@ -83,7 +83,7 @@ def _assert_matches_python(page) -> dict:
         lg = local_vs_global(sub, sub_g, js["labels"])
         local, glob = lg.local.tolist(), lg.global_.tolist()
     else:
-        local, glob = _pipeline_oracle(sub, sub_g, std, eps)
+        local, glob = pipeline_oracle(sub, sub_g, std, eps)
     rows = _rows(page)
     assert len(rows) == len(local) == len(js["local"])
     for b, row in enumerate(rows):
@@ -135,14 +135,14 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
     # dragging: every input event recomputes in place, no rerun, nothing settled yet
     before = js["updates"]
     n = sp.changes(page)
-    _bench_inputs(page, "rv-lg-G", [3, 2, 1])
+    bench_inputs(page, "rv-lg-G", [3, 2, 1])
     js = _state(page)
     assert js["updates"] == before + 3
     assert js["values"]["G"] == 1
     assert all(v is None for v in js["local"])  # G = 1: no group std, nothing to plot
     assert "not plotted" in page.locator("[data-testid=rv-lg-summary]").inner_text()
     _assert_matches_python(page)
-    _bench_inputs(page, "rv-lg-G", [2])
+    bench_inputs(page, "rv-lg-G", [2])
     _assert_matches_python(page)
     assert sp.changes(page) == n  # the server saw none of it
 
@@ -150,7 +150,7 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
     page.locator("[data-testid=rv-lg-G]").focus()
     sp.after_rerun(page, lambda: page.keyboard.press("ArrowRight"))
     assert sp.exceptions(page) == []
-    assert _query(page.url)["G"] == "3"
+    assert sp.query(page.url)["G"] == "3"
     assert sp.slider_value(page, "G").startswith("3")
     js = _assert_matches_python(page)
     assert js["values"]["G"] == 3
@@ -164,25 +164,25 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
     js = _assert_matches_python(page)
     assert js["values"]["std"] == "none"
     assert js["values"]["G"] == 3
-    assert _query(page.url)["G"] == "3"
-    _bench_inputs(page, "rv-lg-eps", [-2])
+    assert sp.query(page.url)["G"] == "3"
+    bench_inputs(page, "rv-lg-eps", [-2])
     js = _assert_matches_python(page)
     assert js["values"]["eps"] == pytest.approx(1e-2)
     assert page.locator("[data-testid=rv-lg-eps-value]").inner_text() == "0.01"
     # the sidebar's G moves the panel's G; the panel-only knobs stay as the student set them
     sp.press_slider(page, "G", "ArrowLeft")
-    assert _query(page.url)["G"] == "2"
+    assert sp.query(page.url)["G"] == "2"
     js = _assert_matches_python(page)
     assert js["values"] == {"G": 2, "std": "none", "eps": pytest.approx(1e-2)}
     sp.after_rerun(page, lambda: page.locator("[data-testid=rv-lg-std]").select_option("group"))
     _assert_matches_python(page)
-    _bench_inputs(page, "rv-lg-G", [4])
+    bench_inputs(page, "rv-lg-G", [4])
     _assert_matches_python(page)
 
     # the screenshot: the whole panel below Streamlit's fixed header
     page.set_viewport_size({"width": 1400, "height": 1700})
     page.locator(ROOT_SEL).evaluate("(el) => el.scrollIntoView({block: 'center'})")
-    _bench_inputs(page, "rv-lg-eps", [-6])  # back to ROLL's eps; waits for a painted frame
+    bench_inputs(page, "rv-lg-eps", [-6])  # back to ROLL's eps; waits for a painted frame
     assert "all-equal rewards" in page.locator("[data-testid=rv-lg-summary]").inner_text()
     page.locator(ROOT_SEL).screenshot(path=str(shots / SHOT))
 
@@ -206,7 +206,7 @@ def test_live_batch_escapes_prompts_and_keeps_the_sidebar(server, page):
     sp.after_rerun(page, lambda: page.keyboard.press("ArrowLeft"))
     assert sp.exceptions(page) == []
     assert _state(page)["values"]["G"] == 2
-    assert _query(page.url)["G"] == "3"  # a live batch is not sampled again
+    assert sp.query(page.url)["G"] == "3"  # a live batch is not sampled again
     _assert_matches_python(page)
 
 
@@ -216,7 +216,7 @@ def test_instant_local_global_benchmark_on_the_classroom_batch(server, page, cap
     page.wait_for_selector(READY, timeout=120_000)
     values = [8 - i for i in range(1, 8)] + [i for i in range(2, 9)]  # a new value every time
     values = (values * 3)[:30]
-    timing = _bench_inputs(page, "rv-lg-G", values)
+    timing = bench_inputs(page, "rv-lg-G", values)
     assert sp.exceptions(page) == []
     assert _state(page)["values"]["G"] == values[-1]
     _assert_matches_python(page)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import statistics
 import urllib.parse
 
+from roll_viz.bench.browser import bench_inputs
+from roll_viz.bench.classroom import CLASSROOM
 from tests.browser import streamlit_page as sp
-from tests.browser.test_app_e2e import CLASSROOM, _query
-from tests.browser.test_instant import _bench_inputs
 
 READY = "[data-testid=rv-instant][data-state=ready]"
 
@@ -24,7 +24,7 @@ def test_release_moves_the_sidebar_and_the_url(server, page):
     thumb.focus()
     sp.after_rerun(page, lambda: page.keyboard.press("ArrowLeft"))
     assert sp.exceptions(page) == []
-    assert _query(page.url)["gamma"] == "0.99"
+    assert sp.query(page.url)["gamma"] == "0.99"
     assert sp.slider_value(page, "gamma").startswith("0.99")
 
 
@@ -33,7 +33,7 @@ def test_instant_redraw_benchmark_on_the_classroom_batch(server, page, capsys):
     sp.goto(page, f"{server}/Advantages?{query}", timeout=240_000)
     page.wait_for_selector(READY, timeout=120_000)
     values = [round(1 - 0.01 * i, 2) for i in range(1, 31)]  # a new value every time
-    timing = _bench_inputs(page, "rv-gamma", values)
+    timing = bench_inputs(page, "rv-gamma", values)
     assert sp.exceptions(page) == []
     line = (
         "BENCHMARK instant-knob input->redrawn page=Advantages batch=8x8x128 client-path "

@@ -18,10 +18,9 @@ import urllib.parse
 
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from roll_viz.bench.browser import Traffic
+from roll_viz.bench.browser import Traffic, bench_inputs
+from roll_viz.bench.classroom import CLASSROOM
 from tests.browser import streamlit_page as sp
-from tests.browser.test_app_e2e import CLASSROOM
-from tests.browser.test_instant import _bench_inputs
 
 ROOT_SEL = "[data-testid=rv-instant]"
 READY = f"{ROOT_SEL}[data-state=ready]"
@@ -94,7 +93,7 @@ def _updates(page) -> int:
 def _assert_recomputes(page) -> None:
     """The instant gamma slider recomputes in the browser: new numbers, one update, no rerun."""
     before, updates = _table(page), _updates(page)
-    _bench_inputs(page, "rv-gamma", [0.5])
+    bench_inputs(page, "rv-gamma", [0.5])
     assert _updates(page) == updates + 1
     assert page.locator("[data-testid=rv-gamma-value]").inner_text() == "0.5"
     status = page.locator("[data-testid=rv-status]").inner_text()

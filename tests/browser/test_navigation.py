@@ -17,10 +17,6 @@ LINK = {"preset": "pirate", "est": "grpo"}
 NAV = "[data-testid=stSidebarNav] a[href$='/{}']"
 
 
-def _query(url: str) -> dict[str, str]:
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(url).query).items()}
-
-
 def _path(url: str) -> str:
     return urllib.parse.urlparse(url).path.rsplit("/", 1)[-1]
 
@@ -76,7 +72,7 @@ def _check(page, expected: dict[str, str], path: str) -> None:
     """The page, its URL and its sidebar show the link's state; its figure is the direct one's."""
     assert sp.exceptions(page) == []
     assert _path(page.url) == path
-    query = _query(page.url)
+    query = sp.query(page.url)
     for key, value in LINK.items():
         assert query.get(key) == value, (path, page.url)
         assert _sidebar_value(page, key) == value, (path, key)
@@ -118,7 +114,7 @@ def test_a_shared_link_keeps_its_state_through_sidebar_links_and_back(server, br
     link = page.get_by_role("link", name=re.compile("^Next: Local vs global"))
     sp.after_rerun(page, link.click)
     assert _path(page.url) == "Local_vs_Global"
-    assert {k: _query(page.url).get(k) for k in LINK} == LINK
+    assert {k: sp.query(page.url).get(k) for k in LINK} == LINK
     assert _sidebar_value(page, "preset") == "pirate"
 
 
@@ -139,16 +135,16 @@ def test_the_run_step_from_your_run_stays_in_the_url_on_the_next_pages(server, p
     page.locator(".st-key-run_pick").click()
     sp.after_rerun(page, page.get_by_role("option", name="rllb", exact=True).click)
     sp.after_rerun(page, lambda: page.locator(".st-key-run_use button").click())
-    run = {k: _query(page.url).get(k) for k in ("dump", "dump_step")}
+    run = {k: sp.query(page.url).get(k) for k in ("dump", "dump_step")}
     assert run["dump"] == "dir:rllb"
     assert run["dump_step"]
     for path in ("Advantages", "Token_KL"):
         _click(page, NAV.format(path))
         assert sp.exceptions(page) == []
         assert _path(page.url) == path
-        assert {k: _query(page.url).get(k) for k in run} == run
+        assert {k: sp.query(page.url).get(k) for k in run} == run
         assert "your run" in page.get_by_test_id("stSidebar").inner_text()
     sp.after_rerun(page, page.go_back)
     assert _path(page.url) == "Advantages"
-    assert {k: _query(page.url).get(k) for k in run} == run
+    assert {k: sp.query(page.url).get(k) for k in run} == run
     assert "your run" in page.get_by_test_id("stSidebar").inner_text()

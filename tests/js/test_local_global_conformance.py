@@ -121,7 +121,7 @@ def _close(js, py, what: str) -> None:
             assert abs(a - e) <= TOL * (1 + abs(e)), f"{what}[{i}]: {a} vs {e}"
 
 
-def _pipeline_oracle(scores, gids, std: str, eps: float) -> tuple[list[float], list[float]]:
+def pipeline_oracle(scores, gids, std: str, eps: float) -> tuple[list[float], list[float]]:
     """local, global via roll_viz.core.pipeline.run (ROLL, one token per sample)."""
     n = len(scores)
 
@@ -222,7 +222,7 @@ def test_browser_equals_python(node_results, case):
         assert out["within"] == lg.samples["sample"].tolist()
         _close(out["count"], lg.groups["n"].to_numpy(), "n")
 
-    local, glob = _pipeline_oracle(sub_scores, sub_gids, std, eps)
+    local, glob = pipeline_oracle(sub_scores, sub_gids, std, eps)
     _close(out["local"], local, "local vs pipeline.run")
     _close(out["global"], glob, "global vs pipeline.run")
 
