@@ -248,3 +248,13 @@ def test_lesson_choice_is_in_the_url():
     assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
     at = teacher(lesson="no_such_lesson")  # an unknown value falls back to the default
     assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
+
+
+def test_a_late_tap_after_the_teacher_moved_on(started):
+    _, code, key = started
+    at = phone(room=code)
+    STORE.next(code, key)  # the phone still shows question 1
+    click(at, "vote_0_1_2")
+    assert "the teacher has moved on" in plain(at)
+    assert "question 2 of 14" in plain(at)  # and it now shows the current question
+    assert STORE.tally(code, key, step=0).answered[1] == 0
