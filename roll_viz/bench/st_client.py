@@ -51,8 +51,8 @@ CONTENT_KINDS = frozenset(
         "vega_lite_chart",
     }
 )
-#: Widget kinds whose id and value the client tracks (the ones it may change).
-SLIDER, CHECKBOX = "slider", "checkbox"
+#: Widget kinds whose id and value the client tracks (the ones it may change or press).
+SLIDER, CHECKBOX, BUTTON = "slider", "checkbox", "button"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,8 @@ class RunResult:
         parts: (delta path, kind, short hash, text) of each of those elements, for diagnosis.
         exceptions: "Type: message" of every Exception element the run drew.
         error_alerts: bodies of st.error boxes the run drew.
-        widgets: user key -> Widget, for the sliders / checkboxes the run drew.
+        widgets: user key -> Widget, for the sliders / checkboxes / buttons the run drew.
+        progress: the text of every progress bar the run drew (e.g. a training run's status).
     """
 
     ms: float
@@ -88,6 +89,7 @@ class RunResult:
     exceptions: list[str] = dataclasses.field(default_factory=list)
     error_alerts: list[str] = dataclasses.field(default_factory=list)
     widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
+    progress: list[str] = dataclasses.field(default_factory=list)
 
 
 def _user_key(widget_id: str) -> str:
@@ -130,6 +132,31 @@ class Session:
             with contextlib.suppress(Exception):
                 await self.ws.close()
 
+    async def send_rerun(
+        self,
+        page: str | None = None,
+        changes: dict[str, Any] | None = None,
+        widgets: dict[str, Widget] | None = None,
+    ) -> None:
+        """Send one rerun (e.g. a button press) without reading its page: a tab about to close.
+
+        Args:
+            page: url path of the page (None: the current page).
+            changes: user key -> value, as in ``run``.
+            widgets: the last run's widget table.
+        """
+        task = asyncio.ensure_future(self.run(page=page, changes=changes, widgets=widgets))
+        await asyncio.sleep(0)  # the BackMsg is written before the caller goes on
+        self._pending = task
+
+    async def abandon(self) -> None:
+        """Close the tab now, whatever the server is doing (the reader of a sent run stops)."""
+        pending = getattr(self, "_pending", None)
+        await self.close()
+        if pending is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(pending, 5)
+
     async def run(
         self,
         page: str | None = None,
@@ -148,7 +175,7 @@ class Session:
         Args:
             page: url path of the page to run (None: stay on the current page).
             changes: user key -> new value for widgets of the last run (sliders: float,
-                checkboxes: bool).
+                checkboxes: bool, buttons: True to press).
             widgets: the last run's widget table (``RunResult.widgets``) to resolve keys to ids.
             query: query string to send (None: the current one, edited by ``changes``).
             keep: user key -> current value of other widgets of the last run to resend.
@@ -164,6 +191,8 @@ class Session:
         if changes:
             params = dict(urllib.parse.parse_qsl(self.query, keep_blank_values=True))
             for key, value in changes.items():
+                if widgets[key].kind == BUTTON:  # a press is not in the URL
+                    continue
                 if value == widgets[key].default:
                     params.pop(key, None)
                 else:
@@ -181,6 +210,10 @@ class Session:
             state.id = widget.id
             if widget.kind == SLIDER:
                 state.double_array_value.data.append(float(value))
+            elif widget.kind == BUTTON:
+                if key not in (changes or {}):
+                    continue  # a button is pressed once, never resent
+                state.trigger_value = bool(value)
             else:
                 state.bool_value = bool(value)
         t0 = time.perf_counter()
@@ -209,6 +242,7 @@ class Session:
                 result.widgets.clear()
                 result.exceptions.clear()
                 result.error_alerts.clear()
+                result.progress.clear()
             elif kind in ("navigation", "page_info_changed"):
                 self._track(fm)
             elif kind == "delta":
@@ -289,6 +323,12 @@ class Session:
                 result.error_alerts.append(body.body)
             text = getattr(body, "body", "") if isinstance(getattr(body, "body", None), str) else ""
             elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
+        elif ek == "progress":
+            result.progress.append(body.text)
+        elif ek == BUTTON:
+            key = _user_key(body.id)
+            if key:
+                result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, False)
         elif ek in (SLIDER, CHECKBOX):
             key = _user_key(body.id)
             if key:

@@ -8,6 +8,8 @@ One noun per module, each importing only those before it: ``threads`` (every thr
 ``models`` (``load_models``, ``ModelBundle``), ``request`` (``SamplingConfig``, policy sources),
 ``lean_step`` and ``decode`` (the decode loop), ``scoring`` (teacher-forced passes and token
 scores), ``serving`` (queue, progress, estimates: the one module that knows several users share
-the model), ``sampling`` (``sample``, single flight), ``lora`` and ``update`` (one policy update
-through a per-user adapter), ``runfile`` (a run's settings and records) and ``train`` (the loop).
+the model), ``sampling`` (``sample``, single flight), ``reaper`` (freeing a user's state off the
+request path, ``malloc_trim``), ``lora`` and ``update`` (one policy update through a per-user
+adapter), ``runfile`` (a run's settings and records), ``step_queue`` (fair turns for training
+steps) and ``train`` (the loop).
 """

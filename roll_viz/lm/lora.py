@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.lm.models import ModelBundle
+from roll_viz.lm.reaper import Cancelled, release_later
 
 DEFAULT_RANK = 8
 DEFAULT_ALPHA = 16.0
@@ -179,6 +180,7 @@ class LoraPolicy:
         self.steps = 0
         self.optimizer: torch.optim.Optimizer | None = None  # built by update.update_step
         self._closed = False
+        self._cancelled = False
         hub = _hub(bundle)
         with bundle.lock:
             self.name = f"{ADAPTER_PREFIX}{next(hub.counter)}"
@@ -207,6 +209,8 @@ class LoraPolicy:
         """
         if self._closed:
             raise RuntimeError("this LoRA policy was closed")
+        if self._cancelled:
+            raise Cancelled("this LoRA policy was released")
         if bundle is not self.bundle:
             raise RuntimeError("this LoRA policy belongs to another model bundle")
         if not bundle.lock.locked():
@@ -253,16 +257,40 @@ class LoraPolicy:
         """Whether ``close()`` ran."""
         return self._closed
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``release()`` ran: work on it stops at its next boundary."""
+        return self._cancelled
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` once released (called by steps at their boundaries)."""
+        if self._cancelled:
+            raise Cancelled("this LoRA policy was released")
+
+    def release(self) -> None:
+        """Cancel work on this adapter and free it on the reaper thread; returns at once.
+
+        What a closing session calls (on Streamlit's event loop): a step in progress stops at
+        its next boundary (``check``), and ``close`` runs once the model lock is free, off the
+        request path.
+        """
+        self._cancelled = True
+        if not self._closed:
+            release_later(self.close)
+
     def close(self) -> None:
         """Delete the adapter from the shared model and drop the optimizer (idempotent).
 
-        Takes ``bundle.lock``: do not call it while holding the lock.
+        Takes ``bundle.lock``: do not call it while holding the lock, nor on a request path
+        (``release`` is the non-blocking form).
         """
         if self._closed:
             return
         with self.bundle.lock:
+            if self._closed:
+                return
             _remove(self.bundle, self.name)
-        self._closed = True
+            self._closed = True
         self.optimizer = None
         self._params = []
 

@@ -251,3 +251,28 @@ class StepWatch:
         best = self.typical.get(threads)
         self.typical[threads] = seconds if best is None else min(best, seconds)
         return threads > 1 and best is not None and seconds > SLOW_STEP * best
+
+
+BACKGROUND_NICE = 10  # how much lower a background model thread runs than the server's threads
+
+
+def lower_priority(nice: int = BACKGROUND_NICE) -> bool:
+    """Run the calling thread (and the torch workers it starts) at a lower CPU priority.
+
+    Background model work (a training run's thread) then yields the cores to the server's event
+    loop and to the students' page scripts, so a class training at once does not delay the
+    pages. Linux sets a nice value per thread (``setpriority`` on the thread id); elsewhere
+    nothing changes.
+
+    Returns:
+        True when the priority was lowered.
+    """
+    if not hasattr(os, "setpriority") or not Path("/proc/self/task").exists():
+        return False
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(current + nice, 19))
+    except OSError:
+        return False
+    return True

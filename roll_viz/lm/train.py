@@ -17,7 +17,11 @@ slider work interleave with a training run.
 
 ``TrainRunner`` runs the loop in a background thread per user (start, pause, resume, stop,
 reset), keeps every step's ``StepRecord`` (compact: plain floats and short lists, token data
-rounded), and stops with a message on an error, keeping the steps done so far.
+rounded), and stops with a message on an error, keeping the steps done so far. Every step takes
+a turn in ``step_queue.TRAIN_QUEUE`` (first come first served, one step at a time by default),
+so many runs started at once advance round-robin and each can say its place in line.
+``close()`` never waits: it marks the run cancelled (the step in progress stops at its next
+phase boundary) and the adapter and optimizer are freed off the caller's thread (``reaper``).
 
 The run file these records make (JSONL, ``SCHEMA``) and the settings that define a run are in
 ``lm.runfile``.
@@ -43,9 +47,12 @@ from roll_viz.core.ops import masked_mean
 from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.lora import LoraPolicy
+from roll_viz.lm.reaper import Cancelled, release_later
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import StepRecord, StepSamples, TrainRun, TrainSettings, loss_config
 from roll_viz.lm.sampling import sample
+from roll_viz.lm.step_queue import TRAIN_QUEUE, StepQueue
+from roll_viz.lm.threads import lower_priority
 from roll_viz.lm.update import UpdateConfig, update_step
 
 MAX_HISTORY_SAMPLES = 40  # steps whose full samples the runner keeps in memory (plus step 0)
@@ -149,8 +156,12 @@ class Trainer:
         self.step = 0
 
     def close(self) -> None:
-        """Remove the adapter from the shared model (idempotent)."""
+        """Remove the adapter from the shared model (idempotent; takes the model lock)."""
         self.policy.close()
+
+    def release(self) -> None:
+        """Cancel work on the adapter and free it on the reaper thread; returns at once."""
+        self.policy.release()
 
     def _update(self, rollout: Rollout, trace: Trace) -> dict:
         """One ``lm.update.update_step`` on the trace's advantages; its numbers as a flat dict."""
@@ -198,8 +209,13 @@ class Trainer:
         return out
 
     def run_step(self, keep_samples: bool = True) -> StepRecord:
-        """Do one sample -> reward -> KL -> advantages -> update step and return its record."""
+        """Do one sample -> reward -> KL -> advantages -> update step and return its record.
+
+        Raises:
+            Cancelled: the policy was released; checked before sampling and before the update.
+        """
         s = self.settings
+        self.policy.check()
         t0 = time.perf_counter()
         cfg = SamplingConfig(
             prompts=s.prompts,
@@ -230,6 +246,7 @@ class Trainer:
         batch = batch_from_rollout(rollout, scores, values=torch.zeros_like(rollout.response_mask))
         trace = pipeline.run(batch, s.framework, s.dialect_config(self.beta), self.running)
         t3 = time.perf_counter()
+        self.policy.check()
         upd = self._update(rollout, trace)
         t4 = time.perf_counter()
         metrics = step_metrics(s, rollout, scores, trace, upd)
@@ -261,10 +278,12 @@ RUNNER_STATES = ("idle", "running", "paused", "stopped", "done", "error")
 class TrainRunner:
     """Runs a ``Trainer`` in a background thread: start, pause, resume, stop, reset.
 
-    Every public method is thread-safe and returns at once. The thread checks for pause and stop
-    between steps (a step in progress finishes first). History is bounded: every step's metrics
-    are kept; full samples for step 0, every ``settings.sample_every``-th step, the latest step
-    and at most ``MAX_HISTORY_SAMPLES`` others.
+    Every public method is thread-safe and returns at once (``join`` and the ``wait_*`` methods
+    excepted). The thread checks for pause and stop between steps (a step in progress finishes
+    first) and takes a turn in ``queue`` for every step; ``close`` cancels the step in progress
+    at its next phase boundary. History is bounded: every step's metrics are kept; full samples
+    for step 0, every ``settings.sample_every``-th step, the latest step and at most
+    ``MAX_HISTORY_SAMPLES`` others.
 
     Attributes:
         settings: the run's settings.
@@ -278,8 +297,12 @@ class TrainRunner:
         settings: TrainSettings,
         on_step: Callable[[StepRecord], None] | None = None,
         trainer_factory: Callable[[Any, TrainSettings], Trainer] | None = None,
+        queue: StepQueue | None = None,
     ) -> None:
         self.bundle = bundle
+        self.queue = queue or TRAIN_QUEUE
+        self._ticket: int | None = None
+        self._closed = False
         self.settings = settings
         self.on_step = on_step
         self._factory = trainer_factory or Trainer
@@ -304,7 +327,7 @@ class TrainRunner:
                 self._paused = False
                 self._wake.notify_all()
                 return
-            if self.status == "error":
+            if self.status == "error" or self._closed:
                 return
             if self.steps_done >= self.settings.steps:
                 self.status = "done"
@@ -345,27 +368,50 @@ class TrainRunner:
                 self.status = "stopped"
 
     def reset(self, settings: TrainSettings | None = None) -> None:
-        """Stop, forget every step and the trained policy; optionally switch settings."""
+        """Stop, forget every step and the trained policy; optionally switch settings.
+
+        Returns at once: the old thread (a new generation no longer counts it) stops at its next
+        boundary and the old adapter is freed on the reaper thread.
+        """
         self.stop()
-        self.join(timeout=None)
         with self._lock:
             self._generation += 1
             trainer, self._trainer = self._trainer, None
-        if trainer is not None:
-            trainer.close()
-        with self._lock:
+            self._thread = None  # the old thread ends by itself; start() may begin a new one
             self._records = []
             self.status, self.error = "idle", ""
             if settings is not None:
                 self.settings = settings
+        if trainer is not None:
+            trainer.release()
+        self.queue.wake()
 
     def close(self) -> None:
-        """Stop and free the trained adapter (the runner can still show its records)."""
+        """Stop and free the trained adapter; returns at once (the records stay readable).
+
+        What a closing session calls on Streamlit's event loop: nothing here waits for the step
+        in progress or for the model lock. The step stops at its next phase boundary
+        (``reaper.Cancelled``), a queued step leaves the line, and the adapter and its optimizer
+        are freed on the reaper thread, which then trims the heap.
+        """
         self.stop()
-        self.join(timeout=None)
-        trainer, self._trainer = self._trainer, None
+        with self._lock:
+            self._closed = True
+            self._generation += 1  # a step finishing now is not appended
+            trainer, self._trainer = self._trainer, None
         if trainer is not None:
-            trainer.close()
+            trainer.release()
+        self.queue.wake()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran (the run cannot start again)."""
+        return self._closed
+
+    @property
+    def queue_position(self) -> int | None:
+        """0 while this run's step has the model, k when k-th in line, None otherwise."""
+        return self.queue.position(self._ticket)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the thread to end (e.g. after stop or when the run completes)."""
@@ -434,41 +480,65 @@ class TrainRunner:
         s = self.settings
         return step == 0 or step % s.sample_every == 0 or step == s.steps - 1
 
+    def _cancelled(self, generation: int) -> bool:
+        return self._stop or generation != self._generation
+
     def _loop(self, generation: int) -> None:
+        lower_priority()  # the pages and the event loop go first; training takes what is left
         try:
-            if self._trainer is None:
-                trainer = self._factory(self.bundle, self.settings)
-                with self._lock:
-                    if generation != self._generation:
-                        return
-                    self._trainer = trainer
-            while True:
-                with self._lock:
-                    while self._paused and not self._stop:
-                        self._parked = True
-                        self._wake.notify_all()
-                        self._wake.wait()
-                    self._parked = False
-                    if self._stop or generation != self._generation:
-                        return
-                    if len(self._records) >= self.settings.steps:
-                        self.status = "done"
-                        self._wake.notify_all()
-                        return
-                record = self._trainer.run_step(keep_samples=True)
-                with self._lock:
-                    if generation != self._generation:
-                        return
-                    self._append(record)
-                    self._wake.notify_all()
-                if self.on_step is not None:
-                    self.on_step(record)
+            self._steps(generation)
+        except Cancelled:  # closed or reset meanwhile: the step stopped at a boundary
+            pass
         except Exception as err:  # the run stops with a message; the steps done are kept
             with self._lock:
                 if generation == self._generation:
                     self.status = "error"
                     self.error = f"{type(err).__name__}: {err}"
                     self._wake.notify_all()
+        finally:
+            with self._lock:
+                if generation == self._generation:
+                    self._ticket = None
+                self._wake.notify_all()
+
+    def _steps(self, generation: int) -> None:
+        if self._trainer is None:
+            trainer = self._factory(self.bundle, self.settings)
+            with self._lock:
+                if generation != self._generation:
+                    orphan: Trainer | None = trainer
+                else:
+                    orphan, self._trainer = None, trainer
+            if orphan is not None:  # closed while the adapter was being made
+                release_later(orphan.close)
+                return
+        while True:
+            with self._lock:
+                while self._paused and not self._stop:
+                    self._parked = True
+                    self._wake.notify_all()
+                    self._wake.wait()
+                self._parked = False
+                if self._stop or generation != self._generation:
+                    return
+                if len(self._records) >= self.settings.steps:
+                    self.status = "done"
+                    self._wake.notify_all()
+                    return
+                trainer = self._trainer
+                ticket = self._ticket = self.queue.ticket()
+            if trainer is None:
+                return
+            with self.queue.turn(ticket, lambda: self._cancelled(generation)):
+                record = trainer.run_step(keep_samples=True)
+            with self._lock:
+                if generation != self._generation:
+                    return
+                self._ticket = None
+                self._append(record)
+                self._wake.notify_all()
+            if self.on_step is not None:
+                self.on_step(record)
 
     def _append(self, record: StepRecord) -> None:
         """Append a record, keeping memory bounded (caller holds the lock)."""

@@ -549,7 +549,8 @@ def update_step(
     """K epochs of minibatch policy-gradient steps on ``rollout``, then a re-score.
 
     ``bundle.lock`` is held for the whole step (forward, backward, optimizer, re-score), and
-    released between steps.
+    released between steps. A policy released meanwhile (``LoraPolicy.release``) stops the step
+    before its next minibatch with ``reaper.Cancelled``.
 
     Args:
         policy: the user's LoraPolicy (its rank/alpha must match ``cfg``).
@@ -568,11 +569,13 @@ def update_step(
 
     Raises:
         ValueError: shape mismatch, too many minibatches, or rank/alpha differ from the adapter.
+        Cancelled: the policy was released (its session closed).
     """
     cfg = cfg or UpdateConfig()
     loss_fn = loss_fn or _default_loss()
     if policy.closed:
         raise ValueError("this LoRA policy was closed")
+    policy.check()
     if (cfg.lora_rank, float(cfg.lora_alpha)) != (policy.rank, policy.alpha):
         raise ValueError(
             f"cfg asks for LoRA r={cfg.lora_rank}, alpha={cfg.lora_alpha:g}, but the adapter has "
@@ -626,6 +629,7 @@ def update_step(
             )
             tally = _EpochTally(num_rows, width)
             for rows in torch.tensor_split(perm, cfg.minibatches):
+                policy.check()  # released meanwhile: stop here, before the next minibatch
                 rows = rows.sort().values
                 result, coef, current = _minibatch_backward(
                     _Minibatch(bundle, contexts, rollout, rows, old, mask_b, want_entropy),

@@ -113,7 +113,7 @@ _OWN_KEYS = {
 
 
 class _SessionRunners:
-    """This session's runners; released (threads stopped, adapters freed) when it ends."""
+    """This session's runners; released when it ends (``TrainRunner.close`` returns at once)."""
 
     def __init__(self) -> None:
         self.by_slot: dict[str, TrainRunner] = {}
@@ -303,6 +303,9 @@ def status_line(runner: TrainRunner, slot: str) -> None:
     done = runner.steps_done
     label = runner.settings.label or f"run {slot}"
     text = f"**{slot}: {html.escape(label)}**: {runner.status}, step {done} / {total}"
+    place = runner.queue_position
+    if runner.status == "running" and place:
+        text += f", waiting for the model: number {place} in line (runs take turns, one step each)"
     records = runner.records()
     if records:
         secs = records[-1].metrics.get("seconds") or {}

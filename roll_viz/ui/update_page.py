@@ -1,11 +1,12 @@
 """Streamlit glue of the Update page: the per-session LoRA adapter, the step button, the views.
 
 The adapter lives in a SESSION-scoped ``st.cache_resource`` (Streamlit 1.67): one LoraPolicy per
-browser session, released with ``LoraPolicy.close()`` by ``on_release`` when the session ends or
+browser session, released with ``LoraPolicy.release()`` by ``on_release`` when the session ends or
 the entry is replaced (another model, rank or seed), so its adapter and AdamW state (tens of MB
-at most) never outlive the session. The step's UpdateResult (a few (B, T) tensors) is kept in
-``st.session_state`` next to the key of the batch it was taken on, so a result is never drawn
-over another batch.
+at most) never outlive the session. ``on_release`` runs on Streamlit's event loop, so the release
+only cancels (a step in progress stops at its next minibatch) and the adapter is freed on the
+reaper thread. The step's UpdateResult (a few (B, T) tensors) is kept in ``st.session_state``
+next to the key of the batch it was taken on, so a result is never drawn over another batch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ MAX_MINIBATCHES = 4
 
 
 def _release(policy: Any) -> None:
-    policy.close()
+    """Streamlit calls this on its event loop: cancel and free off it (``LoraPolicy.release``)."""
+    policy.release()
 
 
 @st.cache_resource(scope="session", on_release=_release, max_entries=1, show_spinner=False)
@@ -133,7 +135,7 @@ def take_step(
     """
     seed = int(state.sampling.seed) if state.sampling is not None else 0
     policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
-    if policy.closed:  # released under us (cache cleared): make a new one
+    if policy.closed or policy.cancelled:  # released under us (cache cleared): make a new one
         session_policy.clear()
         policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
     cfg = UpdateConfig(

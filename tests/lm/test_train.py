@@ -13,6 +13,7 @@ import torch
 from roll_viz.cli.train import main as cli_main
 from roll_viz.core.pipeline.kl import next_kl_coef
 from roll_viz.lm.models import load_models
+from roll_viz.lm.reaper import REAPER
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import RewardChoice, StepRecord, TrainRun, TrainSettings
 from roll_viz.lm.sampling import sample
@@ -167,6 +168,7 @@ def test_two_users_independent_and_base_unchanged(bundle):
     finally:
         a.close()
         b.close()
+    assert REAPER.wait_idle(timeout=60)  # close() frees the adapters on the reaper thread
     after = base_state(bundle)
     assert after.keys() == before.keys()
     assert all(torch.equal(after[k], before[k]) for k in before)

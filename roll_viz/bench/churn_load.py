@@ -1,0 +1,331 @@
+"""Churn load: students train and update on one server and close their tabs mid-step.
+
+``python -m roll_viz.bench.churn_load --students 12`` starts a server (the tiny model, a free
+local port) and prints one JSON line::
+
+    {"name": "churn_load", "students": 12, "health_max_ms": ..., "health_p99_ms": ...,
+     "health_over_1s": 0, "rss_mib_before": ..., "rss_mib_peak": ..., "rss_mib_after": ...,
+     "progress": [...], "closed_mid_step": ..., "errors": 0, ...}
+
+What happens (every student is one websocket session, ``bench.st_client.Session``):
+
+1. warm-up: one session opens the Training page and the Update page with a live batch and
+   leaves, so the model and the pages are loaded; then ``rss_mib_before`` is read;
+2. half the students (even index) open Training and press Start at the same moment (a
+   barrier), the others open Update with a live batch (``?live=true``) and press "Take one
+   update step" at the same moment;
+3. each keeps its tab open for a seeded random 1-``hold_s`` seconds (training students read
+   their status line once: "step k / N", and the queue position when waiting), then closes
+   the tab with no goodbye while its step is in flight (updating students close
+   ``update_close_s`` after pressing, before the step's page came back);
+4. after the last close, the driver waits ``settle_s`` seconds and reads ``rss_mib_after``.
+
+Throughout, a thread asks ``/_stcore/health`` every ``HEALTH_PERIOD_S`` (each request bounded by
+``HEALTH_TIMEOUT_S``) and a sampler reads the server's RSS (psutil). The health latency is the
+figure of the defect: closing a tab mid-step froze the event loop for 10-41 s; the bound is
+1 s. ``progress`` is the steps each training student saw done before it left (fairness: turns are
+first come first served, so with N runs the spread is small).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import random
+import re
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import psutil
+
+from roll_viz.bench.server import health, streamlit_server
+from roll_viz.bench.st_client import RunResult, Session, run_coroutine
+
+HEALTH_PERIOD_S = 0.1
+HEALTH_TIMEOUT_S = 30.0
+TRAIN_PAGE, UPDATE_PAGE = "Training", "Update"
+START_KEY, STEP_KEY = "tr_start", "upd_step"
+_STEP_RE = re.compile(r"step (\d+) / (\d+)")
+_LINE_RE = re.compile(r"number (\d+) in line")
+
+
+@dataclasses.dataclass
+class ChurnResult:
+    """What one churn run measured (``summary()`` is the benchmark line)."""
+
+    students: int
+    health_ms: list[float]
+    health_failures: int
+    rss_before: float
+    rss_samples: list[float]
+    rss_after: float
+    progress: list[int]
+    queue_positions: list[int]
+    closed_mid_step: int
+    errors: list[str]
+    exceptions: list[str]
+    wall_s: float
+
+    def summary(self) -> dict[str, Any]:
+        """The benchmark line (JSON-ready)."""
+        ms = sorted(self.health_ms)
+        return {
+            "name": "churn_load",
+            "students": self.students,
+            "health_checks": len(ms),
+            "health_p50_ms": _pct(ms, 0.5),
+            "health_p99_ms": _pct(ms, 0.99),
+            "health_max_ms": _pct(ms, 1.0),
+            "health_over_1s": sum(1 for x in ms if x > 1000.0) + self.health_failures,
+            "rss_mib_before": round(self.rss_before, 1),
+            "rss_mib_peak": round(max(self.rss_samples, default=self.rss_before), 1),
+            "rss_mib_after": round(self.rss_after, 1),
+            "progress": self.progress,
+            "queue_positions_seen": sorted(set(self.queue_positions)),
+            "closed_mid_step": self.closed_mid_step,
+            "errors": len(self.errors),
+            "exceptions": len(self.exceptions),
+            "wall_s": round(self.wall_s, 1),
+        }
+
+
+def _pct(sorted_ms: list[float], q: float) -> float | None:
+    if not sorted_ms:
+        return None
+    return round(sorted_ms[min(len(sorted_ms) - 1, math.ceil(q * len(sorted_ms)) - 1)], 1)
+
+
+class HealthProbe:
+    """A thread asking ``/_stcore/health`` every ``HEALTH_PERIOD_S``; latencies in ms."""
+
+    def __init__(self, base: str) -> None:
+        self.url = f"{base}/_stcore/health"
+        self.ms: list[float] = []
+        self.at: list[float] = []  # time.monotonic() each request was sent
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-probe", daemon=True)
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(HEALTH_TIMEOUT_S + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            sent = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=HEALTH_TIMEOUT_S) as resp:
+                    resp.read()
+                self.ms.append((time.perf_counter() - t0) * 1000.0)
+                self.at.append(sent)
+            except OSError:
+                self.failures += 1
+            self._stop.wait(HEALTH_PERIOD_S)
+
+
+def rss_mib(pid: int | None) -> float:
+    """The RSS of ``pid`` in MiB (nan when unknown)."""
+    if pid is None:
+        return math.nan
+    try:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except psutil.Error:
+        return math.nan
+
+
+async def _sampler(pid: int | None, out: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        out.append(rss_mib(pid))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.25)
+
+
+def _check(res: RunResult | None, who: str, out: dict[str, list]) -> bool:
+    if res is None:
+        return False
+    if res.status != "FINISHED_SUCCESSFULLY":
+        out["errors"].append(f"{who}: run ended with {res.status}")
+        return False
+    out["exceptions"].extend(f"{who}: {e}" for e in res.exceptions)
+    return True
+
+
+async def _open(session: Session, page: str, query: str, who: str, out: dict) -> RunResult | None:
+    try:
+        await session.connect()
+        res = await session.run(page=page, query=query)
+    except Exception as err:
+        out["errors"].append(f"{who}: could not open {page}: {err!r}")
+        return None
+    return res if _check(res, who, out) else None
+
+
+async def _trainer(
+    idx: int, base: str, rng: random.Random, barrier: asyncio.Barrier, hold_s: float, out: dict
+) -> None:
+    who = f"student {idx} (training)"
+    s = Session(base)
+    try:
+        res = await _open(s, TRAIN_PAGE, "", who, out)
+        with contextlib.suppress(asyncio.BrokenBarrierError, TimeoutError):
+            await asyncio.wait_for(barrier.wait(), 120)
+        if res is None or START_KEY not in res.widgets:
+            out["errors"].append(f"{who}: no Start button")
+            return
+        res = await s.run(changes={START_KEY: True}, widgets=res.widgets)
+        if not _check(res, who, out):
+            return
+        await asyncio.sleep(rng.uniform(1.0, hold_s))
+        res = await s.run()  # read the status line once more
+        if _check(res, who, out):
+            steps = [int(m.group(1)) for t in res.progress if (m := _STEP_RE.search(t))]
+            out["progress"].append(steps[0] if steps else 0)
+            out["positions"].extend(
+                int(m.group(1)) for t in res.progress if (m := _LINE_RE.search(t))
+            )
+        out["closed_mid_step"] += 1  # the run is still going: the tab closes mid-step
+    finally:
+        await s.abandon()
+
+
+async def _updater(
+    idx: int, base: str, rng: random.Random, barrier: asyncio.Barrier, close_s: float, out: dict
+) -> None:
+    who = f"student {idx} (update)"
+    s = Session(base)
+    try:
+        res = await _open(s, UPDATE_PAGE, "live=true", who, out)
+        with contextlib.suppress(asyncio.BrokenBarrierError, TimeoutError):
+            await asyncio.wait_for(barrier.wait(), 120)
+        if res is None or STEP_KEY not in res.widgets:
+            out["errors"].append(f"{who}: no update button")
+            return
+        await s.send_rerun(changes={STEP_KEY: True}, widgets=res.widgets)
+        await asyncio.sleep(rng.uniform(0.05, close_s))
+        out["closed_mid_step"] += 1
+    finally:
+        await s.abandon()
+
+
+async def churn(
+    base: str,
+    students: int,
+    *,
+    seed: int = 0,
+    server_pid: int | None = None,
+    hold_s: float = 6.0,
+    update_close_s: float = 1.0,
+    settle_s: float = 10.0,
+) -> ChurnResult:
+    """Run the churn against the server at ``base`` (see the module docstring).
+
+    Args:
+        base: ``http://127.0.0.1:<port>`` of a running ``streamlit run app.py``.
+        students: how many sessions (even indices train, odd ones update).
+        seed: seeds each student's hold time.
+        server_pid: the server's pid for RSS (None: no RSS).
+        hold_s: a training student keeps its tab open 1 to ``hold_s`` seconds after Start.
+        update_close_s: an updating student closes 0.05 to this many seconds after pressing.
+        settle_s: how long after the last close ``rss_mib_after`` is read.
+
+    Returns:
+        The ChurnResult.
+    """
+    out: dict[str, Any] = {
+        "errors": [],
+        "exceptions": [],
+        "progress": [],
+        "positions": [],
+        "closed_mid_step": 0,
+    }
+    for page, query in ((TRAIN_PAGE, ""), (UPDATE_PAGE, "live=true")):
+        warm = Session(base)
+        await _open(warm, page, query, "warm-up", out)
+        await warm.close()
+    await asyncio.sleep(2.0)
+    before = rss_mib(server_pid)
+    samples: list[float] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_sampler(server_pid, samples, stop))
+    t0 = time.monotonic()
+    n_train = (students + 1) // 2
+    b_train = asyncio.Barrier(max(n_train, 1))
+    b_update = asyncio.Barrier(max(students - n_train, 1))
+    jobs = []
+    for i in range(students):
+        rng = random.Random(seed * 1000 + i)
+        if i % 2 == 0:
+            jobs.append(_trainer(i, base, rng, b_train, hold_s, out))
+        else:
+            jobs.append(_updater(i, base, rng, b_update, update_close_s, out))
+    await asyncio.gather(*jobs)
+    await asyncio.sleep(settle_s)
+    after = rss_mib(server_pid)
+    stop.set()
+    await sampler
+    return ChurnResult(
+        students=students,
+        health_ms=[],
+        health_failures=0,
+        rss_before=before,
+        rss_samples=samples,
+        rss_after=after,
+        progress=sorted(out["progress"]),
+        queue_positions=out["positions"],
+        closed_mid_step=out["closed_mid_step"],
+        errors=out["errors"],
+        exceptions=out["exceptions"],
+        wall_s=time.monotonic() - t0,
+    )
+
+
+def run_churn(base: str, students: int, **kwargs: Any) -> ChurnResult:
+    """``churn`` with the health probe running throughout (a fresh event loop)."""
+    with HealthProbe(base) as probe:
+        res = run_coroutine(churn(base, students, **kwargs))
+    res.health_ms, res.health_failures = probe.ms, probe.failures
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: one JSON line; exit 1 when health went over 1 s or a student saw an error."""
+    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.churn_load", description=__doc__)
+    ap.add_argument("--students", type=int, default=12)
+    ap.add_argument("--hold", type=float, default=6.0, help="training tabs stay 1-HOLD s")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds before RSS after")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="tiny")
+    args = ap.parse_args(argv)
+    if not 0 < args.students <= 60 or not 1.0 <= args.hold <= 120 or not 0 <= args.settle <= 300:
+        ap.error("--students in [1, 60], --hold in [1, 120], --settle in [0, 300]")
+    with streamlit_server(model=args.model) as srv:
+        res = run_churn(
+            srv.base,
+            args.students,
+            seed=args.seed,
+            server_pid=srv.pid,
+            hold_s=args.hold,
+            settle_s=args.settle,
+        )
+        line = res.summary()
+        line["health_after"] = health(srv.base)
+        line["server_tracebacks"] = len(srv.tracebacks())
+    print(json.dumps(line), flush=True)
+    bad = line["health_over_1s"] or res.errors or res.exceptions or line["server_tracebacks"]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
