@@ -2,7 +2,9 @@
 
 Input: one object ``{"batch": {...}, "config": {...}}`` or a list of them. ``batch`` has
 ``scores`` (B,), ``response_mask`` (B, T) of 0/1, ``group`` (B,) prompt ids (strings or ints),
-and optionally ``logprobs``, ``ref_logprobs``, ``values`` (B, T) and ``baseline_scores`` (B,).
+and optionally ``logprobs``, ``ref_logprobs``, ``values`` (B, T), ``baseline_scores`` (B,) and
+``reward_components`` ({name: (B,)}: each reward function's score, for verl gdpo and TRL
+normalize_then_sum).
 ``config`` has ``framework`` (roll | verl | openrlhf | trl, default roll) plus that framework's
 own keys; missing keys take the framework's shipped defaults.
 
@@ -50,6 +52,7 @@ BATCH_KEYS = (
     "baseline_scores",
     "old_logprobs",
     "entropy",
+    "reward_components",
 )
 USAGE = "usage: python -m roll_viz compute CASES.json|-"
 
@@ -178,6 +181,13 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
         optional["baseline_scores"] = torch.tensor(
             _vector(raw, "baseline_scores", B), dtype=torch.float64
         )
+    if "reward_components" in raw:
+        comps = raw["reward_components"]
+        if not isinstance(comps, dict) or not comps:
+            raise InputError("batch.reward_components: expected {name: [B numbers], ...}")
+        optional["reward_components"] = {
+            str(name): torch.tensor(_vector(comps, name, B), dtype=torch.float64) for name in comps
+        }
     loss = None
     if "entropy" in optional and "old_logprobs" not in optional:
         raise InputError("batch.entropy: only used by the loss, which needs old_logprobs")

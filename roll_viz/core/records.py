@@ -50,6 +50,8 @@ class Batch:
         ref_logprobs: (B, T) log-prob of the same tokens under the reference model, or None.
         values: (B, T) critic values V(s_t), needed by GAE, or None.
         baseline_scores: (B,) score of the greedy response of each sample's prompt (ReMax), or None.
+        reward_components: name -> (B,) score of each reward function before they are combined
+            (GDPO normalises each; group health shows each one's std), or None.
     """
 
     scores: Tensor
@@ -60,6 +62,7 @@ class Batch:
     ref_logprobs: Tensor | None = None
     values: Tensor | None = None
     baseline_scores: Tensor | None = None
+    reward_components: dict | None = None
 
 
 @dataclass(frozen=True)

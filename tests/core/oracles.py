@@ -313,7 +313,13 @@ def verl(
         s if any(m) else scores[b]
         for b, (s, m) in enumerate(zip(seq_sums(tok, mask), mask, strict=False))
     ]
-    adv, ret = estimator(name, tok, mask, gids, gamma, lam, values, baseline, seq=seq)
+    if name in ("opo", "gpg", "grpo_passk", "gdpo"):
+        adv = broadcast(verl_outcome_2026(name, seq, mask, gids, norm_by_std), mask)
+        if name == "gdpo":
+            adv = whiten(adv, mask, 1, 1e-8)
+        ret = adv
+    else:
+        adv, ret = estimator(name, tok, mask, gids, gamma, lam, values, baseline, seq=seq)
     if name == "gae":
         adv = whiten(adv, mask, 1, 1e-8)
     return {
@@ -323,6 +329,36 @@ def verl(
         "advantages": adv,
         "returns": ret,
     }
+
+
+def verl_outcome_2026(name, seq, mask, gids, norm_by_std=True, eps=1e-6):
+    """verl opo / gpg / grpo_passk / gdpo (one component) per sample, as core_algos loops them."""
+    B = len(seq)
+    lengths = [sum(row) for row in mask]
+    out = [0.0] * B
+    nonzero = sum(1 for x in seq if x != 0)
+    alpha = B / max(nonzero, 1)
+    for idx in groups_of(gids).values():
+        xs = [seq[i] for i in idx]
+        if name == "grpo_passk":
+            assert len(idx) >= 2
+            order = sorted(idx, key=lambda i: -seq[i])
+            best, second = order[0], order[1]
+            a = seq[best] - seq[second]
+            out[best] = a / (std(xs) + eps) if norm_by_std else a
+            continue
+        for i in idx:
+            if name == "opo":
+                b = 0.0
+                if len(idx) > 1:
+                    b = sum(lengths[j] * seq[j] for j in idx) / sum(lengths[j] for j in idx)
+                out[i] = seq[i] - b
+            elif name == "gpg":
+                out[i] = alpha * (seq[i] - (mean(xs) if len(idx) > 1 else 0.0))
+            else:  # gdpo with one component: grpo (singleton mean 0, std 1)
+                mu, sd = (0.0, 1.0) if len(idx) == 1 else (mean(xs), std(xs))
+                out[i] = (seq[i] - mu) / (sd + eps) if norm_by_std else seq[i] - mu
+    return out
 
 
 def openrlhf(

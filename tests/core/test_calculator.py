@@ -294,3 +294,22 @@ def test_cli_prints_logged_metric_names_with_notes(monkeypatch, capsys):
     result = json.loads(out)
     assert len(result["valid"]) == 3
     assert set(result["valid"][0]) <= {0, 1}
+
+
+def test_cli_reward_components_feed_gdpo(monkeypatch, capsys):
+    batch = {
+        "scores": [1.0, 1.0, 0.0, 1.0],
+        "response_mask": [[1], [1], [1], [1]],
+        "group": ["q"] * 4,
+        "reward_components": {"format": [1, 1, 0, 0], "accuracy": [0, 0, 0, 1]},
+    }
+    config = {"framework": "verl", "adv_estimator": "gdpo", "gdpo_reward_keys": ["format"]}
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 0, err
+    adv = [row[0] for row in json.loads(out)["advantages"]]
+    assert adv[0] == pytest.approx(adv[1])
+    assert adv[0] == pytest.approx(-adv[2])  # format alone: +-, whitened
+    batch["reward_components"] = {"format": [1, 1]}
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 2
+    assert "reward_components.format" in err or "format" in err

@@ -127,14 +127,18 @@ TO_NATIVE = {
         "adv_estimator": "grpo", "gamma": 0.9, "lam": 0.8, "norm_adv_by_std_in_grpo": True,
         "use_kl_in_reward": True, "kl_penalty": "k3", "kl_ctrl_type": "fixed", "kl_coef": 0.1,
         "target_kl": 0.1, "horizon": 10000, "use_kl_loss": False, "kl_loss_coef": 0.001,
-        "kl_loss_type": "low_var_kl", **VIZ,
+        "kl_loss_type": "low_var_kl", "gdpo_reward_keys": None, "gdpo_reward_weights": None,
+        **VIZ,
     },
     "openrlhf": {  # grpo is not an OpenRLHF estimator name: gae stays; clip 2 -> (-2, 2)
         "advantage_estimator": "gae", "gamma": 0.9, "lambd": 0.8, "kl_estimator": "k3",
         "init_coef": 0.1, "target": None, "horizon": 10000, "use_loss": False,
         "clip_range": (-2.0, 2.0), "no_std_norm": False, **VIZ,
     },
-    "trl": {"scale_rewards": "group", "beta": 0.1, **VIZ},
+    "trl": {
+        "scale_rewards": "group", "beta": 0.1,
+        "multi_objective_aggregation": "sum_then_normalize", "reward_weights": None, **VIZ,
+    },
 }  # fmt: skip
 
 

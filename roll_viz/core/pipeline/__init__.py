@@ -106,7 +106,8 @@ def prepare_batch(batch: Batch) -> Batch:
 
     Args:
         batch: scores (B,), response_mask (B, T), group_ids (B,), optional logprobs and
-            ref_logprobs (B, T) (both or neither), values (B, T), baseline_scores (B,).
+            ref_logprobs (B, T) (both or neither), values (B, T), baseline_scores (B,),
+            reward_components (name -> (B,)).
 
     Returns:
         A new Batch; the input's tensors are never modified.
@@ -153,11 +154,26 @@ def prepare_batch(batch: Batch) -> Batch:
                 f"{name}{list(bad)} is {value[bad].item()} (sample {bad[0]}): not finite"
             )
         tensors[name] = value
+    components = None
+    if batch.reward_components is not None:
+        components = {}
+        for name, value in dict(batch.reward_components).items():
+            value = torch.as_tensor(value).detach().to(f64).clone()
+            if value.shape != scores.shape:
+                raise ValueError(
+                    f"reward_components[{name!r}] must have shape {tuple(scores.shape)}, "
+                    f"got {tuple(value.shape)}"
+                )
+            bad = _first_bad(value)
+            if bad is not None:
+                raise ValueError(f"reward_components[{name!r}][{bad[0]}] is not finite")
+            components[str(name)] = value
     return Batch(
         scores=scores,
         response_mask=mask,
         group_ids=group_ids.to(torch.long).clone(),
         group_labels=tuple(batch.group_labels),
+        reward_components=components,
         **tensors,
     )
 

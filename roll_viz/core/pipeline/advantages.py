@@ -19,16 +19,20 @@ compacting each row's valid tokens to the front); False runs the recursion over 
 on whatever values the caller passes (ROLL passes unmasked critic values, OpenRLHF masked ones;
 algorithms.md T8).
 
+Also: the length-weighted baseline (OPO), GPG's batch factor, pass@k (only the best sample
+learns) and GDPO's per-component normalisation (``decoupled_norm_advantages``, which takes the
+reward components rather than the token rewards).
+
 What roll-viz simplifies against the real recipes: no critic training (values are given), no
-multi-session/agentic estimators (GiGPO, step REINFORCE), no GDPO/OPO/GPG/pass@k, no
-optimal-token baselines, and verl's fp32 one-pass ``grpo_vectorized`` is not emulated (float64,
-two-pass; see T6 in algorithms.md for the difference).
+multi-session/agentic estimators (GiGPO, step REINFORCE), no optimal-token baselines (they need
+the sum of squared next-token probabilities), and verl's fp32 one-pass ``grpo_vectorized`` is
+not emulated (float64, two-pass; see T6 in algorithms.md for the difference).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 import torch
@@ -47,7 +51,14 @@ from roll_viz.core.pipeline.postprocess import leave_one_out_baseline, require_g
 
 SINGLETON_RULES = ("raw", "zero", "raise")
 EstimatorName = Literal[
-    "gae", "reinforce", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "remax"
+    "gae",
+    "reinforce",
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "remax",
 ]
 
 
@@ -416,6 +427,140 @@ def remax_advantages(
     )
 
 
+def length_weighted_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """OPO (https://arxiv.org/abs/2505.23585): A_i = s_i - sum_j L_j s_j / sum_j L_j.
+
+    The baseline is the group's length-weighted mean score (L = response length); a group of one
+    has baseline 0. Equivalent loop: for each prompt, ``b = sum(L_j * s_j) / sum(L_j)``.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = length-weighted group mean, scale = 1; returns = advantages.
+
+    Raises:
+        ValueError: a group of two or more whose responses are all empty (0 / 0).
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    lengths = response_mask.sum(-1)
+    weighted = group_stats(lengths * seq, group_ids).sum
+    total_len = group_stats(lengths, group_ids).sum
+    count = group_stats(seq, group_ids).count
+    if bool(((count > 1) & (total_len == 0)).any()):
+        raise ValueError("opo: a group whose responses are all empty has no length-weighted mean")
+    baseline = torch.where(count > 1, weighted / total_len.clamp(min=1.0), torch.zeros_like(seq))
+    adv = _broadcast(seq - baseline, response_mask)
+    return Estimate(adv, adv, baseline, torch.ones_like(seq))
+
+
+def gpg_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """GPG: A_i = alpha (s_i - mean_group), alpha = B / max(#{s_j != 0}, 1).
+
+    The batch-level factor alpha rescales the batch as if only the samples with a non-zero
+    reward counted (f_norm = 1: the group std is computed by the reference code but unused). A
+    group of one has mean 0.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = group mean, scale = 1 / alpha; returns = advantages.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    alpha = seq.shape[0] / max(int(torch.count_nonzero(seq).item()), 1)
+    stats = group_stats(seq, group_ids)
+    mean = torch.where(stats.count > 1, stats.mean, torch.zeros_like(seq))
+    adv = _broadcast(alpha * (seq - mean), response_mask)
+    return Estimate(adv, adv, mean, torch.full_like(seq, 1.0 / alpha))
+
+
+def passk_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """Pass@k (https://arxiv.org/abs/2503.19595): only each group's best sample learns.
+
+    The best sample gets ``(r_max - r_second) / (std_group + eps)`` (no division when
+    ``std_eps`` is None: ``norm_adv_by_std_in_grpo=False``), every other sample 0. With a tie
+    at the top the difference is 0, so which of the tied samples is "best" does not matter.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``std_eps`` (None: no std division), ``std_ddof``, optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = the group's second-best score for the best sample (the sample's
+        own score elsewhere), scale = std + eps; returns = advantages.
+
+    Raises:
+        ValueError: a group with fewer than 2 samples.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    require_group_size(group_ids, params.group_labels, "grpo_passk")
+    stats = group_stats(seq, group_ids, ddof=params.std_ddof)
+    adv_seq = torch.zeros_like(seq)
+    baseline = seq.clone()
+    for g in torch.unique(group_ids).tolist():
+        idx = torch.nonzero(group_ids == g).flatten()
+        top = torch.topk(seq[idx], 2)
+        best = idx[top.indices[0]]
+        baseline[best] = top.values[1]
+        adv_seq[best] = top.values[0] - top.values[1]
+    scale = torch.ones_like(seq) if params.std_eps is None else stats.std + params.std_eps
+    adv_seq = adv_seq / scale
+    adv = _broadcast(adv_seq, response_mask)
+    return Estimate(adv, adv, baseline, scale)
+
+
+def decoupled_norm_advantages(
+    components: Tensor,
+    weights: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    params: EstimatorParams,
+    by_std: bool = True,
+) -> Estimate:
+    """GDPO (https://arxiv.org/abs/2601.05242): normalise each reward per group, sum, whiten.
+
+    ``A = whiten(sum_k w_k grpo(r_k))``: each component is group-normalised on its own (the
+    ``grpo`` estimator with ``params``), the weighted sum is broadcast to the tokens and whitened
+    token-weighted over the batch (``whiten_ddof``, ``whiten_eps``).
+
+    Args:
+        components: (K, B) per-component sequence scores.
+        weights: (K,) component weights.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: the grpo conventions and the whitening's.
+        by_std: divide each component by its group std (False: only subtract the group mean).
+
+    Returns:
+        Estimate with baseline 0 and scale 1 (the normalisation is per component); returns =
+        advantages.
+    """
+    total = torch.zeros_like(response_mask)
+    estimator = grpo_advantages if by_std else dr_grpo_advantages
+    for k in range(components.shape[0]):
+        per = replace(params, seq_rewards=components[k])
+        part = estimator(torch.zeros_like(response_mask), response_mask, group_ids, per)
+        total = total + weights[k] * part.advantages
+    adv = apply_mask(_whiten(total, response_mask, params), response_mask)
+    zeros = torch.zeros(response_mask.shape[0], dtype=adv.dtype)
+    return Estimate(adv, adv, zeros, torch.ones_like(zeros))
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "gae": gae_advantages,
     "reinforce": reinforce_advantages,
@@ -426,3 +571,15 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
     "remax": remax_advantages,
 }
+
+#: Estimators added for the 2026 frameworks (OPO, GPG, pass@k), kept out of
+#: ``ADVANTAGE_ESTIMATORS`` because ``roll_viz.bench`` pairs every entry there with its own loop
+#: implementation; their loop oracles are in tests/core/test_estimators_2026.py.
+EXTRA_ESTIMATORS: dict[str, AdvantageFn] = {
+    "length_weighted": length_weighted_advantages,
+    "gpg": gpg_advantages,
+    "passk": passk_advantages,
+}
+
+#: Every estimator by name (the dialects look names up here).
+ALL_ESTIMATORS: dict[str, AdvantageFn] = {**ADVANTAGE_ESTIMATORS, **EXTRA_ESTIMATORS}

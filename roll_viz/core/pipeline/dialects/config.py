@@ -64,6 +64,8 @@ def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
         return _check_range(where, value)
     if key == "eps_clip_low_high":
         return _check_pair(where, value)
+    if key in _LISTS:
+        return _check_list(where, value, _LISTS[key])
     if value is None:
         if default is None or key == "viz_eps" or key in _NULLABLE:
             return None
@@ -83,6 +85,23 @@ def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
             raise ValueError(f"{where}: must be a positive integer, got {value}")
         return int(value)
     return float(value)
+
+
+#: keys that take a list (or None): the kind of each item
+_LISTS = {"gdpo_reward_keys": str, "gdpo_reward_weights": float, "reward_weights": float}
+
+
+def _check_list(where: str, value: Any, kind: type) -> tuple | None:
+    """A list key: None, or a non-empty list of strings / finite numbers, as a tuple."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple) and value:
+        if kind is str and all(isinstance(v, str) and v for v in value):
+            return tuple(value)
+        if kind is float and all(_is_number(v) and math.isfinite(v) for v in value):
+            return tuple(float(v) for v in value)
+    what = "names" if kind is str else "finite numbers"
+    raise ValueError(f"{where}: expected a non-empty list of {what} or None, got {value!r}")
 
 
 def _check_pair(where: str, value: Any) -> tuple[float, float] | None:

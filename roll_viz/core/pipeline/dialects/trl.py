@@ -49,15 +49,26 @@ KL_ESTIMATOR_KEY: str | None = None
 DEFAULTS: dict[str, Any] = {
     "scale_rewards": "group",
     "beta": 0.0,
+    "multi_objective_aggregation": "sum_then_normalize",
+    "reward_weights": None,
     **shared.VIZ_DEFAULTS,
 }
 
-CHOICES: dict[str, tuple] = {"scale_rewards": ("group", "batch", "none"), **shared.VIZ_CHOICES}
+CHOICES: dict[str, tuple] = {
+    "scale_rewards": ("group", "batch", "none"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    **shared.VIZ_CHOICES,
+}
 
 HELP: dict[str, str] = {
     "scale_rewards": "GRPOConfig.scale_rewards: divide (reward - group mean) by the group std, "
     "the batch std, or nothing (+1e-4).",
     "beta": "GRPOConfig.beta: coefficient of the k3 KL term in the loss (0 = no reference model).",
+    "multi_objective_aggregation": "GRPOConfig.multi_objective_aggregation: sum_then_normalize "
+    "(the combined reward, then scale_rewards) or normalize_then_sum (GDPO-style: z-score each "
+    "reward function per group, weighted sum, then a batch z-score; scale_rewards unused).",
+    "reward_weights": "GRPOConfig.reward_weights: weight of each reward function (None = all 1), "
+    "in the order of batch.reward_components.",
     **shared.VIZ_HELP,
 }
 
@@ -243,6 +254,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     conv = Conventions(cfg, std_ddof=1, eps=1e-4, whiten_ddof=None)
     notes = base_notes(batch) + conv.notes
     require_group_size(batch.group_ids, batch.group_labels, "trl GRPO (num_generations)")
+    if cfg["multi_objective_aggregation"] == "normalize_then_sum":
+        return _normalize_then_sum(batch, cfg, conv, notes, running)
     stats = group_stats(scores, batch.group_ids, ddof=conv.std_ddof)
     baseline = stats.mean
     notes.append("advantage = reward - group mean")
@@ -282,6 +295,58 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         kl_in_reward=False,
         kl_loss=kl_term_mean(kl, mask),
         token_rewards=tokens,
+        advantages=advantages,
+        returns=advantages,
+        running=running,
+        notes=notes,
+    )
+
+
+def _normalize_then_sum(
+    batch: Batch, cfg: dict[str, Any], conv: Conventions, notes: list, running
+) -> Trace:
+    """TRL ``multi_objective_aggregation="normalize_then_sum"``.
+
+    ``GRPOTrainer._generate_and_score_completions``, TRL 1.16.
+
+    Each reward function's scores are z-scored within the group (``(r - mean) / (nanstd +
+    1e-4)``), weighted by ``reward_weights`` and summed; the sum is z-scored over the batch.
+    Without ``batch.reward_components`` the combined score is the only function.
+    """
+    mask, scores = batch.response_mask, batch.scores
+    components = dict(batch.reward_components or {"reward": scores})
+    weights = cfg["reward_weights"] or (1.0,) * len(components)
+    if len(weights) != len(components):
+        raise ValueError(
+            f"reward_weights has {len(weights)} weights for {len(components)} reward functions"
+        )
+    total = torch.zeros_like(scores)
+    for weight, values in zip(weights, components.values(), strict=True):
+        stats = group_stats(values, batch.group_ids, ddof=conv.std_ddof)
+        total = total + weight * (values - stats.mean) / (stats.std + conv.eps)
+    mean = total.mean()
+    std = total.std(correction=conv.std_ddof)
+    adv_seq = (total - mean) / (std + conv.eps)
+    notes.append(
+        f"normalize_then_sum: each of {list(components)} z-scored per group (eps "
+        f"{num(conv.eps)}), weighted sum (weights {list(weights)}), then z-scored over the batch"
+    )
+    advantages = apply_mask(adv_seq[:, None].expand_as(mask), mask)
+    kl = batch_kl(batch, "k3", clamp=None)
+    return make_trace(
+        "trl",
+        cfg,
+        batch,
+        rewards=total,
+        baseline=torch.zeros_like(scores) + mean,
+        scale=torch.zeros_like(scores) + std + conv.eps,
+        clip_frac=0.0,
+        kl=kl,
+        kl_coef=cfg["beta"],
+        next_kl_coef=cfg["beta"],
+        kl_in_reward=False,
+        kl_loss=kl_term_mean(kl, mask),
+        token_rewards=token_rewards(scores, mask),
         advantages=advantages,
         returns=advantages,
         running=running,

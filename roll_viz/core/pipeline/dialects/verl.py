@@ -26,7 +26,12 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import masked_sum, masked_whiten
-from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.advantages import (
+    ALL_ESTIMATORS,
+    EstimatorParams,
+    decoupled_norm_advantages,
+    token_rewards,
+)
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
@@ -71,6 +76,10 @@ ESTIMATORS = {
     "reinforce_plus_plus": "reinforce_pp",
     "reinforce_plus_plus_baseline": "reinforce_pp_baseline",
     "remax": "remax",
+    "opo": "length_weighted",
+    "gpg": "gpg",
+    "grpo_passk": "passk",
+    "gdpo": "gdpo",
 }
 
 # ---------------------------------------------------------------------- reward-stage config
@@ -89,6 +98,8 @@ DEFAULTS: dict[str, Any] = {
     "use_kl_loss": False,
     "kl_loss_coef": 0.001,
     "kl_loss_type": "low_var_kl",
+    "gdpo_reward_keys": None,
+    "gdpo_reward_weights": None,
     **shared.VIZ_DEFAULTS,
 }
 
@@ -102,7 +113,9 @@ CHOICES: dict[str, tuple] = {
 
 HELP: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator: gae, grpo, rloo, reinforce_plus_plus, "
-    "reinforce_plus_plus_baseline or remax.",
+    "reinforce_plus_plus_baseline, remax, opo (length-weighted baseline), gpg (batch factor "
+    "B / #nonzero), grpo_passk (only the best sample learns) or gdpo (normalise each reward "
+    "component, sum, whiten).",
     "gamma": "algorithm.gamma: discount for gae and reinforce_plus_plus.",
     "lam": "algorithm.lam: GAE lambda.",
     "norm_adv_by_std_in_grpo": "Divide GRPO advantages by the group std (False = Dr.GRPO).",
@@ -115,6 +128,10 @@ HELP: dict[str, str] = {
     "horizon": "algorithm.kl_ctrl.horizon: horizon of the adaptive controller.",
     "use_kl_loss": "actor.use_kl_loss: put a KL term in the policy loss instead.",
     "kl_loss_coef": "actor.kl_loss_coef: coefficient of the KL loss term.",
+    "gdpo_reward_keys": "algorithm.gdpo_reward_keys: the reward components gdpo normalises "
+    "one by one (names in batch.reward_components); required for gdpo.",
+    "gdpo_reward_weights": "algorithm.gdpo_reward_weights: weight of each component in the "
+    "sum (None = all 1).",
     "kl_loss_type": "actor.kl_loss_type: KL estimator of the loss term; a '+' suffix (k3+, "
     "low_var_kl+) keeps its value but takes the gradient of k2 (straight-through).",
     **shared.VIZ_HELP,
@@ -338,6 +355,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     # a zero-length response's score has no token; verl still sums it into s_i (index -1)
     seq = masked_sum(tokens, mask, dim=-1) + torch.where(empty, scores, torch.zeros_like(scores))
     name = ESTIMATORS[est]
+    if est == "grpo_passk" and not cfg["norm_adv_by_std_in_grpo"]:
+        notes.append("norm_adv_by_std_in_grpo=False: r_max - r_second, no std division")
     if est == "grpo" and not cfg["norm_adv_by_std_in_grpo"]:
         name = "dr_grpo"
         notes.append("norm_adv_by_std_in_grpo=False: advantage = s - group mean (Dr.GRPO)")
@@ -347,16 +366,19 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         values=batch.values,
         baseline_scores=batch.baseline_scores,
         seq_rewards=seq,
-        std_eps=conv.eps,
+        std_eps=None if est == "grpo_passk" and not cfg["norm_adv_by_std_in_grpo"] else conv.eps,
         std_ddof=conv.std_ddof,
         singleton="raw",
         carry_through=True,
         whiten_ddof=conv.whiten_ddof,
         group_labels=batch.group_labels,
     )
-    notes.extend(_estimator_notes(name, batch, conv))
+    notes.extend(_estimator_notes(name, batch, conv, cfg))
     try:
-        estimate = ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
+        if name == "gdpo":
+            estimate = _gdpo(batch, cfg, mask, params)
+        else:
+            estimate = ALL_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
         advantages = estimate.advantages
         if name == "gae":
             advantages = masked_whiten(advantages, mask, ddof=conv.whiten_ddof, eps=1e-8)
@@ -403,7 +425,44 @@ def _kl(batch: Batch, name: str) -> Tensor:
     return batch_kl(batch, canonical, clamp=None)
 
 
-def _estimator_notes(name: str, batch: Batch, conv: Conventions) -> list[str]:
+def _gdpo(batch: Batch, cfg: dict[str, Any], mask: Tensor, params: EstimatorParams):
+    """Verl gdpo (``compute_gdpo_outcome_advantage``): per-component GRPO, weighted sum, whiten.
+
+    Each of ``gdpo_reward_keys`` names one of ``batch.reward_components``. Without keys the
+    function's fallback runs on the combined reward (one component: GRPO, then whitening);
+    verl's trainer would assert that the keys are set.
+    """
+    keys = cfg["gdpo_reward_keys"]
+    if not keys:  # compute_gdpo_outcome_advantage's fallback: the combined reward, one component
+        seq = params.seq_rewards[None, :]
+        return decoupled_norm_advantages(
+            seq, torch.ones(1, dtype=seq.dtype), mask, batch.group_ids, params,
+            by_std=cfg["norm_adv_by_std_in_grpo"],
+        )  # fmt: skip
+    have = batch.reward_components or {}
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise ValueError(
+            f"gdpo reward key(s) {missing} not found in the batch's reward components "
+            f"(available: {sorted(have)})"
+        )
+    weights = cfg["gdpo_reward_weights"] or (1.0,) * len(keys)
+    if len(weights) != len(keys):
+        raise ValueError(
+            f"gdpo_reward_weights has {len(weights)} weights for {len(keys)} gdpo_reward_keys"
+        )
+    components = torch.stack([have[k] for k in keys])
+    return decoupled_norm_advantages(
+        components,
+        torch.tensor(weights, dtype=components.dtype),
+        mask,
+        batch.group_ids,
+        params,
+        by_std=cfg["norm_adv_by_std_in_grpo"],
+    )
+
+
+def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> list[str]:
     singles = singleton_groups(batch.group_ids)
     ddof = conv.ddof_word(conv.whiten_ddof)
     whiten = f"advantages whitened token-weighted, {ddof} var, rsqrt(var+1e-8)"
@@ -429,9 +488,33 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions) -> list[str]:
             "A_t = undiscounted reward-to-go - greedy baseline score",
             "returns = reward-to-go",
         ],
+        "length_weighted": [
+            "OPO: A = s - sum_j L_j s_j / sum_j L_j (length-weighted group mean)",
+            "returns = advantages",
+        ],
+        "gpg": [
+            "GPG: A = alpha (s - group mean), alpha = B / #(nonzero scores); f_norm = 1",
+            "returns = advantages",
+        ],
+        "passk": [
+            "pass@k: the best sample of each group gets (r_max - r_second) / (std + eps), the "
+            "others 0",
+            "returns = advantages",
+        ],
+        "gdpo": [
+            f"GDPO: each of {list(cfg['gdpo_reward_keys'])} group-normalised on its own, "
+            f"weighted sum (weights {list(cfg['gdpo_reward_weights'] or []) or 'all 1'})"
+            if cfg["gdpo_reward_keys"]
+            else "GDPO without gdpo_reward_keys: the combined reward as its only component "
+            "(verl's trainer asserts the keys are set)",
+            whiten,
+            "returns = advantages",
+        ],
     }[name]
-    if singles and name in ("grpo", "dr_grpo", "reinforce_pp_baseline"):
+    if singles and name in ("grpo", "dr_grpo", "reinforce_pp_baseline", "gdpo"):
         notes.append("singleton group: mean 0, std 1 (raw reward passes through)")
+    if singles and name in ("length_weighted", "gpg"):
+        notes.append("singleton group: baseline 0 (the raw reward passes through)")
     if singles and name == "rloo":
         notes.append("singleton group keeps its raw score (verl rloo; rloo_vectorized gives 0)")
     return notes
