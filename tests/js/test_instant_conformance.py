@@ -265,7 +265,8 @@ def conformance(tmp_path_factory):
     bad = [
         ("roll", {**resolve_config("roll", None), "adv_estimator": "gigpo"}),
         ("roll", {**resolve_config("roll", None), "difficulty_mask": True}),
-        ("verl", {**resolve_config("verl", None), "adv_estimator": "grpo_passk"}),
+        # named reward components (gdpo_reward_keys) are the server path
+        ("verl", {**resolve_config("verl", None), "gdpo_reward_keys": ["r"]}),
         ("openrlhf", {**resolve_config("openrlhf", None), "kl_estimator": "abs"}),
         ("trl", {"beta": 0.0}),  # not resolved: scale_rewards missing
         ("trl", {**resolve_config("trl", None), "gamma": 0.9}),

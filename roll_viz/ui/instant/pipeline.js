@@ -505,6 +505,53 @@ export const ADVANTAGE_ESTIMATORS = {
     const adv = maskedWhiten(centred, mask, p.whiten_ddof, p.whiten_eps, p.whiten_eps_mode);
     return { advantages: adv, returns: adv, baseline: mean, scale: ones(seq.length) };
   },
+  length_weighted(tokens, mask, groupIds, p) {
+    // OPO: A = s - sum_j L_j s_j / sum_j L_j over the group (a group of one: baseline 0)
+    const seq = seqRewards(tokens, mask, p);
+    const lengths = Float64Array.from(mask, (m) => m.reduce((a, x) => a + x, 0));
+    const weighted = groupStats(seq.map((s, b) => lengths[b] * s), groupIds).sum;
+    const totalLen = groupStats(lengths, groupIds).sum;
+    const count = groupStats(seq, groupIds).count;
+    const baseline = seq.map((_, b) => {
+      if (count[b] <= 1) return 0;
+      if (totalLen[b] === 0) {
+        throw new Error("opo: a group whose responses are all empty has no length-weighted mean");
+      }
+      return weighted[b] / Math.max(totalLen[b], 1);
+    });
+    const adv = broadcast(seq.map((s, b) => s - baseline[b]), mask);
+    return { advantages: adv, returns: adv, baseline, scale: ones(seq.length) };
+  },
+  gpg(tokens, mask, groupIds, p) {
+    // GPG: A = alpha (s - group mean), alpha = B / max(#nonzero scores, 1)
+    const seq = seqRewards(tokens, mask, p);
+    let nonzero = 0;
+    for (const s of seq) if (s !== 0) nonzero += 1;
+    const alpha = seq.length / Math.max(nonzero, 1);
+    const stats = groupStats(seq, groupIds);
+    const mean = stats.mean.map((m, b) => (stats.count[b] > 1 ? m : 0));
+    const adv = broadcast(seq.map((s, b) => alpha * (s - mean[b])), mask);
+    return { advantages: adv, returns: adv, baseline: mean, scale: seq.map(() => 1.0 / alpha) };
+  },
+  passk(tokens, mask, groupIds, p) {
+    // pass@k: each group's best sample gets (r_max - r_second) / (std + eps), the others 0
+    const seq = seqRewards(tokens, mask, p);
+    requireGroupSize(groupIds, p.group_labels, "grpo_passk");
+    const stats = groupStats(seq, groupIds, p.std_ddof);
+    const advSeq = new Float64Array(seq.length);
+    const baseline = Float64Array.from(seq);
+    const members = new Map();
+    groupIds.forEach((g, b) => members.set(g, [...(members.get(g) ?? []), b]));
+    for (const idx of members.values()) {
+      const order = [...idx].sort((a, b) => seq[b] - seq[a] || a - b);
+      const [best, second] = order;
+      baseline[best] = seq[second];
+      advSeq[best] = seq[best] - seq[second];
+    }
+    const scale = p.std_eps == null ? ones(seq.length) : stats.std.map((s) => s + p.std_eps);
+    const adv = broadcast(advSeq.map((a, b) => a / scale[b]), mask);
+    return { advantages: adv, returns: adv, baseline, scale };
+  },
   remax(tokens, mask, groupIds, p) {
     if (!p.baseline_scores) {
       throw new Error("remax needs greedy baseline scores (batch.baseline_scores, shape (B,))");
@@ -630,7 +677,25 @@ const VERL_ESTIMATORS = {
   reinforce_plus_plus: "reinforce_pp",
   reinforce_plus_plus_baseline: "reinforce_pp_baseline",
   remax: "remax",
+  opo: "length_weighted",
+  gpg: "gpg",
+  grpo_passk: "passk",
+  gdpo: "gdpo",
 };
+
+/** verl gdpo without gdpo_reward_keys: the combined reward as its one component (GRPO or
+ *  Dr.GRPO per norm_adv_by_std_in_grpo), then token-weighted whitening over the batch. */
+function verlGdpo(mask, groupIds, params, byStd) {
+  const zeros = mask.map((m) => new Float64Array(m.length));
+  const part = ADVANTAGE_ESTIMATORS[byStd ? "grpo" : "dr_grpo"](zeros, mask, groupIds, params);
+  const total = mapRows(part.advantages, (a) => 0 + 1.0 * a);
+  const adv = applyMask(
+    maskedWhiten(total, mask, params.whiten_ddof, params.whiten_eps, params.whiten_eps_mode),
+    mask,
+  );
+  const B = mask.length;
+  return { advantages: adv, returns: adv, baseline: new Float64Array(B), scale: ones(B) };
+}
 
 function verlKl(batch, name) {
   const canonical = VERL_KL[name];
@@ -656,15 +721,20 @@ export function verlPipeline(batch, cfg, running = null) {
   const seq = rowSums.map((s, b) => s + (countValid([mask[b]]) === 0 ? scores[b] : 0));
   let name = VERL_ESTIMATORS[est];
   if (est === "grpo" && !cfg.norm_adv_by_std_in_grpo) name = "dr_grpo";
+  const noStd = est === "grpo_passk" && !cfg.norm_adv_by_std_in_grpo;
   const params = {
     gamma: cfg.gamma, lam: cfg.lam, values: batch.values, baseline_scores: batch.baseline_scores,
-    seq_rewards: seq, std_eps: conv.eps, std_ddof: conv.std_ddof, singleton: "raw",
+    seq_rewards: seq, std_eps: noStd ? null : conv.eps, std_ddof: conv.std_ddof, singleton: "raw",
     carry_through: true, whiten_ddof: conv.whiten_ddof, whiten_eps: 1e-8, whiten_eps_mode: "add",
+    group_labels: batch.group_labels,
   };
   let estimate;
   let advantages;
   try {
-    estimate = ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params);
+    estimate =
+      name === "gdpo"
+        ? verlGdpo(mask, batch.group_ids, params, cfg.norm_adv_by_std_in_grpo)
+        : ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params);
     advantages = estimate.advantages;
     if (name === "gae") advantages = maskedWhiten(advantages, mask, conv.whiten_ddof, 1e-8, "add");
   } catch (err) {
@@ -731,6 +801,26 @@ export function openrlhfPipeline(batch, cfg, running = null) {
   });
 }
 
+/** TRL normalize_then_sum with the combined reward as the one reward function: z-score per
+ *  group, then over the batch (scale_rewards unused). */
+function trlNormalizeThenSum(batch, cfg, conv, running) {
+  const mask = batch.response_mask;
+  const scores = batch.scores;
+  const stats = groupStats(scores, batch.group_ids, conv.std_ddof);
+  const total = scores.map((s, b) => 0 + (1.0 * (s - stats.mean[b])) / (stats.std[b] + conv.eps));
+  let mean = 0;
+  for (const x of total) mean += x;
+  mean /= total.length;
+  const std = vectorStd(total, conv.std_ddof);
+  const advantages = broadcast(total.map((x) => (x - mean) / (std + conv.eps)), mask);
+  const kl = batchKl(batch, "k3", null);
+  return trace("trl", batch, {
+    rewards: total, baseline: total.map(() => 0 + mean), scale: total.map(() => 0 + std + conv.eps),
+    clip_frac: 0, kl, kl_coef: cfg.beta, next_kl_coef: cfg.beta, kl_in_reward: false,
+    token_rewards: tokenRewards(scores, mask), advantages, returns: advantages, running,
+  });
+}
+
 /** TRL GRPOTrainer: (r - group mean) / (group|batch std + 1e-4); KL only in the loss. */
 export function trlPipeline(batch, cfg, running = null) {
   const mask = batch.response_mask;
@@ -738,6 +828,9 @@ export function trlPipeline(batch, cfg, running = null) {
   const mode = cfg.scale_rewards;
   const conv = conventions(cfg, 1, 1e-4, null);
   requireGroupSize(batch.group_ids, batch.group_labels, "trl GRPO (num_generations)");
+  if (cfg.multi_objective_aggregation === "normalize_then_sum") {
+    return trlNormalizeThenSum(batch, cfg, conv, running);
+  }
   const stats = groupStats(scores, batch.group_ids, conv.std_ddof);
   const baseline = stats.mean;
   let scale;
@@ -777,12 +870,18 @@ const COVERED = {
     kl_penalty: Object.keys(VERL_KL),
     kl_ctrl_type: ["fixed", "adaptive"],
     kl_loss_type: Object.keys(VERL_KL),
+    gdpo_reward_keys: [null], // named reward components: the server path
+    gdpo_reward_weights: [null],
   },
   openrlhf: {
     advantage_estimator: ["gae", "reinforce", ...OPENRLHF_GROUP_ESTIMATORS],
     kl_estimator: ["k1", "k2", "k3"],
   },
-  trl: { scale_rewards: ["group", "batch", "none"] },
+  trl: {
+    scale_rewards: ["group", "batch", "none"],
+    multi_objective_aggregation: ["sum_then_normalize", "normalize_then_sum"],
+    reward_weights: [null], // weights of named reward functions: the server path
+  },
 };
 const KEYS = {
   roll: [
