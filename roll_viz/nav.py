@@ -51,6 +51,7 @@ PAGES: tuple[Page, ...] = (
         "Local_vs_Global",
         CHAIN,
     ),
+    Page("normalisation", "app_pages/normalisation.py", "Normalisation", "Normalisation", CHAIN),
     Page("update", "app_pages/update.py", "Update", "Update", CHAIN),
     Page("sensitivity", "app_pages/sensitivity.py", "Sensitivity", "Sensitivity", PROBE),
     Page("frameworks", "app_pages/frameworks.py", "Frameworks", "Frameworks", PROBE),

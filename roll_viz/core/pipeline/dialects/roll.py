@@ -14,6 +14,9 @@ Also here: ROLL's config keys with defaults, choices and help (algorithms.md sec
 the policy-update keys (policy-update.md 1.2), the KL estimator names, the keys of beta, the
 controller and the clip, the named recipes, the translation of the sidebar's generic knobs, the
 loss spec and the logged metric names.
+
+Size: one file per framework by design (its tables, order of operations, loss spec and
+logged metrics side by side), so a reader checks the framework against one file.
 """
 
 from __future__ import annotations

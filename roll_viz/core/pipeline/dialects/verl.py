@@ -15,6 +15,9 @@ Also here: verl's config keys (flattened: ``algorithm.kl_ctrl.kl_coef`` -> ``kl_
 defaults, choices and help, the policy-update keys (``actor.policy_loss.loss_mode`` ->
 ``loss_mode``), the KL estimator names, the beta/controller/clip keys, the named recipes, the
 translation of the sidebar's generic knobs, the loss spec and the logged metric names.
+
+Size: one file per framework by design (its tables, order of operations, loss spec and
+logged metrics side by side), so a reader checks the framework against one file.
 """
 
 from __future__ import annotations
