@@ -308,6 +308,7 @@ def compute(cases: Any) -> Any:
                     config,
                     advantages=trace.advantages,
                     response_mask=batch.response_mask,
+                    scores=batch.scores,
                     **loss,
                 )
             except ValueError as err:

@@ -414,6 +414,8 @@ NEW_CONFIGS = [
     ("verl", {"loss_mode": "dppo_kl", "loss_agg_mode": "seq-mean-token-mean"}),
     ("verl", {"loss_mode": "geo_mean"}),
     ("verl", {"loss_mode": "kl_cov", "kl_cov_ratio": 0.2}),
+    ("verl", {"loss_mode": "clip_cov", "clip_cov_ratio": 0.3, "clip_cov_lb": -1.0}),
+    ("roll", {"pg_variant": "topr", "topr_negative_weight": 0.5}),
     ("verl", {"loss_mode": "dro", "dro_beta": 0.3, "loss_agg_mode": "seq-mean-token-sum-norm"}),
     ("verl", {"loss_mode": "gspo", "use_kl_loss": True, "kl_loss_type": "k3+"}),
     ("verl", {"use_kl_loss": True, "kl_loss_type": "low_var_kl+", "loss_agg_mode": "token-sum"}),
@@ -436,7 +438,8 @@ NEW_CONFIGS = [
 def test_new_options_grad_coef_matches_autograd(framework, config, seed):
     lp, old, adv, mask, ref, ent = _batch(seed, scale=0.4)
     lp = torch.where(mask == 0, -math.inf, lp).requires_grad_()
-    res = _loss(framework, config, lp, old, adv, mask, ref_logprobs=ref, entropy=ent)
+    scores = torch.tensor([1.0, 0.0, -1.0, 0.5, 0.0], dtype=F)  # ROLL topr's row split
+    res = _loss(framework, config, lp, old, adv, mask, ref_logprobs=ref, entropy=ent, scores=scores)
     (grad,) = torch.autograd.grad(res.total, lp)
     assert bool(torch.isfinite(grad).all())
     close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-13)
@@ -528,3 +531,46 @@ def test_trl_bias_corrected_kl_is_k3_times_ratio():
     assert res.terms["kl"].item() == pytest.approx(
         aggregate(k3 * torch.exp(lp - old), mask, "token-mean").item()
     )
+
+
+def test_verl_clip_cov_zeroes_the_drawn_tokens():
+    lp = torch.tensor([[-1.0, -3.0, -2.0, -2.0]], dtype=F)
+    adv = torch.tensor([[2.0, -2.0, 1.0, -1.0]], dtype=F)
+    mask = torch.ones_like(lp)
+    lp = lp.requires_grad_()
+    # cov = (A - 0)(logp + 2) = [2, 2, 0, 0]: tokens 0 and 1 lie in (1, 5); ratio 0.5 takes 2
+    res = _loss(
+        "verl", {"loss_mode": "clip_cov", "clip_cov_ratio": 0.5}, lp, lp.detach(), adv, mask
+    )
+    assert res.per_token["clip_cov_zeroed"].tolist() == [[True, True, False, False]]
+    close(res.per_token["pg_loss"], [[0.0, 0.0, -1.0, 1.0]], 1e-15)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-15)
+    close(grad, [[0.0, 0.0, -0.25, 0.25]], 1e-15)
+    assert res.metrics["actor/pg_clipfrac"] == pytest.approx(0.5)
+    assert "actor/pg_clipfrac_lower" not in res.metrics
+    # the default ratio 2e-4 draws one token of the two (seeded)
+    one = _loss("verl", {"loss_mode": "clip_cov"}, lp, lp.detach(), adv, mask)
+    assert int(one.per_token["clip_cov_zeroed"].sum()) == 1
+    assert bool(one.per_token["clip_cov_zeroed"][0, :2].any())
+
+
+def test_roll_topr_splits_rows_by_score_sign():
+    r = torch.tensor([[1.5, 0.5], [1.5, 0.5]], dtype=F)
+    old = torch.full_like(r, -1.0)
+    lp = (old + r.log()).requires_grad_()
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=F)
+    mask = torch.ones_like(r)
+    scores = torch.tensor([1.0, 0.0], dtype=F)
+    res = _loss("roll", {"pg_variant": "topr"}, lp, old, adv, mask, scores=scores)
+    # seq-mean-token-mean: weight 1/4 per token; row 0 plain PG, row 1 TIS clip(r, 0, 1)
+    close(res.per_token["grad_coef"], [[-0.25, -0.25], [0.25, 0.125]], 1e-15)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-15)
+    assert res.metrics["actor/topr_positive_samples"] == 1.0
+    assert res.metrics["actor/topr_negative_upper_clipfrac"] == pytest.approx(0.25)
+    total = res.metrics["actor/topr_weighted_positive_loss"]
+    total += res.metrics["actor/topr_weighted_negative_loss"]
+    assert total == pytest.approx(res.terms["policy"].item())
+    with pytest.raises(ValueError, match=r"^scores"):
+        _loss("roll", {"pg_variant": "topr"}, lp, old, adv, mask)

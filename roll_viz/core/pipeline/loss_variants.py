@@ -150,3 +150,38 @@ def length_sample_weights(m: Tensor) -> Tensor:
     if weights.sum() > 0:
         weights = weights * (m.shape[0] / (weights.sum() + 1e-8))
     return weights
+
+
+def clip_cov_keep(
+    r: Tensor,
+    adv: Tensor,
+    lp: Tensor,
+    mask: Tensor,
+    low: float,
+    high: float,
+    params: tuple[float, float, float, int],
+) -> Tensor:
+    """Verl ``compute_policy_loss_clip_cov``: (B, T) 1.0, or 0.0 on the tokens whose PG it drops.
+
+    Candidates: valid tokens the PPO clip did not already clip, with ``lb < cov < ub``, where
+    ``cov = (A - mean A)(logp - mean logp)`` over the valid tokens; ``max(int(ratio * N), 1)`` of
+    them are drawn at random. verl draws with the global ``torch.randperm``; here the draw uses
+    a generator seeded with ``seed``, so it is reproducible (when every candidate is taken the
+    result does not depend on the draw).
+    """
+    ratio, lb, ub, seed = params
+    m = mask.to(F64)
+    n_valid = m.sum().clamp(min=1.0)
+    pg1 = -adv * r
+    pg2 = -adv * r.clamp(1.0 - low, 1.0 + high)
+    clipped = (pg2 > pg1) & mask
+    cov = (adv - (adv * m).sum() / n_valid) * (lp - (lp * m).sum() / n_valid)
+    cov = torch.where(mask & ~clipped, cov, -math.inf)
+    candidates = torch.nonzero((cov < ub) & (cov > lb) & mask)
+    keep = torch.ones_like(r)
+    if len(candidates):
+        clip_num = max(int(ratio * float(mask.sum())), 1)
+        gen = torch.Generator().manual_seed(int(seed))
+        chosen = candidates[torch.randperm(len(candidates), generator=gen)[:clip_num]]
+        keep[chosen[:, 0], chosen[:, 1]] = 0.0
+    return keep

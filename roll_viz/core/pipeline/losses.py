@@ -27,7 +27,9 @@ differentiable w.r.t. ``logprobs`` (and ``entropy`` / ``values`` when they requi
 Further kinds (helpers in ``loss_variants``): verl DPPO-TV/-KL (``-A sg(min(r, c)) logp`` on a
 probability trust region), GMPO (``geo_mean``, sequence level, mean over all rows), KL-Cov (PG
 without clipping plus ``coef |d|`` on the top-covariance tokens), ROLL kimi15 / verl DRO
-(``-A logp + tau/2 d^2``), TRL VESPO (``-phi(w) A logp``); per-token keep masks (TRL
+(``-A logp + tau/2 d^2``), TRL VESPO (``-phi(w) A logp``), verl Clip-Cov (PPO with the PG of a
+few high-covariance tokens zeroed), ROLL TOPR (plain PG on rows with a positive score, TIS [0, 1]
+on the others); per-token keep masks (TRL
 ``off_policy_mask_threshold``, ``top_entropy_quantile``) and ROLL's length sample weights scale
 the policy term only; the KL may be straight-through (verl ``k3+``: value of k3, gradient of k2)
 or multiplied by the ratio (TRL ``use_bias_correction_kl``).
@@ -37,7 +39,8 @@ accumulation step (global token / sample counts are this batch's; TRL's grad-acc
 division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); no
 rollout importance-sampling corrections (verl ``rollout_is_weights``, OpenRLHF
 ``is_correction_*``, TRL vLLM IS), no MoE aux loss, no TRL adaptive entropy, no ROLL difficulty
-weights, no verl clip_cov (it draws its tokens with an unseeded ``torch.randperm``); masked means
+weights; verl clip_cov draws its tokens with the unseeded ``torch.randperm``, roll-viz with a
+seeded generator (``viz_clip_cov_seed``); masked means
 divide by the exact count (the frameworks add 1e-8); ROLL's unmasked token-mean sums are taken
 over valid tokens only (its metrics reproduce the padded sums where they differ).
 
@@ -337,6 +340,8 @@ class LossSpec:
     off_policy_threshold: float | None = None  # TRL off_policy_mask_threshold
     entropy_quantile: float = 1.0  # TRL top_entropy_quantile
     length_weights: bool = False  # ROLL length_loss_weight (per-sample weights of the policy term)
+    topr_weights: tuple[float, float] = (1.0, 1.0)  # ROLL topr_positive/negative_weight
+    clip_cov: tuple[float, float, float, int] = (0.0002, 1.0, 5.0, 0)  # ratio, lb, ub, draw seed
 
 
 # -------------------------------------------------------------------- inputs and entry point
@@ -374,6 +379,7 @@ def loss_from_spec(
     values: Tensor | None = None,
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
+    scores: Tensor | None = None,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
@@ -396,6 +402,7 @@ def loss_from_spec(
             ``old_values`` when the framework clips) gives ``terms["value"]``.
         old_values: (B, T) critic values at rollout time.
         returns: (B, T) value targets.
+        scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -462,6 +469,16 @@ def loss_from_spec(
         clipped_high = (~valid) & (adv > 0) & mask
         clipped_low = (~valid) & (adv <= 0) & mask
         extra["valid"] = valid & mask
+    elif spec.kind == "topr":
+        if scores is None:
+            raise ValueError("scores: needed for pg_variant topr (it splits rows by score sign)")
+        positive = (torch.as_tensor(scores).to(F64) > 0)[:, None].expand_as(r)
+        w_pos, w_neg = spec.topr_weights
+        weight = torch.where(positive, w_pos, w_neg * r.clamp(0.0, 1.0))
+        pg = -weight * adv * lp
+        dl_dlogp = -weight * adv
+        clipped_high = (~positive) & (r > 1.0) & mask
+        extra["topr_positive"] = positive & mask
     elif spec.kind == "kimi":
         pg = -adv * lp + 0.5 * spec.kimi_tau * (lp - old) ** 2
         dl_dlogp = -adv + spec.kimi_tau * d
@@ -484,9 +501,15 @@ def loss_from_spec(
         clipped_low = clipped & (adv < 0)
         ratio_shown = torch.where(mask, torch.exp(g_geo["log_ratio"]), 0.0)
     else:
-        if spec.kind == "ppo":
+        if spec.kind in ("ppo", "clip_cov"):
             pg = ppo_token_loss(ratio, adv, spec.eps_low, spec.eps_high, spec.dual_clip, spec.delta)
             dl_dr, clipped_high, clipped_low, dual = _ppo_dr(r, adv, spec, mask)
+            if spec.kind == "clip_cov":
+                corr = variants.clip_cov_keep(
+                    r, adv, lp.detach(), mask, spec.eps_low, spec.eps_high, spec.clip_cov
+                )
+                pg, dl_dr = pg * corr, dl_dr * corr
+                extra["clip_cov_zeroed"] = corr == 0
         else:
             tau_pos, tau_neg = (
                 torch.tensor(spec.tau_pos, dtype=F64),

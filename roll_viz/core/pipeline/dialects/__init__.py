@@ -177,6 +177,7 @@ def policy_loss(
     values: Tensor | None = None,
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
+    scores: Tensor | None = None,
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
 
@@ -195,6 +196,7 @@ def policy_loss(
             ``old_values`` when the framework clips) gives ``terms["value"]``.
         old_values: (B, T) critic values at rollout time.
         returns: (B, T) value targets.
+        scores: (B,) response scores (needed by ROLL ``pg_variant: topr``).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -224,4 +226,5 @@ def policy_loss(
         values=values,
         old_values=old_values,
         returns=returns,
+        scores=scores,
     )

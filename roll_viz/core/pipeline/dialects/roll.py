@@ -159,10 +159,12 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "tis_upper_bound": 1.0,
     "kimi15_tau": 0.1,
     "length_loss_weight": False,
+    "topr_positive_weight": 1.0,
+    "topr_negative_weight": 1.0,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
-    "pg_variant": ("vanilla", "ppo", "cispo", "tis", "kimi15"),
+    "pg_variant": ("vanilla", "ppo", "cispo", "tis", "topr", "kimi15"),
     "loss_agg_mode": _AGG,
     "importance_sampling": ("token", "seq"),
 }
@@ -170,7 +172,8 @@ LOSS_CHOICES: dict[str, tuple] = {
 LOSS_HELP: dict[str, str] = {
     "pg_variant": "actor_train.pg_variant: ppo = the default ActorWorker (clipped surrogate), "
     "vanilla = -A*logp (ActorPGWorker), cispo = -sg(clip(r, 1-lo, 1+hi))*A*logp, tis = "
-    "-sg(clip(r, tis_lower_bound, tis_upper_bound))*A*logp, kimi15 = -A*logp + tau/2 * d^2.",
+    "-sg(clip(r, tis_lower_bound, tis_upper_bound))*A*logp, topr = plain PG on rows with score "
+    "> 0 and TIS [0, 1] on the others, kimi15 = -A*logp + tau/2 * d^2.",
     "pg_clip": "pg_clip: PPO clip epsilon (both sides unless use_pg_clip_range); also sets the "
     "dual-clip constant 1 + 2*pg_clip.",
     "use_pg_clip_range": "use_pg_clip_range: use pg_clip_low / pg_clip_high, not pg_clip.",
@@ -194,6 +197,8 @@ LOSS_HELP: dict[str, str] = {
     "kimi15_tau": "kimi15_tau: weight of the squared log-ratio penalty (pg_variant kimi15).",
     "length_loss_weight": "length_loss_weight: per-sample weights 1.5 - normalized length "
     "(rescaled to mean 1) on the policy term; actor/pg_loss stays unweighted.",
+    "topr_positive_weight": "topr_positive_weight: weight of the rows with score > 0 (topr).",
+    "topr_negative_weight": "topr_negative_weight: weight of the rows with score <= 0 (topr).",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
@@ -509,6 +514,13 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     if variant == "vanilla":
         notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
         return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
+    if variant == "topr":
+        weights = (cfg["topr_positive_weight"], cfg["topr_negative_weight"])
+        notes.append(
+            "pg_variant topr: rows with score > 0 get -A * logp, the others "
+            "-sg(clip(r, 0, 1)) * A * logp (split by the score's sign, not the advantage's)"
+        )
+        return LossSpec(kind="topr", level="token", clamp=None, topr_weights=weights, **kwargs)
     if variant == "kimi15":
         tau = cfg["kimi15_tau"]
         notes.append(f"pg_variant kimi15: loss = -A * logp + {tau:g}/2 * (logp - old)^2")
@@ -623,6 +635,32 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             out["actor/tis_clipped_ratio_mean"] = aggregate(weight, m, "seq-mean-token-mean").item()
             out["actor/tis_lower_bound"] = spec.cispo_low
             out["actor/tis_upper_bound"] = spec.cispo_high
+    elif variant == "topr":
+        positive = ctx.extra["topr_positive"].any(-1)
+        n_pos = float(positive.sum())
+        B = m.shape[0]
+        pos_rows = positive.to(F64)[:, None]
+        neg_rows = 1.0 - pos_rows
+        w_pos, w_neg = spec.topr_weights
+        weighted = {"positive": ctx.agg(ctx.pg * pos_rows), "negative": ctx.agg(ctx.pg * neg_rows)}
+        for side, weight in (("positive", w_pos), ("negative", w_neg)):
+            out[f"actor/topr_weighted_{side}_loss"] = weighted[side]
+            if weight != 0:
+                out[f"actor/topr_{side}_loss"] = weighted[side] / weight
+        out["actor/topr_positive_samples"] = n_pos
+        out["actor/topr_negative_samples"] = float(B) - n_pos
+        out["actor/topr_positive_ratio"] = n_pos / (B + 1e-8)
+        out["actor/topr_negative_ratio"] = (B - n_pos) / (B + 1e-8)
+        upper = ((ctx.r > 1.0) & (neg_rows > 0) & ctx.mask).sum().item()
+        out["actor/topr_negative_upper_clipfrac"] = upper / numel
+        out["actor/topr_negative_lower_clipfrac"] = 0.0
+        out["actor/topr_negative_total_clipfrac"] = upper / numel
+        notes["actor/topr_negative_total_clipfrac"] = (
+            f".mean() over all {numel:g} (B x T) positions; over the {n_valid:g} valid tokens "
+            f"it is {upper / n_valid:.6g}"
+        )
+        out["actor/topr_positive_weight"] = spec.topr_weights[0]
+        out["actor/topr_negative_weight"] = spec.topr_weights[1]
     elif variant == "kimi15":
         log_ratio = torch.where(
             ctx.mask, torch.log(ctx.r + 1e-8), torch.log(torch.tensor(1.0 + 1e-8, dtype=F64))

@@ -175,6 +175,10 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "kl_cov_ratio": 0.0002,
     "ppo_kl_coef": 0.1,
     "dro_beta": None,
+    "clip_cov_ratio": 0.0002,
+    "clip_cov_lb": 1.0,
+    "clip_cov_ub": 5.0,
+    "viz_clip_cov_seed": 0,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
@@ -187,6 +191,7 @@ LOSS_CHOICES: dict[str, tuple] = {
         "dppo_tv",
         "dppo_kl",
         "geo_mean",
+        "clip_cov",
         "kl_cov",
         "dro",
     ),
@@ -222,6 +227,12 @@ LOSS_HELP: dict[str, str] = {
     "the |log-ratio| penalty in kl_cov.",
     "ppo_kl_coef": "actor.policy_loss.ppo_kl_coef: coefficient of that penalty (yaml 0.1).",
     "dro_beta": "actor.policy_loss.dro_beta: quadratic log-ratio penalty of dro (required > 0).",
+    "clip_cov_ratio": "actor.policy_loss.clip_cov_ratio: share of tokens (at least one) whose PG "
+    "clip_cov zeroes, drawn among those with clip_cov_lb < cov(A, logp) < clip_cov_ub.",
+    "clip_cov_lb": "actor.policy_loss.clip_cov_lb: lower covariance bound of the candidates.",
+    "clip_cov_ub": "actor.policy_loss.clip_cov_ub: upper covariance bound of the candidates.",
+    "viz_clip_cov_seed": "roll-viz extension, not a framework option: seed of clip_cov's random "
+    "draw (verl draws with the unseeded torch.randperm).",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
@@ -622,6 +633,28 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         return LossSpec(
             kind="geo_mean", level="token", clamp=None, eps_low=low, eps_high=high, **kwargs
         )
+    if mode == "clip_cov":
+        params = (
+            cfg["clip_cov_ratio"],
+            cfg["clip_cov_lb"],
+            cfg["clip_cov_ub"],
+            int(cfg["viz_clip_cov_seed"]),
+        )
+        notes.append(
+            f"loss_mode clip_cov: PPO clip [1-{low:g}, 1+{high:g}] without dual clip or log-ratio "
+            f"clamp; the PG of max(1, int({params[0]:g} * N)) token(s) drawn among the unclipped "
+            f"ones with {params[1]:g} < cov(A, logp) < {params[2]:g} is zeroed (draw seeded with "
+            f"{params[3]}; verl's is unseeded)"
+        )
+        return LossSpec(
+            kind="clip_cov",
+            level="token",
+            clamp=None,
+            eps_low=low,
+            eps_high=high,
+            clip_cov=params,
+            **kwargs,
+        )
     if mode == "kl_cov":
         notes.append(
             f"loss_mode kl_cov: -A * r (no clip, no clamp) plus {cfg['ppo_kl_coef']:g} * |d| on "
@@ -697,13 +730,16 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             valid = ctx.extra["valid"]
             frac = ctx.token_mean(~valid)
             lower = ctx.token_mean((ctx.r > spec.trunc_c) & valid)
+        elif mode == "clip_cov":
+            frac = ctx.token_mean(ctx.extra["clip_cov_zeroed"])
         elif mode == "geo_mean":
             clipped = ctx.d != ctx.d.clamp(-spec.eps_low, spec.eps_high)
             frac = ctx.token_mean(clipped & (ctx.adv > 0))
             lower = ctx.token_mean(clipped & (ctx.adv < 0))
         out["actor/pg_clipfrac"] = frac
         out["actor/ppo_kl"] = ctx.token_mean(-d)
-        out["actor/pg_clipfrac_lower"] = lower
+        if mode != "clip_cov":  # clip_cov logs no pg_clipfrac_lower
+            out["actor/pg_clipfrac_lower"] = lower
     if ctx.entropy is not None:
         out["actor/entropy_loss"] = ctx.item("entropy")
     if spec.kl_on:
