@@ -31,6 +31,8 @@ LAZY_OK = (
     "tokenizers",
     "torch.ao",
     "torch._dynamo",
+    "trl",  # the training benchmark's peer, a dev-only install
+    "datasets",
     "streamlit.proto",  # the load benchmark speaks the wire protocol; a plain run never needs it
 )
 MAX_LINES = 600
