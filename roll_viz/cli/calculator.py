@@ -18,9 +18,11 @@ policy (required then) and ``old_logprobs`` the rollout policy: the pipeline's i
 old_logprobs vs ref_logprobs (as the frameworks do), and the loss (``policy_loss``) uses the
 pipeline's advantages, logprobs vs old_logprobs for the ratio and logprobs vs ref_logprobs for a
 KL loss; ref_logprobs is optional then (needed only when the config turns a KL loss on). An
-optional ``entropy`` (B, T) feeds the entropy bonus. ``config`` also takes each dialect's loss
-keys (``LOSS_DEFAULTS``). The output then also has per-token ``ratio``, ``pg_loss``,
-``grad_coef`` (d loss / d logp_t), ``loss_weight`` and the 0/1 masks ``clipped_high``,
+optional ``entropy`` (B, T) feeds the entropy bonus, an optional ``rollout_logprobs`` (B, T)
+(the sampler's mu) a train/rollout correction (OpenRLHF ``is_correction_*``). ``config`` also
+takes each dialect's loss keys (``LOSS_DEFAULTS``). The output then also has per-token
+``ratio``, ``pg_loss``, ``grad_coef`` (d loss / d logp_t), ``loss_weight`` and the 0/1 masks
+``clipped_high``,
 ``clipped_low``, ``dual_clipped``, plus ``loss`` (total, policy, kl, entropy, value,
 coefficients), ``metrics`` (the framework's own names; NaN as null), ``loss_notes`` and
 ``metric_notes`` (beside a logged number that is not the meaningful one: the masked value). The
@@ -53,6 +55,7 @@ BATCH_KEYS = (
     "old_logprobs",
     "entropy",
     "reward_components",
+    "rollout_logprobs",
 )
 USAGE = "usage: python -m roll_viz compute CASES.json|-"
 
@@ -174,7 +177,14 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
             raise InputError(f"batch.group[{i}]: expected a string or integer, got {g!r}")
         labels.setdefault(g, len(labels))
     optional = {}
-    for key in ("logprobs", "ref_logprobs", "values", "old_logprobs", "entropy"):
+    for key in (
+        "logprobs",
+        "ref_logprobs",
+        "values",
+        "old_logprobs",
+        "entropy",
+        "rollout_logprobs",
+    ):
         if key in raw:
             optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)
     if "baseline_scores" in raw:
@@ -189,8 +199,9 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
             str(name): torch.tensor(_vector(comps, name, B), dtype=torch.float64) for name in comps
         }
     loss = None
-    if "entropy" in optional and "old_logprobs" not in optional:
-        raise InputError("batch.entropy: only used by the loss, which needs old_logprobs")
+    for key in ("entropy", "rollout_logprobs"):
+        if key in optional and "old_logprobs" not in optional:
+            raise InputError(f"batch.{key}: only used by the loss, which needs old_logprobs")
     if "old_logprobs" in optional:
         if "logprobs" not in optional:
             raise InputError("batch.logprobs: needed with old_logprobs (the current policy)")
@@ -199,6 +210,7 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
             "old_logprobs": optional.pop("old_logprobs"),
             "ref_logprobs": optional.get("ref_logprobs"),
             "entropy": optional.pop("entropy", None),
+            "rollout_logprobs": optional.pop("rollout_logprobs", None),
         }
         if "ref_logprobs" in optional:  # the reward-side KL uses the rollout policy
             optional["logprobs"] = loss["old_logprobs"]
@@ -275,7 +287,8 @@ def _field_of(message: str) -> str:
 def _loss_field_of(message: str) -> str:
     """Field of a ``policy_loss`` ValueError (its messages start with the argument's name)."""
     name = message.split(":", 1)[0].split("[", 1)[0]
-    if name in ("logprobs", "old_logprobs", "ref_logprobs", "entropy", "response_mask"):
+    fields = ("logprobs", "old_logprobs", "ref_logprobs", "entropy", "response_mask")
+    if name in (*fields, "rollout_logprobs", "scores"):
         return f"batch.{name}"
     return "config"
 

@@ -1,5 +1,6 @@
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -313,3 +314,19 @@ def test_cli_reward_components_feed_gdpo(monkeypatch, capsys):
     code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
     assert code == 2
     assert "reward_components.format" in err or "format" in err
+
+
+def test_cli_rollout_logprobs_feed_the_openrlhf_correction(monkeypatch, capsys):
+    batch = dict(LOSS_BATCH)
+    batch["rollout_logprobs"] = [[v - 0.3 for v in row] for row in LOSS_BATCH["old_logprobs"]]
+    config = {"framework": "openrlhf", "advantage_estimator": "group_norm",
+              "is_correction_level": "token"}  # fmt: skip
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["metrics"]["vllm_kl"] == pytest.approx(-0.3)
+    assert result["is_coef"][0][0] == pytest.approx(math.exp(0.3))
+    del batch["old_logprobs"]
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 2
+    assert "batch.rollout_logprobs" in err

@@ -574,3 +574,103 @@ def test_roll_topr_splits_rows_by_score_sign():
     assert total == pytest.approx(res.terms["policy"].item())
     with pytest.raises(ValueError, match=r"^scores"):
         _loss("roll", {"pg_variant": "topr"}, lp, old, adv, mask)
+
+
+# ------------------------------------------------------------- OpenRLHF is_correction_*
+
+MU = torch.tensor([[-1.0, -1.5, -3.0]], dtype=F)  # the sampler's log-probs
+OLD = torch.full((1, 3), -1.0, dtype=F)  # the trainer's recompute: log w = [0, 0.5, 2]
+
+
+@pytest.mark.parametrize(
+    ("config", "coef", "filtered"),
+    [
+        ({"is_correction_level": "token"}, [1.0, math.exp(0.5), 0.0], 1 / 3),
+        (
+            {"is_correction_level": "token", "is_correction_mode": "clip"},
+            [1.0, math.exp(0.5), 5.0],
+            1 / 3,
+        ),
+        # seq: exp(mean log w) = exp(5/6) = 2.30 is inside [0.5, 5]: every token keeps its w
+        ({"is_correction_level": "seq"}, [1.0, math.exp(0.5), math.exp(2.0)], 0.0),
+        (
+            {"is_correction_level": "seq", "is_correction_threshold": [0.5, 2.0]},
+            [0.0, 0.0, 0.0],
+            1.0,
+        ),
+        # tv of the sampled token: |mu_p - p| = [0, 0.145, 0.318], upper bound 0.2
+        (
+            {
+                "is_correction_level": "token",
+                "is_correction_gating": "tv",
+                "is_correction_threshold": 0.2,
+            },
+            [1.0, math.exp(0.5), 0.0],
+            1 / 3,
+        ),
+    ],
+)
+def test_openrlhf_is_correction_by_hand(config, coef, filtered):
+    adv = torch.ones((1, 3), dtype=F)
+    mask = torch.ones_like(adv)
+    lp = OLD.clone().requires_grad_()
+    res = _loss("openrlhf", config, lp, OLD, adv, mask, rollout_logprobs=MU)
+    c = torch.tensor([coef], dtype=F)
+    close(res.per_token["pg_loss"], -torch.ones_like(c), 1e-15)  # r = 1, A = 1
+    assert res.terms["policy"].item() == pytest.approx(-c.sum().item() / 3, rel=1e-14)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-15)
+    close(grad, -c / 3, 1e-15)
+    assert res.metrics["vllm_kl"] == pytest.approx(-2.5 / 3)
+    assert res.metrics["is_filter_ratio"] == pytest.approx(filtered)
+    close(res.per_token["log_w"], [[0.0, 0.5, 2.0]], 1e-15)
+
+
+def test_openrlhf_gspo_with_correction_uses_mu_in_the_ratio():
+    lp = torch.tensor([[-1.2, -1.4, -2.0]], dtype=F)
+    adv = torch.ones_like(lp)
+    mask = torch.ones_like(lp)
+    cfg = {"policy_loss_type": "gspo", "is_correction_level": "token"}
+    res = _loss("openrlhf", cfg, lp, OLD, adv, mask, rollout_logprobs=MU)
+    seq = math.exp(((lp - MU).sum() / 3).item())
+    close(res.per_token["ratio"], [[seq] * 3], 1e-14)
+    assert "vllm_kl" not in res.metrics  # OpenRLHF logs it for ppo only
+
+
+def test_openrlhf_is_correction_validation():
+    lp = torch.zeros((1, 1), dtype=F)
+    kw = {"rollout_logprobs": lp}
+    with pytest.raises(ValueError, match="clip requires"):
+        _loss("openrlhf", {"is_correction_level": "seq", "is_correction_mode": "clip"}, lp, lp,
+              lp, torch.ones_like(lp), **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="upper bound only"):
+        _loss("openrlhf", {"is_correction_level": "token", "is_correction_gating": "binary_kl"},
+              lp, lp, lp, torch.ones_like(lp), **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="rollout_logprobs"):
+        _loss("openrlhf", {"is_correction_level": "token"}, lp, lp, lp, torch.ones_like(lp))
+    assert resolve_config("openrlhf", {"is_correction_threshold": 3})[
+        "is_correction_threshold"
+    ] == (0.0, 3.0)
+    with pytest.raises(ValueError, match="is_correction_threshold"):
+        resolve_config("openrlhf", {"is_correction_threshold": [5.0, 1.0]})
+
+
+@pytest.mark.parametrize("seed", [12, 13])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"is_correction_level": "token"},
+        {"is_correction_level": "token", "is_correction_mode": "clip", "dual_clip": 3.0},
+        {"is_correction_level": "seq", "is_correction_gating": "binary_kl",
+         "is_correction_threshold": 0.05, "loss_agg_mode": "seq-mean-token-mean"},
+        {"is_correction_level": "token", "policy_loss_type": "gspo"},
+    ],
+)  # fmt: skip
+def test_openrlhf_is_correction_autograd(config, seed):
+    lp, old, adv, mask, _ref, _ent = _batch(seed, scale=0.4)
+    gen = torch.Generator().manual_seed(seed)
+    mu = old + 0.4 * torch.randn(old.shape, generator=gen, dtype=F)
+    lp = lp.requires_grad_()
+    res = _loss("openrlhf", config, lp, old, adv, mask, rollout_logprobs=mu)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-13)

@@ -185,3 +185,50 @@ def clip_cov_keep(
         chosen = candidates[torch.randperm(len(candidates), generator=gen)[:clip_num]]
         keep[chosen[:, 0], chosen[:, 1]] = 0.0
     return keep
+
+
+def rollout_correction(
+    old: Tensor,
+    rollout: Tensor,
+    mask: Tensor,
+    level: str,
+    mode: str,
+    gating: str,
+    low: float,
+    high: float,
+) -> tuple[Tensor, Tensor]:
+    """OpenRLHF's train/rollout mismatch correction (``models/loss.py::PolicyLoss``, 0.11.2).
+
+    The per-token IS weight is ``w = pi_old / mu = exp(old - rollout)``. A gate reads a statistic
+    per unit (each token, or per sequence: the geometric mean of w, or the mean divergence):
+    ``ratio`` (w itself), ``binary_kl`` or ``tv`` between the sampled token's probabilities
+    (clamped to [1e-6, 1 - 1e-6]). ``mask`` keeps units with low <= stat <= high (survivors
+    keep their per-token w, the others 0); ``clip`` (token level, ratio gating only) clamps w to
+    [low, high]. The returned coefficient multiplies the per-token policy loss.
+
+    Returns:
+        ((B, T) coefficient, filtered: (B, T) at token level, (B, 1) at sequence level).
+    """
+    m = mask.to(F64)
+    log_w = old - rollout
+    token_w = torch.exp(log_w)
+    seq = level == "seq"
+
+    def row_mean(x: Tensor) -> Tensor:
+        return ((x * m).sum(-1) / m.sum(-1)).unsqueeze(-1)  # empty rows: NaN, as OpenRLHF
+
+    if gating == "ratio":
+        stat = torch.exp(row_mean(log_w) if seq else log_w)
+    else:
+        p = torch.exp(rollout).clamp(1e-6, 1 - 1e-6)
+        q = torch.exp(old).clamp(1e-6, 1 - 1e-6)
+        if gating == "binary_kl":
+            stat = p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()
+        else:
+            stat = (p - q).abs()
+        if seq:
+            stat = row_mean(stat)
+    if mode == "clip":
+        return stat.clamp(min=low, max=high), (stat < low) | (stat > high)
+    keep = (stat >= low) & (stat <= high)
+    return torch.where(keep, token_w, 0.0), ~keep

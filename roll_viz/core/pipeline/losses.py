@@ -342,6 +342,9 @@ class LossSpec:
     length_weights: bool = False  # ROLL length_loss_weight (per-sample weights of the policy term)
     topr_weights: tuple[float, float] = (1.0, 1.0)  # ROLL topr_positive/negative_weight
     clip_cov: tuple[float, float, float, int] = (0.0002, 1.0, 5.0, 0)  # ratio, lb, ub, draw seed
+    # train/rollout mismatch correction (OpenRLHF is_correction_*): level, mode, gating, low, high
+    is_correction: tuple[str, str, str, float, float] | None = None
+    ratio_vs_rollout: bool = False  # the ratio's denominator is mu (OpenRLHF gspo + correction)
 
 
 # -------------------------------------------------------------------- inputs and entry point
@@ -380,6 +383,7 @@ def loss_from_spec(
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
     scores: Tensor | None = None,
+    rollout_logprobs: Tensor | None = None,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
@@ -403,6 +407,8 @@ def loss_from_spec(
         old_values: (B, T) critic values at rollout time.
         returns: (B, T) value targets.
         scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
+        rollout_logprobs: (B, T) the sampler's log-probs mu (constants); needed by a
+            train/rollout correction (``LossSpec.is_correction``).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -438,8 +444,15 @@ def loss_from_spec(
     d = lp.detach() - old  # (B, T), 0 on padding
     w_pol = agg_weights(m, *modes["policy"])
 
+    mu = None
+    if rollout_logprobs is not None:
+        mu = _as_input("rollout_logprobs", rollout_logprobs, shape, mask, keep_grad=False)
+    if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
+        raise ValueError("rollout_logprobs: needed for the train/rollout correction")
+
     # ---- policy term: value (autograd) and closed-form dl/dlogp
-    ratio = importance_ratio(lp, old, m, spec.level, spec.clamp)
+    base = mu if spec.ratio_vs_rollout else old
+    ratio = importance_ratio(lp, base, m, spec.level, spec.clamp)
     r = ratio.detach()
     false = torch.zeros_like(mask)
     clipped_high, clipped_low, dual = false, false, false
@@ -524,6 +537,14 @@ def loss_from_spec(
     # per-token keep masks (TRL off_policy_mask_threshold, top_entropy_quantile) and ROLL's
     # per-sample weights: they scale the policy term's weights, not the KL's
     keep = torch.ones_like(m)
+    if spec.is_correction is not None and spec.kind == "ppo" and spec.level == "token":
+        coef, filtered = variants.rollout_correction(old, mu, mask, *spec.is_correction)
+        keep = keep * torch.where(mask, coef, 0.0)
+        extra["is_coef"] = coef.detach()
+        extra["is_filtered"] = filtered.expand_as(m) & mask
+        extra["is_filtered_unit"] = filtered  # (B, T) or (B, 1) with empty rows: for metrics
+    if mu is not None:
+        extra["log_w"] = old - mu  # log pi_old / mu, the train/rollout mismatch per token
     if spec.off_policy_threshold is not None:
         keep = keep * variants.off_policy_keep(adv, d, m, spec.off_policy_threshold)
         extra["off_policy_kept"] = (keep > 0) & mask
@@ -547,7 +568,8 @@ def loss_from_spec(
     elif dl_dlogp is not None:
         g_policy = w_eff * dl_dlogp
     elif spec.level == "token":
-        inside = torch.ones_like(r) if spec.clamp is None else (d.abs() <= spec.clamp).to(F64)
+        d_ratio = lp.detach() - base
+        inside = torch.ones_like(r) if spec.clamp is None else (d_ratio.abs() <= spec.clamp).to(F64)
         g_policy = w_eff * dl_dr * r * inside
     elif spec.level == "sequence":
         coupling = (w_eff * dl_dr).sum(-1, keepdim=True)
@@ -618,7 +640,8 @@ def loss_from_spec(
     if kl_tok is not None:
         per_token["kl"] = kl_tok.detach()
     for name, value in extra.items():
-        per_token[name] = torch.where(mask, value, torch.zeros_like(value))
+        if not name.endswith("_unit"):
+            per_token[name] = torch.where(mask, value, torch.zeros_like(value))
     terms = {"policy": policy, "kl": kl_term, "entropy": ent_term, "value": value_term}
     ctx = MetricContext(
         cfg,

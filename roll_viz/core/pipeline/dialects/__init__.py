@@ -178,6 +178,7 @@ def policy_loss(
     old_values: Tensor | None = None,
     returns: Tensor | None = None,
     scores: Tensor | None = None,
+    rollout_logprobs: Tensor | None = None,
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
 
@@ -197,6 +198,8 @@ def policy_loss(
         old_values: (B, T) critic values at rollout time.
         returns: (B, T) value targets.
         scores: (B,) response scores (needed by ROLL ``pg_variant: topr``).
+        rollout_logprobs: (B, T) the sampler's log-probs mu (needed by OpenRLHF
+            ``is_correction_level`` token / seq).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -227,4 +230,5 @@ def policy_loss(
         old_values=old_values,
         returns=returns,
         scores=scores,
+        rollout_logprobs=rollout_logprobs,
     )

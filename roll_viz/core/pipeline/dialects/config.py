@@ -68,6 +68,13 @@ def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
         return _check_pair(where, value)
     if key in _LISTS:
         return _check_list(where, value, _LISTS[key])
+    if key == "is_correction_threshold":  # OpenRLHF: HIGH, or LOW HIGH
+        bounds = _check_list(where, [value] if _is_number(value) else value, float)
+        if bounds is None or len(bounds) > 2 or (len(bounds) == 2 and bounds[0] > bounds[1]):
+            raise ValueError(
+                f"{where}: expected HIGH or [LOW, HIGH] with LOW <= HIGH, got {value!r}"
+            )
+        return (0.0, bounds[0]) if len(bounds) == 1 else bounds
     if value is None:
         if default is None or key == "viz_eps" or key in _NULLABLE:
             return None

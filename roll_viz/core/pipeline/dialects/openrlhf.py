@@ -127,11 +127,18 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "loss_agg_mode": "token-mean",
     "entropy_coef": None,
     "value_clip": 0.5,
+    "is_correction_level": "off",
+    "is_correction_mode": "mask",
+    "is_correction_gating": "ratio",
+    "is_correction_threshold": (0.5, 5.0),
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
     "policy_loss_type": ("ppo", "gspo"),
     "loss_agg_mode": ("token-mean", "seq-mean-token-mean"),
+    "is_correction_level": ("off", "token", "seq"),
+    "is_correction_mode": ("mask", "clip"),
+    "is_correction_gating": ("ratio", "binary_kl", "tv"),
 }
 
 LOSS_HELP: dict[str, str] = {
@@ -147,6 +154,14 @@ LOSS_HELP: dict[str, str] = {
     "entropy_coef": "--actor.entropy_coef: None = entropy not computed, 0 = logged only, > 0 "
     "= loss -= coef * token-mean entropy.",
     "value_clip": "--critic.value_clip: critic clip around the old values (None = plain MSE).",
+    "is_correction_level": "--algo.advantage.is_correction_level: train/rollout mismatch "
+    "correction off, per token, or per sequence (a rejection filter); needs rollout_logprobs.",
+    "is_correction_mode": "--algo.advantage.is_correction_mode: mask (drop out-of-band units, "
+    "survivors keep their weight pi_old/mu) or clip (clamp the token weight; token + ratio only).",
+    "is_correction_gating": "--algo.advantage.is_correction_gating: the gated statistic: ratio "
+    "(pi_old/mu), binary_kl or tv of the sampled token (upper bound only).",
+    "is_correction_threshold": "--algo.advantage.is_correction_threshold: LOW HIGH bounds, or "
+    "one HIGH (LOW = 0).",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
@@ -377,7 +392,7 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     """OpenRLHF's policy loss as a ``LossSpec`` (policy_loss_type ppo / gspo); notes appended."""
-    low, high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
+    eps_low, eps_high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
     kl_zero = cfg["use_loss"] and cfg["init_coef"] == 0
     if cfg["use_loss"]:
         notes.append(
@@ -387,6 +402,29 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             f"value init_coef {cfg['init_coef']:g}, always token-level"
         )
     gspo = cfg["policy_loss_type"] == "gspo"
+    level, mode, gating = (
+        cfg["is_correction_level"],
+        cfg["is_correction_mode"],
+        cfg["is_correction_gating"],
+    )
+    low, high = cfg["is_correction_threshold"]
+    if mode == "clip" and (level == "seq" or gating != "ratio"):
+        raise ValueError(
+            "is_correction_mode: clip requires is_correction_level token and gating ratio"
+        )
+    if gating != "ratio" and level != "off" and low > 0:
+        raise ValueError(
+            f"is_correction_threshold: gating {gating} takes an upper bound only (one number)"
+        )
+    correction = None
+    if level != "off" and not gspo:
+        correction = (level, mode, gating, low, high)
+        notes.append(
+            f"is_correction: {level}-level {mode} on {gating} within [{low:g}, {high:g}]; the "
+            "per-token loss is multiplied by the surviving weight pi_old / mu"
+        )
+    elif level != "off":
+        notes.append("gspo with is_correction: the sequence ratio is pi / mu (rollout log-probs)")
     notes.append(
         ("gspo: sequence ratio, no clamp, per-sample aggregation" if gspo else "ppo: d +-20")
         + (f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else "")
@@ -395,8 +433,8 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         kind="ppo",
         level="sequence" if gspo else "token",
         clamp=None if gspo else 20.0,
-        eps_low=low,
-        eps_high=high,
+        eps_low=eps_low,
+        eps_high=eps_high,
         dual_clip=cfg["dual_clip"],
         kl_on=cfg["use_loss"],
         kl_zero=kl_zero,
@@ -405,6 +443,8 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         kl_coef=cfg["init_coef"],
         entropy_coef=cfg["entropy_coef"] or 0.0,
         value_clip=cfg["value_clip"],
+        is_correction=correction,
+        ratio_vs_rollout=gspo and level != "off",
     )
 
 
@@ -416,6 +456,13 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         "ppo_clip_ratio": ctx.token_mean(surr2 < surr1),
         "ppo_kl": ctx.token_mean(-ctx.d),
     }
+    if ctx.spec.is_correction is not None:
+        out["vllm_kl"] = ctx.token_mean(-ctx.extra["log_w"])
+        unit = ctx.extra["is_filtered_unit"]
+        if unit.shape[1] == 1:  # per sequence: the mean over every row
+            out["is_filter_ratio"] = unit.to(torch.float64).mean().item()
+        else:
+            out["is_filter_ratio"] = ctx.token_mean(unit)
     if ctx.spec.kl_on:
         out["kl"] = ctx.item("kl")
     if ctx.cfg["entropy_coef"] is not None and ctx.entropy is not None:
