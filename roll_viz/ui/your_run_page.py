@@ -1,8 +1,9 @@
 """Imported training runs in the app: which files may be opened, the cached scan, one step.
 
-A run comes from a folder whoever starts the server allows (``ROLL_VIZ_RUNS=DIR``; only its
-direct entries, never a path a visitor types) or from an upload (kept in a per-process temporary
-folder named by the content's hash). The scan (``data.runs.open_run``: per-step summaries, bounded
+A run comes from a folder whoever starts the server allows (``ROLL_VIZ_RUNS=DIR``; only entries
+that stay inside it, never a path a visitor types: ``data.runs.jail``) or from an upload (kept in
+a per-process folder with a quota, named by the content's hash, and freed when the sessions
+using it end: ``data.runs.uploads``). The scan (``data.runs.open_run``: per-step summaries, bounded
 memory) and each loaded step are shared by every session; nothing read is executed.
 
 A run step becomes the data source of every page (``state.source == "run:<id>#<step>"``): its
@@ -13,10 +14,8 @@ token pages say what is missing.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,8 @@ import torch
 
 from roll_viz.core.records import Rollout
 from roll_viz.data.presets import PRESETS
-from roll_viz.data.runs import load_step, open_run
+from roll_viz.data.runs import RunFormatError, load_step, open_run, uploads
+from roll_viz.data.runs.jail import JailError, RunsJail, public_message
 from roll_viz.ui.state import (
     KEY_PRESET,
     KEY_RUN_SOURCE,
@@ -38,88 +38,117 @@ from roll_viz.views import text
 
 RUNS_ENV = "ROLL_VIZ_RUNS"
 MAX_LISTED = 200  # entries of the allowed folder shown in the picker
-MAX_UPLOAD_BYTES = 200 * 1024 * 1024  # Streamlit's own upload cap (server.maxUploadSize) too
-UPLOAD_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_UPLOAD_BYTES = uploads.MAX_UPLOAD_BYTES  # Streamlit's own upload cap (server.maxUploadSize)
+UPLOAD_SUFFIXES = uploads.UPLOAD_SUFFIXES
+#: this server's uploads: a per-process folder with a quota, freed when their sessions end
+UPLOADS = uploads.UploadStore()
 
 
 def runs_folder() -> Path | None:
-    """The folder the server allows runs from (``ROLL_VIZ_RUNS``), or None."""
+    """The folder the server allows runs from (``ROLL_VIZ_RUNS``, real path), or None."""
+    jail = _runs_jail()
+    return jail.root if jail is not None else None
+
+
+def _runs_jail() -> RunsJail | None:
     value = os.environ.get(RUNS_ENV, "").strip()
     if not value:
         return None
-    folder = Path(value).expanduser().resolve()
-    return folder if folder.is_dir() else None
+    try:
+        return RunsJail(Path(value).expanduser())
+    except JailError:
+        return None
 
 
 def allowed_runs() -> list[str]:
-    """Names of the runs in the allowed folder (files and per-step folders), sorted."""
-    folder = runs_folder()
-    if folder is None:
+    """Names of the runs in the allowed folder (files and per-step folders inside it), sorted."""
+    jail = _runs_jail()
+    if jail is None:
         return []
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    names = sorted(
+        p.name for p in jail.root.iterdir() if not p.name.startswith(".") and jail.contains(p)
+    )
     return names[:MAX_LISTED]
 
 
-def _upload_root() -> Path:
-    root = Path(tempfile.gettempdir()) / "roll-viz-uploads"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+def _release_uploads(holder: str) -> None:
+    UPLOADS.release(holder)
+
+
+@st.cache_resource(scope="session", on_release=_release_uploads, max_entries=1, show_spinner=False)
+def _upload_holder() -> str:
+    """This session's token in the upload store (its uploads are released with the session)."""
+    return uuid.uuid4().hex
 
 
 def save_upload(name: str, data: bytes) -> str:
     """Keep an uploaded file under its content hash; returns its run id ("upload:<hash>/<name>").
 
     Raises:
-        ValueError: too large, or a file type no reader takes.
+        ValueError: too large, a file type no reader takes, or the server's upload quota is full.
     """
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise ValueError(f"the file is larger than {MAX_UPLOAD_BYTES // 2**20} MB")
-    safe = _SAFE_NAME.sub("_", Path(name).name)[:80] or "run.jsonl"
-    if not safe.lower().endswith(UPLOAD_SUFFIXES):
-        raise ValueError(f"{name!r}: expected one of {', '.join(UPLOAD_SUFFIXES)}")
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    target = _upload_root() / digest / safe
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    return f"upload:{digest}/{safe}"
+    return "upload:" + UPLOADS.save(name, data, _upload_holder())
+
+
+def _jail_of(run_id: str) -> tuple[RunsJail, str]:
+    kind, _, rest = run_id.partition(":")
+    if kind == "dir":
+        jail = _runs_jail()
+        if jail is None:
+            raise JailError(f"this server allows no run folder ({RUNS_ENV} is not set)")
+        return jail, rest
+    if kind == "upload":
+        return UPLOADS.jail, rest
+    raise JailError("unknown kind of run (expected dir: or upload:)")
 
 
 def resolve(run_id: str) -> Path:
-    """The path behind a run id, only inside the allowed folder or the upload folder.
+    """The real path behind a run id, only strictly inside the allowed folder or the uploads.
+
+    Every link is followed and the result must stay inside (``data.runs.jail``): the folder
+    itself (``dir:``, ``dir:.``), a link out, a loop or a missing entry are refused; the message
+    names neither a server path nor anything the refused file holds.
 
     Raises:
-        ValueError: an unknown id, or one that points outside those folders.
+        ValueError: an unknown id, or one that is refused.
     """
-    kind, _, rest = run_id.partition(":")
-    if kind == "dir":
-        folder = runs_folder()
-        if folder is None:
-            raise ValueError(f"this server allows no run folder ({RUNS_ENV} is not set)")
-        base = folder
-    elif kind == "upload":
-        base = _upload_root()
-    else:
-        raise ValueError(f"unknown run {run_id!r}")
-    path = (base / rest).resolve()
-    if base not in path.parents and path != base:
-        raise ValueError(f"run {run_id!r} is outside the allowed folders")
-    if not path.exists():
-        raise ValueError(f"run {run_id!r} is not there (uploads last until the server restarts)")
-    return path
+    jail, rest = _jail_of(run_id)
+    try:
+        if jail is UPLOADS.jail:
+            return UPLOADS.resolve(rest, holder=_upload_holder())
+        return jail.resolve(rest)
+    except JailError as err:
+        gone = " (uploads last while a session uses them)" if "missing" in str(err) else ""
+        raise ValueError(f"this run {err}{gone}") from None
 
 
 @st.cache_resource(show_spinner="Scanning the run...", max_entries=8)
+def _open_cached(run_id: str) -> Any:
+    jail, _ = _jail_of(run_id)
+    try:
+        return open_run(resolve(run_id), jail=jail)
+    except (RunFormatError, OSError) as err:
+        raise ValueError(public_message(err, jail)) from None
+
+
 def open_cached(run_id: str) -> Any:
-    """The scanned run (``data.runs.Run``), shared by every session."""
-    return open_run(resolve(run_id))
+    """The scanned run (``data.runs.Run``), shared by every session.
+
+    Raises:
+        ValueError: refused or unreadable, with a message that shows no server path.
+    """
+    resolve(run_id)  # the check (and this session's hold on an upload) on every use
+    return _open_cached(run_id)
 
 
 @st.cache_resource(show_spinner="Loading the step...", max_entries=16)
 def step_cached(run_id: str, step: int) -> Any:
     """One step of a run as tensors (``data.runs.RunStep``), shared by every session."""
-    return load_step(open_cached(run_id), step)
+    run = open_cached(run_id)
+    try:
+        return load_step(run, step)
+    except (RunFormatError, OSError) as err:
+        raise ValueError(public_message(err, _jail_of(run_id)[0])) from None
 
 
 def parse_source(source: str) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions, unipo, verl_dump
+from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.parse import (
     MAX_FILES,
     Problems,
@@ -206,7 +207,7 @@ def _detect_file(path: Path) -> str:
             1,
             None,
             "not a known run format: expected JSONL, parquet, UNIPO JSON or a CSV with "
-            f"prompt, response and reward columns (header: {first[:80]!r})",
+            "prompt, response and reward columns (the first line has none of them)",
         )
     scratch = Problems()
     first = _first_value(path, scratch)
@@ -225,12 +226,14 @@ def _detect_file(path: Path) -> str:
     raise RunFormatError(path, 1, None, f"not a known run format (first line keys: {keys})")
 
 
-def detect(path: str | Path) -> tuple[str, list[Path], list[Path]]:
+def detect(path: str | Path, jail: RunsJail | None = None) -> tuple[str, list[Path], list[Path]]:
     """The format of a file or folder, the sample files to read and any metrics side files.
 
     Args:
         path: a dump file, or a folder of per-step files (verl ``<step>.jsonl``, ROLL
             ``rollout_dump_data.step_<N>.jsonl``, TRL ``completions_*.parquet``, board files).
+        jail: when given, every file and folder read must resolve inside it (``jail``);
+            entries that lead outside are left out.
 
     Returns:
         ``(format name, sample files, metrics files)``; metrics files are TRL
@@ -239,25 +242,41 @@ def detect(path: str | Path) -> tuple[str, list[Path], list[Path]]:
     Raises:
         RunFormatError: missing path, empty folder, unknown or mixed formats.
     """
+    return detect_files(path, jail)[:3]
+
+
+def detect_files(
+    path: str | Path, jail: RunsJail | None = None
+) -> tuple[str, list[Path], list[Path], int]:
+    """``detect`` plus how many entries were left out because they lead outside ``jail``."""
     path = Path(path)
     if not path.exists():
         raise RunFormatError(path, None, None, "no such file or folder")
+
+    def inside(p: Path) -> bool:
+        return jail is None or jail.contains(p)
+
+    if jail is not None and not inside(path):
+        raise RunFormatError(path, None, None, "leads outside the allowed folder")
     if path.is_file():
-        return _detect_file(path), [path], _side_files(path.parent)
-    folder = path / "completions" if (path / "completions").is_dir() else path
-    files = sorted(
-        (
-            p
-            for p in folder.iterdir()
-            if p.is_file()
-            and not p.name.startswith(".")
-            and p.suffix in (".jsonl", ".parquet", ".csv", ".json")
-            and p.name != "trainer_state.json"
-        ),
-        key=_natural_key,
-    )
+        return _detect_file(path), [path], [s for s in _side_files(path.parent) if inside(s)], 0
+    sub = path / "completions"
+    folder = sub if sub.is_dir() and inside(sub) else path
+    candidates = [
+        p
+        for p in folder.iterdir()
+        if not p.name.startswith(".")
+        and p.suffix in (".jsonl", ".parquet", ".csv", ".json")
+        and p.name != "trainer_state.json"
+    ]
+    kept = [p for p in candidates if inside(p) and p.is_file()]
+    skipped = sum(1 for p in candidates if not inside(p))
+    files = sorted(kept, key=_natural_key)
     if not files:
-        raise RunFormatError(path, None, None, "folder has no .jsonl/.parquet/.csv/.json files")
+        why = f" ({skipped} lead outside the allowed folder)" if skipped else ""
+        raise RunFormatError(
+            path, None, None, f"folder has no .jsonl/.parquet/.csv/.json files{why}"
+        )
     if len(files) > MAX_FILES:
         raise RunFormatError(path, None, None, f"{len(files)} files, more than the cap {MAX_FILES}")
     found: dict[str, list[Path]] = {}
@@ -277,7 +296,8 @@ def detect(path: str | Path) -> tuple[str, list[Path], list[Path]]:
         kinds = {k: [p.name for p in v][:3] for k, v in found.items()}
         raise RunFormatError(path, None, None, f"folder mixes formats: {kinds}")
     name, chosen = next(iter(found.items()))
-    return name, chosen, metrics + _side_files(folder, also_parent=True)
+    side = [s for s in _side_files(folder, also_parent=True) if inside(s)]
+    return name, chosen, metrics + side, skipped
 
 
 def _is_metrics_log(path: Path) -> bool:

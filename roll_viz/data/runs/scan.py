@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from roll_viz.data.runs.detect import FORMATS, detect
+from roll_viz.data.runs.detect import FORMATS, detect_files
+from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.parse import (
     MAX_ROWS,
     MAX_STEP_TOKENS,
@@ -212,13 +213,17 @@ class _Acc:
         )
 
 
-def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
+def open_run(
+    path: str | Path, metrics_path: str | Path | None = None, jail: RunsJail | None = None
+) -> Run:
     """Detect the format and scan a run into per-step summaries (bounded memory).
 
     Args:
         path: a dump file or a folder of per-step files.
         metrics_path: optional metrics file (TRL ``trainer_state.json`` or verl FileLogger
             JSONL); side files next to the dump are picked up automatically.
+        jail: when given (the app's runs or upload folder), every file read must resolve
+            inside it; entries leading outside are left out with a note.
 
     Returns:
         A Run; per-line problems are in ``warnings`` (those rows are skipped).
@@ -227,12 +232,14 @@ def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
         RunFormatError: unknown/empty/binary file, or no valid sample in it (the first
             problem found is reported).
     """
-    name, files, side = detect(path)
+    name, files, side, skipped = detect_files(path, jail)
     fmt = FORMATS[name]
     problems = Problems()
     accs: dict[int, _Acc] = {}
     present: set[str] = set()
     notes = list(fmt.notes)
+    if skipped:
+        notes.append(f"{skipped} entries left out: they lead outside the allowed folder")
     count = 0
     for row in fmt.rows(files, problems):
         acc = accs.get(row.step)
@@ -256,7 +263,7 @@ def open_run(path: str | Path, metrics_path: str | Path | None = None) -> Run:
     for extra in [*side, *([Path(metrics_path)] if metrics_path else [])]:
         for step, values in read_metrics(extra, problems).items():
             side_metrics.setdefault(step, {}).update(values)
-        notes.append(f"metrics read from {extra}")
+        notes.append(f"metrics read from {Path(extra).name}")
     if side_metrics:
         present.add("metrics")
     if not any(len(a.scores) for a in accs.values()):
