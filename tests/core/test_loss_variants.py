@@ -674,3 +674,23 @@ def test_openrlhf_is_correction_autograd(config, seed):
     res = _loss("openrlhf", config, lp, old, adv, mask, rollout_logprobs=mu)
     (grad,) = torch.autograd.grad(res.total, lp)
     close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-13)
+
+
+def test_roll_difficulty_and_length_weights_by_hand():
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=F)
+    lp = torch.full((3, 4), -1.0, dtype=F)
+    adv = -torch.ones((3, 4), dtype=F)
+    difficulty = torch.tensor([0.0, 1.0, 2.0], dtype=F)  # clamped to [0, 1]
+    cfg = {"difficulty_loss_weight": True, "length_loss_weight": True}
+    res = _loss("roll", cfg, lp, lp, adv, mask, difficulty=difficulty)
+    raw = torch.tensor([0.5, 2.0, 2.0], dtype=F)
+    raw = raw * torch.tensor([1.5 - 3 / (3 + 1e-8), 1.5 - 1 / (3 + 1e-8), 1.5], dtype=F)
+    w = raw * (3 / (raw.sum() + 1e-8))
+    assert res.metrics["actor/weighted_pg_loss"] == pytest.approx((w.sum() / 3).item())
+    close(res.per_token["grad_coef"][:, 0], w / mask.sum(-1) / 3, 1e-15)
+    # without the samples' difficulty ROLL skips that weight
+    only_length = _loss("roll", cfg, lp, lp, adv, mask)
+    plain = _loss("roll", {"length_loss_weight": True}, lp, lp, adv, mask)
+    close(only_length.per_token["grad_coef"], plain.per_token["grad_coef"], 1e-15)
+    with pytest.raises(ValueError, match="difficulty"):
+        _loss("roll", cfg, lp, lp, adv, mask, difficulty=difficulty[:2])

@@ -139,14 +139,20 @@ def high_entropy_mask(ent: Tensor, mask: Tensor, quantile: float) -> Tensor:
     return (torch.where(mask, ent, 0.0) >= threshold) & mask
 
 
-def length_sample_weights(m: Tensor) -> Tensor:
-    """ROLL ``ActorWorker.compute_sample_weights`` with ``length_loss_weight``: (B,) weights.
+def sample_weights(m: Tensor, difficulty: Tensor | None = None, length: bool = False) -> Tensor:
+    """ROLL ``ActorWorker.compute_sample_weights``: (B,) per-sample weights of the policy term.
 
-    ``1.5 - (L - L_min) / (L_max - L_min + 1e-8)``, rescaled to mean 1 (``* B / (sum + 1e-8)``).
+    Difficulty: ``0.5 + 1.5 * clamp(difficulty, 0, 1)``; length: ``1.5 - (L - L_min) / (L_max -
+    L_min + 1e-8)``; their product rescaled to mean 1 (``* B / (sum + 1e-8)``) when the sum is
+    positive. Without either, all ones.
     """
-    lengths = m.sum(-1)
-    norm = (lengths - lengths.min()) / (lengths.max() - lengths.min() + 1e-8)
-    weights = 1.5 - norm
+    weights = torch.ones(m.shape[0], dtype=F64)
+    if difficulty is not None:
+        weights = weights * (0.5 + 1.5 * difficulty.to(F64).clamp(0.0, 1.0))
+    if length:
+        lengths = m.sum(-1)
+        norm = (lengths - lengths.min()) / (lengths.max() - lengths.min() + 1e-8)
+        weights = weights * (1.5 - norm)
     if weights.sum() > 0:
         weights = weights * (m.shape[0] / (weights.sum() + 1e-8))
     return weights

@@ -340,6 +340,7 @@ class LossSpec:
     off_policy_threshold: float | None = None  # TRL off_policy_mask_threshold
     entropy_quantile: float = 1.0  # TRL top_entropy_quantile
     length_weights: bool = False  # ROLL length_loss_weight (per-sample weights of the policy term)
+    difficulty_weights: bool = False  # ROLL difficulty_loss_weight (needs the samples' difficulty)
     topr_weights: tuple[float, float] = (1.0, 1.0)  # ROLL topr_positive/negative_weight
     clip_cov: tuple[float, float, float, int] = (0.0002, 1.0, 5.0, 0)  # ratio, lb, ub, draw seed
     # train/rollout mismatch correction (OpenRLHF is_correction_*): level, mode, gating, low, high
@@ -384,6 +385,7 @@ def loss_from_spec(
     returns: Tensor | None = None,
     scores: Tensor | None = None,
     rollout_logprobs: Tensor | None = None,
+    difficulty: Tensor | None = None,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
@@ -409,6 +411,8 @@ def loss_from_spec(
         scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
         rollout_logprobs: (B, T) the sampler's log-probs mu (constants); needed by a
             train/rollout correction (``LossSpec.is_correction``).
+        difficulty: (B,) each sample's difficulty in [0, 1] (ROLL ``difficulty_loss_weight``;
+            without it the weight is skipped, as ROLL skips it without the data).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -555,8 +559,14 @@ def loss_from_spec(
         keep = keep * high.to(F64)
         extra["entropy_kept"] = high
     row_w = torch.ones((shape[0], 1), dtype=F64)
-    if spec.length_weights:
-        row_w = variants.length_sample_weights(m)[:, None]
+    use_difficulty = spec.difficulty_weights and difficulty is not None
+    if spec.length_weights or use_difficulty:
+        diff = None
+        if use_difficulty:
+            diff = torch.as_tensor(difficulty).detach().to(F64)
+            if diff.shape != (shape[0],) or not bool(torch.isfinite(diff).all()):
+                raise ValueError(f"difficulty: expected ({shape[0]},) finite values")
+        row_w = variants.sample_weights(m, diff, spec.length_weights)[:, None]
     w_pol = agg_weights(m, *modes["policy"]) * row_w
     w_eff = w_pol * keep
 

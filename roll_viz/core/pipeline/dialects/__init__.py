@@ -179,6 +179,7 @@ def policy_loss(
     returns: Tensor | None = None,
     scores: Tensor | None = None,
     rollout_logprobs: Tensor | None = None,
+    difficulty: Tensor | None = None,
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
 
@@ -200,6 +201,7 @@ def policy_loss(
         scores: (B,) response scores (needed by ROLL ``pg_variant: topr``).
         rollout_logprobs: (B, T) the sampler's log-probs mu (needed by OpenRLHF
             ``is_correction_level`` token / seq).
+        difficulty: (B,) sample difficulty in [0, 1] (ROLL ``difficulty_loss_weight``).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -231,4 +233,5 @@ def policy_loss(
         returns=returns,
         scores=scores,
         rollout_logprobs=rollout_logprobs,
+        difficulty=difficulty,
     )

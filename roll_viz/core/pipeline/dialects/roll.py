@@ -159,6 +159,7 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "tis_upper_bound": 1.0,
     "kimi15_tau": 0.1,
     "length_loss_weight": False,
+    "difficulty_loss_weight": False,
     "topr_positive_weight": 1.0,
     "topr_negative_weight": 1.0,
 }
@@ -197,6 +198,8 @@ LOSS_HELP: dict[str, str] = {
     "kimi15_tau": "kimi15_tau: weight of the squared log-ratio penalty (pg_variant kimi15).",
     "length_loss_weight": "length_loss_weight: per-sample weights 1.5 - normalized length "
     "(rescaled to mean 1) on the policy term; actor/pg_loss stays unweighted.",
+    "difficulty_loss_weight": "difficulty_loss_weight: per-sample weights 0.5 + 1.5 * "
+    "difficulty (needs each sample's difficulty; skipped without it, as in ROLL).",
     "topr_positive_weight": "topr_positive_weight: weight of the rows with score > 0 (topr).",
     "topr_negative_weight": "topr_negative_weight: weight of the rows with score <= 0 (topr).",
 }
@@ -501,6 +504,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "rl_coef": cfg["rl_loss_coef"],
         "value_clip": cfg["value_clip"],
         "length_weights": cfg["length_loss_weight"],
+        "difficulty_weights": cfg["difficulty_loss_weight"],
     }
     if cfg["use_kl_loss"]:
         notes.append("ROLL KL loss: always k3 (clamped +-10), aggregated with loss_agg_mode")
@@ -508,6 +512,11 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         notes.append(
             "length_loss_weight: policy term weighted per sample by 1.5 - normalized length, "
             "rescaled to mean 1 (compute_sample_weights)"
+        )
+    if cfg["difficulty_loss_weight"]:
+        notes.append(
+            "difficulty_loss_weight: policy term weighted per sample by 0.5 + 1.5 * difficulty "
+            "(skipped when the samples carry no difficulty), rescaled to mean 1"
         )
     if variant != "ppo" and cfg["importance_sampling"] == "seq":
         notes.append(f"pg_variant {variant}: ActorPGWorker uses the token ratio (seq ignored)")
@@ -574,7 +583,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     }
     if ctx.kl_tok is not None:
         out["actor/kl_loss"] = ctx.item("kl")
-    if spec.length_weights:
+    if spec.length_weights or spec.difficulty_weights:
         w = ctx.row_weights
         out["actor/sample_weights_mean"] = w.mean().item()
         out["actor/sample_weights_min"] = w.min().item()
