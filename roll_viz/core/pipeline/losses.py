@@ -69,8 +69,8 @@ AGG_MODES: dict[str, str] = {
     "token-mean": "sum x / sum L_i  (verl/ROLL/OpenRLHF token-mean, TRL bnpo/dapo/cispo)",
     "token-sum": "sum x  (verl token-sum)",
     "seq-mean-token-sum": "sum_i (sum_t x) / n",
-    "seq-mean-token-mean": "sum_i (mean_t x) / n  (OpenRLHF per-sample, GSPO/SAPO in verl)",
-    "seq-mean-token-sum-norm": "sum_i (sum_t x) / n / f, f = loss_scale_factor or T  (verl)",
+    "seq-mean-token-mean": "sum_i (mean_t x) / n  (OpenRLHF per-sample, ROLL)",
+    "seq-mean-token-sum-norm": "sum_i (sum_t x) / n / f, f = loss_scale_factor or T",
     "token-sum-norm": "sum x / T, no batch division  (ROLL seq-mean-token-sum-norm)",
     "seq-mean-token-mean-all-rows": "sum_i (mean_t x) / B  (TRL grpo/sapo, ROLL critic, verl "
     "trainer seq-mean-token-mean)",
