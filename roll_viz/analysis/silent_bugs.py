@@ -247,9 +247,13 @@ def wrong_kl_zero(advantages: Sequence[float] = (0.0, 0.0), length: int = 2) -> 
 
 
 def right_kl_zero() -> tuple[Tensor, Tensor]:
-    """(advantages (B, T), d loss / d logp (B, T)) of roll-viz's TRL dialect with beta > 0."""
+    """(advantages (B, T), d loss / d logp (B, T)) of roll-viz's TRL dialect with beta > 0.
+
+    The plain k3 of the thread: ``use_bias_correction_kl`` (TRL 1.16's default) multiplies k3 by
+    the ratio, which adds a k3 term to the slope; the KL gradient survives either way.
+    """
     batch = make_batch(KL_ZERO_SCORES, [2] * 4, KL_ZERO_GROUPS, KL_ZERO_LOGPROBS, KL_ZERO_REF)
-    config = {"beta": KL_ZERO_BETA}
+    config = {"beta": KL_ZERO_BETA, "use_bias_correction_kl": False}
     trace = run(batch, "trl", config)
     _, grad = _grad(
         "trl", config, KL_ZERO_LOGPROBS, trace.advantages, batch.response_mask, batch.ref_logprobs
