@@ -4,7 +4,8 @@ Input: one object ``{"batch": {...}, "config": {...}}`` or a list of them. ``bat
 ``scores`` (B,), ``response_mask`` (B, T) of 0/1, ``group`` (B,) prompt ids (strings or ints),
 and optionally ``logprobs``, ``ref_logprobs``, ``values`` (B, T), ``baseline_scores`` (B,) and
 ``reward_components`` ({name: (B,)}: each reward function's score, for verl gdpo and TRL
-normalize_then_sum).
+normalize_then_sum) and ``sum_pi_squared`` (B, T) (the policy's sum of squared next-token
+probabilities, for verl optimal_token_baseline).
 ``config`` has ``framework`` (roll | verl | openrlhf | trl, default roll) plus that framework's
 own keys; missing keys take the framework's shipped defaults.
 
@@ -56,6 +57,7 @@ BATCH_KEYS = (
     "entropy",
     "reward_components",
     "rollout_logprobs",
+    "sum_pi_squared",
 )
 USAGE = "usage: python -m roll_viz compute CASES.json|-"
 
@@ -184,6 +186,7 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
         "old_logprobs",
         "entropy",
         "rollout_logprobs",
+        "sum_pi_squared",
     ):
         if key in raw:
             optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)

@@ -52,6 +52,8 @@ class Batch:
         baseline_scores: (B,) score of the greedy response of each sample's prompt (ReMax), or None.
         reward_components: name -> (B,) score of each reward function before they are combined
             (GDPO normalises each; group health shows each one's std), or None.
+        sum_pi_squared: (B, T) sum over the vocabulary of the policy's squared next-token
+            probabilities at each position (verl's optimal token baseline), or None.
     """
 
     scores: Tensor
@@ -63,6 +65,7 @@ class Batch:
     values: Tensor | None = None
     baseline_scores: Tensor | None = None
     reward_components: dict | None = None
+    sum_pi_squared: Tensor | None = None
 
 
 @dataclass(frozen=True)

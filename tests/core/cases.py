@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -12,7 +13,7 @@ SEED_SCORES = [8.2, 6.5, 9.1]
 
 
 def random_case(P, G, T, seed, zero_rows=True, mid_mask=True, singleton=False):
-    """A dict of plain lists: scores, mask, gids, lp, ref, values, baseline."""
+    """A dict of plain lists: scores, mask, gids, lp, ref, values, baseline, sum_pi_squared."""
     rng = random.Random(seed)
     B = P * G
     gids = [p for p in range(P) for _ in range(G)]
@@ -33,6 +34,8 @@ def random_case(P, G, T, seed, zero_rows=True, mid_mask=True, singleton=False):
     ref = [[-rng.uniform(0.01, 4.0) for _ in range(T)] for _ in range(B)]
     values = [[rng.uniform(-1, 1) for _ in range(T)] for _ in range(B)]
     baseline = [rng.uniform(-1, 1) for _ in range(B)]
+    # sum over the vocabulary of pi^2 >= pi_t^2 (drawn last: the earlier draws are unchanged)
+    pi2 = [[rng.uniform(math.exp(v) ** 2, 1.0) for v in row] for row in lp]
     return {
         "scores": scores,
         "mask": mask,
@@ -41,6 +44,7 @@ def random_case(P, G, T, seed, zero_rows=True, mid_mask=True, singleton=False):
         "ref": ref,
         "values": values,
         "baseline": baseline,
+        "sum_pi_squared": pi2,
     }
 
 
@@ -55,6 +59,7 @@ def to_batch(case, with_logprobs=True, with_values=True):
         ref_logprobs=torch.tensor(case["ref"], dtype=f) if with_logprobs else None,
         values=torch.tensor(case["values"], dtype=f) if with_values else None,
         baseline_scores=torch.tensor(case["baseline"], dtype=f),
+        sum_pi_squared=torch.tensor(case["sum_pi_squared"], dtype=f) if with_logprobs else None,
     )
 
 

@@ -290,6 +290,7 @@ def verl(
     kl_coef=0.001,
     kl="kl",
     norm_by_std=True,
+    sum_pi2=None,
 ):
     canon = {
         "kl": "k1",
@@ -313,7 +314,9 @@ def verl(
         s if any(m) else scores[b]
         for b, (s, m) in enumerate(zip(seq_sums(tok, mask), mask, strict=False))
     ]
-    if name in ("opo", "gpg", "grpo_passk", "gdpo"):
+    if name == "optimal_token_baseline":
+        adv, ret = verl_otb(tok, mask, gids, lp, sum_pi2)
+    elif name in ("opo", "gpg", "grpo_passk", "gdpo"):
         adv = broadcast(verl_outcome_2026(name, seq, mask, gids, norm_by_std), mask)
         if name == "gdpo":
             adv = whiten(adv, mask, 1, 1e-8)
@@ -329,6 +332,36 @@ def verl(
         "advantages": adv,
         "returns": ret,
     }
+
+
+def verl_otb(tok, mask, gids, lp, sum_pi2):
+    """verl compute_optimal_token_baseline_advantage with plain loops (no rollout IS weights)."""
+    B, T = len(mask), len(mask[0])
+    ret = [[sum(tok[b][s] * mask[b][s] for s in range(t, T)) for t in range(T)] for b in range(B)]
+    w_cum = []
+    for b in range(B):
+        acc, row = 0.0, []
+        for t in range(T):
+            acc += (1 - 2 * math.exp(lp[b][t]) + sum_pi2[b][t]) * mask[b][t]
+            row.append(acc)
+        w_cum.append(row)
+    base = [[0.0] * T for _ in range(B)]
+    for idx in groups_of(gids).values():
+        if len(idx) == 1:
+            continue
+        for t in range(T):
+            num = sum(ret[i][t] * w_cum[i][t] * mask[i][t] for i in idx)
+            den = sum(w_cum[i][t] * mask[i][t] for i in idx) + 1e-8
+            for i in idx:
+                base[i][t] = num / den
+        lengths = [sum(mask[i]) for i in idx]
+        longest, second = sorted(lengths)[-1], sorted(lengths)[-2]
+        if lengths.count(longest) == 1 and longest > second:
+            i = idx[lengths.index(longest)]
+            for t in range(int(second), T):
+                base[i][t] = 0.0
+    adv = [[(ret[b][t] - base[b][t]) * mask[b][t] for t in range(T)] for b in range(B)]
+    return masked(adv, mask), masked(ret, mask)
 
 
 def verl_outcome_2026(name, seq, mask, gids, norm_by_std=True, eps=1e-6):

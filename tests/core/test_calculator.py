@@ -330,3 +330,20 @@ def test_cli_rollout_logprobs_feed_the_openrlhf_correction(monkeypatch, capsys):
     code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
     assert code == 2
     assert "batch.rollout_logprobs" in err
+
+
+def test_cli_sum_pi_squared_feeds_the_optimal_token_baseline(monkeypatch, capsys):
+    batch = {
+        "scores": [1.0, 0.0],
+        "response_mask": [[1, 1], [1, 0]],
+        "group": ["q", "q"],
+        "logprobs": [[math.log(0.5)] * 2] * 2,
+        "ref_logprobs": [[math.log(0.5)] * 2] * 2,
+        "sum_pi_squared": [[0.5, 0.5], [0.5, 0.5]],
+    }
+    config = {"framework": "verl", "adv_estimator": "optimal_token_baseline"}
+    code, out, err = _main(monkeypatch, capsys, {"batch": batch, "config": config})
+    assert code == 0, err
+    adv = json.loads(out)["advantages"]
+    assert adv[0][1] == pytest.approx(1.0)
+    assert adv[1][0] == pytest.approx(-0.5 / (1 + 1e-8))

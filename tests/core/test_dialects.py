@@ -308,6 +308,9 @@ def test_zero_length_rows_defined_everywhere():
         group_ids=torch.zeros(3, dtype=torch.long),
         values=torch.ones(3, 2, dtype=F),
         baseline_scores=torch.zeros(3, dtype=F),
+        logprobs=torch.full((3, 2), -1.0, dtype=F),
+        ref_logprobs=torch.full((3, 2), -1.0, dtype=F),
+        sum_pi_squared=torch.full((3, 2), 0.5, dtype=F),  # verl optimal_token_baseline
     )
     for fw in FRAMEWORKS:
         for est in CHOICES[fw][ESTIMATOR_KEY[fw]]:
@@ -598,6 +601,7 @@ def test_verl_matches_loop_oracle(P, G, T, seed, config, oracle_kwargs):
         c["ref"],
         c["values"],
         c["baseline"],
+        sum_pi2=c["sum_pi_squared"],
         **oracle_kwargs,
     )
     _check(trace, expected, torch.tensor(c["mask"]))

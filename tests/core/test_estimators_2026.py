@@ -132,3 +132,24 @@ def test_reward_components_are_validated():
     batch = _batch([1.0, 0.0], [1, 1], [0, 0], {"f": torch.tensor([1.0])})
     with pytest.raises(ValueError, match="shape"):
         run(batch, "trl", {})
+
+
+def test_optimal_token_baseline_by_hand():
+    """Two answers of one prompt, lengths 2 and 1, pi_t = 0.5, sum pi^2 = 0.5: w_t = 0.5."""
+    batch = Batch(
+        scores=torch.tensor([1.0, 0.0], dtype=F),
+        response_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=F),
+        group_ids=torch.zeros(2, dtype=torch.long),
+        logprobs=torch.full((2, 2), math.log(0.5), dtype=F),
+        ref_logprobs=torch.full((2, 2), math.log(0.5), dtype=F),
+        sum_pi_squared=torch.full((2, 2), 0.5, dtype=F),
+    )
+    trace = run(batch, "verl", {"adv_estimator": "optimal_token_baseline"})
+    # G = [[1, 1], [0, 0]], W = [[0.5, 1.0], [0.5, 0]]: B_0 = (1*0.5 + 0*0.5) / (1 + 1e-8);
+    # position 1 is past the shorter answer's end: the longest answer's tail has baseline 0
+    b0 = 0.5 / (1.0 + 1e-8)
+    close(trace.advantages, [[1 - b0, 1.0], [-b0, 0.0]], 1e-15)
+    close(trace.returns, [[1.0, 1.0], [0.0, 0.0]], 1e-15)
+    no_pi2 = Batch(**{**batch.__dict__, "sum_pi_squared": None})
+    with pytest.raises(ValueError, match="sum_pi_squared"):
+        run(no_pi2, "verl", {"adv_estimator": "optimal_token_baseline"})

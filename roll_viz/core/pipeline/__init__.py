@@ -107,7 +107,7 @@ def prepare_batch(batch: Batch) -> Batch:
     Args:
         batch: scores (B,), response_mask (B, T), group_ids (B,), optional logprobs and
             ref_logprobs (B, T) (both or neither), values (B, T), baseline_scores (B,),
-            reward_components (name -> (B,)).
+            reward_components (name -> (B,)), sum_pi_squared (B, T).
 
     Returns:
         A new Batch; the input's tensors are never modified.
@@ -140,6 +140,7 @@ def prepare_batch(batch: Batch) -> Batch:
         ("ref_logprobs", mask.shape),
         ("values", mask.shape),
         ("baseline_scores", scores.shape),
+        ("sum_pi_squared", mask.shape),
     ):
         value = getattr(batch, name)
         if value is None:

@@ -24,9 +24,10 @@ learns) and GDPO's per-component normalisation (``decoupled_norm_advantages``, w
 reward components rather than the token rewards).
 
 What roll-viz simplifies against the real recipes: no critic training (values are given), no
-multi-session/agentic estimators (GiGPO, step REINFORCE), no optimal-token baselines (they need
-the sum of squared next-token probabilities), and verl's fp32 one-pass ``grpo_vectorized`` is
-not emulated (float64, two-pass; see T6 in algorithms.md for the difference).
+multi-session/agentic estimators (GiGPO, step REINFORCE), no rollout IS weights in the optimal
+token baseline (it takes the batch's sum of squared next-token probabilities), and verl's fp32
+one-pass ``grpo_vectorized`` is not emulated (float64, two-pass; see T6 in algorithms.md for the
+difference).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class EstimatorParams:
         whiten_eps: eps of that whitening.
         whiten_eps_mode: "add" (rsqrt(var + eps)) or "floor" (rsqrt(max(var, eps))).
         group_labels: (P,) prompt ids for error messages.
+        logprobs: (B, T) rollout-policy log-probs of the sampled tokens (optimal token baseline).
+        sum_pi_squared: (B, T) sum of the squared next-token probabilities (same).
     """
 
     gamma: float = 1.0
@@ -97,6 +100,8 @@ class EstimatorParams:
     whiten_eps: float = 1e-8
     whiten_eps_mode: str = "add"
     group_labels: tuple = ()
+    logprobs: Tensor | None = None
+    sum_pi_squared: Tensor | None = None
 
 
 class Estimate(NamedTuple):
@@ -561,6 +566,55 @@ def decoupled_norm_advantages(
     return Estimate(adv, adv, zeros, torch.ones_like(zeros))
 
 
+def optimal_token_baseline_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """Optimal token baseline (arXiv 2602.07078): one baseline per position and prompt group.
+
+    ``G_t`` = undiscounted reward-to-go; ``w_t = 1 - 2 pi_t + sum_v pi(v)^2`` (pi_t the sampled
+    token's probability), ``W_t = sum_{j <= t} w_j``; per group and position
+    ``B_t = sum_i G_t W_t m_t / (sum_i W_t m_t + 1e-8)``, ``A_t = (G_t - B_t) m_t``. A group of
+    one has no baseline; in a group where one response is strictly the longest, its baseline
+    past the second-longest length is 0. No rollout IS weights.
+
+    Args:
+        token_rewards: (B, T) token rewards.
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: needs ``logprobs`` and ``sum_pi_squared`` (B, T).
+
+    Returns:
+        Estimate with returns = reward-to-go; baseline / scale as (B,) 0 / 1 (the baseline is
+        per token).
+    """
+    if params.logprobs is None or params.sum_pi_squared is None:
+        raise ValueError(
+            "optimal_token_baseline needs the rollout log-probs and sum_pi_squared "
+            "(batch.sum_pi_squared, the actor's sum of squared next-token probabilities)"
+        )
+    m = response_mask
+    returns = (token_rewards * m).flip(-1).cumsum(-1).flip(-1)
+    w = 1.0 - 2.0 * torch.exp(params.logprobs) + params.sum_pi_squared
+    w_cum = (w * m).cumsum(-1)
+    baselines = torch.zeros_like(returns)
+    for g in torch.unique(group_ids).tolist():
+        idx = torch.nonzero(group_ids == g).flatten()
+        if idx.numel() == 1:
+            continue
+        num = (returns[idx] * w_cum[idx] * m[idx]).sum(0)
+        den = (w_cum[idx] * m[idx]).sum(0) + 1e-8
+        baselines[idx] = (num / den).expand(idx.numel(), -1)
+        lengths = m[idx].sum(-1)
+        ordered = torch.sort(lengths).values
+        longest, second = int(ordered[-1]), int(ordered[-2])
+        at_max = torch.nonzero(lengths == longest).flatten()
+        if at_max.numel() == 1 and longest > second:
+            baselines[idx[at_max[0]], second:] = 0.0
+    adv = apply_mask((returns - baselines) * m, m)
+    zeros = torch.zeros(m.shape[0], dtype=adv.dtype)
+    return Estimate(adv, apply_mask(returns, m), zeros, torch.ones_like(zeros))
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "gae": gae_advantages,
     "reinforce": reinforce_advantages,
@@ -579,6 +633,7 @@ EXTRA_ESTIMATORS: dict[str, AdvantageFn] = {
     "length_weighted": length_weighted_advantages,
     "gpg": gpg_advantages,
     "passk": passk_advantages,
+    "optimal_token_baseline": optimal_token_baseline_advantages,
 }
 
 #: Every estimator by name (the dialects look names up here).

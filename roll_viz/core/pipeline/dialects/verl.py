@@ -83,6 +83,7 @@ ESTIMATORS = {
     "gpg": "gpg",
     "grpo_passk": "passk",
     "gdpo": "gdpo",
+    "optimal_token_baseline": "optimal_token_baseline",
 }
 
 # ---------------------------------------------------------------------- reward-stage config
@@ -117,8 +118,9 @@ CHOICES: dict[str, tuple] = {
 HELP: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator: gae, grpo, rloo, reinforce_plus_plus, "
     "reinforce_plus_plus_baseline, remax, opo (length-weighted baseline), gpg (batch factor "
-    "B / #nonzero), grpo_passk (only the best sample learns) or gdpo (normalise each reward "
-    "component, sum, whiten).",
+    "B / #nonzero), grpo_passk (only the best sample learns), gdpo (normalise each reward "
+    "component, sum, whiten) or optimal_token_baseline (a baseline per position, weighted by "
+    "the path variance; needs sum_pi_squared).",
     "gamma": "algorithm.gamma: discount for gae and reinforce_plus_plus.",
     "lam": "algorithm.lam: GAE lambda.",
     "norm_adv_by_std_in_grpo": "Divide GRPO advantages by the group std (False = Dr.GRPO).",
@@ -386,6 +388,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         carry_through=True,
         whiten_ddof=conv.whiten_ddof,
         group_labels=batch.group_labels,
+        logprobs=batch.logprobs,
+        sum_pi_squared=batch.sum_pi_squared,
     )
     notes.extend(_estimator_notes(name, batch, conv, cfg))
     try:
@@ -514,6 +518,12 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> l
             "pass@k: the best sample of each group gets (r_max - r_second) / (std + eps), the "
             "others 0",
             "returns = advantages",
+        ],
+        "optimal_token_baseline": [
+            "OTB: per position B_t = sum G_t W_t / sum W_t over the group, W_t the cumulative "
+            "1 - 2 pi_t + sum pi^2; the longest response's tail past the second-longest gets "
+            "baseline 0",
+            "returns = reward-to-go",
         ],
         "gdpo": [
             f"GDPO: each of {list(cfg['gdpo_reward_keys'])} group-normalised on its own, "
