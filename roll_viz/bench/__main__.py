@@ -1,8 +1,38 @@
-"""``python -m roll_viz.bench``: dispatch to one benchmark family (see the package docstring)."""
+"""``python -m roll_viz.bench``: dispatch to one benchmark family (see the package docstring).
+
+``--speed`` runs, one after the other, every figure of the "speed where a lecture waits" list,
+each with its peer in the same run and a ``context`` line (commit, load average) per family:
+
+1. the training step against TRL's GRPOTrainer (``--train --peer trl``, 3 steps);
+2. the Update page's step, 2 x 8 x 32 tokens on SmolLM2, against the plain transformers + peft
+   loop (``--update --models smollm2 --shapes 2x8x32``);
+3. the lecture request, 2 x 8 x 64 with both scorings, with the memory-bandwidth floor
+   (``--sampling --only lecture --no-rss``);
+4. the reward -> advantage pipeline against its loop peer (the default family).
+
+``--speed --quick`` passes ``--quick`` to the pipeline family only (the model families have no
+smaller form that still measures the lecture's shapes).
+"""
 
 import sys
 
 from roll_viz.bench.pipeline import main
 
+SPEED = (
+    ["--train", "--peer", "trl", "--model", "smollm2", "--steps", "3"],
+    ["--update", "--models", "smollm2", "--shapes", "2x8x32"],
+    ["--sampling", "--only", "lecture", "--no-rss", "--cpu-only"],
+)
+
+
+def speed(argv: list[str]) -> int:
+    """Run every family of the speed list (module docstring); the first failing code wins."""
+    code = 0
+    for family in SPEED:
+        code = code or main(list(family))
+    return code or main(["--quick"] if "--quick" in argv else [])
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    args = sys.argv[1:]
+    sys.exit(speed(args) if args[:1] == ["--speed"] else main(args))

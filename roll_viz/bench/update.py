@@ -3,12 +3,14 @@
 ``python -m roll_viz.bench.update`` prints one JSON line per (model, shape, implementation);
 ``--lr-probe smollm2`` instead measures how far one step moves real sampled text per lr.
 
-- shapes: P prompts x G samples x T tokens, 8 x 8 x 128 and 4 x 4 x 48, every row exactly T
-  tokens long (seeded random ordinary tokens: a speed test, not a learning test); advantages are
+- shapes: P prompts x G samples x T tokens, 2 x 8 x 32 (the Update page's batch: under 5 s is
+  the target), 8 x 8 x 128 and 4 x 4 x 48, every row exactly T tokens long (seeded random
+  ordinary tokens: a speed test, not a learning test); advantages are
   seeded sequence-constant values; old log-probs = the base model's own (so r = 1 in epoch 1).
 - models: "tiny" and the bundled "smollm2" (CPU, float32).
 - ours: ``LoraPolicy`` + ``update_step`` (verl loss, 1 epoch, 1 minibatch, lr 2e-4, r8/alpha16,
-  the two-phase memory-bounded backward), phases as the step reports them.
+  the two-phase memory-bounded backward, each prompt's context run once and shared, the
+  re-score for the page's delta log pi included), phases as the step reports them.
 - peer: the same step written plainly with transformers + peft: ``get_peft_model``, a loop of
   micro-batches with gradient accumulation (token-mean PPO loss divided by the batch's token
   count, which is exact for token-mean), ``model(...).logits`` over the full sequence, AdamW,
@@ -16,8 +18,10 @@
   matrices, so both take the same step: ``max_abs_delta_diff`` is the oracle check.
 
 Each case runs in a fresh subprocess, so ``peak_rss_mb`` (``ru_maxrss``) is that case's peak
-(model load included). Timings are single runs (one step mutates the adapter) on a shared,
-loaded machine: read them as upper bounds.
+(model load included); ours and the peer of one shape run at the same time (one torch thread
+each), so both see the same machine noise, and each line has its CPU seconds (``cpu_s``) next
+to the wall time. Timings are single runs (one step mutates the adapter) on a shared, loaded
+machine: read them as upper bounds. A ``context`` line (commit, load average) comes first.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -33,13 +38,14 @@ from typing import Any
 
 import torch
 
+from roll_viz.bench.machine import context
 from roll_viz.core.records import Rollout
 from roll_viz.lm import lora, update
 from roll_viz.lm.models import ModelBundle, load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.sampling import sample
 
-SHAPES = ((8, 8, 128), (4, 4, 48))
+SHAPES = ((2, 8, 32), (8, 8, 128), (4, 4, 48))
 MODELS = ("tiny", "smollm2")
 PROMPT = "Tell me one fun fact about octopuses."
 LR = 2e-4
@@ -106,14 +112,18 @@ def _rss_mb() -> float:
 def run_ours(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[dict, Any]:
     """Our step; returns (timings line, (B, T) delta)."""
     with lora.LoraPolicy(bundle, seed=SEED) as policy:
+        cpu = time.process_time()
         result = update.update_step(
             policy, rollout, adv, framework="verl", cfg=update.UpdateConfig(lr=LR, seed=SEED)
         )
+        cpu = time.process_time() - cpu
         sizes = policy.nbytes()
     mask = result.response_mask.bool()
     line = {
         "impl": "ours",
         "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
+        "cpu_s": round(cpu, 3),
+        "target_s": 5.0,
         "grad_norm": round(result.grad_norm, 6),
         "mean_abs_delta_logp": round(float(result.delta[mask].abs().mean()), 6),
         "max_abs_delta_logp": round(float(result.delta[mask].abs().max()), 6),
@@ -180,7 +190,7 @@ def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
         logits = logits[:, -width - 1 : -1].float()
         return torch.log_softmax(logits, -1).gather(-1, ids[:, -width:, None]).squeeze(-1)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for lo in range(0, rows, per):
         hi = min(rows, lo + per)
         t0 = time.perf_counter()
@@ -204,11 +214,13 @@ def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
         after = torch.cat([logprobs(lo, min(rows, lo + per)) for lo in range(0, rows, per)])
     seconds["rescore"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - start
+    cpu = time.process_time() - cpu
     delta = (after - rollout.logprobs) * rollout.response_mask
     model.unload()
     line = {
         "impl": "peer (transformers + peft, plain loop)",
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "cpu_s": round(cpu, 3),
         "grad_norm": round(float(norm), 6),
         "mean_abs_delta_logp": round(float(delta.abs().mean()), 6),
     }
@@ -227,6 +239,7 @@ def one_case(model: str, shape: tuple[int, int, int], impl: str) -> tuple[torch.
         "shape": {"prompts": shape[0], "group": shape[1], "tokens": shape[2]},
         "threads": torch.get_num_threads(),
         **line,
+        "loadavg": round(os.getloadavg()[0], 2),
         "peak_rss_mb": round(_rss_mb(), 1),
     }
 
@@ -295,16 +308,27 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(line))
         print(json.dumps({"delta": delta.tolist()}))  # read back by the parent for the oracle
         return 0
+    print(json.dumps(context()), flush=True)
+    env = {**os.environ, "ROLL_VIZ_THREADS": "1"}
     for model in args.models.split(","):
         for shape in args.shapes.split(","):
             deltas = {}
-            for impl in ("ours", "peer"):
-                cmd = [sys.executable, "-m", "roll_viz.bench.update", "--one", model, shape, impl]
-                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                lines = done.stdout.strip().splitlines()
-                if done.returncode != 0 or len(lines) < 2:
+            procs = {  # both at once: the same machine noise for ours and the peer
+                impl: subprocess.Popen(
+                    [sys.executable, "-m", "roll_viz.bench.update", "--one", model, shape, impl],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                )
+                for impl in ("ours", "peer")
+            }
+            for impl, proc in procs.items():
+                stdout, stderr = proc.communicate()
+                lines = stdout.strip().splitlines()
+                if proc.returncode != 0 or len(lines) < 2:
                     error = {"what": "update_step", "model": model, "shape": shape, "impl": impl}
-                    print(json.dumps({**error, "error": done.stderr.strip()[-600:]}), flush=True)
+                    print(json.dumps({**error, "error": stderr.strip()[-600:]}), flush=True)
                     continue
                 print(lines[-2], flush=True)
                 deltas[impl] = torch.tensor(json.loads(lines[-1])["delta"])

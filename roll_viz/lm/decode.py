@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.lm import threads
-from roll_viz.lm.lean_step import LeanDecoder
+from roll_viz.lm.lean_step import LeanDecoder, adapter_active
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import prompt_only
 
@@ -78,8 +78,13 @@ class DecodeOptions:
         lean_step: on the CPU, decode with ``lean_step.LeanDecoder`` (preallocated KV
             buffers; the float step gives bitwise the transformers step's logits, the int8 step
             reads a fused int8 copy) for Llama-shaped models; the prefill stays the model's own
-            float forward. Callers turn it off while a LoRA adapter is active (the lean step
-            reads the base weights).
+            float forward. While a LoRA adapter is active (``lean_step.adapter_active``) the
+            step runs on merged weights (``merge_adapter``) or not at all.
+        merge_adapter: with an active LoRA adapter, decode with the lean step over the adapter
+            merged into copies of the weights (``LeanDecoder(model, "merged")``, built once per
+            call: about 0.4 GB for SmolLM2 while the call runs) instead of through peft's LoRA
+            layers. The draws are those of the peft model up to float rounding of the logits
+            (about 1e-6), deterministic per seed and under any thread count.
         adapt_threads: choose torch's thread count per phase (``lm.threads.choose``: every core
             while the rest of the machine is idle, the start-up count otherwise; back to one at
             once when a decode step comes out slow) and restore the start-up count after.
@@ -97,6 +102,7 @@ class DecodeOptions:
     prefetch_noise: bool = True
     reuse_decode_hidden: bool = True
     lean_step: bool = True
+    merge_adapter: bool = True
     adapt_threads: bool = True
 
 
@@ -106,6 +112,7 @@ PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two sc
     prefetch_noise=False,
     reuse_decode_hidden=False,
     lean_step=False,
+    merge_adapter=False,
     adapt_threads=False,
 )
 
@@ -301,9 +308,13 @@ def decode_batch(
     model, device = bundle.model, bundle.device
     use_static = options.static_cache if options.static_cache is not None else device.type == "cuda"
     lean = None
+    adapted = adapter_active(model)  # a LoRA adapter is on: the base weights are not the policy
     if options.lean_step and device.type == "cpu" and not use_static:
-        lean = _lean_decoder(bundle, options.weights)
-    if options.weights == "int8" and device.type == "cpu" and lean is None:
+        if not adapted:
+            lean = _lean_decoder(bundle, options.weights)
+        elif options.merge_adapter and LeanDecoder.supports(model):
+            lean = LeanDecoder(model, "merged")  # this call's own merged copy
+    if options.weights == "int8" and device.type == "cpu" and lean is None and not adapted:
         model = _int8_model(bundle)
     clock = time.perf_counter()
     num_rows = len(contexts)

@@ -267,7 +267,7 @@ def _decode(
             options=replace(
                 decode,
                 weights="int8" if kind == "int8" else "model",
-                lean_step=decode.lean_step and prompt_only(source),
+                lean_step=decode.lean_step,  # merged weights while an adapter is on
             ),
             counter=count,
             timings=timings,

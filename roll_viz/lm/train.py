@@ -173,6 +173,7 @@ class Trainer:
             lora_rank=s.lora_rank,
             lora_alpha=s.lora_alpha,
             seed=s.seed,
+            rescore=False,  # the next step samples afresh: no second pass over this batch
         )
         result = update_step(
             self.policy,
@@ -196,9 +197,6 @@ class Trainer:
             "ratio_mean": last.ratio_mean,
             "ratio_min": last.ratio_min,
             "ratio_max": last.ratio_max,
-            "delta_abs_mean": float(
-                result.delta.abs().sum() / result.response_mask.sum().clamp_min(1)
-            ),
         }
         for key, value in last.terms.items():
             out[f"term_{key}"] = value

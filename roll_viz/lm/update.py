@@ -2,7 +2,12 @@
 
 ``update_step(policy, rollout, advantages, ...)`` takes K epochs of PPO-style minibatch steps on
 a Rollout with a framework's policy loss (``roll_viz.core.pipeline.policy_loss``) on the
-``lm.lora.LoraPolicy``'s adapter, then re-scores the batch. The AdamW optimizer of the adapter
+``lm.lora.LoraPolicy``'s adapter, then re-scores the batch for the page's delta log pi
+(``UpdateConfig.rescore``; a training run skips it). Speed: each prompt's context runs once per
+forward and its keys/values go to the prompt's rows (with grad), the head runs at the response
+positions only with a log-sum-exp per position, and the forward passes take every core while
+the machine is idle; none of it changes the numbers beyond float rounding (``tests/lm/
+test_speed.py``). The AdamW optimizer of the adapter
 is built here (``_optimizer``) and kept on the policy, so its state survives between steps.
 Minibatch order comes from a generator seeded by ``UpdateConfig.seed``.
 
@@ -48,9 +53,10 @@ from torch import Tensor
 
 from roll_viz.core.pipeline import policy_loss
 from roll_viz.core.records import Rollout
+from roll_viz.lm import threads
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.models import ModelBundle
-from roll_viz.lm.scoring import response_hidden
+from roll_viz.lm.scoring import response_hidden, shared_context_hidden
 
 DEFAULT_LR = 2e-4
 MAX_LR = 1e-2
@@ -82,6 +88,18 @@ class UpdateConfig:
         weight_decay: AdamW weight decay (0: an adapter that starts at zero stays comparable).
         micro_tokens: a minibatch with more tokens than this is back-propagated in row chunks
             (two-phase, see the module docstring).
+        share_context: run each distinct prompt's context once per forward (with grad: the
+            adapter changes the context's keys and values too) and hand its cache to the rows of
+            that prompt, instead of every row's own [context | response] pass. About half the
+            tokens for 2 prompts x 8 samples of 32 tokens; the same log-probs, loss and
+            gradients up to float rounding (tested to 1e-5).
+        rescore: score the batch again after the step for ``logprobs_after`` and ``delta`` (one
+            more forward, about a third of the step). False leaves both None: a training run
+            needs no re-score (its next step samples afresh).
+        adapt_threads: run the forward passes (with grad and the re-score) on every core while
+            the rest of the machine is idle (``lm.threads.choose``, as the sampler's scoring
+            passes do); the backward and the optimizer stay at the start-up count. The numbers
+            do not depend on it (the same bits under one and two threads; tested).
     """
 
     lr: float = DEFAULT_LR
@@ -93,6 +111,9 @@ class UpdateConfig:
     seed: int = 0
     weight_decay: float = 0.0
     micro_tokens: int = MICRO_TOKENS
+    share_context: bool = True
+    rescore: bool = True
+    adapt_threads: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -160,8 +181,8 @@ class UpdateResult:
         advantages: (B, T) the advantages used.
         old_logprobs: (B, T) the rollout's log-probs (the behaviour policy).
         logprobs_before: (B, T) the adapted policy's log-probs before the step.
-        logprobs_after: (B, T) after the step (re-scored).
-        delta: (B, T) logprobs_after - logprobs_before.
+        logprobs_after: (B, T) after the step (re-scored); None when ``cfg.rescore`` is off.
+        delta: (B, T) logprobs_after - logprobs_before; None when ``cfg.rescore`` is off.
         grad_coef: (B, T) dL/dlogp per token in epoch 1 (autograd through the loss of the
             token's minibatch; negative = the step raises the token's log-prob).
         per_token: the loss's per_token tensors of epoch 1 (ratio, pg_loss, grad_coef, clip
@@ -180,8 +201,8 @@ class UpdateResult:
     advantages: Tensor
     old_logprobs: Tensor
     logprobs_before: Tensor
-    logprobs_after: Tensor
-    delta: Tensor
+    logprobs_after: Tensor | None
+    delta: Tensor | None
     grad_coef: Tensor
     per_token: dict[str, Tensor]
     epochs: tuple[EpochStats, ...]
@@ -213,8 +234,13 @@ def _forward(
     mask: Tensor,
     temperature: float,
     want_entropy: bool,
+    share: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Teacher-forced log-probs (and entropy) of ``token_ids`` under the active model.
+
+    Selective: the head runs at the response positions only, and each position's log-prob is
+    its target's logit minus the log-sum-exp (no (n, V) log-softmax kept); the full-vocabulary
+    softmax is formed only when the entropy is wanted.
 
     Args:
         bundle: the model (caller holds the lock; grad mode as the caller set it).
@@ -223,13 +249,17 @@ def _forward(
         mask: (n, T) bool real tokens.
         temperature: logits are divided by it.
         want_entropy: also return the full-vocabulary entropy per token.
+        share: each distinct context once, its cache shared (``shared_context_hidden``).
 
     Returns:
         (n, T) float32 log-probs (0 on padding) and (n, T) entropy or None, on bundle.device.
     """
-    hidden = response_hidden(bundle, contexts, token_ids, mask)  # (n, T, H)
+    hidden_of = shared_context_hidden if share else response_hidden
+    hidden = hidden_of(bundle, contexts, token_ids, mask)  # (n, T, H)
     valid = mask.to(hidden.device)
-    logits = bundle.model.get_output_embeddings()(hidden[valid]).float() / temperature  # (N, V)
+    logits = bundle.model.get_output_embeddings()(hidden[valid]).float()  # (N, V)
+    if temperature != 1.0:
+        logits = logits / temperature
     lse = torch.logsumexp(logits, dim=-1)
     targets = token_ids.to(hidden.device)[valid]
     picked = logits.gather(-1, targets[:, None]).squeeze(-1) - lse  # (N,)
@@ -255,6 +285,7 @@ def _score_rows(
     rows: Tensor,
     micro_tokens: int,
     want_entropy: bool = False,
+    share: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """No-grad log-probs (and entropy) of ``rows``, in micro-batches (lock held, adapter on)."""
     ids, mask = rollout.token_ids.clone(), rollout.response_mask > 0
@@ -268,6 +299,7 @@ def _score_rows(
                 mask[chunk],
                 _temperature(rollout),
                 want_entropy,
+                share,
             )
             lps.append(lp.cpu())
             if ent is not None:
@@ -345,17 +377,26 @@ def _scalar(value: Any) -> float:
 
 @dataclass
 class _Timer:
+    """Wall seconds per phase; the forward phases may take every core (``adapt_threads``)."""
+
     seconds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("forward", "backward", "optimizer", "rescore"), 0.0)
     )
+    adapt_threads: bool = False
+    base_threads: int = 1
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        adapt = self.adapt_threads and name in ("forward", "rescore")
+        if adapt:
+            threads.apply(threads.choose(self.base_threads))
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
+            if adapt:
+                threads.apply(self.base_threads)
 
 
 @dataclass(frozen=True)
@@ -370,6 +411,7 @@ class _Minibatch:
         old: (B, T) old log-probs (the placeholders of rows outside a chunk).
         mask: (B, T) bool real tokens.
         want_entropy: the loss has an entropy term (compute the entropy with grad).
+        share: share each distinct context's forward between its rows (``_forward``).
     """
 
     bundle: ModelBundle
@@ -379,6 +421,7 @@ class _Minibatch:
     old: Tensor
     mask: Tensor
     want_entropy: bool
+    share: bool = True
 
 
 def _minibatch_backward(
@@ -416,6 +459,7 @@ def _minibatch_backward(
                 mb.mask[rows],
                 temperature,
                 mb.want_entropy,
+                mb.share,
             )
             lp.retain_grad()
             result = run_loss(rows, lp, ent)
@@ -436,6 +480,7 @@ def _minibatch_backward(
                 mb.mask[chunk],
                 temperature,
                 mb.want_entropy,
+                mb.share,
             )
             full_lp = mb.old[rows].clone().to(lp_c.device)
             full_lp[part] = lp_c
@@ -596,7 +641,7 @@ def update_step(
     want_entropy = _wants_entropy(loss_config)
     bundle = policy.bundle
     order_gen = torch.Generator().manual_seed(cfg.seed + policy.steps)
-    timer = _Timer()
+    timer = _Timer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
     start_total = time.perf_counter()
     grad_coef = torch.zeros(num_rows, width)
     first_per_token: dict[str, Tensor] = {}
@@ -622,7 +667,9 @@ def update_step(
         params = policy.parameters()
         with timer.phase("forward"):
             if cfg.minibatches > 1:  # later minibatches see a moved adapter: score all first
-                before = _score_rows(policy, rollout, contexts, all_rows, cfg.micro_tokens)[0]
+                before = _score_rows(
+                    policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
+                )[0]
         for epoch in range(1, cfg.epochs + 1):
             perm = (
                 torch.randperm(num_rows, generator=order_gen) if cfg.minibatches > 1 else all_rows
@@ -632,7 +679,16 @@ def update_step(
                 policy.check()  # released meanwhile: stop here, before the next minibatch
                 rows = rows.sort().values
                 result, coef, current = _minibatch_backward(
-                    _Minibatch(bundle, contexts, rollout, rows, old, mask_b, want_entropy),
+                    _Minibatch(
+                        bundle,
+                        contexts,
+                        rollout,
+                        rows,
+                        old,
+                        mask_b,
+                        want_entropy,
+                        cfg.share_context,
+                    ),
                     run_loss,
                     cfg.micro_tokens,
                     timer,
@@ -647,7 +703,11 @@ def update_step(
                     tally.norms.append(_optimizer_step(optimizer, params, cfg.max_grad_norm))
             epochs.append(tally.stats(epoch, cfg.minibatches, mask_b))
         with timer.phase("rescore"):
-            after = _score_rows(policy, rollout, contexts, all_rows, cfg.micro_tokens)[0]
+            after = None
+            if cfg.rescore:
+                after = _score_rows(
+                    policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
+                )[0]
     policy.steps += 1
     seconds = dict(timer.seconds)
     seconds["total"] = time.perf_counter() - start_total
@@ -660,8 +720,8 @@ def update_step(
         advantages=advantages * mask_f,
         old_logprobs=old,
         logprobs_before=before * mask_f,
-        logprobs_after=after * mask_f,
-        delta=(after - before) * mask_f,
+        logprobs_after=None if after is None else after * mask_f,
+        delta=None if after is None else (after - before) * mask_f,
         grad_coef=grad_coef * mask_f,
         per_token=first_per_token,
         epochs=tuple(epochs),

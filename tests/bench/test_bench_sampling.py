@@ -22,13 +22,17 @@ def test_decode_lines_pair_every_variant_with_generate_at_the_same_thread_count(
     assert all("speedup_vs_generate" in line for line in lines if line["what"] != "hf_generate")
 
 
-def test_lecture_lines_carry_the_estimate_and_target(tiny):
-    lines = bench.bench_lecture(tiny, runs=1)
+def test_lecture_lines_carry_the_estimate_target_and_bandwidth_floor(tiny):
+    bandwidth, *lines = bench.bench_lecture(tiny, runs=1, bandwidth_gib=0.01)
+    assert bandwidth["what"] == "memory_bandwidth"
+    assert bandwidth["gb_per_s"] > 0
     assert [line["what"].rsplit("_", 2)[-2] for line in lines] == ["float", "int8"]
     for line in lines:
-        assert line["target_s"] == 15.0
+        assert line["target_s"] == 5.0
         assert line["cpu_s_median"] > 0
         assert len(line["estimate_s_before_run"]) == 1
+        assert line["bandwidth_floor_s"] >= 0
+    assert lines[0]["bandwidth_floor_s"] >= lines[1]["bandwidth_floor_s"]
 
 
 def test_int8_fidelity_line(tiny):

@@ -6,9 +6,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from roll_viz.lm import decode
+from roll_viz.lm import decode, lora
 from roll_viz.lm.decode import FAST_DECODE, DecodeOptions, decode_batch
 from roll_viz.lm.lean_step import LeanDecoder
+from roll_viz.lm.models import load_models
 from roll_viz.lm.sampling import sample
 
 
@@ -104,27 +105,20 @@ def test_int8_lean_sampling_is_deterministic_per_seed(tiny, steered_cfg):
     assert dict(a.meta)["decode_weights"] == "int8-dynamic"
 
 
-def test_lean_step_is_off_for_weight_changing_sources(tiny, steered_cfg, monkeypatch):
-    class AdapterLike:  # a LoRA policy: the lean step would read the base weights
-        mode = "lora"
-        shares_reference = False
-
-        def context_ids(self, bundle, prompt):
-            return bundle.chat_ids(prompt)
-
-        def activate(self, bundle):
-            import contextlib
-
-            return contextlib.nullcontext()
+def test_shared_lean_step_never_reads_base_weights_under_an_adapter(steered_cfg, monkeypatch):
+    """An active LoRA adapter gets the merged step (or transformers'), never the base-weight one."""
+    bundle = load_models("tiny", device="cpu", dtype="float32")  # own bundle: adapters injected
 
     def refuse(bundle, weights):
-        raise AssertionError("the lean step must not run for an adapter source")
+        raise AssertionError("the base-weight lean step must not run for an adapter source")
 
     monkeypatch.setattr(decode, "_lean_decoder", refuse)
     cfg = dataclasses.replace(steered_cfg, seed=5, max_new_tokens=3)
-    sample(tiny, cfg, source=AdapterLike())  # no AssertionError: the transformers step ran
-    with pytest.raises(AssertionError, match="must not run"):
-        sample(tiny, cfg)  # a prompt-only source does use it
+    with lora.LoraPolicy(bundle, seed=0) as policy:
+        sample(bundle, cfg, source=policy)  # merged step
+        sample(bundle, cfg, source=policy, decode=DecodeOptions(merge_adapter=False))  # peft's
+        with pytest.raises(AssertionError, match="must not run"):
+            sample(bundle, cfg)  # a prompt-only source does use it (the adapter is off)
 
 
 def test_supports_llama_only():

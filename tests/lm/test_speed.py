@@ -1,0 +1,243 @@
+"""The speed-ups of the model path give the same numbers: merged LoRA decode, shared contexts,
+no re-score; each deterministic per seed and the same under one and two torch threads.
+
+Each test uses its own tiny bundle (module fixture) and closes every adapter it makes. No timing
+is asserted here (``python -m roll_viz.bench`` measures the speed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import pytest
+import torch
+
+from roll_viz.lm import lora, update
+from roll_viz.lm.decode import DecodeOptions, decode_batch
+from roll_viz.lm.lean_step import LeanDecoder, adapter_active
+from roll_viz.lm.models import load_models
+from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.runfile import RewardChoice, TrainSettings
+from roll_viz.lm.sampling import sample
+from roll_viz.lm.train import Trainer
+
+PROMPTS = ("Hello there", "What is 2 + 3?")
+CFG = SamplingConfig(
+    prompts=PROMPTS, group_size=4, max_new_tokens=12, seed=11, greedy=False, topk=3
+)
+LOGPROB_TOL = 5e-5  # float rounding of a different grouping of the same sums (tiny model)
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return load_models("tiny", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def rollout(bundle):
+    return sample(bundle, CFG)
+
+
+@pytest.fixture(scope="module")
+def advantages(rollout):
+    signs = torch.tensor([1.0, -1.0] * (rollout.token_ids.shape[0] // 2))
+    return signs[:, None] * rollout.response_mask
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+@contextlib.contextmanager
+def moved_policy(bundle, seed: int = 0):
+    """A LoRA policy whose B matrices are nonzero (a fresh adapter IS the base model)."""
+    with lora.LoraPolicy(bundle, rank=4, alpha=8.0, seed=seed) as policy:
+        gen = torch.Generator().manual_seed(seed + 100)
+        with torch.no_grad():
+            for _, b_weight in policy._pairs():
+                b_weight.copy_(torch.randn(b_weight.shape, generator=gen) * 0.05)
+        yield policy
+
+
+# ---------------------------------------------------------------------------------------------
+# Merged LoRA decode
+
+
+def test_merged_step_logits_match_the_peft_forward(bundle):
+    policy_cm = moved_policy(bundle)
+    with policy_cm as policy, bundle.lock, policy.activate(bundle), torch.inference_mode():
+        assert adapter_active(bundle.model)
+        ctx = bundle.chat_ids("Hello there")
+        ids = torch.tensor([ctx] * 3)
+        prefill = bundle.model(input_ids=ids, use_cache=True)
+        token = torch.tensor([5, 9, 17])
+        peft = bundle.model(
+            input_ids=token[:, None],
+            past_key_values=prefill.past_key_values,
+            position_ids=torch.full((3, 1), len(ctx)),
+            attention_mask=torch.ones(3, len(ctx) + 1, dtype=torch.long),
+        ).logits[:, -1]
+        lean = LeanDecoder(bundle.model, "merged")
+        fresh = bundle.model(input_ids=ids, use_cache=True)
+        buffers = lean.allocate(3, len(ctx) + 1, torch.float32, bundle.device)
+        lean.load_cache(buffers, fresh.past_key_values, len(ctx))
+        pos = torch.full((3, 1), len(ctx))
+        merged = lean.step(buffers, token, pos, len(ctx), torch.ones(3, len(ctx) + 1))[1]
+    torch.testing.assert_close(merged, peft, atol=1e-5, rtol=0)
+    assert not adapter_active(bundle.model)  # activate's exit switched it off again
+
+
+def test_merged_decode_gives_the_peft_draws_and_logprobs(bundle):
+    with moved_policy(bundle) as policy:
+        merged = sample(bundle, CFG, source=policy)
+        peft = sample(bundle, CFG, source=policy, decode=DecodeOptions(merge_adapter=False))
+    assert torch.equal(merged.token_ids, peft.token_ids)
+    torch.testing.assert_close(merged.logprobs, peft.logprobs, atol=LOGPROB_TOL, rtol=0)
+    torch.testing.assert_close(merged.ref_logprobs, peft.ref_logprobs, atol=0, rtol=0)
+    torch.testing.assert_close(merged.exact_kl, peft.exact_kl, atol=LOGPROB_TOL, rtol=0)
+
+
+def test_merged_decode_leaves_the_base_weights_alone(bundle):
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items() if "lora" not in k}
+    with moved_policy(bundle) as policy:
+        sample(bundle, CFG, source=policy)
+    after = bundle.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+@pytest.mark.parametrize("options", [DecodeOptions(), DecodeOptions(adapt_threads=False)])
+def test_merged_decode_is_the_same_under_one_and_two_threads(bundle, options):
+    runs = []
+    with moved_policy(bundle) as policy:
+        for count in (1, 2, 1):
+            with torch_threads(count):
+                runs.append(sample(bundle, CFG, source=policy, decode=options))
+    for other in runs[1:]:
+        assert torch.equal(other.token_ids, runs[0].token_ids)
+        assert torch.equal(other.logprobs, runs[0].logprobs)
+
+
+def test_decode_batch_merges_only_while_an_adapter_is_on(bundle):
+    no_eos = dataclasses.replace(bundle, eos_ids=(-1,))
+    ctx = [bundle.chat_ids("Hello there")] * 2
+    with moved_policy(bundle) as policy, bundle.lock, torch.inference_mode():
+        with policy.activate(bundle):
+            adapted = decode_batch(no_eos, ctx, 2, 1.0, 1.0, 6, torch.Generator().manual_seed(1))
+        plain = decode_batch(no_eos, ctx, 2, 1.0, 1.0, 6, torch.Generator().manual_seed(1))
+    assert adapted != plain  # the adapter moved the draws: the base step did not decode them
+
+
+# ---------------------------------------------------------------------------------------------
+# The update step: shared contexts, no re-score, threads
+
+
+def step(bundle, rollout, advantages, **cfg):
+    with moved_policy(bundle, seed=2) as policy:
+        result = update.update_step(
+            policy,
+            rollout,
+            advantages,
+            framework="trl",
+            loss_config={"beta": 0.04},
+            cfg=update.UpdateConfig(lora_rank=4, lora_alpha=8.0, lr=1e-3, **cfg),
+        )
+        params = [p.detach().clone() for p in policy.parameters()]
+    return result, params
+
+
+@pytest.mark.parametrize(("epochs", "minibatches"), [(1, 1), (2, 2)])
+def test_shared_context_update_equals_the_per_row_update(
+    bundle, rollout, advantages, epochs, minibatches
+):
+    kw = {"epochs": epochs, "minibatches": minibatches}
+    shared, p_shared = step(bundle, rollout, advantages, share_context=True, **kw)
+    per_row, p_row = step(bundle, rollout, advantages, share_context=False, **kw)
+    for name in ("logprobs_before", "logprobs_after", "delta", "grad_coef"):
+        torch.testing.assert_close(
+            getattr(shared, name), getattr(per_row, name), atol=1e-5, rtol=0, msg=name
+        )
+    assert shared.grad_norm == pytest.approx(per_row.grad_norm, rel=1e-5)
+    for a, b in zip(shared.epochs, per_row.epochs, strict=True):
+        assert a.terms["total"] == pytest.approx(b.terms["total"], abs=1e-6)
+    for a, b in zip(p_shared, p_row, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_chunked_shared_context_backward_equals_one_backward(bundle, rollout, advantages):
+    one, p_one = step(bundle, rollout, advantages)
+    chunked, p_chunked = step(bundle, rollout, advantages, micro_tokens=12)
+    torch.testing.assert_close(one.grad_coef, chunked.grad_coef, atol=1e-7, rtol=1e-5)
+    for a, b in zip(p_one, p_chunked, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_no_rescore_takes_the_same_step(bundle, rollout, advantages):
+    full, p_full = step(bundle, rollout, advantages)
+    lean, p_lean = step(bundle, rollout, advantages, rescore=False)
+    assert lean.logprobs_after is None
+    assert lean.delta is None
+    assert torch.equal(lean.logprobs_before, full.logprobs_before)
+    assert torch.equal(lean.grad_coef, full.grad_coef)
+    assert lean.grad_norm == full.grad_norm
+    assert all(torch.equal(a, b) for a, b in zip(p_full, p_lean, strict=True))
+
+
+def test_update_is_the_same_under_one_and_two_threads(bundle, rollout, advantages):
+    runs = []
+    for count in (1, 2):
+        with torch_threads(count):
+            runs.append(step(bundle, rollout, advantages, epochs=2))
+    (a, pa), (b, pb) = runs
+    for name in ("logprobs_before", "logprobs_after", "grad_coef"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.grad_norm == b.grad_norm
+    assert all(torch.equal(x, y) for x, y in zip(pa, pb, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# A whole training step with every speed-up on
+
+
+def train_curves(bundle, steps: int = 2) -> list[dict]:
+    settings = TrainSettings(
+        prompts=("hello", "tell me"),
+        group_size=4,
+        max_new_tokens=10,
+        steps=steps,
+        reward=RewardChoice.single("letter_share"),
+        framework="trl",
+        config=(),
+        beta=0.04,
+        lora_rank=4,
+        lora_alpha=8.0,
+        lr=1e-2,
+        seed=3,
+        model="tiny",
+    )
+    trainer = Trainer(bundle, settings)
+    try:
+        records = [trainer.run_step(keep_samples=True) for _ in range(steps)]
+    finally:
+        trainer.close()
+    out = []
+    for r in records:
+        m = {k: v for k, v in r.metrics.items() if k != "seconds"}
+        m["update"] = {k: v for k, v in m["update"].items() if not k.startswith("seconds")}
+        out.append((m, r.samples.responses))
+    return out
+
+
+def test_training_steps_are_deterministic_per_seed_under_one_and_two_threads(bundle):
+    with torch_threads(1):
+        one = train_curves(bundle)
+    with torch_threads(2):
+        two = train_curves(bundle)
+    assert one == two
+    assert "delta_abs_mean" not in one[0][0]["update"]  # no re-score in a training step
