@@ -59,6 +59,9 @@ with ui.page_guard("Update"):
 
     with main:
         st.markdown(upd.summary_markdown(result))
+        statement = upd.epoch1_statement(result)
+        if statement:
+            st.info(statement, icon=":material/functions:")
         st.button(
             "Use the updated policy on every page",
             key="upd_use_policy",
@@ -101,6 +104,14 @@ with ui.page_guard("Update"):
     t = min(t, max(length - 1, 0))
     if length:
         st.text("Selected token: " + text.visible_whitespace(rollout.tokens[b][t]))
+        a_chips, delta_chips = upd.answer_chips(result, rollout, b, t)
+        k1, k2 = st.columns(2, gap="large")
+        with k1:
+            st.caption(f"Answer {labels[b]}, coloured by its advantage A (the push asked for)")
+            ui.chips(a_chips)
+        with k2:
+            st.caption("The same answer, coloured by delta log pi (what the step did)")
+            ui.chips(delta_chips)
         for line in upd.token_formula(result, b, t):
             st.latex(line)
 

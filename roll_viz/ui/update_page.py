@@ -22,7 +22,7 @@ from roll_viz.lm.update import UpdateConfig, update_step
 from roll_viz.ui import adapters
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.state import AppState
-from roll_viz.views import text
+from roll_viz.views import chips, scales, text, update_charts
 
 KEY_LR = "upd_lr"
 KEY_EPOCHS = "upd_epochs"
@@ -189,6 +189,66 @@ def summary_markdown(result: Any) -> str:
     )
 
 
+def epoch1_statement(result: Any) -> str:
+    """What epoch 1 shows: the policy loss is 0 to rounding, its gradient is not (with the norm).
+
+    At the first epoch the policy is the behaviour policy, so every ratio is 1 and, with
+    advantages that average to 0, the policy loss is 0 up to float rounding; its gradient
+    sum_t w_t A_t d log pi_t / d theta is not 0. "" when epoch 1's policy term is not that small.
+    """
+    if not result.epochs:
+        return ""
+    first = result.epochs[0]
+    policy = float(first.terms.get("policy", math.nan))
+    if not abs(policy) < update_charts.ROUNDING:
+        return ""
+    return (
+        f"**Epoch 1: policy loss = 0 (to rounding: {policy:.1e}); the gradient is not.** Every "
+        "ratio is 1 and the advantages average to 0, so the loss value vanishes, but each token "
+        "still gets the push A_t through d log pi / d theta: the gradient norm is "
+        f"**{result.grad_norm:.3g}** (before clipping at {result.config.max_grad_norm})."
+    )
+
+
+def answer_chips(result: Any, rollout: Rollout, b: int, t: int) -> tuple[str, str]:
+    """One answer's tokens as chips twice: coloured by the advantage A and by delta log pi.
+
+    Both on a fixed symmetric RdBu scale (blue = up, red = down): A on the Advantages page's
+    range, delta log pi on the largest |delta| of the batch rounded up; the token ``t`` outlined.
+
+    Returns:
+        (HTML of the A chips with their colour bar, HTML of the delta chips with theirs).
+    """
+    mask = result.response_mask
+    length = int(mask[b].sum())
+    tokens = list(rollout.tokens[b][:length])
+    a_top = max(
+        scales.ADVANTAGE_RANGE, scales.nice_ceiling(scales.symmetric_range(result.advantages, mask))
+    )
+    d_top = scales.nice_ceiling(scales.symmetric_range(result.delta, mask)) or 1.0
+    a_html = chips.colorbar_html("RdBu", -a_top, a_top, "advantage A:") + chips.token_chips_html(
+        tokens,
+        result.advantages[b, :length].tolist(),
+        "RdBu",
+        vmin=-a_top,
+        vmax=a_top,
+        name="A",
+        highlight=t,
+    )
+    d_html = chips.colorbar_html(
+        "RdBu", -d_top, d_top, "delta log pi (after - before):"
+    ) + chips.token_chips_html(
+        tokens,
+        result.delta[b, :length].tolist(),
+        "RdBu",
+        vmin=-d_top,
+        vmax=d_top,
+        name="delta log pi",
+        highlight=t,
+    )
+    return a_html, d_html
+
+
 def token_formula(result: Any, b: int, t: int) -> list[str]:
     """LaTeX lines: the selected token's ratio, PPO loss, gradient coefficient and delta."""
     old = float(result.old_logprobs[b, t])
@@ -210,10 +270,11 @@ def token_formula(result: Any, b: int, t: int) -> list[str]:
             r"\ell_t=\max\big(-A_t r_t,\,-A_t\,\mathrm{clip}(r_t,1-\epsilon,1+\epsilon)\big),\ "
             r"A_t=" + text.fmt(adv, 4) + r"\ \Rightarrow\ \ell_t=" + text.fmt(float(pg[b, t]), 4)
         )
+    # the push -dL/dlog pi, the sign the gradient heatmap shows (blue = pushed up)
     lines.append(
-        r"\frac{\partial L}{\partial\log\pi_t}=w_t\,\frac{\partial\ell_t}{\partial\log\pi_t}="
-        + text.fmt(float(result.grad_coef[b, t]), 5)
-        + r"\quad(w_t:\ \text{the aggregation weight of the token})"
+        r"-\frac{\partial L}{\partial\log\pi_t}=-w_t\,\frac{\partial\ell_t}{\partial\log\pi_t}="
+        + text.fmt(-float(result.grad_coef[b, t]), 5)
+        + r"\quad(w_t:\ \text{the aggregation weight of the token; } >0\text{: pushed up})"
     )
     lines.append(
         r"\Delta\log\pi_t="

@@ -29,6 +29,15 @@ AGG_MODES: dict[str, str] = {
     "token-mean": "1 / (sum of L): every token weighs the same, long answers weigh more",
     "Dr.GRPO constant": "1 / (B * T_max): a constant, answer weight grows with L_i",
 }
+#: below this a loss term or a ratio's distance from 1 is float rounding, drawn as exactly 0 / 1
+ROUNDING = 1e-6
+RATIO_ROUNDING = 1e-4
+#: the scatter's categories: (name, colour) by sign(delta log pi) against sign(A)
+MOVED = (
+    ("moved with its advantage", "#2166ac"),
+    ("moved against its advantage", "#b2182b"),
+    ("A = 0 (no push from the advantage)", "#9e9e9e"),
+)
 PALETTE = (
     "#2166ac",
     "#e66101",
@@ -105,35 +114,49 @@ def grad_coef_heatmap(result: Any, rollout: Rollout) -> go.Figure:
     )
 
 
+def moved_category(delta: float, advantage: float) -> int:
+    """0: moved with its advantage, 1: against it, 2: A = 0 (index into ``MOVED``)."""
+    if advantage == 0:
+        return 2
+    return 0 if delta * advantage > 0 else 1
+
+
 def delta_scatter(result: Any, rollout: Rollout) -> go.Figure:
-    """Delta log pi against the advantage, one dot per token, one colour per sample.
+    """Delta log pi against the advantage, one dot per token, coloured by "moved with / against".
+
+    A token moved with its advantage when delta log pi has the sign of A (pushed up with A > 0,
+    down with A < 0); tokens with A = 0 are grey. The legend names the share of each.
 
     Args:
         result: the UpdateResult.
         rollout: the batch (token text and sample labels for the hover).
 
     Returns:
-        A scatter with one trace per sample (``name`` = its p/s label).
+        A scatter with one trace per category (``name`` starts with the category's name).
     """
     mask = result.response_mask.bool()
     text = token_text(rollout)
     labels = sample_labels(rollout)
-    fig = go.Figure()
+    points: list[list[tuple]] = [[] for _ in MOVED]
     for b, label in enumerate(labels):
-        valid = mask[b]
-        if not bool(valid.any()):
+        for t in np.flatnonzero(mask[b].numpy()).tolist():
+            a, d = float(result.advantages[b, t]), float(result.delta[b, t])
+            points[moved_category(d, a)].append((a, d, str(text[b][t]), label, t))
+    total = sum(len(p) for p in points) or 1
+    fig = go.Figure()
+    for (name, colour), pts in zip(MOVED, points, strict=True):
+        if not pts:
             continue
-        positions = np.flatnonzero(valid.numpy())
         fig.add_trace(
             go.Scatter(
-                x=result.advantages[b][valid].tolist(),
-                y=result.delta[b][valid].tolist(),
+                x=[p[0] for p in pts],
+                y=[p[1] for p in pts],
                 mode="markers",
-                name=label,
-                marker={"size": 6, "color": PALETTE[b % len(PALETTE)], "opacity": 0.75},
-                customdata=np.stack([text[b][positions], positions.astype(str)], axis=-1).tolist(),
+                name=f"{name}: {len(pts) / total:.0%}",
+                marker={"size": 6, "color": colour, "opacity": 0.75},
+                customdata=[[p[2], html.escape(p[3]), p[4]] for p in pts],
                 hovertemplate=(
-                    "<b>%{customdata[0]}</b> (" + html.escape(label) + ", t = %{customdata[1]})"
+                    "<b>%{customdata[0]}</b> (%{customdata[1]}, t = %{customdata[2]})"
                     "<br>A = %{x:.4f}<br>delta log pi = %{y:.4f}<extra></extra>"
                 ),
             )
@@ -142,56 +165,102 @@ def delta_scatter(result: Any, rollout: Rollout) -> go.Figure:
     fig.add_vline(x=0, line={"color": "#999", "width": 1})
     fig.update_xaxes(title_text="advantage A")
     fig.update_yaxes(title_text="delta log pi (after - before)")
-    return _layout(fig, "Did each token move the way its advantage says?", height=420)
+    fig.update_layout(legend={"orientation": "h", "y": -0.2})
+    return _layout(fig, "Did each token move the way its advantage says?", height=440)
 
 
 def loss_terms_bars(epochs: Sequence[Any]) -> go.Figure:
-    """The loss decomposition (policy, kl, entropy, value, total) per epoch, grouped bars."""
+    """The loss decomposition (policy, kl, entropy, value, total) per epoch, grouped bars.
+
+    A term smaller than ``ROUNDING`` in size is float noise (the policy loss at epoch 1, where
+    every ratio is 1 and the advantages average to 0): it is drawn as 0 and labelled so, and an
+    all-zero figure keeps a readable -1..1 axis instead of one scaled to the noise.
+    """
     names = sorted({k for e in epochs for k in e.terms})
     names = [n for n in names if n != "total"] + (
         ["total"] if any("total" in e.terms for e in epochs) else []
     )
     fig = go.Figure()
+    shown_all: list[float] = []
     for i, e in enumerate(epochs):
+        raw = [float(e.terms.get(n, 0.0)) for n in names]
+        shown = [0.0 if abs(v) < ROUNDING else v for v in raw]
+        shown_all += shown
         fig.add_trace(
             go.Bar(
                 x=names,
-                y=[e.terms.get(n, 0.0) for n in names],
+                y=shown,
                 name=f"epoch {e.epoch}",
                 marker_color=PALETTE[i % len(PALETTE)],
-                hovertemplate="%{x} = %{y:.5g}<extra>epoch " + str(e.epoch) + "</extra>",
+                text=["0 (to rounding)" if abs(v) < ROUNDING else f"{v:.3g}" for v in raw],
+                textposition="outside",
+                customdata=raw,
+                hovertemplate="%{x} = %{customdata:.5g}<extra>epoch " + str(e.epoch) + "</extra>",
             )
         )
     fig.update_layout(barmode="group")
+    top = max((abs(v) for v in shown_all), default=0.0)
+    if top == 0.0:
+        fig.update_yaxes(range=[-1, 1])
+    else:
+        fig.update_yaxes(range=[min(min(shown_all), 0) * 1.3 - 0.05 * top, top * 1.3])
     fig.update_yaxes(title_text="value (mean over minibatches)")
-    return _layout(fig, "Loss decomposition per epoch")
+    return _layout(fig, "Loss terms per epoch: a term of 0 can still have a gradient")
 
 
 def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
     """Left: the ratio exp(log pi - log pi_old) of every token, per epoch; right: clip fractions.
+
+    An epoch whose ratios are all 1 to rounding (epoch 1: the policy is the behaviour policy) is
+    one bar at r = 1 labelled "all N ratios = 1", not rounding noise spread over many bins. Clip
+    fractions are shares, on a fixed 0-100 % axis.
 
     Args:
         epochs: the UpdateResult's EpochStats.
         mask: (B, T) response mask.
 
     Returns:
-        A two-panel figure (histograms per epoch; bars of each clip mask's share per epoch).
+        A two-panel figure (histograms or the one bar per epoch; clip-mask shares per epoch).
     """
     fig = make_subplots(
         rows=1,
         cols=2,
         column_widths=[0.6, 0.4],
-        subplot_titles=("ratio r per token", "clip fraction per epoch"),
+        subplot_titles=(
+            "ratio r = exp(log pi - log pi_old) per token",
+            "clip fraction per epoch (share of tokens)",
+        ),
+        horizontal_spacing=0.12,
     )
     valid = mask.bool()
     for i, e in enumerate(epochs):
+        ratios = e.ratio[valid]
+        colour = PALETTE[i % len(PALETTE)]
+        n = int(ratios.numel())
+        if n and float((ratios - 1).abs().max()) < RATIO_ROUNDING:
+            fig.add_trace(
+                go.Bar(
+                    x=[1.0],
+                    y=[n],
+                    width=[0.02],
+                    name=f"epoch {e.epoch}: all {n} ratios = 1",
+                    text=[f"all {n} ratios = 1"],
+                    textposition="outside",
+                    marker_color=colour,
+                    legendgroup=f"e{e.epoch}",
+                    hovertemplate=f"epoch {e.epoch}: every ratio is 1 to rounding<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+            continue
         fig.add_trace(
             go.Histogram(
-                x=e.ratio[valid].tolist(),
+                x=ratios.tolist(),
                 name=f"epoch {e.epoch}",
                 opacity=0.6,
                 nbinsx=40,
-                marker_color=PALETTE[i % len(PALETTE)],
+                marker_color=colour,
                 legendgroup=f"e{e.epoch}",
             ),
             row=1,
@@ -213,10 +282,17 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
             col=2,
         )
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title_text="r = exp(log pi - log pi_old)", row=1, col=1)
+    fig.update_xaxes(title_text="r", row=1, col=1)
     fig.update_yaxes(title_text="tokens", row=1, col=1)
-    fig.update_yaxes(title_text="share of tokens", tickformat=".0%", row=1, col=2)
-    return _layout(fig, "Importance ratios and clipping, epoch by epoch", height=400)
+    fig.update_yaxes(title_text="share of tokens", tickformat=".0%", range=[0, 1], row=1, col=2)
+    # one title per panel (no figure title above them to collide with)
+    fig.update_layout(
+        height=400,
+        margin={"l": 60, "r": 20, "t": 60, "b": 45},
+        plot_bgcolor="rgba(0,0,0,0)",
+        paper_bgcolor="rgba(0,0,0,0)",
+    )
+    return fig
 
 
 def aggregation_weights(mask: Tensor) -> dict[str, np.ndarray]:

@@ -64,12 +64,21 @@ def test_step_draws_every_view_and_accumulates():
     } <= set(figs)
     assert figs["upd_delta_heatmap"]["data"][0]["z"]  # the delta grid (numbers or typed array)
     rows = figs["upd_delta_scatter"]["data"]
-    assert 1 <= len(rows) <= 2 * 2  # one trace per sample with tokens
+    assert 1 <= len(rows) <= 3  # moved with / against its advantage / A = 0
     assert all(r["mode"] == "markers" for r in rows)
+    assert all(r["name"].startswith("moved") or r["name"].startswith("A = 0") for r in rows)
     assert len(figs["upd_aggregation"]["data"]) == 3
     names = {t.get("name") for t in figs["upd_loss_terms"]["data"]}
     assert names == {"epoch 1", "epoch 2"}
-    assert len([t for t in figs["upd_ratio"]["data"] if t["type"] == "histogram"]) == 2
+    ratio = figs["upd_ratio"]["data"]
+    # epoch 1: the ratios are all 1, one labelled bar; epoch 2 moved them: a histogram
+    assert ratio[0]["type"] == "bar"
+    assert ratio[0]["name"].startswith("epoch 1: all ")
+    assert [t["type"] for t in ratio[:2]] == ["bar", "histogram"]
+    assert figs["upd_ratio"]["layout"]["yaxis2"]["range"] == [0, 1]  # clip fraction: 0-100 %
+    assert "title" not in figs["upd_ratio"]["layout"] or not figs["upd_ratio"]["layout"][
+        "title"
+    ].get("text")  # only the two panel titles: nothing to overlap
     assert any("Step 1 of this session's adapter" in m.value for m in at.markdown)
     assert any("lr 0.003, K = 2" in m.value for m in at.markdown)
     assert len(at.latex) >= 3
@@ -116,9 +125,14 @@ def test_update_figures_escape_model_text():
     assert np.isnan(z[1][1])
     assert z[0][1] == pytest.approx(-0.2)
     scatter = update_charts.delta_scatter(result, rollout).to_plotly_json()
-    assert [t["name"] for t in scatter["data"]] == ["p0/s0", "p0/s1"]
+    # p0/s0: A = 1, delta 0.1 (with) and -0.2 (against); p0/s1: A = -1, delta 0.3 (against)
+    assert [t["name"] for t in scatter["data"]] == [
+        "moved with its advantage: 33%",
+        "moved against its advantage: 67%",
+    ]
     assert "&lt;script&gt;" in str(scatter["data"][1]["customdata"])
-    assert list(scatter["data"][0]["y"]) == pytest.approx([0.1, -0.2])
+    assert list(scatter["data"][0]["y"]) == pytest.approx([0.1])
+    assert list(scatter["data"][1]["y"]) == pytest.approx([-0.2, 0.3])
 
 
 def test_the_updated_policy_drives_the_other_pages():
@@ -141,3 +155,63 @@ def test_the_updated_policy_drives_the_other_pages():
     kl_charts = [el for el in at.get("plotly_chart") if "kl" in el.proto.id]
     assert kl_charts
     assert ui.state.KEY_RUN_SOURCE not in at.session_state
+
+
+def _epoch(epoch: int, policy: float, ratio: torch.Tensor, clip: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(
+        epoch=epoch,
+        terms={"policy": policy, "kl": 0.0, "total": policy},
+        ratio=ratio,
+        clip_fractions={"clipfrac": clip},
+    )
+
+
+def test_epoch_one_policy_loss_is_zero_to_rounding_but_not_its_gradient():
+    """The issue's numbers: policy loss -3.5e-8 at epoch 1, ratios 0.999996..1.000002."""
+    mask = torch.ones(2, 3)
+    ratio = torch.tensor([[0.999996, 1.0, 1.000002], [1.0, 1.000001, 0.999999]])
+    first = _epoch(1, -3.5e-8, ratio)
+    loss = update_charts.loss_terms_bars([first]).to_plotly_json()
+    bars = loss["data"][0]
+    assert list(bars["y"]) == [0.0, 0.0, 0.0]  # kl, policy, total: noise drawn as 0
+    assert "0 (to rounding)" in list(bars["text"])
+    assert list(loss["layout"]["yaxis"]["range"]) == [-1, 1]  # not an axis of -35n..0
+    fig = update_charts.ratio_figure([first], mask).to_plotly_json()
+    one = fig["data"][0]
+    assert one["type"] == "bar"
+    assert list(one["x"]) == [1.0]
+    assert list(one["y"]) == [6]
+    assert one["text"] == ["all 6 ratios = 1"]
+    assert list(fig["layout"]["yaxis2"]["range"]) == [0, 1]
+    result = SimpleNamespace(
+        epochs=[first], grad_norm=0.734, config=SimpleNamespace(max_grad_norm=1.0)
+    )
+    statement = upd.epoch1_statement(result)
+    assert "policy loss = 0 (to rounding: -3.5e-08); the gradient is not" in statement
+    assert "gradient norm is **0.734**" in statement
+    moved = SimpleNamespace(epochs=[_epoch(1, 0.02, ratio)], grad_norm=0.7, config=result.config)
+    assert upd.epoch1_statement(moved) == ""  # a real loss value: nothing to explain
+
+
+def test_gradient_formula_uses_the_heatmap_sign():
+    """The formula shows -dL/dlog pi, the quantity the gradient heatmap colours."""
+    mask = torch.ones(1, 2)
+    result = SimpleNamespace(
+        response_mask=mask,
+        old_logprobs=torch.zeros(1, 2),
+        logprobs_before=torch.zeros(1, 2),
+        logprobs_after=torch.tensor([[0.1, -0.1]]),
+        delta=torch.tensor([[0.1, -0.1]]),
+        advantages=torch.tensor([[1.0, 1.0]]),
+        per_token={},
+        grad_coef=torch.tensor([[-0.25, -0.25]]),
+    )
+    lines = upd.token_formula(result, 0, 0)
+    assert any(line.startswith(r"-\frac{\partial L}") and "0.25" in line for line in lines)
+    assert not any("-0.25" in line for line in lines)
+    rollout = SimpleNamespace(tokens=(("a", "b"),), response_mask=mask, group_ids=torch.zeros(1))
+    heat = update_charts.grad_coef_heatmap(result, rollout)
+    assert np.asarray(heat.data[0].z, dtype=float)[0, 0] == pytest.approx(0.25)
+    a_html, delta_html = upd.answer_chips(result, rollout, 0, 0)
+    assert "A = 1.0000" in a_html
+    assert "delta log pi = 0.1000" in delta_html
