@@ -694,3 +694,71 @@ def test_roll_difficulty_and_length_weights_by_hand():
     close(only_length.per_token["grad_coef"], plain.per_token["grad_coef"], 1e-15)
     with pytest.raises(ValueError, match="difficulty"):
         _loss("roll", cfg, lp, lp, adv, mask, difficulty=difficulty[:2])
+
+
+# ---------------------------------------------------------- TRL's vLLM importance sampling
+
+
+@pytest.mark.parametrize(
+    ("mode", "weights"),
+    [
+        ("token_truncate", [1.0, math.exp(0.5), 3.0]),
+        ("token_mask", [1.0, math.exp(0.5), 0.0]),
+        ("sequence_truncate", [3.0, 3.0, 3.0]),  # exp(0 + 0.5 + 2) = 12.2, capped at 3
+        ("sequence_mask", [0.0, 0.0, 0.0]),  # 12.2 > 3: the whole sequence is dropped
+    ],
+)
+def test_trl_vllm_importance_sampling_by_hand(mode, weights):
+    adv = torch.ones((1, 3), dtype=F)
+    mask = torch.ones_like(adv)
+    lp = OLD.clone().requires_grad_()
+    cfg = {"vllm_importance_sampling_mode": mode}
+    res = _loss("trl", cfg, lp, OLD, adv, mask, rollout_logprobs=MU)
+    w = torch.tensor([weights], dtype=F)
+    assert res.terms["policy"].item() == pytest.approx(-w.sum().item() / 3, rel=1e-14, abs=1e-15)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-15)
+    close(grad, -w / 3, 1e-15)
+    m = res.metrics
+    assert m["sampling/sampling_logp_difference/mean"] == pytest.approx(2.5 / 3)
+    assert m["sampling/sampling_logp_difference/max"] == pytest.approx(2.0)
+    assert m["sampling/importance_sampling_ratio/max"] == pytest.approx(max(weights))
+    # no sampler log-probs (no vLLM): no correction
+    plain = _loss("trl", cfg, OLD, OLD, adv, mask)
+    assert plain.terms["policy"].item() == pytest.approx(-1.0)
+    off = _loss("trl", {**cfg, "vllm_importance_sampling_correction": False}, OLD, OLD, adv, mask,
+                rollout_logprobs=MU)  # fmt: skip
+    assert off.terms["policy"].item() == pytest.approx(-1.0)
+
+
+def test_trl_vespo_takes_the_sampler_ratio_into_phi():
+    adv = torch.ones((1, 3), dtype=F)
+    mask = torch.ones_like(adv)
+    cfg = {"loss_type": "vespo", "vllm_importance_sampling_mode": "token_truncate"}
+    res = _loss("trl", cfg, OLD, OLD, adv, mask, rollout_logprobs=MU)
+    log_w = 0.0 + 0.5 + math.log(3.0)  # the truncated token ratios' logs, summed
+    phi = math.exp(3.0 + 2.0 * log_w - 3.0 * math.exp(log_w))
+    close(res.per_token["phi"], [[phi] * 3], 1e-14)
+    with pytest.raises(ValueError, match="vllm_importance_sampling_mode"):
+        _loss("trl", {"loss_type": "vespo"}, OLD, OLD, adv, mask, rollout_logprobs=MU)
+
+
+@pytest.mark.parametrize("seed", [14, 15])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"vllm_importance_sampling_mode": "token_truncate", "beta": 0.1},
+        {"vllm_importance_sampling_mode": "sequence_truncate", "importance_sampling_level":
+         "sequence", "vllm_importance_sampling_clip_max": 1.5},
+        {"off_policy_mask_threshold": 0.0, "vllm_importance_sampling_mode": "token_mask"},
+    ],
+)  # fmt: skip
+def test_trl_vllm_importance_sampling_autograd(config, seed):
+    lp, old, adv, mask, ref, _ent = _batch(seed, scale=0.3)
+    gen = torch.Generator().manual_seed(seed)
+    mu = old + 0.05 * torch.randn(old.shape, generator=gen, dtype=F)
+    lp = lp.requires_grad_()
+    res = _loss("trl", config, lp, old, adv, mask, ref_logprobs=ref, rollout_logprobs=mu)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-13)

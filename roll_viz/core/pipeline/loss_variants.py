@@ -59,15 +59,20 @@ def dppo(
     return -adv * weight * lp, -adv * weight, valid
 
 
-def vespo_phi(d: Tensor, adv: Tensor, m: Tensor, params: tuple) -> Tensor:
+def vespo_phi(
+    d: Tensor, adv: Tensor, m: Tensor, params: tuple, is_ratio: Tensor | None = None
+) -> Tensor:
     """TRL ``GRPOTrainer.get_gamma_weights``: phi(w) = e^lam w^k e^(-lam w), w = sequence ratio.
 
-    ``log w = clamp(sum_t clamp(d, +-20), log 1e-8, 20)`` (a sum, not a mean); k, lambda by the
-    sign of A (A >= 0: positive). phi(1) = 1; phi is a constant (no gradient through it).
+    ``log w = clamp(sum_t clamp(d, +-20), log 1e-8, 20)`` (a sum, not a mean), plus the sum over
+    every position of ``clamp(log is_ratio, log 1e-8, 20)`` when the sampler's IS ratio is given;
+    k, lambda by the sign of A (A >= 0: positive). phi(1) = 1; phi is a constant.
     """
     k_pos, lam_pos, k_neg, lam_neg = params
     lower = math.log(1e-8)
     seq = (d.clamp(-20.0, 20.0) * m).sum(-1, keepdim=True)
+    if is_ratio is not None:
+        seq = seq + torch.log(is_ratio).clamp(lower, 20.0).sum(-1, keepdim=True)
     log_w = seq.clamp(lower, 20.0)
     nonneg = adv >= 0
     k = torch.where(nonneg, _f64(k_pos), _f64(k_neg))
@@ -125,7 +130,10 @@ def geo_mean(lp: Tensor, old: Tensor, adv: Tensor, m: Tensor, low: float, high: 
 
 
 def off_policy_keep(adv: Tensor, d: Tensor, m: Tensor, threshold: float) -> Tensor:
-    """TRL ``get_off_policy_mask`` (DeepSeek-V3.2): keep A >= 0 or mean_t(old - logp) <= delta."""
+    """TRL ``get_off_policy_mask`` (DeepSeek-V3.2): keep A >= 0 or mean_t(old - logp) <= delta.
+
+    ``d`` is logp minus the sampling log-probs (mu when the sampler's are given, else pi_old).
+    """
     seq_kl = (-d * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
     return ((adv >= 0) | (seq_kl <= threshold)).to(F64)
 
@@ -238,3 +246,23 @@ def rollout_correction(
         return stat.clamp(min=low, max=high), (stat < low) | (stat > high)
     keep = (stat >= low) & (stat <= high)
     return torch.where(keep, token_w, 0.0), ~keep
+
+
+def sampler_is_ratio(
+    old: Tensor, mu: Tensor, m: Tensor, mode: str, low: float | None, high: float | None
+) -> Tensor:
+    """TRL's vLLM importance-sampling ratio (``_generate_and_score_completions``, TRL 1.16).
+
+    ``exp((old - mu) * mask)`` per token (``token_*``) or ``exp(sum_t (old - mu) mask)`` per
+    sequence (``sequence_*``, (B, 1)); ``*_truncate`` clamps it to [low, high], ``*_mask`` sets
+    it to 0 outside [low, high] (None = unbounded on that side). It multiplies the per-token loss.
+    """
+    diff = (old - mu) * m
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return ratio.clamp(min=low, max=high)
+    lo = -math.inf if low is None else low
+    hi = math.inf if high is None else high
+    return ratio.masked_fill((ratio < lo) | (ratio > hi), 0.0)

@@ -36,13 +36,14 @@ or multiplied by the ratio (TRL ``use_bias_correction_kl``).
 
 What roll-viz simplifies against the real recipes: one process, one micro-batch, one gradient
 accumulation step (global token / sample counts are this batch's; TRL's grad-accumulation
-division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); no
-rollout importance-sampling corrections (verl ``rollout_is_weights``, OpenRLHF
-``is_correction_*``, TRL vLLM IS), no MoE aux loss, no TRL adaptive entropy, no ROLL difficulty
-weights; verl clip_cov draws its tokens with the unseeded ``torch.randperm``, roll-viz with a
-seeded generator (``viz_clip_cov_seed``); masked means
-divide by the exact count (the frameworks add 1e-8); ROLL's unmasked token-mean sums are taken
-over valid tokens only (its metrics reproduce the padded sums where they differ).
+division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); of the
+train/rollout corrections (the sampler's log-probs mu as ``rollout_logprobs``) OpenRLHF's
+``is_correction_*`` and TRL's ``vllm_importance_sampling_*`` are applied, verl's
+``algorithm.rollout_correction`` is not; no MoE aux loss, no TRL adaptive entropy; verl clip_cov
+draws its tokens with the unseeded ``torch.randperm``, roll-viz with a seeded generator
+(``viz_clip_cov_seed``); masked means divide by the exact count (the frameworks add 1e-8); ROLL's
+unmasked token-mean sums are taken over valid tokens only (its metrics reproduce the padded sums
+where they differ).
 
 Size: one entry point (``loss_from_spec``) with the closed-form gradient of every loss kind next
 to its value, so that the two cannot drift apart.
@@ -346,6 +347,8 @@ class LossSpec:
     # train/rollout mismatch correction (OpenRLHF is_correction_*): level, mode, gating, low, high
     is_correction: tuple[str, str, str, float, float] | None = None
     ratio_vs_rollout: bool = False  # the ratio's denominator is mu (OpenRLHF gspo + correction)
+    # the sampler's IS ratio (TRL vllm_importance_sampling_*): mode, clip min, clip max
+    sampler_is: tuple[str, float | None, float | None] | None = None
 
 
 # -------------------------------------------------------------------- inputs and entry point
@@ -454,13 +457,22 @@ def loss_from_spec(
     if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
         raise ValueError("rollout_logprobs: needed for the train/rollout correction")
 
+    extra: dict[str, Tensor] = {}
+    sampler_w = None
+    if spec.sampler_is is not None and mu is not None:
+        if spec.kind == "vespo" and spec.sampler_is[0].startswith("sequence"):
+            raise ValueError(
+                "vllm_importance_sampling_mode: VESPO takes token_truncate or token_mask"
+            )
+        sampler_w = variants.sampler_is_ratio(old, mu, m, *spec.sampler_is)
+        extra["is_ratio_unit"] = sampler_w
+
     # ---- policy term: value (autograd) and closed-form dl/dlogp
     base = mu if spec.ratio_vs_rollout else old
     ratio = importance_ratio(lp, base, m, spec.level, spec.clamp)
     r = ratio.detach()
     false = torch.zeros_like(mask)
     clipped_high, clipped_low, dual = false, false, false
-    extra: dict[str, Tensor] = {}
     dl_dlogp, seq_policy = None, None
     ratio_shown = r
     if spec.kind == "pg":
@@ -501,7 +513,7 @@ def loss_from_spec(
         dl_dlogp = -adv + spec.kimi_tau * d
         ratio_shown = torch.where(mask, torch.exp(d), 0.0)
     elif spec.kind == "vespo":
-        phi = variants.vespo_phi(d, adv, m, spec.vespo)
+        phi = variants.vespo_phi(d, adv, m, spec.vespo, sampler_w)
         pg = -phi * adv * lp
         dl_dlogp = -phi * adv
         extra["phi"] = phi
@@ -549,8 +561,11 @@ def loss_from_spec(
         extra["is_filtered_unit"] = filtered  # (B, T) or (B, 1) with empty rows: for metrics
     if mu is not None:
         extra["log_w"] = old - mu  # log pi_old / mu, the train/rollout mismatch per token
+    if sampler_w is not None and spec.kind != "vespo":
+        keep = keep * torch.where(mask, sampler_w.expand_as(m), 0.0)
     if spec.off_policy_threshold is not None:
-        keep = keep * variants.off_policy_keep(adv, d, m, spec.off_policy_threshold)
+        d_sampling = d if mu is None else lp.detach() - mu
+        keep = keep * variants.off_policy_keep(adv, d_sampling, m, spec.off_policy_threshold)
         extra["off_policy_kept"] = (keep > 0) & mask
     if spec.entropy_quantile < 1.0:
         if ent is None:

@@ -35,6 +35,7 @@ _NONNEG |= {"viz_clip_cov_seed", "topr_positive_weight", "topr_negative_weight"}
 _POSITIVE |= {"clip_cov_ratio"}
 _ABOVE_ONE = {"clip_ratio_c", "dual_clip"}  # dual-clip constants: both frameworks assert c > 1
 _NULLABLE = {"clip_ratio_low", "clip_ratio_high", "value_clip"}  # verl: null -> clip_ratio
+_NULLABLE |= {"vllm_importance_sampling_clip_max"}  # TRL: None = no upper bound
 _INTEGER = {"max_completion_length"}
 
 

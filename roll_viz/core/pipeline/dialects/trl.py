@@ -109,10 +109,20 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "top_entropy_quantile": 1.0,
     "off_policy_mask_threshold": None,
     "use_bias_correction_kl": True,
+    "vllm_importance_sampling_correction": True,
+    "vllm_importance_sampling_mode": "sequence_mask",
+    "vllm_importance_sampling_clip_min": None,
+    "vllm_importance_sampling_clip_max": 3.0,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
     "loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"),
+    "vllm_importance_sampling_mode": (
+        "token_truncate",
+        "token_mask",
+        "sequence_truncate",
+        "sequence_mask",
+    ),
     "importance_sampling_level": ("token", "sequence"),
 }
 
@@ -141,6 +151,16 @@ LOSS_HELP: dict[str, str] = {
     "mean log(pi_old / pi) exceeds it (DeepSeek-V3.2); None = off.",
     "use_bias_correction_kl": "GRPOConfig.use_bias_correction_kl: multiply the k3 KL by the "
     "importance ratio (TRL 1.16 default True).",
+    "vllm_importance_sampling_correction": "GRPOConfig.vllm_importance_sampling_correction: "
+    "multiply the loss by the sampler's IS ratio pi_old / mu (TRL applies it when vLLM "
+    "samples; roll-viz when rollout_logprobs are given).",
+    "vllm_importance_sampling_mode": "GRPOConfig.vllm_importance_sampling_mode: token or "
+    "sequence (product over the tokens) ratio, truncated to or masked outside [clip_min, "
+    "clip_max].",
+    "vllm_importance_sampling_clip_min": "GRPOConfig.vllm_importance_sampling_clip_min: lower "
+    "bound (None = none).",
+    "vllm_importance_sampling_clip_max": "GRPOConfig.vllm_importance_sampling_clip_max: upper "
+    "bound (None = none).",
 }
 
 #: Every key the policy update reads (loss table plus the loss KL coefficient).
@@ -392,6 +412,13 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "has_critic": False,
         "off_policy_threshold": cfg["off_policy_mask_threshold"],
         "entropy_quantile": cfg["top_entropy_quantile"],
+        "sampler_is": (
+            cfg["vllm_importance_sampling_mode"],
+            cfg["vllm_importance_sampling_clip_min"],
+            cfg["vllm_importance_sampling_clip_max"],
+        )
+        if cfg["vllm_importance_sampling_correction"]
+        else None,
     }
     if cfg["beta"] != 0:
         notes.append(
@@ -477,7 +504,16 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["clip_ratio/high_max"] = _nan_reduce(high_rows, torch.max)
     elif spec.kind == "cispo":
         out["cispo_clip_ratio"] = global_mean((ctx.r > spec.cispo_high) & (ctx.adv > 0) & ctx.mask)
-    elif spec.kind == "vespo":
+    if ctx.extra.get("log_w") is not None and spec.sampler_is is not None:
+        delta = ctx.extra["log_w"].abs()[ctx.mask]
+        out["sampling/sampling_logp_difference/mean"] = delta.mean().item() if len(delta) else 0.0
+        out["sampling/sampling_logp_difference/max"] = delta.max().item() if len(delta) else 0.0
+        unit = ctx.extra["is_ratio_unit"]
+        flat = unit.flatten() if unit.shape[1] == 1 else unit[ctx.mask]
+        for stat, fn in (("min", torch.min), ("mean", torch.mean), ("max", torch.max)):
+            value = fn(flat).item() if flat.numel() else 0.0
+            out[f"sampling/importance_sampling_ratio/{stat}"] = value
+    if spec.kind == "vespo":
         # phi is one value per sequence when the advantages are; TRL: mean over every row
         lengths = ctx.m.sum(-1)
         row_phi = (ctx.extra["phi"] * ctx.m).sum(-1) / lengths.clamp(min=1.0)
