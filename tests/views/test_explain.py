@@ -1,5 +1,6 @@
 """Unit tests of roll_viz.views.explain: formulas with numbers against hand values, tables."""
 
+import dataclasses
 import math
 
 import pytest
@@ -118,6 +119,8 @@ def test_every_estimator_ends_at_the_trace_value(framework):
     batch = batch_from_rollout(
         ro, scores, values=values, baseline_scores=torch.ones(6, dtype=torch.float64)
     )
+    pi2 = torch.full_like(values, 0.5)  # verl optimal_token_baseline reads sum_pi_squared
+    batch = dataclasses.replace(batch, sum_pi_squared=pi2)
     key = pipeline.ESTIMATOR_KEY[framework]
     for est in pipeline.CHOICES[framework][key]:
         trace = pipeline.run(batch, framework, {key: est})

@@ -28,6 +28,9 @@ multi-session/agentic estimators (GiGPO, step REINFORCE), no rollout IS weights 
 token baseline (it takes the batch's sum of squared next-token probabilities), and verl's fp32
 one-pass ``grpo_vectorized`` is not emulated (float64, two-pass; see T6 in algorithms.md for the
 difference).
+
+Size: every estimator behind the one signature, the 2026 ones (OPO, GPG, pass@k, GDPO, the
+optimal token baseline) next to the helpers and classic estimators they reuse.
 """
 
 from __future__ import annotations
