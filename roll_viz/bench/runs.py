@@ -38,7 +38,7 @@ import torch
 
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
-from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run
+from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse
 
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
@@ -100,14 +100,23 @@ def write_dump(folder: Path, P: int, G: int, T: int, seed: int = 0) -> dict:
 
 
 def phase_read_peer(folder: Path) -> dict:
-    """The reading floor: ``json.loads`` of every line, nothing kept."""
-    start = time.perf_counter()
+    """The reading floor: ``json.loads`` of every line, nothing kept; and the readers' orjson.
+
+    ``seconds`` is ``json.loads`` (the floor of a stdlib reader), ``seconds_orjson`` the line
+    parser the run readers use (``data.runs.parse.loads``: orjson, json for NaN lines).
+    """
+    timings = {}
     count = 0
-    with open(folder / FILE_NAME, "rb") as handle:
-        for line in handle:
-            json.loads(line)
-            count += 1
-    return {"rows": count, "seconds": time.perf_counter() - start}
+    for name, parse_line in (("seconds", json.loads), ("seconds_orjson", parse.loads)):
+        start = time.perf_counter()
+        count = 0
+        with open(folder / FILE_NAME, "rb") as handle:
+            for line in handle:
+                parse_line(line)
+                count += 1
+        timings[name] = time.perf_counter() - start
+    timings["orjson_speedup"] = timings["seconds"] / max(timings["seconds_orjson"], 1e-9)
+    return {"rows": count, **timings}
 
 
 def phase_scan(folder: Path) -> dict:

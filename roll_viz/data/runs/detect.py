@@ -23,6 +23,7 @@ from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions,
 from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.parse import (
     MAX_FILES,
+    DocumentTooLarge,
     Problems,
     RunFormatError,
     iter_jsonl,
@@ -209,6 +210,20 @@ def _detect_file(path: Path) -> str:
             "not a known run format: expected JSONL, parquet, UNIPO JSON or a CSV with "
             "prompt, response and reward columns (the first line has none of them)",
         )
+    if path.suffix == ".json":  # a document first (parsed once per open: ``parse_once``)
+        try:
+            doc = read_json_document(path)
+        except DocumentTooLarge:
+            raise
+        except RunFormatError:
+            doc = None  # not one document: maybe JSON lines under a .json name
+        if unipo.matches_document(doc):
+            return unipo.FORMAT
+        if isinstance(doc, dict) and roll_dump.matches(doc):
+            return roll_dump.FORMAT
+        if isinstance(doc, dict):
+            keys = sorted(map(str, doc))[:12]
+            raise RunFormatError(path, 1, None, f"not a known run format (top-level keys: {keys})")
     scratch = Problems()
     first = _first_value(path, scratch)
     if first is None and path.suffix != ".json" and scratch.items:

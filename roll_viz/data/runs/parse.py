@@ -9,14 +9,19 @@ module constant here, and every cap that bites leaves a message in the run's not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from roll_viz.data.runs.run_records import Row
 
@@ -25,8 +30,14 @@ from roll_viz.data.runs.run_records import Row
 
 #: Longest line read from a JSONL/CSV file (a longer line is skipped with a warning).
 MAX_LINE_BYTES = 64 * 1024 * 1024
-#: Largest whole-file JSON document (UNIPO JSON form) parsed in one piece.
-MAX_JSON_BYTES = 256 * 1024 * 1024
+#: Largest whole-file JSON document (UNIPO JSON form) parsed in one piece (JSONL streams).
+MAX_JSON_BYTES = 64 * 1024 * 1024
+#: A JSON document is parsed only when its estimated parsed size (72 bytes per ``{ [ , :``)
+#: stays within this multiple of its bytes: parsing costs at most ~this x the file (an 8 MB
+#: document of empty entries, 48x, is refused at once instead of taking 300 MB and minutes).
+JSON_MEMORY_MULTIPLE = 20
+#: Bad rows read before the first good one after which a file is refused (a file of garbage).
+MAX_BAD_PREFIX = 100_000
 #: Rows (samples) read from one run; the scan stops there with a note.
 MAX_ROWS = 2_000_000
 #: Files read from one folder.
@@ -57,7 +68,10 @@ class RunFormatError(ValueError):
         self.line = line
         self.field = field
         self.message = message
-        super().__init__(self.one_line())
+        super().__init__(self.file, line, field, message)  # the text is made on demand
+
+    def __str__(self) -> str:
+        return self.one_line()
 
     def one_line(self) -> str:
         """``file:line: field: message`` on one line (parts that are unknown are left out)."""
@@ -70,19 +84,38 @@ class RunFormatError(ValueError):
         return {"file": self.file, "line": self.line, "field": self.field, "message": self.message}
 
 
+class DocumentTooLarge(RunFormatError):
+    """A JSON document over ``MAX_JSON_BYTES`` or ``JSON_MEMORY_MULTIPLE`` (never parsed)."""
+
+
 @dataclass
 class Problems:
     """Per-line problems collected while reading (capped at ``MAX_WARNINGS``)."""
 
     items: list[RunFormatError] = field(default_factory=list)
     dropped: int = 0
+    rows_ok: int = 0  # good rows so far (the scan counts them)
 
     def add(self, err: RunFormatError) -> None:
-        """Keep ``err`` (or count it once the cap is reached)."""
+        """Keep ``err`` (or count it once the cap is reached).
+
+        Raises:
+            RunFormatError: ``MAX_BAD_PREFIX`` bad rows before any good one (the file is
+                refused without reading the rest).
+        """
         if len(self.items) < MAX_WARNINGS:
             self.items.append(err)
         else:
             self.dropped += 1
+        if self.rows_ok == 0 and len(self.items) + self.dropped >= MAX_BAD_PREFIX:
+            first = self.items[0]
+            raise RunFormatError(
+                first.file,
+                first.line,
+                first.field,
+                f"no valid sample in the first {MAX_BAD_PREFIX} rows; first problem: "
+                f"{first.message}",
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,10 +127,38 @@ def is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
+MAX_STEP = 2**53  # a step number beyond this is not a step (and not exact as a float)
+
+
+def step_number(value: Any, file: str, line: int | None, key: str = "step") -> int:
+    """A step value as an int: a whole number in +-``MAX_STEP`` (NaN, text refused).
+
+    A one-element list (a list-typed parquet column) is its element; longer lists are refused.
+
+    Raises:
+        RunFormatError: naming ``key`` (the row is skipped by the readers).
+    """
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise RunFormatError(
+            file, line, key, f"expected an integer step, got {type(value).__name__}"
+        )
+    try:
+        whole = float(value).is_integer()
+    except OverflowError:
+        whole = False
+    if not whole or abs(int(value)) > MAX_STEP:
+        raise RunFormatError(
+            file, line, key, f"expected an integer step within +-2^53, got {value!r:.40}"
+        )
+    return int(value)
+
+
 def get_number(
     obj: dict, key: str, file: str, line: int, required: bool = True, finite: bool = True
 ) -> float | None:
-    """``obj[key]`` as a float; None when absent and not required."""
+    """``obj[key]`` as a float; None when absent and not required (too large: a row problem)."""
     if key not in obj or obj[key] is None:
         if required:
             raise RunFormatError(file, line, key, "missing (expected a number)")
@@ -112,7 +173,10 @@ def get_number(
         raise RunFormatError(
             file, line, key, f"expected a number, got {type(value).__name__} {value!r:.60}"
         )
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise RunFormatError(file, line, key, "integer too large for a float") from None
     if finite and not math.isfinite(value):
         raise RunFormatError(file, line, key, f"non-finite number {value!r}")
     return value
@@ -125,10 +189,10 @@ def get_int(obj: dict, key: str, file: str, line: int, default: int | None = Non
             raise RunFormatError(file, line, key, "missing (expected an integer)")
         return default
     value = obj[key]
-    if is_number(value) and float(value).is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 20:
+        value = int(value)
+    if is_number(value):
+        return step_number(value, file, line, key)
     raise RunFormatError(file, line, key, f"expected an integer, got {value!r:.60}")
 
 
@@ -173,12 +237,21 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     if value is None:
         return None
     if set(map(type, value)) <= _NUMBER_TYPES:
-        out = np.asarray(value, dtype=np.float64)
-        if out.ndim == 1 and np.isfinite(out).all():
+        try:
+            out = np.asarray(value, dtype=np.float64)
+        except OverflowError:
+            out = None
+        if out is not None and out.ndim == 1 and np.isfinite(out).all():
             return out
     for i, x in enumerate(value):
         if not is_number(x):
             raise RunFormatError(file, line, f"{key}[{i}]", f"expected a number, got {x!r:.40}")
+        try:
+            float(x)
+        except OverflowError:
+            raise RunFormatError(
+                file, line, f"{key}[{i}]", "integer too large for a float"
+            ) from None
         if not math.isfinite(float(x)):
             raise RunFormatError(file, line, f"{key}[{i}]", f"non-finite number {x!r}")
     raise RunFormatError(file, line, key, "expected a list of numbers")  # pragma: no cover
@@ -201,6 +274,10 @@ def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
 # Streaming
 
 
+_NUL_RUNS = re.compile(rb"\x00+")
+MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first 8 KB a text file may have
+
+
 def sniff_text(path: Path) -> bytes:
     """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
     try:
@@ -208,11 +285,13 @@ def sniff_text(path: Path) -> bytes:
             head = handle.read(SNIFF_BYTES)
     except OSError as err:
         raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
-    if not head.strip():
+    if not head.strip(b" \t\r\n\x00"):
         raise RunFormatError(path, None, None, "empty file")
-    if b"\x00" in head:
+    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
+    # skipped as problems); a binary file has NUL bytes scattered all over.
+    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
         raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
-    text = head.decode("utf-8", errors="replace")
+    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
     if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
         raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
     return head
@@ -263,7 +342,25 @@ def iter_jsonl(
                 yield line_no, offset, value
 
 
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON with orjson (fast path), falling back to ``json`` for what orjson refuses.
+
+    ``json`` takes NaN / Infinity, integers beyond 64 bits and lone surrogates, which orjson
+    refuses; its errors (``json.JSONDecodeError``, ``RecursionError``) are the ones raised.
+    """
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        return json.loads(text)
+
+
 def _parse_line(raw: bytes, name: str, line_no: int, problems: Problems) -> Any:
+    if b"\x00" not in raw:
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # NaN, a big integer, bad UTF-8 or bad JSON: the slow path says which
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -282,16 +379,59 @@ def _parse_line(raw: bytes, name: str, line_no: int, problems: Problems) -> Any:
     return None
 
 
+_ONCE = threading.local()  # the documents parsed during the current ``parse_once`` block
+
+
+@contextlib.contextmanager
+def parse_once() -> Iterator[None]:
+    """Within the block, each JSON document is parsed once (detect, rows and header share it).
+
+    Nothing is kept after the block: the scan's summaries are all that stays in memory.
+    """
+    outer = getattr(_ONCE, "docs", None)
+    if outer is None:
+        _ONCE.docs = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _ONCE.docs = None
+
+
 def read_json_document(path: Path) -> Any:
-    """A whole-file JSON document (capped at ``MAX_JSON_BYTES``)."""
-    size = path.stat().st_size
+    """A whole-file JSON document (capped at ``MAX_JSON_BYTES``); once per ``parse_once``."""
+    stat = path.stat()
+    docs = getattr(_ONCE, "docs", None)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if docs is not None and key in docs:
+        return docs[key]
+    doc = _read_json_document(path, stat.st_size)
+    if docs is not None:
+        docs.clear()  # one document at a time
+        docs[key] = doc
+    return doc
+
+
+def _read_json_document(path: Path, size: int) -> Any:
     if size > MAX_JSON_BYTES:
-        raise RunFormatError(
-            path, None, None, f"{size} bytes: larger than the JSON cap {MAX_JSON_BYTES}"
+        raise DocumentTooLarge(
+            path,
+            None,
+            None,
+            f"{size} bytes: larger than the JSON cap {MAX_JSON_BYTES} (JSONL streams without it)",
         )
     raw = path.read_bytes()
+    objects = sum(raw.count(c) for c in (b"{", b"[", b",", b":"))
+    if 72 * objects > JSON_MEMORY_MULTIPLE * max(size, 1):
+        raise DocumentTooLarge(
+            path,
+            None,
+            None,
+            f"{objects} JSON values in {size} bytes: parsing it would take more than "
+            f"{JSON_MEMORY_MULTIPLE}x its size in memory; save it as JSONL (one entry a line)",
+        )
     try:
-        return json.loads(raw.decode("utf-8"))
+        return loads(raw)
     except UnicodeDecodeError as err:
         raise RunFormatError(path, None, None, f"not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:

@@ -26,6 +26,7 @@ from roll_viz.data.runs.parse import (
     Problems,
     RunFormatError,
     iter_jsonl,
+    parse_once,
     read_json_document,
 )
 from roll_viz.data.runs.run_records import TOKEN_SERIES, Row, RunStep, StepSummary
@@ -232,6 +233,11 @@ def open_run(
         RunFormatError: unknown/empty/binary file, or no valid sample in it (the first
             problem found is reported).
     """
+    with parse_once():  # a JSON document is parsed once for detect, rows and header
+        return _open_run(path, metrics_path, jail)
+
+
+def _open_run(path: str | Path, metrics_path: str | Path | None, jail: RunsJail | None) -> Run:
     name, files, side, skipped = detect_files(path, jail)
     fmt = FORMATS[name]
     problems = Problems()
@@ -253,6 +259,7 @@ def open_run(
             locs.append((row.line, row.offset))
         if row.empty:
             continue
+        problems.rows_ok += 1
         _mark_present(row, present)
         acc.add(row)
         count += 1

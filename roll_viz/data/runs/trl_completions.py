@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from roll_viz.data.runs.parse import Problems, RunFormatError
+from roll_viz.data.runs.parse import Problems, RunFormatError, step_number
 from roll_viz.data.runs.run_records import Row
 
 FORMAT = "trl"
@@ -120,7 +120,7 @@ def _row(data: dict, i: int, file: str, line: int, rewards: list[str], step: int
         if not isinstance(value, str):
             raise RunFormatError(file, line, key, f"expected a string, got {value!r:.40}")
     if "step" in data and data["step"][i] is not None:
-        step = int(data["step"][i])
+        step = step_number(data["step"][i], file, line)
     if step is None:
         raise RunFormatError(file, line, "step", "missing (no step column and none in the name)")
     columns = {}
