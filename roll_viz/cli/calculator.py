@@ -30,7 +30,10 @@ coefficients), ``metrics`` (the framework's own names; NaN as null), ``loss_note
 critic loss needs new value predictions, which the calculator does not take (value is null).
 
 Bad input exits with status 2 and one line on stderr naming the field; every case is computed
-before anything is printed, so stdout is either complete or empty.
+before anything is printed, so stdout is either complete or empty. Size caps (stated in the
+message when hit): ``MAX_INPUT_BYTES`` of input, ``MAX_ROWS`` rows and ``MAX_POSITIONS`` token
+positions over all cases, JSON nested at most ``MAX_DEPTH`` deep; an integer too large for a
+float is a bad field, not a crash.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ BATCH_KEYS = (
     "sum_pi_squared",
 )
 USAGE = "usage: python -m roll_viz compute CASES.json|-"
+MAX_INPUT_BYTES = 32 * 2**20  # the whole input (file or stdin)
+MAX_ROWS = 100_000  # responses (batch.scores entries) over all cases
+MAX_POSITIONS = 4_194_304  # token positions (rows x response_mask width) over all cases
+MAX_DEPTH = 64  # nesting of the input JSON (a case needs 4)
 
 
 class InputError(ValueError):
@@ -70,6 +77,14 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
+def _finite(x: int | float, where: str) -> bool:
+    """``math.isfinite(x)``; an integer too large for a float is an InputError naming ``where``."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        raise InputError(f"{where}: integer too large for a float") from None
+
+
 def _vector(obj: dict, key: str, length: int | None) -> list[float]:
     value = obj[key]
     if not isinstance(value, list):
@@ -78,8 +93,8 @@ def _vector(obj: dict, key: str, length: int | None) -> list[float]:
         raise InputError(f"batch.{key}: has {len(value)} entries, expected {length}")
     for i, x in enumerate(value):
         if not _is_number(x):
-            raise InputError(f"batch.{key}[{i}]: expected a number, got {x!r}")
-        if not math.isfinite(x):
+            raise InputError(f"batch.{key}[{i}]: expected a number, got {x!r:.40}")
+        if not _finite(x, f"batch.{key}[{i}]"):
             raise InputError(f"batch.{key}[{i}]: non-finite number {x!r}")
     return [float(x) for x in value]
 
@@ -99,8 +114,8 @@ def _matrix(obj: dict, key: str, rows: int, cols: int | None) -> list[list[float
             raise InputError(f"batch.{key}[{b}]: has {len(row)} entries, expected {cols}")
         for t, x in enumerate(row):
             if not _is_number(x):
-                raise InputError(f"batch.{key}[{b}][{t}]: expected a number, got {x!r}")
-            if not math.isfinite(x):
+                raise InputError(f"batch.{key}[{b}][{t}]: expected a number, got {x!r:.40}")
+            if not _finite(x, f"batch.{key}[{b}][{t}]"):
                 raise InputError(f"batch.{key}[{b}][{t}]: non-finite number {x!r}")
         out.append([float(x) for x in row])
     return out
@@ -296,6 +311,45 @@ def _loss_field_of(message: str) -> str:
     return "config"
 
 
+def _depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` nests at most ``limit`` lists/objects deep (iterative, no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
+def check_size(items: list) -> None:
+    """Refuse inputs over the caps before any work (rows, token positions over all cases).
+
+    Raises:
+        InputError: naming the case and field that passes the cap.
+    """
+    rows = positions = 0
+    for i, case in enumerate(items):
+        batch = case.get("batch") if isinstance(case, dict) else None
+        if not isinstance(batch, dict):
+            continue
+        scores, mask = batch.get("scores"), batch.get("response_mask")
+        n = len(scores) if isinstance(scores, list) else 0
+        width = len(mask[0]) if isinstance(mask, list) and mask and isinstance(mask[0], list) else 0
+        rows += n
+        positions += n * width
+        where = f"case {i}: " if len(items) > 1 else ""
+        if rows > MAX_ROWS:
+            raise InputError(f"{where}batch.scores: more than {MAX_ROWS} rows in the input (cap)")
+        if positions > MAX_POSITIONS:
+            raise InputError(
+                f"{where}batch.response_mask: more than {MAX_POSITIONS} token positions in the "
+                "input (cap)"
+            )
+
+
 def compute(cases: Any) -> Any:
     """Run every case (a dict or a list of dicts); returns the same shape of output dicts.
 
@@ -306,6 +360,7 @@ def compute(cases: Any) -> Any:
     items = [cases] if single else cases
     if not isinstance(items, list) or not items:
         raise InputError("input: expected a case object or a non-empty list of them")
+    check_size(items)
     out = []
     for i, case in enumerate(items):
         where = "" if single else f"case {i}: "
@@ -313,6 +368,9 @@ def compute(cases: Any) -> Any:
             batch, framework, config, loss = parse_loss_case(case)
             trace = run(batch, framework, config)
             result = trace_to_dict(trace)
+        except (OverflowError, RecursionError) as err:
+            field = "config" if "batch" not in str(err) else "batch"
+            raise InputError(f"{where}{field}: a number out of range ({err})") from None
         except ValueError as err:
             if isinstance(err, InputError):
                 raise InputError(f"{where}{err}") from None
@@ -342,11 +400,18 @@ def main(argv: list[str]) -> int:
         return 0 if stream is sys.stdout else 2
     try:
         if argv[0] == "-":
-            text = sys.stdin.read()
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)
         else:
             with open(argv[0], encoding="utf-8") as handle:
-                text = handle.read()
-        cases = json.loads(text)  # NaN/Infinity parse; the field checks reject them
+                text = handle.read(MAX_INPUT_BYTES + 1)
+        if len(text) > MAX_INPUT_BYTES:
+            raise InputError(f"input: larger than {MAX_INPUT_BYTES // 2**20} MB (cap)")
+        try:
+            cases = json.loads(text)  # NaN/Infinity parse; the field checks reject them
+        except RecursionError:
+            raise InputError(f"input: JSON nested too deeply (at most {MAX_DEPTH})") from None
+        if not _depth_ok(cases):
+            raise InputError(f"input: JSON nested too deeply (at most {MAX_DEPTH})")
         result = compute(cases)
         output = json.dumps(result, allow_nan=False)
     except OSError as err:
@@ -354,6 +419,9 @@ def main(argv: list[str]) -> int:
         return 2
     except json.JSONDecodeError as err:
         sys.stderr.write(f"error: input: invalid JSON at line {err.lineno} column {err.colno}\n")
+        return 2
+    except UnicodeDecodeError as err:
+        sys.stderr.write(f"error: input: not UTF-8 text (byte {err.start})\n")
         return 2
     except ValueError as err:
         sys.stderr.write(f"error: {' '.join(str(err).split())}\n")

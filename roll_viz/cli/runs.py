@@ -110,6 +110,10 @@ def main(argv: list[str]) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
         return 2
+    except (OverflowError, RecursionError) as err:  # a reader that let one through
+        kind = "a number too large" if isinstance(err, OverflowError) else "nesting too deep"
+        sys.stderr.write(f"error: {args.path}: {kind} in the file ({type(err).__name__})\n")
+        return 2
     if args.command == "export" and args.out:
         try:
             with open(args.out, "w", encoding="utf-8") as handle:

@@ -15,6 +15,7 @@ from roll_viz import nav
 from roll_viz.analysis import reward_table
 from roll_viz.core.pipeline import ALIASES
 from roll_viz.core.records import Trace
+from roll_viz.data.runs.export import safe_csv
 from roll_viz.ui.nav import ROOT
 from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
 from roll_viz.views import scales, tables
@@ -53,7 +54,7 @@ def page_link(page: str, label: str, *, icon: str | None = None) -> None:
 
 
 def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None) -> None:
-    """A download button for a table as CSV.
+    """A download button for a table as CSV (``data.runs.export.safe_csv``: no live formulas).
 
     Args:
         df: the table.
@@ -64,7 +65,7 @@ def download_csv(df: pd.DataFrame, name: str, key: str, label: str | None = None
     st.download_button(
         label or f"Download {name}.csv",
         # A callable runs only when clicked, so an unused button costs nothing per rerun.
-        data=lambda: df.to_csv(index=False).encode("utf-8"),
+        data=lambda: safe_csv(df).encode("utf-8"),  # text cells that start a formula neutralised
         file_name=f"{name}.csv",
         mime="text/csv",
         key=key,

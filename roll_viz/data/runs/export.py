@@ -26,11 +26,14 @@ Targets:
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -38,6 +41,44 @@ from roll_viz.core.records import Rollout, Trace
 from roll_viz.data.runs.run_records import RunStep
 
 Sample = dict[str, Any]
+
+# ---------------------------------------------------------------------------------------------
+# CSV cells a spreadsheet will not run
+
+#: what a spreadsheet reads as the start of a formula (OWASP "CSV injection")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def neutral_cell(value: Any) -> Any:
+    """A text cell starting with = + - @ tab or CR gets a leading ``'``; anything else as is.
+
+    Numbers stay numbers (a negative number is not a formula), and so does text that is a plain
+    number ("-2.5"): only text a spreadsheet would evaluate is changed.
+    """
+    text = isinstance(value, str) and value.startswith(FORMULA_START)
+    if text and not _PLAIN_NUMBER.match(value):
+        return "'" + value
+    return value
+
+
+def safe_csv(df: pd.DataFrame, index: bool = False) -> str:
+    """``df.to_csv`` with every text cell and column name neutralised (``neutral_cell``)."""
+    out = df.copy(deep=False)
+    out.columns = [neutral_cell(str(c)) for c in out.columns]
+    for name in out.columns:
+        column = out[name]
+        if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            out[name] = column.map(neutral_cell)
+    if index:
+        out.index = out.index.map(neutral_cell)
+    # pandas leaves a lone CR unquoted (it splits the row in a reader): quote every text cell then
+    lone_cr = any(
+        out[name].map(lambda v: isinstance(v, str) and "\r" in v).any()
+        for name in out.columns
+        if out[name].dtype == object or pd.api.types.is_string_dtype(out[name].dtype)
+    )
+    return out.to_csv(index=index, quoting=csv.QUOTE_NONNUMERIC if lone_cr else csv.QUOTE_MINIMAL)
 
 
 def _row(x: Tensor | None, b: int, n: int) -> list[float] | None:

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -122,9 +123,16 @@ class Problems:
 # Validation helpers (each raises RunFormatError naming file, line, field)
 
 
+_FLOAT_MAX = int(sys.float_info.max)
+
+
 def is_number(x: Any) -> bool:
-    """A JSON number (bools are not numbers here)."""
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    """A JSON number a float can hold (bools are not numbers; a 400-digit integer is not)."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, int):
+        return -_FLOAT_MAX <= x <= _FLOAT_MAX
+    return isinstance(x, float)
 
 
 MAX_STEP = 2**53  # a step number beyond this is not a step (and not exact as a float)
@@ -169,6 +177,8 @@ def get_number(
             value = float(value)
         except ValueError:
             raise RunFormatError(file, line, key, f"expected a number, got {value!r:.60}") from None
+    if isinstance(value, int) and not isinstance(value, bool) and not is_number(value):
+        raise RunFormatError(file, line, key, "integer too large for a float")
     if not is_number(value):
         raise RunFormatError(
             file, line, key, f"expected a number, got {type(value).__name__} {value!r:.60}"
@@ -244,6 +254,8 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
         if out is not None and out.ndim == 1 and np.isfinite(out).all():
             return out
     for i, x in enumerate(value):
+        if isinstance(x, int) and not isinstance(x, bool) and not is_number(x):
+            raise RunFormatError(file, line, f"{key}[{i}]", "integer too large for a float")
         if not is_number(x):
             raise RunFormatError(file, line, f"{key}[{i}]", f"expected a number, got {x!r:.40}")
         try:

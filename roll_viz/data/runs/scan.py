@@ -25,6 +25,7 @@ from roll_viz.data.runs.parse import (
     MAX_STEP_TOKENS,
     Problems,
     RunFormatError,
+    is_number,
     iter_jsonl,
     parse_once,
     read_json_document,
@@ -106,10 +107,7 @@ def _numbers(obj: dict) -> dict[str, float]:
     return {
         str(k): float(v)
         for k, v in obj.items()
-        if k != "step"
-        and isinstance(v, int | float)
-        and not isinstance(v, bool)
-        and math.isfinite(float(v))
+        if k != "step" and is_number(v) and math.isfinite(float(v))
     }
 
 
