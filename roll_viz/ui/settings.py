@@ -89,8 +89,14 @@ def native_config(
 
 
 def estimator_options(framework: str) -> tuple[str, ...]:
-    """The advantage estimators (or TRL scale_rewards modes) a dialect offers."""
-    return tuple(pipeline.CHOICES[framework].get(pipeline.ESTIMATOR_KEY[framework], ()))
+    """The advantage estimators (or TRL scale_rewards modes) a dialect offers on the pages.
+
+    Estimators that need batch inputs the app does not produce (verl's optimal token baseline
+    reads sum pi^2 per token) stay in the calculator only.
+    """
+    needs = dialects.get(framework).ESTIMATOR_INPUTS
+    options = pipeline.CHOICES[framework].get(pipeline.ESTIMATOR_KEY[framework], ())
+    return tuple(est for est in options if est not in needs)
 
 
 def estimator_overrides(framework: str, estimator: str) -> dict[str, Any]:

@@ -65,6 +65,7 @@ REQUIRED: tuple[str, ...] = (
     "STD_EPS",
     "RETURN_ESTIMATORS",
     "GAE_PADDING",
+    "ESTIMATOR_INPUTS",
     "SINGLETON_NOTE",
     "SINGLETON_BEHAVIOUR",
     "RECIPES",

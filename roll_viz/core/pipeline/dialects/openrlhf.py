@@ -185,6 +185,9 @@ STD_EPS = 1e-9
 RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", *GROUP_ESTIMATORS)
 #: GAE multiplies values by the mask: 0 after the last token.
 GAE_PADDING: str | None = "masked"
+
+#: estimators that read batch inputs beyond scores, mask and log-probs: none here.
+ESTIMATOR_INPUTS: dict[str, tuple[str, ...]] = {}
 #: What a group of one sample means (shown when G = 1).
 SINGLETON_NOTE = (
     "OpenRLHF asserts n_samples_per_prompt > 1 for rloo, reinforce_baseline, "

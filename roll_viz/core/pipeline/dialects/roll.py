@@ -226,6 +226,9 @@ RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", "grpo")
 #: How GAE reads the value after a response's last token: "unmasked" (the padded slot's value,
 #: whose advantage leaks back, T8), "carry" (the next valid token), "masked" (0), None (no GAE).
 GAE_PADDING: str | None = "unmasked"
+
+#: estimators that read batch inputs beyond scores, mask and log-probs: none here.
+ESTIMATOR_INPUTS: dict[str, tuple[str, ...]] = {}
 #: What a group of one sample means (shown when G = 1).
 SINGLETON_NOTE = (
     "ROLL's group std of one sample is NaN (torch.std with n - 1 = 0), so GRPO / group "

@@ -184,6 +184,9 @@ STD_EPS = 1e-4
 RETURN_ESTIMATORS: tuple[str, ...] = ()
 #: TRL's GRPO has no critic, so no GAE.
 GAE_PADDING: str | None = None
+
+#: estimators that read batch inputs beyond scores, mask and log-probs: none here.
+ESTIMATOR_INPUTS: dict[str, tuple[str, ...]] = {}
 #: What a group of one sample means (shown when G = 1).
 SINGLETON_NOTE = (
     "TRL requires at least 2 generations per prompt (GRPO and RLOO are both group methods)."

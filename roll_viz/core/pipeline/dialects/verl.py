@@ -258,6 +258,10 @@ STD_EPS = 1e-6
 RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce_plus_plus", "remax")
 #: GAE carries values and advantages through masked tokens (the next VALID token).
 GAE_PADDING: str | None = "carry"
+
+#: estimators that read batch inputs beyond scores, mask and log-probs (``Batch`` field names):
+#: a page without them does not offer the estimator.
+ESTIMATOR_INPUTS: dict[str, tuple[str, ...]] = {"optimal_token_baseline": ("sum_pi_squared",)}
 #: What a group of one sample means (shown when G = 1).
 SINGLETON_NOTE = (
     "verl treats a group of one as mean 0, std 1: GRPO then passes the raw reward through, "
