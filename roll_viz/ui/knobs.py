@@ -92,6 +92,8 @@ def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
         help_text = pipeline.HELP.get(framework, {}).get(key, "")
     if knob.widget == "select":
         options = list(pipeline.CHOICES.get(framework, {}).get(key, ())) if key else []
+        # estimators that read inputs the app does not produce stay in the calculator
+        options = [o for o in options if o not in dialects.get(framework).ESTIMATOR_INPUTS]
         if not options:
             return False, None
         index = options.index(default) if default in options else 0
