@@ -21,11 +21,12 @@ with ui.page_guard("Advantages"):
 
     with controls:
         st.subheader("Instant knobs: recomputed in your browser as you drag")
-        st.caption(
-            "The same pipeline in JavaScript (checked against the Python one to 1e-9): no server "
-            "round trip while you drag. On release the sidebar takes the values and the figures "
-            "below follow."
-        )
+        with ui.folded("How the instant knobs work"):
+            st.caption(
+                "The same pipeline in JavaScript (checked against the Python one to 1e-9): no "
+                "server round trip while you drag. On release the sidebar takes the values and the "
+                "figures below follow."
+            )
         knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
         ui.instant_panel(
             ui.instant_payload(state, critic),
@@ -87,8 +88,14 @@ with ui.page_guard("Advantages"):
 
     st.header("One token, every estimator: the formula with its numbers")
 
+    main_advantages = results[ordered[0]].advantages if results else None
+    default_b, default_t = ui.first_moving_token(main_advantages, mask)
+    index_notice = ui.accept_index_url(ui.KEY_SAMPLE, labels)
+
     @st.fragment
     def token_detail() -> None:
+        if index_notice:
+            st.info(index_notice, icon=":material/link:")
         s1, s2 = st.columns([1, 2])
         with s1:
             b = st.selectbox(
@@ -97,17 +104,19 @@ with ui.page_guard("Advantages"):
                 format_func=lambda i: labels[i],
                 key=ui.KEY_SAMPLE,
                 bind="query-params",
+                **ui.widget_default(ui.KEY_SAMPLE, index=default_b),
             )
         length = int(mask[b].sum())
         width = int(mask.shape[1])
+        first_t = ui.first_moving_token(main_advantages, mask, b)[1]
         with s2:
             t = st.slider(
                 "Token position t",
                 0,
                 max(width - 1, 1),
-                value=0,
                 key=ui.KEY_POSITION,
                 bind="query-params",
+                **ui.widget_default(ui.KEY_POSITION, value=first_t if b == default_b else 0),
             )
         if t >= length:
             st.caption(

@@ -9,27 +9,31 @@ with ui.page_guard("Frameworks"):
     state = ui.page_setup("Frameworks")
 
     st.title("Frameworks: one batch, four dialects")
-    st.markdown(
-        'ROLL, verl, OpenRLHF and TRL all say "GRPO" or "REINFORCE++", but they differ in '
-        "small conventions: biased or unbiased std, which epsilon, whether the KL goes into the "
-        "reward or the loss, whether advantages are whitened over all tokens. Here the **same "
-        "samples and rewards** go through each dialect with the sidebar's beta, gamma, lambda, KL "
-        "estimator and clip, so every difference you see comes from a convention."
-    )
+    with ui.folded("The conventions, in formulas"):
+        st.markdown(
+            'ROLL, verl, OpenRLHF and TRL all say "GRPO" or "REINFORCE++", but they differ in '
+            "small conventions: biased or unbiased std, which epsilon, whether the KL goes into the "
+            "reward or the loss, whether advantages are whitened over all tokens. Here the **same "
+            "samples and rewards** go through each dialect with the sidebar's beta, gamma, lambda, KL "
+            "estimator and clip, so every difference you see comes from a convention."
+        )
 
-    st.latex(
-        r"A_i = \frac{r_i - \operatorname{mean}_{g(i)} r}{\operatorname{std}_{g(i)} r + \varepsilon}"
-        r"\qquad \varepsilon = \underbrace{10^{-6}}_{\text{ROLL, verl}},\ "
-        r"\underbrace{10^{-9}}_{\text{OpenRLHF}},\ \underbrace{10^{-4}}_{\text{TRL}}"
-        r"\qquad \operatorname{whiten}(A) = \frac{A - \bar A_{\text{tokens}}}"
-        r"{\sqrt{\operatorname{var}_{\text{tokens}}(A) + 10^{-8}}}"
-    )
-    st.caption(
-        "Same formula, different constants and different sets it is computed over: the group "
-        "normalization above (per prompt, one number per answer) and the token-weighted whitening "
-        "(over every valid token of the batch: long answers count more). The notes below list "
-        "exactly which ones each dialect applied."
-    )
+        # one formula per line: they wrap on a narrow screen instead of running off the edge
+        st.latex(
+            r"A_i = \frac{r_i - \operatorname{mean}_{g(i)} r}{\operatorname{std}_{g(i)} r + \varepsilon}"
+            r"\qquad \varepsilon = \underbrace{10^{-6}}_{\text{ROLL, verl}},\ "
+            r"\underbrace{10^{-9}}_{\text{OpenRLHF}},\ \underbrace{10^{-4}}_{\text{TRL}}"
+        )
+        st.latex(
+            r"\operatorname{whiten}(A) = \frac{A - \bar A_{\text{tokens}}}"
+            r"{\sqrt{\operatorname{var}_{\text{tokens}}(A) + 10^{-8}}}"
+        )
+        st.caption(
+            "Same formula, different constants and different sets it is computed over: the group "
+            "normalization above (per prompt, one number per answer) and the token-weighted whitening "
+            "(over every valid token of the batch: long answers count more). The notes below list "
+            "exactly which ones each dialect applied."
+        )
 
     generic = compare.canonical_generic(state.framework, dict(state.generic))
     estimators = list(sweep.ESTIMATOR_EQUIVALENTS)

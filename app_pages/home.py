@@ -9,7 +9,7 @@ with ui.page_guard("Home"):
     state = ui.page_setup("Home")
 
     st.title("roll-viz: how a reward becomes a training signal")
-    st.markdown(
+    ui.prose(
         "Reinforcement learning for language models does not train on the reward directly. "
         "The reward of each response is post-processed, mixed with a per-token penalty for drifting "
         "away from a reference model, spread over the tokens, compared with a baseline and normalized "
@@ -59,23 +59,24 @@ with ui.page_guard("Home"):
             "Update",
         ),
     ]
-    for row in (CHAIN[:4], CHAIN[4:]):
-        cols = st.columns(4, gap="small")
-        for col, (num, title, blurb, page, label) in zip(cols, row, strict=False):
-            with col, st.container(border=True, height="stretch"):
-                arrow = " &rarr;" if num != CHAIN[-1][0] else ""
-                st.markdown(f"**{num}. {title}**{arrow}")
-                st.caption(blurb)
-                ui.page_link(page, label=label, icon=":material/arrow_outward:")
-    beyond = st.columns(2, gap="small")
-    with beyond[0], st.container(border=True):
-        st.markdown("**8. Train for many steps**")
-        st.caption("watch reward rise, KL grow, beta adapt, and a gameable reward get hacked")
-        ui.page_link("training", label="Training", icon=":material/arrow_outward:")
-    with beyond[1], st.container(border=True):
-        st.markdown("**Your run**")
-        st.caption("open a ROLL, verl, TRL or UNIPO dump and walk every page on any step")
-        ui.page_link("your_run", label="Your run", icon=":material/arrow_outward:")
+    with st.container(key="rv_chain"):  # one picture: two rows of stages, then beyond
+        for row in (CHAIN[:4], CHAIN[4:]):
+            cols = st.columns(4, gap="small")
+            for col, (num, title, blurb, page, label) in zip(cols, row, strict=False):
+                with col, st.container(border=True, height="stretch"):
+                    arrow = " &rarr;" if num != CHAIN[-1][0] else ""
+                    st.markdown(f"**{num}. {title}**{arrow}")
+                    st.caption(blurb)
+                    ui.page_link(page, label=label, icon=":material/arrow_outward:")
+        beyond = st.columns(2, gap="small")
+        with beyond[0], st.container(border=True):
+            st.markdown("**8. Train for many steps**")
+            st.caption("watch reward rise, KL grow, beta adapt, and a gameable reward get hacked")
+            ui.page_link("training", label="Training", icon=":material/arrow_outward:")
+        with beyond[1], st.container(border=True):
+            st.markdown("**Your run**")
+            st.caption("open a ROLL, verl, TRL or UNIPO dump and walk every page on any step")
+            ui.page_link("your_run", label="Your run", icon=":material/arrow_outward:")
 
     left, right = st.columns([3, 2], gap="large")
     with left:

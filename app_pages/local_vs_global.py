@@ -5,32 +5,61 @@ from roll_viz.analysis import local_global, reward_table
 from roll_viz.views import compare_charts as charts_compare
 from roll_viz.views import text
 
+
+def shown_groups(groups):
+    """The per-prompt table as shown: the scale as text, "no signal (std 0)" for equal rewards."""
+    return groups.assign(**{"local / global scale": charts_compare.scale_labels(groups)})
+
+
+def stretch_sentence(lg) -> str:
+    """The most stretched group in words; groups of equal rewards (std 0) are named apart."""
+    groups = lg.groups
+    flat = groups[groups["group std"] == 0]
+    live = groups[groups["group std"] > 0]
+    parts = [f"Batch std = **{lg.batch_std:.4g}**."]
+    if len(live):
+        worst = live.sort_values("local / global scale", ascending=False).iloc[0]
+        parts.append(
+            f"The group **{text.md_escape(worst['prompt'])}** has std "
+            f"**{worst['group std']:.4g}**, so local normalization divides its differences by a "
+            f"number **{worst['local / global scale']:.3g}x** smaller than global normalization "
+            "does."
+        )
+    for name in flat["prompt"]:
+        parts.append(
+            f"**{text.md_escape(name)}**: {charts_compare.NO_SIGNAL}, all its answers scored the "
+            "same, so local normalization gives each of them an advantage of exactly 0."
+        )
+    return " ".join(parts)
+
+
 with ui.page_guard("Local vs global"):
     state = ui.page_setup("Local vs global")
 
     st.title("Local vs global normalization")
-    st.markdown(
-        "Group methods (GRPO and friends) turn rewards into advantages by subtracting a mean and "
-        "dividing by a standard deviation. **Local** normalization uses the statistics of each "
-        "prompt's own group of G answers; **global** normalization uses the whole batch. Same "
-        "rewards, different signal: a prompt whose answers all score about the same gets its tiny "
-        "differences blown up locally."
-    )
-    left, right = st.columns(2)
-    with left:
-        st.latex(
-            r"A^{\text{local}}_i = \frac{r_i - \operatorname{mean}_{j \in g(i)} r_j}"
-            r"{\operatorname{std}_{j \in g(i)} r_j + 10^{-6}}"
+    with ui.folded("Local and global, in formulas"):
+        st.markdown(
+            "Group methods (GRPO and friends) turn rewards into advantages by subtracting a mean and "
+            "dividing by a standard deviation. **Local** normalization uses the statistics of each "
+            "prompt's own group of G answers; **global** normalization uses the whole batch. Same "
+            "rewards, different signal: a prompt whose answers all score about the same gets its tiny "
+            "differences blown up locally."
         )
-    with right:
-        st.latex(
-            r"A^{\text{global}}_i = \frac{r_i - \operatorname{mean}_{j \in \text{batch}} r_j}"
-            r"{\operatorname{std}_{j \in \text{batch}} r_j + 10^{-6}}"
+        left, right = st.columns(2)
+        with left:
+            st.latex(
+                r"A^{\text{local}}_i = \frac{r_i - \operatorname{mean}_{j \in g(i)} r_j}"
+                r"{\operatorname{std}_{j \in g(i)} r_j + 10^{-6}}"
+            )
+        with right:
+            st.latex(
+                r"A^{\text{global}}_i = \frac{r_i - \operatorname{mean}_{j \in \text{batch}} r_j}"
+                r"{\operatorname{std}_{j \in \text{batch}} r_j + 10^{-6}}"
+            )
+        st.caption(
+            "Both sides follow ROLL's reward_norm (norm_mean_type / norm_std_type = group or batch): "
+            "unbiased std, 1e-6 added. The Frameworks page shows how the other dialects differ."
         )
-    st.caption(
-        "Both sides follow ROLL's reward_norm (norm_mean_type / norm_std_type = group or batch): "
-        "unbiased std, 1e-6 added. The Frameworks page shows how the other dialects differ."
-    )
 
     # ---------------------------------------------------------------------------------------------
     st.header("1. Try it by hand (no model needed)")
@@ -88,13 +117,7 @@ with ui.page_guard("Local vs global"):
             ui.plot(charts_compare.local_global_scatter(lg_hand.samples), key="lg_hand_scatter")
         with c2:
             ui.plot(charts_compare.group_std_bars(lg_hand.groups), key="lg_hand_std")
-        worst = lg_hand.groups.sort_values("local / global scale", ascending=False).iloc[0]
-        name = text.md_escape(worst["prompt"])
-        st.markdown(
-            f"Batch std = **{lg_hand.batch_std:.4g}**. The group **{name}** has std "
-            f"**{worst['group std']:.4g}**, so local normalization divides its differences by a "
-            f"number **{worst['local / global scale']:.3g}x** smaller than global normalization does."
-        )
+        st.markdown(stretch_sentence(lg_hand))
         st.dataframe(lg_hand.samples, key="lg_hand_table", hide_index=True, width="stretch")
         ui.download_csv(lg_hand.samples, "local_vs_global_table", key="lg_hand_csv")
 
@@ -164,7 +187,9 @@ with ui.page_guard("Local vs global"):
     with st.expander("Per-sample and per-prompt tables"):
         st.dataframe(lg.samples, key="lg_batch_table", hide_index=True, width="stretch")
         ui.download_csv(lg.samples, "local_vs_global_batch", key="lg_batch_csv")
-        st.dataframe(lg.groups, key="lg_batch_groups", hide_index=True, width="stretch")
+        st.dataframe(
+            shown_groups(lg.groups), key="lg_batch_groups", hide_index=True, width="stretch"
+        )
         ui.download_csv(lg.groups, "group_stats_batch", key="lg_groups_csv")
 
     ui.next_page("sensitivity", "Next: Sensitivity - sweep beta, gamma, lambda and G")

@@ -10,21 +10,22 @@ with ui.page_guard("Self-test"):
     state = ui.page_setup("Self-test")
 
     st.title("Self-test: is the math right, right now?")
-    st.markdown(
-        "These checks run live on the data the other pages show. They compare the pipeline with "
-        "numbers computed by hand (docs/reference-values.md, written into the checks as literals), with "
-        "an exact enumeration of the KL, and with properties that must hold exactly. The unit "
-        "tests run the very same functions, so a green page here is a green test suite there."
-    )
-    st.latex(
-        r"A_i = \frac{r_i - \bar r}{\operatorname{std}(r) + \varepsilon}:\quad "
-        r"r = (8.2,\ 6.5,\ 9.1) \;\Rightarrow\; A \approx (0.2020,\ -1.0856,\ 0.8836)"
-    )
-    st.latex(
-        r"\mathbb{E}_{y\sim p}[k_1] = \mathbb{E}_{y\sim p}\!\left[\log\tfrac{p(y)}{q(y)}\right]"
-        r"= \mathbb{E}_{y\sim p}[k_3] = \mathbb{E}_{y\sim p}\!\left[\tfrac{q(y)}{p(y)} - 1 - "
-        r"\log\tfrac{q(y)}{p(y)}\right] = \mathrm{KL}(p\,\|\,q)"
-    )
+    with ui.folded("What the checks compare"):
+        st.markdown(
+            "These checks run live on the data the other pages show. They compare the pipeline with "
+            "numbers computed by hand (docs/reference-values.md, written into the checks as literals), with "
+            "an exact enumeration of the KL, and with properties that must hold exactly. The unit "
+            "tests run the very same functions, so a green page here is a green test suite there."
+        )
+        st.latex(
+            r"A_i = \frac{r_i - \bar r}{\operatorname{std}(r) + \varepsilon}:\quad "
+            r"r = (8.2,\ 6.5,\ 9.1) \;\Rightarrow\; A \approx (0.2020,\ -1.0856,\ 0.8836)"
+        )
+        st.latex(
+            r"\mathbb{E}_{y\sim p}[k_1] = \mathbb{E}_{y\sim p}\!\left[\log\tfrac{p(y)}{q(y)}\right]"
+            r"= \mathbb{E}_{y\sim p}[k_3] = \mathbb{E}_{y\sim p}\!\left[\tfrac{q(y)}{p(y)} - 1 - "
+            r"\log\tfrac{q(y)}{p(y)}\right] = \mathrm{KL}(p\,\|\,q)"
+        )
 
     @st.cache_data(show_spinner="Running the checks...", max_entries=32)
     def checks_for(key: tuple, _rollout, _batch):
@@ -53,6 +54,10 @@ with ui.page_guard("Self-test"):
         failed = ", ".join(c.name for c in checks if not c.passed)
         st.error(f"Failing: {text.md_escape(failed)}", icon=":material/error:")
 
+    table = selftest.checks_table(checks)
+    st.dataframe(table, key="st_table", hide_index=True, width="stretch")
+    ui.download_csv(table, "self_test", key="st_csv")
+
     for check in checks:
         badge = (
             ":green-badge[:material/check: pass]"
@@ -64,10 +69,6 @@ with ui.page_guard("Self-test"):
             if check.description:
                 st.markdown(text.md_escape(check.description))
             st.code(json.dumps(check.detail, indent=1, default=str), language="json")
-
-    table = selftest.checks_table(checks)
-    st.dataframe(table, key="st_table", hide_index=True, width="stretch")
-    ui.download_csv(table, "self_test", key="st_csv")
 
     ui.explainer(
         "- **seed example** rows: the 8.2 / 6.5 / 9.1 group in each dialect's own estimator, "

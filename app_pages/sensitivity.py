@@ -12,17 +12,19 @@ with ui.page_guard("Sensitivity"):
     config = state.config
 
     st.title("Sensitivity: how much do beta, gamma, lambda and G matter?")
-    st.markdown(
-        "Pick one knob (or two) and sweep it over a grid. Every grid point reruns the whole "
-        "reward-to-advantage pipeline on the **same cached samples** (no new model calls), then "
-        "summarises the advantages in three numbers:"
-    )
-    st.latex(
-        r"\text{spread} = \operatorname{std}_{(b,t)\ \text{valid}} A_{b,t} \qquad"
-        r"\text{sign flips} = \frac{\#\{(b,t) : \operatorname{sign} A_{b,t} \ne"
-        r"\operatorname{sign} A^{\text{now}}_{b,t}\}}{\#\text{valid tokens}} \qquad"
-        r"\text{agreement} = \operatorname{corr}(A^{\text{est}}, A^{\text{other}})"
-    )
+    with ui.folded("How a sweep is summarised"):
+        st.markdown(
+            "Pick one knob (or two) and sweep it over a grid. Every grid point reruns the whole "
+            "reward-to-advantage pipeline on the **same cached samples** (no new model calls), then "
+            "summarises the advantages in three numbers:"
+        )
+        # one formula per line: they wrap on a narrow screen instead of running off the edge
+        st.latex(r"\text{spread} = \operatorname{std}_{(b,t)\ \text{valid}} A_{b,t}")
+        st.latex(
+            r"\text{sign flips} = \frac{\#\{(b,t) : \operatorname{sign} A_{b,t} \ne"
+            r"\operatorname{sign} A^{\text{now}}_{b,t}\}}{\#\text{valid tokens}}"
+        )
+        st.latex(r"\text{agreement} = \operatorname{corr}(A^{\text{est}}, A^{\text{other}})")
 
     LABELS = {
         "beta": "beta (KL coefficient)",

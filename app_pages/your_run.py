@@ -11,7 +11,7 @@ from roll_viz.views import history_charts, text
 with ui.page_guard("Your run"):
     state = ui.page_setup("Your run")
     st.title("Your run: a real training run, step by step")
-    ui.explainer(
+    ABOUT = (
         "Open what ROLL (`save_logging_board_dir`, `rollout_dump_dir`), verl (`rollout_data_dir`), "
         "TRL (`completions_*.parquet`), UNIPO or roll-viz's own trainer wrote, or a plain CSV / "
         "JSONL with prompt, response and reward. Pick a step and press **Use this step on every "
@@ -24,12 +24,19 @@ with ui.page_guard("Your run"):
     folder = runs.runs_folder()
     if folder is not None:
         choices += [f"dir:{name}" for name in runs.allowed_runs()]
-    uploaded = st.file_uploader(
-        f"Upload a dump ({', '.join(runs.UPLOAD_SUFFIXES)}; at most "
-        f"{runs.MAX_UPLOAD_BYTES // 2**20} MB)",
-        type=[s.lstrip(".") for s in runs.UPLOAD_SUFFIXES],
-        key="run_upload",
-    )
+    # on a projector the words and the uploader fold into one expander (the run comes from the
+    # folder); expanders do not nest, so the explainer is plain text there
+    with ui.folded("What am I looking at? Upload a dump"):
+        if ui.is_present():
+            st.markdown(ABOUT)
+        else:
+            ui.explainer(ABOUT)
+        uploaded = st.file_uploader(
+            f"Upload a dump ({', '.join(runs.UPLOAD_SUFFIXES)}; at most "
+            f"{runs.MAX_UPLOAD_BYTES // 2**20} MB)",
+            type=[s.lstrip(".") for s in runs.UPLOAD_SUFFIXES],
+            key="run_upload",
+        )
     if uploaded is not None:
         try:
             st.session_state["_run_uploaded"] = runs.save_upload(uploaded.name, uploaded.getvalue())
@@ -54,37 +61,43 @@ with ui.page_guard("Your run"):
         st.error(f"Cannot open this run: {text.md_escape(str(err))}", icon=":material/error:")
         st.stop()
 
-    c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Format", run.format, help=run.label)
-    c2.metric("Steps", len(run.steps))
-    c3.metric("Samples (last step)", run.summaries[-1].samples if run.summaries else 0)
-    c4.metric("Rows skipped", len(run.warnings) + run.warnings_dropped)
-    st.caption(
-        text.md_escape(
-            f"{run.label}. Present: {', '.join(run.present) or 'scores only'}. "
-            f"Missing: {', '.join(run.missing) or 'nothing'}."
+    with ui.folded("What was detected in the run"):
+        c1, c2, c3, c4 = st.columns(4)
+        c1.metric("Format", run.format, help=run.label)
+        c2.metric("Steps", len(run.steps))
+        c3.metric("Samples (last step)", run.summaries[-1].samples if run.summaries else 0)
+        c4.metric("Rows skipped", len(run.warnings) + run.warnings_dropped)
+        st.caption(
+            text.md_escape(
+                f"{run.label}. Present: {', '.join(run.present) or 'scores only'}. "
+                f"Missing: {', '.join(run.missing) or 'nothing'}."
+            )
         )
-    )
-    if "logprobs" in run.missing:
-        st.info(
-            "This file has no token log-probs: the KL views have nothing to show (KL is drawn "
-            "as 0 and said so); rewards, advantages and normalization work on its scores.",
-            icon=":material/info:",
-        )
-    with st.expander("What was detected, and problems by file, line and field"):
-        for note in run.notes:
-            st.markdown(f"- {text.md_escape(note)}")
-        for warning in run.warnings[:50]:
-            st.markdown(f"- {text.md_escape(str(warning))}")
+        if "logprobs" in run.missing:
+            st.info(
+                "This file has no token log-probs: the KL views have nothing to show (KL is drawn "
+                "as 0 and said so); rewards, advantages and normalization work on its scores.",
+                icon=":material/info:",
+            )
+        # on a projector this list is already inside the folded block (expanders do not nest)
+        problems_title = "What was detected, and problems by file, line and field"
+        with st.container() if ui.is_present() else st.expander(problems_title):
+            for note in run.notes:
+                st.markdown(f"- {text.md_escape(note)}")
+            for warning in run.warnings[:50]:
+                st.markdown(f"- {text.md_escape(str(warning))}")
     if not run.steps:
         st.warning("The file has no steps with samples.")
         st.stop()
 
     # --- 2. choose a step and make it the data of every page -----------------------------------
-    step_no = st.select_slider("Step", options=list(run.steps), value=run.steps[-1], key="run_step")
+    pick, use = st.columns([3, 1], vertical_alignment="bottom")
+    step_no = pick.select_slider(
+        "Step", options=list(run.steps), value=run.steps[-1], key="run_step"
+    )
     source = f"run:{run_id}#{step_no}"
     active = st.session_state.get(ui.state.KEY_RUN_SOURCE) == source
-    st.button(
+    use.button(
         "Use this step on every page" if not active else "This step is the data of every page",
         key="run_use",
         type="primary",
@@ -94,13 +107,15 @@ with ui.page_guard("Your run"):
         args=(run_id, step_no),
     )
     step = runs.step_cached(run_id, step_no)
-    for note in step.notes:
-        st.caption(text.md_escape(note))
+    with ui.folded("How this step was read"):
+        for note in step.notes:
+            st.caption(text.md_escape(note))
 
     # --- 3. history across steps ----------------------------------------------------------------
-    st.header("History across steps")
+    heading, choose = st.columns([1, 2], vertical_alignment="bottom")
+    heading.subheader("History across steps")
     table = history.history_table(run)
-    what = st.segmented_control(
+    what = choose.segmented_control(
         "Quantity",
         ["reward", "advantage", "kl_k1", "kl_k3", "length"],
         default="reward",

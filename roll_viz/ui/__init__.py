@@ -44,6 +44,7 @@ from roll_viz.ui.flow import (
 )
 from roll_viz.ui.guard import page_guard
 from roll_viz.ui.instant import instant_local_global, instant_panel
+from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.settings import (
     estimator_options,
@@ -82,19 +83,24 @@ from roll_viz.ui.state import (
     AppState,
 )
 from roll_viz.ui.widgets import (
+    accept_index_url,
     beta_note,
     chips,
     critic_radio,
     download_csv,
     download_trace_json,
     explainer,
+    first_moving_token,
+    folded,
     next_page,
     page_link,
     plot,
+    prose,
     reset_reward_table,
     reward_table_base,
     share_reward_table,
     trace_json,
+    widget_default,
 )
 from roll_viz.ui.your_run_page import stop_run, use_run_step
 
@@ -129,6 +135,7 @@ __all__ = [
     "PRESETS",
     "PRESET_REWARD",
     "AppState",
+    "accept_index_url",
     "add_running_batch",
     "beta_note",
     "cached_models",
@@ -143,12 +150,15 @@ __all__ = [
     "estimator_options",
     "estimator_overrides",
     "explainer",
+    "first_moving_token",
+    "folded",
     "frame",
     "generic_value",
     "go_live",
     "instant_local_global",
     "instant_panel",
     "instant_payload",
+    "is_present",
     "kl_estimates",
     "kl_placement_overrides",
     "local_global_payload",
@@ -159,6 +169,7 @@ __all__ = [
     "page_link",
     "page_setup",
     "plot",
+    "prose",
     "reset_reward_table",
     "reset_running",
     "reward_table_base",
@@ -170,4 +181,5 @@ __all__ = [
     "trace_json",
     "try_trace",
     "use_run_step",
+    "widget_default",
 ]

@@ -42,6 +42,7 @@ from roll_viz.lm import serving
 from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.ui import adapters, instant
 from roll_viz.ui import your_run_page as runs
+from roll_viz.ui.present import top_slot
 from roll_viz.ui.resources import cached_models, live_store
 from roll_viz.ui.settings import native_config, preset_defaults
 from roll_viz.ui.state import KEY_RUNNING, KEY_RUNNING_BATCHES, AppState, freeze
@@ -82,7 +83,8 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     if rollout is not None:
         return rollout
     try:
-        bundle = cached_models(model)
+        with top_slot():  # the model's loading spinner, at the top of the main column
+            bundle = cached_models(model)
     except models_mod.ModelNotFoundError as err:
         st.error(f"The live model is not available: {err}")
         st.stop()
@@ -97,7 +99,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         label += f" (about {fast:.0f} s with 'Fast sampling' in the sidebar)"
     if plan.queue_message:
         label = f"{plan.queue_message} Then: {label}"
-    with st.status(label, expanded=True) as status:
+    with top_slot(), st.status(label, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
 
         def progress(fraction: float, text: str) -> None:

@@ -1,13 +1,22 @@
-"""Presentation mode for a projector: larger type, one column, and controls hidden by key.
+"""Presentation mode for a projector: larger type, the figure first, controls hidden by key.
 
-``?present=true`` enlarges fonts in prose, charts and tables and stacks side panels under the
-figures; ``&hide=beta,gamma`` hides those controls and ``&hide=sidebar`` the whole sidebar, with
-a "Show the controls" button to bring it back.
+``?present=true`` enlarges fonts in prose, charts and tables and folds explainers and intro prose
+into expanders (``widgets.explainer``, ``widgets.prose``), so each page's key figure is in the
+first screen at 1280 x 720; ``&hide=beta,gamma`` hides those controls and ``&hide=sidebar`` the
+whole sidebar, with a "Show the controls" button to bring it back.
+
+In every mode: a row that holds an explainer stacks it under the figure when the main column is
+narrower than 1000 px, display formulas and wide tables scroll inside themselves (the page never
+scrolls sideways), and live progress (sampling, model loading) is drawn in the frame's slot at
+the top of the main column (``top_slot``), whatever the page computes first.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import streamlit as st
 
@@ -26,12 +35,10 @@ PRESENT_CSS = """
 [data-testid="stMain"] .katex { font-size: 1.35em !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
-/* tables draw on a canvas: zoom scales their text with the mode */
-[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.3; }
-/* one column on a projector: side panels stack under the figures instead of squeezing */
-[data-testid="stMain"] [data-testid="stHorizontalBlock"] { flex-direction: column; }
-[data-testid="stMain"] [data-testid="stColumn"] {
-  width: 100% !important; flex: 1 1 100% !important; }
+/* the header bar holds only the menu (and "Show the controls"): start the page under it */
+[data-testid="stMainBlockContainer"] { padding-top: 3.5rem; }
+/* tables draw on a canvas: zoom scales their text with the mode, inside the column's width */
+[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.25; max-width: 80%; }
 </style>
 """
 
@@ -43,8 +50,50 @@ a.rv-link { display: inline-block; padding: 0.35rem 0.8rem; border: 1px solid #2
 a.rv-link:hover { background: #2166ac; color: #ffffff; }
 /* the run step's URL fields: the sidebar names the run in words */
 .st-key-dump, .st-key-dump_step { display: none; }
+/* nothing scrolls the page sideways: formulas and tables scroll inside themselves */
+[data-testid="stMain"] .katex-display { overflow-x: auto; overflow-y: hidden; max-width: 100%; }
+[data-testid="stMain"] [data-testid="stDataFrame"] { max-width: 100%; overflow-x: auto; }
+[data-testid="stMain"] pre { white-space: pre-wrap; word-break: break-word; }
+/* "Show the controls" floats in the page's header bar instead of taking a row of its own */
+.st-key-show_sidebar { position: fixed; top: 0.6rem; left: 1rem; z-index: 1000001;
+  width: auto !important; }
+[data-testid="stMainBlockContainer"] { container-type: inline-size; container-name: rvmain; }
+/* a narrow main column: the explainer beside a figure goes under it */
+@container rvmain (max-width: 1000px) {
+  [data-testid="stHorizontalBlock"]:has(.rv-explainer) { flex-direction: column; }
+  [data-testid="stHorizontalBlock"]:has(.rv-explainer) > [data-testid="stColumn"] {
+    width: 100% !important; flex: 1 1 100% !important; }
+}
 </style>
 """
+
+_TOP = threading.local()  # this script run's slot at the top of the main column
+
+
+def is_present() -> bool:
+    """Whether this session shows the projector mode (``?present=true``)."""
+    return bool(st.session_state.get(KEY_PRESENT))
+
+
+def open_top_slot() -> None:
+    """Reserve the slot at the top of the main column for this run's live progress."""
+    _TOP.slot = st.container()
+
+
+def close_top_slot() -> None:
+    """Forget the slot (the run ended)."""
+    _TOP.slot = None
+
+
+@contextmanager
+def top_slot() -> Iterator[None]:
+    """Draw inside the slot at the top of the main column (in place when there is none)."""
+    slot = getattr(_TOP, "slot", None)
+    if slot is None:
+        yield
+        return
+    with slot:
+        yield
 
 
 def presentation_controls() -> tuple[bool, tuple[str, ...]]:

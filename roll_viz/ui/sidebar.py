@@ -22,7 +22,7 @@ from roll_viz.ui import adapters, knobs, url
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.guard import page_guard
-from roll_viz.ui.present import inject_css, presentation_controls
+from roll_viz.ui.present import close_top_slot, inject_css, open_top_slot, presentation_controls
 from roll_viz.ui.resources import model_choices, model_spec
 from roll_viz.ui.settings import (
     default_reward_choice,
@@ -465,10 +465,12 @@ def frame(title: str) -> Iterator[None]:
         _FRAME.state = _draw_sidebar()
     if _FRAME.state is None:  # the guard showed what went wrong
         st.stop()
+    open_top_slot()  # live progress goes to the top of the main column on every page
     try:
         yield
     finally:
         _FRAME.state = None
+        close_top_slot()
 
 
 def _draw_sidebar() -> AppState:

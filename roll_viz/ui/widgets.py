@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -17,17 +19,47 @@ from roll_viz.core.pipeline import ALIASES
 from roll_viz.core.records import Trace
 from roll_viz.data.runs.export import safe_csv
 from roll_viz.ui.nav import ROOT
+from roll_viz.ui.present import is_present
 from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
 from roll_viz.views import scales, tables
-
 
 # ---------------------------------------------------------------------------------------------
 # Layout helpers
 # ---------------------------------------------------------------------------------------------
+EXPLAINER_MARK = '<span class="rv-explainer" hidden></span>'  # CSS stacks its row when narrow
+
+
 def explainer(markdown: str, *, title: str = "What am I looking at?") -> None:
-    """A bordered box of plain-language explanation beside a picture."""
+    """A bordered box of plain-language explanation beside a picture.
+
+    In presentation mode it is a folded expander: the projector shows the figure, the teacher
+    opens the words when needed. A row holding an explainer stacks it under the figure when the
+    main column is narrower than 1000 px (``present.BASE_CSS``).
+    """
+    st.html(EXPLAINER_MARK)
+    if is_present():
+        with st.expander(title, expanded=False, icon=":material/help:"):
+            st.markdown(markdown)
+        return
     with st.container(border=True):
         st.markdown(f"**{title}**")
+        st.markdown(markdown)
+
+
+@contextmanager
+def folded(title: str = "About this page") -> Iterator[None]:
+    """Draw prose and secondary controls in place, or in a folded expander on a projector."""
+    if is_present():
+        with st.expander(title, expanded=False, icon=":material/notes:"):
+            yield
+        return
+    with st.container():
+        yield
+
+
+def prose(markdown: str, *, title: str = "About this page") -> None:
+    """A page's introductory prose: plain text, folded into an expander in presentation mode."""
+    with folded(title):
         st.markdown(markdown)
 
 
@@ -169,6 +201,54 @@ def plot(fig: Any, key: str, **kwargs: Any) -> None:
     if st.session_state.get(KEY_PRESENT):
         fig = scales.projector_fonts(fig)
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
+
+
+def first_moving_token(advantages: Any, mask: Any, b: int | None = None) -> tuple[int, int]:
+    """(b, t) of the first valid token with a non-zero advantage: a worked example that moves.
+
+    Args:
+        advantages: (B, T) advantages (or None: no estimator ran).
+        mask: (B, T) response mask.
+        b: look only in this sample (default: the first sample that has such a token).
+
+    Returns:
+        (b, t); (b or 0, 0) when every advantage there is 0.
+    """
+    rows = range(int(mask.shape[0])) if b is None else (b,)
+    if advantages is not None:
+        for row in rows:
+            moving = ((advantages[row] != 0) & (mask[row] > 0)).nonzero()
+            if len(moving):
+                return row, int(moving[0][0])
+    return (0 if b is None else b), 0
+
+
+def accept_index_url(key: str, labels: list[str]) -> str:
+    """Read a plain row index from the URL (``sample=2``) as that row; "" or a one-line notice.
+
+    The bound selectbox's URL value is the row's label (``sample=p0%2Fs2``); a number is taken as
+    the row index on the session's first visit. Anything else is left to the default with a
+    notice naming the value and what is allowed.
+    """
+    raw = st.query_params.get(key)
+    if raw is None or raw in labels or key in st.session_state:
+        return ""
+    text_value = str(raw).strip()
+    if text_value.isdigit() and int(text_value) < len(labels):
+        st.session_state[key] = int(text_value)
+        return ""
+    return (
+        f"The link's {key}={html.escape(text_value)[:40]} is not a sample of this batch: use a "
+        f"row number 0 to {len(labels) - 1} or a name such as {labels[0]}. Showing the default."
+    )
+
+
+def widget_default(key: str, **default: Any) -> dict[str, Any]:
+    """The default keyword for a keyed widget, or none when the session already holds a value.
+
+    Passing a default and a session value makes Streamlit warn.
+    """
+    return {} if key in st.session_state else default
 
 
 def chips(html_text: str) -> None:

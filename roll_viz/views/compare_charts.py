@@ -123,6 +123,29 @@ def local_global_scatter(samples: pd.DataFrame) -> go.Figure:
     return _layout(fig, 520)
 
 
+#: what a group whose rewards are all equal gets instead of batch std / 1e-6 (e.g. "4.79e+5x")
+NO_SIGNAL = "no signal (std 0)"
+
+
+def scale_labels(groups: pd.DataFrame) -> list[str]:
+    """The "local / global scale" of each group as text: "18.1x", or ``NO_SIGNAL`` for std 0.
+
+    A group whose rewards are all equal has std 0: local normalization gives every answer an
+    advantage of exactly 0, so its ratio batch std / (0 + eps) (e.g. 4.79e+5) means nothing.
+    A group of one has no std ("undefined (n = 1)").
+    """
+    out = []
+    for std, scale in zip(groups["group std"], groups["local / global scale"], strict=True):
+        std, scale = float(std), float(scale)
+        if not np.isfinite(std):
+            out.append("undefined (n = 1)")
+        elif std == 0.0:
+            out.append(NO_SIGNAL)
+        else:
+            out.append(f"{scale:.3g}x")
+    return out
+
+
 def group_std_bars(groups: pd.DataFrame) -> go.Figure:
     """Group std of every prompt next to the batch std (the divisor each normalization uses).
 
@@ -135,8 +158,10 @@ def group_std_bars(groups: pd.DataFrame) -> go.Figure:
     """
     names = [short(p, 24) for p in groups["prompt"]]
     colours = [OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(groups))]
-    custom = groups[["n", "group mean", "local / global scale"]].to_numpy(dtype=float)
+    custom = groups[["n", "group mean"]].to_numpy(dtype=float).tolist()
     std = groups["group std"].to_numpy(dtype=float)
+    for row, scale in zip(custom, scale_labels(groups), strict=True):
+        row.append(scale)
     fig = go.Figure(
         go.Bar(
             x=names,
@@ -148,8 +173,8 @@ def group_std_bars(groups: pd.DataFrame) -> go.Figure:
             name="group std",
             hovertemplate=(
                 "prompt %{x}<br>group std %{text}<br>n %{customdata[0]:.0f}, "
-                "mean %{customdata[1]:.4g}<br>local divides by a std "
-                "%{customdata[2]:.3g}x smaller than global<extra></extra>"
+                "mean %{customdata[1]:.4g}<br>local / global scale: "
+                "%{customdata[2]}<extra></extra>"
             ),
         )
     )
@@ -264,9 +289,8 @@ def frameworks_heatmap(table: pd.DataFrame, frameworks: Sequence[str]) -> go.Fig
     lim = _symmetric_limit(z, floor=ADVANTAGE_RANGE)
     prompts = list(dict.fromkeys(table["prompt"]))
     index = {p: k for k, p in enumerate(prompts)}
-    labels = [
-        f"prompt {index[p] + 1}, #{int(s)}"
-        for p, s in zip(table["prompt"], table["sample"], strict=True)
+    labels = [  # the p0/s2 names every page uses (text.sample_labels)
+        f"p{index[p]}/s{int(s)}" for p, s in zip(table["prompt"], table["sample"], strict=True)
     ]
     full = [html.escape(str(p)) for p in table["prompt"]]
     fig = go.Figure(

@@ -103,3 +103,27 @@ def test_frameworks_heatmap_and_bars():
     bars = charts_compare.frameworks_diff_bars(cmp.summary)
     assert [tr.type for tr in bars.data] == ["bar", "bar"]
     assert list(bars.data[0].x) == fws
+
+
+def test_frameworks_heatmap_names_samples_like_every_page():
+    """Rows are p0/s0, p0/s1, ... (text.sample_labels), not "prompt 1, #2"."""
+    b = batch_of(consistent_rollout())
+    cmp = compare.compare_frameworks(b, {"beta": 0.1, "kl_in_reward": True}, "grpo")
+    fig = charts_compare.frameworks_heatmap(cmp.samples, list(cmp.traces))
+    labels = list(fig.data[0].y)
+    assert labels[:2] == ["p0/s0", "p0/s1"]
+    assert not any("#" in label or "prompt" in label for label in labels)
+
+
+def test_zero_variance_group_says_no_signal_not_a_huge_ratio():
+    """Equal rewards: std 0, local A = 0; batch std / 1e-6 (about 5.16e+5x) is not printed."""
+    scores = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0], dtype=torch.float64)
+    lg = local_global.local_vs_global(scores, torch.tensor([0, 0, 0, 1, 1, 1]), ("flat", "mixed"))
+    assert float(lg.groups["local / global scale"].iloc[0]) > 1e5  # the raw ratio
+    labels = charts_compare.scale_labels(lg.groups)
+    assert labels[0] == charts_compare.NO_SIGNAL == "no signal (std 0)"
+    assert labels[1].endswith("x")
+    assert float(labels[1][:-1]) < 10
+    fig = charts_compare.group_std_bars(lg.groups)
+    assert fig.data[0].customdata[0][2] == "no signal (std 0)"
+    assert "e+5" not in str(fig.to_plotly_json()["data"][0]["customdata"])

@@ -508,7 +508,10 @@ function lgUpdate(state) {
       data: { std: res.groupStd[p], scale: res.scale[p] },
       cells: [
         labels[p] ?? `prompt ${p}`, res.count[p], lgFmt(res.groupMean[p]),
-        lgFmt(res.groupStd[p]), Number.isFinite(res.scale[p]) ? `${res.scale[p].toPrecision(3)}x` : "undefined",
+        lgFmt(res.groupStd[p]),
+        // equal rewards: std 0, local A = 0, the ratio batch std / eps means nothing
+        res.groupStd[p] === 0 ? "no signal (std 0)"
+          : Number.isFinite(res.scale[p]) ? `${res.scale[p].toPrecision(3)}x` : "undefined",
       ],
     });
   }

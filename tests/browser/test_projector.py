@@ -1,0 +1,127 @@
+"""Projector mode: at 1280 x 720 with ``?present=true`` every page's key figure starts in the
+first screen and nothing runs off the right edge.
+
+For each page the test opens the lecture link (``present=true&hide=sidebar``, as the README's
+recipe projects it) in a 1280 x 720 window, measures where the first figure (a Plotly chart, a
+table, an image, the instant component or Home's chain) starts in the main column, and checks that
+neither the document nor the main column scrolls sideways: wide tables and formulas scroll inside
+themselves. At 800 px the explainer of a figure stacks under it instead of squeezing into a
+narrow column (``test_explainer_stacks_below_1000_px``). The screenshots are the projector's view
+(first screen only).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from roll_viz import nav
+from tests.browser import streamlit_page as sp
+
+WIDTH, HEIGHT = 1280, 720
+#: the first figure must start this far above the bottom edge: some of it is in view, not its top
+IN_VIEW = 120
+#: the pages a lecture projects, by key (the lesson pages have their own presentation test)
+PROJECTED = (
+    "home", "samples", "rewards", "kl", "advantages", "local_global", "normalisation", "update",
+    "sensitivity", "frameworks", "training", "your_run", "self_test",
+)  # fmt: skip
+FIGURE = (
+    ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stImage'], "
+    "[data-testid='stCustomComponentV1'], [data-testid='stIFrame'], "
+    "[data-testid^='stBidiComponent'], .st-key-rv_chain, .rv-chips"
+)
+#: where the first figure starts (px from the top of the window) and the widths that overflow
+MEASURE_JS = """(sel) => {
+  const main = document.querySelector("[data-testid='stMain']");
+  const figs = Array.from(main.querySelectorAll(sel))
+    .filter(e => e.getBoundingClientRect().height > 0);
+  const tops = figs.map(e => e.getBoundingClientRect().top + main.scrollTop);
+  const wide = Array.from(main.querySelectorAll("*"))
+    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+              && getComputedStyle(e).visibility !== 'hidden')
+    .filter(e => !e.closest(
+      "[data-testid='stDataFrame'], [data-testid='stCode'], .katex-display, iframe"))
+    .slice(0, 5).map(e => (e.getAttribute('data-testid') || e.className || e.tagName) + ' '
+                    + Math.round(e.getBoundingClientRect().right));
+  return {first: tops.length ? Math.min(...tops) : null,
+          docWidth: document.documentElement.scrollWidth,
+          mainWidth: main.scrollWidth, mainClient: main.clientWidth,
+          inner: window.innerWidth, wide: wide};
+}"""
+
+
+#: pages whose figure needs one action first: extra query and the button or option to press
+SETUP = {
+    "update": ("live=true&G=4&T=16", ".st-key-upd_step button"),
+    "your_run": ("", "rllb"),
+}
+
+
+def _measure(page) -> dict:
+    return page.evaluate(MEASURE_JS, FIGURE)
+
+
+def _setup(page, key: str) -> None:
+    """Take the action that draws the page's figure (a step, a run picked)."""
+    _, action = SETUP[key]
+    if key == "your_run":
+        page.locator(".st-key-run_pick").click()
+        option = page.get_by_role("option", name=action, exact=True)
+        sp.after_rerun(page, option.click)
+    else:
+        sp.after_rerun(page, lambda: page.locator(action).click(), timeout=240_000)
+    page.locator("[data-testid='stMain']").evaluate("e => e.scrollTo(0, 0)")
+
+
+@pytest.fixture
+def projector(browser):
+    context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
+    pg = context.new_page()
+    pg.set_default_timeout(90_000)
+    yield pg
+    context.close()
+
+
+@pytest.mark.parametrize("key", PROJECTED)
+def test_first_figure_in_first_screen(projector, server, shots, key):
+    """The page's first figure starts above 720 px and the page is no wider than the window."""
+    extra = SETUP[key][0] + "&" if key in SETUP else ""
+    sp.goto(projector, f"{server}/{nav.url_path(key)}?{extra}present=true&hide=sidebar", 240_000)
+    if key in SETUP:
+        _setup(projector, key)
+    assert sp.exceptions(projector) == []
+    assert projector.get_by_text("This page could not be drawn").count() == 0, key
+    m = _measure(projector)
+    projector.screenshot(path=str(shots / f"projector_{key}.png"))
+    assert m["first"] is not None, f"{key}: no figure on the page"
+    assert m["first"] < HEIGHT - IN_VIEW, f"{key}: first figure starts at y = {m['first']:.0f}"
+    assert m["docWidth"] <= m["inner"], f"{key}: page is {m['docWidth']} px wide, {m['wide']}"
+    assert m["mainWidth"] <= m["mainClient"], f"{key}: main column scrolls sideways, {m['wide']}"
+
+
+#: width of the column holding each explainer, and of the main block around it
+EXPLAINER_JS = """() => {
+  const block = document.querySelector("[data-testid='stMainBlockContainer']");
+  const cols = Array.from(document.querySelectorAll(".rv-explainer"))
+    .map(e => e.closest("[data-testid='stColumn']")).filter(Boolean);
+  return {block: block.getBoundingClientRect().width,
+          columns: cols.map(c => c.getBoundingClientRect().width)};
+}"""
+
+
+@pytest.mark.parametrize("path", ["Advantages", "Rewards"])
+def test_explainer_stacks_below_1000_px(browser, server, path):
+    """At 800 px the explainer beside a figure takes the full width under it (not 90 px)."""
+    context = browser.new_context(viewport={"width": 800, "height": 720})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(90_000)
+        sp.goto(pg, f"{server}/{path}")
+        assert sp.exceptions(pg) == []
+        widths = pg.evaluate(EXPLAINER_JS)
+        assert widths["columns"], f"{path}: no explainer in a column"
+        for width in widths["columns"]:
+            assert width >= 0.9 * widths["block"] - 40, (path, widths)
+        assert pg.evaluate("() => document.documentElement.scrollWidth") <= 800
+    finally:
+        context.close()

@@ -1,0 +1,42 @@
+"""Small traps of a lecture, each with the numbers that showed it (issue: lecture-ready, item 5).
+
+The Advantages worked example starts on a token that moves (non-zero advantage) and accepts a
+row number in the link; Local vs global names a zero-variance group "no signal (std 0)"; the
+training curves say which share they plot.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roll_viz import ui
+from tests.ui.apptest import open_page
+
+
+def _selected(at) -> str:
+    return next(m.value for m in at.markdown if m.value.startswith("Selected: sample"))
+
+
+def test_worked_example_defaults_to_a_token_that_moves():
+    """arithmetic + GAE: p0/s0 and p0/s1 scored 0 (A = 0 on every token); p0/s2 is the first."""
+    at = open_page("advantages", preset="arithmetic", est="gae")
+    assert at.selectbox(key=ui.KEY_SAMPLE).value == 2
+    assert "sample **p0/s2**, position **t = 0**" in _selected(at)
+
+
+def test_first_moving_token_by_hand():
+    adv = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.5, 0.2], [1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 1, 1]])
+    assert ui.first_moving_token(adv, mask) == (1, 1)
+    assert ui.first_moving_token(adv, mask, 2) == (2, 0)  # t = 0 is padding there: none moves
+    assert ui.first_moving_token(None, mask) == (0, 0)
+
+
+def test_index_url_selects_the_row_or_says_why_not():
+    at = open_page("advantages", preset="quantum", sample="2")
+    assert at.selectbox(key=ui.KEY_SAMPLE).value == 2
+    assert "sample **p0/s2**" in _selected(at)
+    assert not any("is not a sample" in i.value for i in at.info)
+    bad = open_page("advantages", preset="quantum", sample="zz")
+    assert any("sample=zz is not a sample of this batch" in i.value for i in bad.info)
+    assert bad.selectbox(key=ui.KEY_SAMPLE).value == 0
