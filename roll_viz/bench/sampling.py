@@ -10,14 +10,15 @@ slows them alike; ``loadavg`` records how busy it was.
   (``PLAIN_DECODE``, start-up thread count only), and the labelled int8 fast path
   (``FAST_DECODE``); once at the start-up thread count and once at every core, all variants of a
   group pinned to the same count; ``speedup_vs_generate`` against the group's ``generate``.
-- int8 fidelity: mean KL(float || int8) of the next-token distributions along float-drawn
-  answers, and how often the top token agrees (what the labelled fast path costs).
+- int8 and bf16 fidelity: mean KL(float || int8 / bf16) of the next-token distributions along
+  float-drawn answers, and how often the top token agrees (what each fast path costs).
 - CPU lecture request: ``sample()`` of 2 prompts x 8 samples x 64 tokens (steered: two scoring
-  passes), float and int8 decode, against the 5 s target, with ``estimate_seconds`` before it
-  and the machine's memory-bandwidth floor beside it: ``bandwidth_floor_s`` = the model's weight
-  bytes x 64 decode steps / the read bandwidth measured in the same run (``memory_bandwidth``:
-  the best of a few ``sum`` passes over 1 GiB at one thread and at every core). A decode step
-  reads every weight once, so no float decode of 64 steps can beat that floor on this machine.
+  passes), float, int8 and the opt-in bf16 decode, against the 5 s target, with
+  ``estimate_seconds`` before it and the machine's memory-bandwidth floor beside it:
+  ``bandwidth_floor_s`` = the model's weight bytes x 64 decode steps / the read bandwidth
+  measured in the same run (``memory_bandwidth``: the best of a few ``sum`` passes over 1 GiB at
+  one thread and at every core). A decode step reads every weight once, so no float decode of
+  64 steps can beat that floor on this machine.
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
   while a second process runs a single-threaded matmul loop (a competing student).
 - CUDA (when present): 8 x 128 in bfloat16, plain generate vs our loop with a dynamic cache vs our
@@ -47,7 +48,13 @@ import torch
 from torch import Tensor
 
 from roll_viz.bench.machine import context
-from roll_viz.lm.decode import FAST_DECODE, PLAIN_DECODE, DecodeOptions, decode_batch
+from roll_viz.lm.decode import (
+    BF16_DECODE,
+    FAST_DECODE,
+    PLAIN_DECODE,
+    DecodeOptions,
+    decode_batch,
+)
 from roll_viz.lm.lean_step import LeanDecoder
 from roll_viz.lm.models import ModelBundle, load_models
 from roll_viz.lm.request import SamplingConfig
@@ -168,12 +175,14 @@ def bench_decode(bundle: ModelBundle, rows: int, new_tokens: int, runs: int) -> 
     return lines
 
 
-def bench_int8_fidelity(bundle: ModelBundle, rows: int = 8, new_tokens: int = 48) -> dict:
-    """How far the int8 decode step's next-token distributions are from the float model's.
+def bench_int8_fidelity(
+    bundle: ModelBundle, rows: int = 8, new_tokens: int = 48, weights: str = "int8"
+) -> dict:
+    """How far the int8 (or bf16) decode step's next-token distributions are from the float's.
 
-    Float decode draws ``rows`` answers; both steps (float and int8 lean) then replay them from
-    the same float prefill, and the line reports the mean KL(float || int8) per position and how
-    often the most likely token agrees. Not a timing: what the labelled fast path costs in
+    Float decode draws ``rows`` answers; both steps (float and ``weights`` lean) then replay them
+    from the same float prefill, and the line reports the mean KL(float || weights) per position
+    and how often the most likely token agrees. Not a timing: what a fast path costs in
     fidelity.
     """
     bundle = dataclasses.replace(bundle, eos_ids=(-1,))  # every answer runs full length
@@ -189,25 +198,25 @@ def bench_int8_fidelity(bundle: ModelBundle, rows: int = 8, new_tokens: int = 48
         prefill = bundle.model(input_ids=ids, use_cache=True)
         tokens = torch.tensor([a[:steps] for a in answers])
         logp: dict[str, list[Tensor]] = {}
-        for weights in ("model", "int8"):
-            lean = LeanDecoder(bundle.model, weights)
+        for kind in ("model", weights):
+            lean = LeanDecoder(bundle.model, kind)
             buffers = lean.allocate(rows, width + steps, torch.float32, bundle.device)
             lean.load_cache(buffers, prefill.past_key_values, width)
-            logp[weights] = []
+            logp[kind] = []
             for t in range(steps - 1):
                 mask = torch.ones(rows, width + t + 1)
                 pos = torch.full((rows, 1), width + t)
                 logits = lean.step(buffers, tokens[:, t], pos, width + t, mask)[1]
-                logp[weights].append(torch.log_softmax(logits.float(), -1))
-        exact, approx = torch.stack(logp["model"]), torch.stack(logp["int8"])
+                logp[kind].append(torch.log_softmax(logits.float(), -1))
+        exact, approx = torch.stack(logp["model"]), torch.stack(logp[weights])
         kl = (exact.exp() * (exact - approx)).sum(-1)
         agree = (exact.argmax(-1) == approx.argmax(-1)).float().mean()
     return {
-        "what": "int8_decode_fidelity",
+        "what": f"{weights}_decode_fidelity",
         "model": bundle.name,
         "positions": int(kl.numel()),
-        "mean_kl_float_vs_int8": round(float(kl.mean()), 4),
-        "max_kl_float_vs_int8": round(float(kl.max()), 4),
+        f"mean_kl_float_vs_{weights}": round(float(kl.mean()), 6),
+        f"max_kl_float_vs_{weights}": round(float(kl.max()), 6),
         "top1_agreement": round(float(agree), 3),
     }
 
@@ -264,7 +273,11 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
     cfg = SamplingConfig(
         prompts=LECTURE_PROMPTS, group_size=8, max_new_tokens=64, policy_mode="steered"
     )
-    variants = {"float_decode": DecodeOptions(), "int8_decode": FAST_DECODE}
+    variants = {
+        "float_decode": DecodeOptions(),
+        "int8_decode": FAST_DECODE,
+        "bf16_decode": BF16_DECODE,  # opt-in; its fidelity line says what it costs
+    }
     estimates: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
 
@@ -287,8 +300,9 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
         # CPU seconds of this process (all its threads): what the run costs on an idle machine
         line["cpu_s_median"] = round(statistics.median(cpu[name][1:]), 2)
         line["target_s"] = 5.0
-        # the float weights' floor; int8 reads a quarter of the projection bytes
-        line["bandwidth_floor_s"] = round(floor_s / (4 if name == "int8_decode" else 1), 2)
+        # the float weights' floor; int8 reads a quarter of the bytes, bf16 half
+        share = {"int8_decode": 4, "bf16_decode": 2}.get(name, 1)
+        line["bandwidth_floor_s"] = round(floor_s / share, 2)
         lines.append(line)
     return lines
 
@@ -421,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(line) + "\n")
         out.flush()
     if "fidelity" in parts:
-        out.write(json.dumps(bench_int8_fidelity(cpu)) + "\n")
+        for weights in ("int8", "bf16"):
+            out.write(json.dumps(bench_int8_fidelity(cpu, weights=weights)) + "\n")
         out.flush()
     if "lecture" in parts:
         for line in bench_lecture(cpu, runs=args.runs):

@@ -265,7 +265,7 @@ def _trl_peer(model: str, steps: int, checkpointing: bool) -> int:
     return 0
 
 
-def _json_line(text: str) -> dict | None:
+def json_line(text: str) -> dict | None:
     """A benchmark line (a JSON object with "what"), or None for other output (TRL's logs)."""
     try:
         line = json.loads(text)
@@ -289,7 +289,7 @@ def _side_by_side(model: str, steps: int, checkpointing: bool) -> int:
     lines: dict[str, list[dict]] = {}
     for name, proc in procs.items():
         out, _ = proc.communicate()
-        lines[name] = [line for line in map(_json_line, out.splitlines()) if line]
+        lines[name] = [line for line in map(json_line, out.splitlines()) if line]
         for line in lines[name]:
             print(json.dumps(line), flush=True)
     if any(x.get("what") == "skip" for x in lines["trl"]):

@@ -38,7 +38,7 @@ from roll_viz.lm.request import prompt_only
 
 STATIC_CACHE_STEP = 128  # static KV cache lengths are multiples of this
 
-DecodeWeights = Literal["model", "int8"]
+DecodeWeights = Literal["model", "int8", "bf16"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,11 @@ class DecodeOptions:
             model's; the log-probs, KL and entropy are still the exact float teacher-forced pass
             of the bundle's model, and ``Rollout.meta["decode_weights"]`` says which was used.
             Ignored (float decode) on other devices and for policy sources that change weights
-            (a LoRA adapter lives in the float model only).
+            (a LoRA adapter lives in the float model only). "bf16" (CPU only, opt-in) decodes
+            with the lean step over a bfloat16 copy of the projections and the head
+            (``LeanDecoder(model, "bf16")``): half the bytes per step, AMX / AVX-512 BF16 where
+            the CPU has them; like int8 it changes the draws, never the float scores, and is
+            labelled in ``meta``. Needs a Llama-shaped model (else the float decode runs).
         share_prompt_prefill: run each distinct context once and copy its KV cache to the G
             rows that share it: in the decode prefill (dynamic cache only; same draws) and in the
             teacher-forced scoring passes (``shared_context_hidden``; same scores up to float
@@ -107,6 +111,7 @@ class DecodeOptions:
 
 
 FAST_DECODE = DecodeOptions(weights="int8")  # the labelled approximate fast path (CPU)
+BF16_DECODE = DecodeOptions(weights="bf16")  # opt-in: bfloat16 lean decode, float scores (CPU)
 PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two scoring passes
     share_prompt_prefill=False,
     prefetch_noise=False,
@@ -118,9 +123,12 @@ PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two sc
 
 
 def weights_kind(bundle: ModelBundle, decode: DecodeOptions, source: Any) -> str:
-    """The decode weights: "int8" (int8 copy: CPU, prompt-only source) or the dtype name."""
+    """The decode weights: "int8" / "bf16" (a copy: CPU, prompt-only source) or the dtype name."""
     if decode.weights == "int8" and bundle.device.type == "cpu" and prompt_only(source):
         return "int8"
+    lean = decode.lean_step and LeanDecoder.supports(bundle.model)
+    if decode.weights == "bf16" and bundle.device.type == "cpu" and prompt_only(source) and lean:
+        return "bf16"
     return bundle.dtype_name
 
 

@@ -15,6 +15,11 @@ bound by reading the weights (about 5 GB/s per core), and transformers' step add
 Measured on the 2-core box (one step, 18 rows, context 90, median ms; ``p5`` in the note):
 transformers float 184, this step float 189 / int8 88 with one thread; 149 / 132 / 56 with two.
 
+- with ``weights="bf16"`` (opt-in, CPU) holds a bfloat16 copy of every projection and of the
+  head (q/k/v and gate/up fused), fed bfloat16 activations, the results back in float32: half
+  the bytes to read per step, and AMX / AVX-512 BF16 matmuls where the CPU has them. Like int8
+  it changes which tokens are drawn, never how they are scored (the bound on its next-token
+  distributions is tested: ``tests/lm/test_speed.py``).
 - with ``weights="merged"`` folds the active peft LoRA adapter into each projection
   (``W + s * B @ A``, new tensors built once per request) so a training run samples at the
   speed of the base model: peft's LoRA layers cost about 190 ms per decode step here against
@@ -113,6 +118,12 @@ def _int8_linear(weight: Tensor) -> Project:
     return holder[0]
 
 
+def _bf16_linear(weight: Tensor) -> Project:
+    """``x W^T`` with a bfloat16 copy of W and bfloat16 inputs, the result in float32."""
+    copy = weight.detach().to(torch.bfloat16)
+    return lambda x: F.linear(x.to(torch.bfloat16), copy).float()
+
+
 def _attend(q: Tensor, keys: Tensor, values: Tensor, allowed: Tensor) -> Tensor:
     """Grouped-query attention of one new position, as plain matmuls.
 
@@ -154,7 +165,8 @@ class LeanDecoder:
             model: a ``LlamaForCausalLM``-shaped model (``supports(model)``).
             weights: "model" (the model's tensors), "merged" (the active LoRA adapter folded
                 into copies of the adapted projections: build it inside the adapter's
-                ``activate``, once per request) or "int8" (quantized copy, CPU).
+                ``activate``, once per request), "int8" (quantized copy, CPU) or "bf16"
+                (bfloat16 copy, CPU).
         """
         cfg = model.config
         self.heads = cfg.num_attention_heads
@@ -171,14 +183,15 @@ class LeanDecoder:
         self.layers = []
         for layer in base.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            if weights == "int8":
+            if weights in ("int8", "bf16"):
+                low = _int8_linear if weights == "int8" else _bf16_linear
                 qkv = torch.cat([_base(m).weight for m in (attn.q_proj, attn.k_proj, attn.v_proj)])
                 gate_up = torch.cat([_base(mlp.gate_proj).weight, _base(mlp.up_proj).weight])
                 projections = (
-                    _int8_linear(qkv),
-                    _int8_linear(_base(attn.o_proj).weight),
-                    _int8_linear(gate_up),
-                    _int8_linear(_base(mlp.down_proj).weight),
+                    low(qkv),
+                    low(_base(attn.o_proj).weight),
+                    low(gate_up),
+                    low(_base(mlp.down_proj).weight),
                 )
             else:
                 merge = weights == "merged"
@@ -191,7 +204,10 @@ class LeanDecoder:
             norms = (_rms_norm(layer.input_layernorm), _rms_norm(layer.post_attention_layernorm))
             self.layers.append((*norms, projections))
         head = model.get_output_embeddings()
-        self.head = _int8_linear(head.weight) if weights == "int8" else _float_linear(head)
+        if weights in ("int8", "bf16"):
+            self.head = (_int8_linear if weights == "int8" else _bf16_linear)(head.weight)
+        else:
+            self.head = _float_linear(head)
 
     @staticmethod
     def supports(model: Any) -> bool:

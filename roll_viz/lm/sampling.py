@@ -252,7 +252,7 @@ def _decode(
 
     generator = torch.Generator(device=bundle.device).manual_seed(cfg.seed)
     timings: dict = {}
-    reuse = decode.reuse_decode_hidden and kind != "int8"
+    reuse = decode.reuse_decode_hidden and kind not in ("int8", "bf16")  # float states only
     capture: dict | None = {} if reuse else None
     run.phase, run.decode_started = "decode", time.monotonic()
     with source.activate(bundle):
@@ -266,7 +266,7 @@ def _decode(
             generator=generator,
             options=replace(
                 decode,
-                weights="int8" if kind == "int8" else "model",
+                weights=kind if kind in ("int8", "bf16") else "model",
                 lean_step=decode.lean_step,  # merged weights while an adapter is on
             ),
             counter=count,
@@ -452,13 +452,13 @@ def _meta(bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource, kind: 
             else "steered: the policy sees the hidden instruction, the reference scores the same "
             "tokens without it; exact KL(policy || ref) over the full vocabulary"
         ),
-        "decode_weights": "int8-dynamic" if kind == "int8" else kind,
-        "decode_note": (
-            "responses drawn by an int8 dynamically quantized copy of the model (fast decode); "
-            f"scores from the {bundle.dtype_name} model"
-            if kind == "int8"
-            else f"responses drawn by the {bundle.dtype_name} model"
-        ),
+        "decode_weights": {"int8": "int8-dynamic", "bf16": "bfloat16-lean"}.get(kind, kind),
+        "decode_note": {
+            "int8": "responses drawn by an int8 dynamically quantized copy of the model (fast "
+            f"decode); scores from the {bundle.dtype_name} model",
+            "bf16": "responses drawn by a bfloat16 copy of the model's projections (opt-in fast "
+            f"decode); scores from the {bundle.dtype_name} model",
+        }.get(kind, f"responses drawn by the {bundle.dtype_name} model"),
         "topk": cfg.topk,
         "feature_dim": cfg.feature_dim,
         "feature_note": (

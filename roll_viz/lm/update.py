@@ -6,9 +6,9 @@ a Rollout with a framework's policy loss (``roll_viz.core.pipeline.policy_loss``
 (``UpdateConfig.rescore``; a training run skips it). Speed: each prompt's context runs once per
 forward and its keys/values go to the prompt's rows (with grad), the head runs at the response
 positions only with a log-sum-exp per position, and the forward passes take every core while
-the machine is idle; none of it changes the numbers beyond float rounding (``tests/lm/
-test_speed.py``). The AdamW optimizer of the adapter
-is built here (``_optimizer``) and kept on the policy, so its state survives between steps.
+the machine is idle; none of it changes the numbers beyond float rounding
+(``tests/lm/test_speed.py``). The AdamW optimizer of the adapter is built here
+(``_optimizer``) and kept on the policy, so its state survives between steps.
 Minibatch order comes from a generator seeded by ``UpdateConfig.seed``.
 
 Memory-bounded backward: the loss of a minibatch aggregates over all its tokens, but holding the

@@ -26,13 +26,13 @@ def test_lecture_lines_carry_the_estimate_target_and_bandwidth_floor(tiny):
     bandwidth, *lines = bench.bench_lecture(tiny, runs=1, bandwidth_gib=0.01)
     assert bandwidth["what"] == "memory_bandwidth"
     assert bandwidth["gb_per_s"] > 0
-    assert [line["what"].rsplit("_", 2)[-2] for line in lines] == ["float", "int8"]
+    assert [line["what"].rsplit("_", 2)[-2] for line in lines] == ["float", "int8", "bf16"]
     for line in lines:
         assert line["target_s"] == 5.0
         assert line["cpu_s_median"] > 0
         assert len(line["estimate_s_before_run"]) == 1
         assert line["bandwidth_floor_s"] >= 0
-    assert lines[0]["bandwidth_floor_s"] >= lines[1]["bandwidth_floor_s"]
+    assert lines[0]["bandwidth_floor_s"] >= lines[2]["bandwidth_floor_s"]
 
 
 def test_int8_fidelity_line(tiny):

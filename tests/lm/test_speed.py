@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from dataclasses import replace
 
 import pytest
 import torch
 
 from roll_viz.lm import lora, update
-from roll_viz.lm.decode import DecodeOptions, decode_batch
+from roll_viz.lm.decode import BF16_DECODE, DecodeOptions, decode_batch
 from roll_viz.lm.lean_step import LeanDecoder, adapter_active
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
@@ -241,3 +242,68 @@ def test_training_steps_are_deterministic_per_seed_under_one_and_two_threads(bun
         two = train_curves(bundle)
     assert one == two
     assert "delta_abs_mean" not in one[0][0]["update"]  # no re-score in a training step
+
+
+# ---------------------------------------------------------------------------------------------
+# The opt-in bfloat16 decode: what it changes, bounded
+
+
+def replay_kl(bundle, weights: str, rows: int = 4, steps: int = 16) -> tuple[float, float, float]:
+    """(mean, max KL(float || weights) of the next-token distributions, mean |d log p|).
+
+    Float decode draws ``rows`` answers; the float and the ``weights`` lean steps replay them
+    from the same float prefill.
+    """
+    no_eos = dataclasses.replace(bundle, eos_ids=(-1,))
+    with bundle.lock, torch.inference_mode():
+        ctx = bundle.chat_ids("Hello there")
+        gen = torch.Generator().manual_seed(0)
+        answers = decode_batch(no_eos, [ctx] * rows, rows, 1.0, 1.0, steps, gen)
+        tokens = torch.tensor(answers)
+        width = len(ctx)
+        prefill = bundle.model(input_ids=torch.tensor([ctx] * rows), use_cache=True)
+        logp = {}
+        for kind in ("model", weights):
+            lean = LeanDecoder(bundle.model, kind)
+            buffers = lean.allocate(rows, width + steps, torch.float32, bundle.device)
+            lean.load_cache(buffers, prefill.past_key_values, width)
+            out = []
+            for t in range(steps - 1):
+                mask = torch.ones(rows, width + t + 1)
+                pos = torch.full((rows, 1), width + t)
+                logits = lean.step(buffers, tokens[:, t], pos, width + t, mask)[1]
+                out.append(torch.log_softmax(logits, -1))
+            logp[kind] = torch.stack(out)
+    exact, approx = logp["model"], logp[weights]
+    kl = (exact.exp() * (exact - approx)).sum(-1)
+    drawn = tokens[:, 1:].T[..., None]
+    moved = (exact.gather(-1, drawn) - approx.gather(-1, drawn)).abs().mean()
+    return float(kl.mean()), float(kl.max()), float(moved)
+
+
+def test_bf16_decode_stays_close_to_the_float_step(bundle):
+    mean_kl, max_kl, moved = replay_kl(bundle, "bf16")
+    assert 0 < mean_kl < 1e-3  # 2.4e-4 here (int8: 6.3e-3); the bench prints SmolLM2's
+    assert max_kl < 1e-2
+    assert moved < 0.05  # mean |log p(drawn) float - bf16| (0.019 here; int8: 0.093)
+
+
+def test_bf16_decode_is_labelled_and_scores_stay_float(bundle):
+    bf16 = sample(bundle, CFG, decode=BF16_DECODE)
+    again = sample(bundle, CFG, decode=BF16_DECODE)
+    assert torch.equal(bf16.token_ids, again.token_ids)  # deterministic per seed
+    assert dict(bf16.meta)["decode_weights"] == "bfloat16-lean"
+    assert dict(sample(bundle, CFG).meta)["decode_weights"] == "float32"
+    # the reported log-probs are the float model's teacher-forced scores of the drawn tokens
+    with lora.LoraPolicy(bundle, seed=0) as fresh:  # B = 0: the base model
+        float_scores = update.policy_logprobs(fresh, bf16)
+    torch.testing.assert_close(bf16.logprobs, float_scores, atol=1e-5, rtol=0)
+
+
+def test_bf16_decode_is_the_same_under_one_and_two_threads(bundle):
+    runs = []
+    for count in (1, 2):
+        with torch_threads(count):
+            runs.append(sample(bundle, CFG, decode=replace(BF16_DECODE, adapt_threads=False)))
+    assert torch.equal(runs[0].token_ids, runs[1].token_ids)
+    assert torch.equal(runs[0].logprobs, runs[1].logprobs)
