@@ -16,6 +16,15 @@ with ui.page_guard("Samples"):
     trace = ui.cached_trace(state)
     labels = text.sample_labels(rollout)
 
+    st.caption(
+        "Reward: "
+        + (
+            "the run's own scores (from its file)"
+            if state.source.startswith("run:")
+            else text.md_escape(ui.describe_terms(state.reward.terms))
+        )
+        + " (change it under Reward in the sidebar)."
+    )
     main, side = st.columns([3, 1], gap="large")
     with side:
         view = st.radio(

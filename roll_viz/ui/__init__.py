@@ -47,6 +47,7 @@ from roll_viz.ui.instant import instant_local_global, instant_panel
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.settings import (
+    describe_terms,
     estimator_options,
     estimator_overrides,
     generic_value,
@@ -145,6 +146,7 @@ __all__ = [
     "chips",
     "critic_radio",
     "current_batch",
+    "describe_terms",
     "download_csv",
     "download_trace_json",
     "estimator_options",

@@ -473,6 +473,40 @@ def frame(title: str) -> Iterator[None]:
         close_top_slot()
 
 
+def _use_reward(name: str) -> None:
+    """Callback: choose this reward function (the URL follows)."""
+    st.session_state[KEY_REWARD] = name
+
+
+def _suggest_reward(source: str, sampling: Any, reward: Any) -> None:
+    """Offer the arithmetic reward when live arithmetic questions get a reward blind to answers.
+
+    A preset's reward stays when the prompts are edited live; "What is 17 + 25?" answered
+    "17 + 25 = 32" would then score on sentence length (1.25) while the right answer scores 0.
+    """
+    if source != "live" or sampling is None:
+        return
+    if any(name == "arithmetic" for name, _weight, _params in reward.terms):
+        return
+    questions = [p for p in sampling.prompts if rewards.arithmetic_answer(p) is not None]
+    if not questions:
+        return
+    st.sidebar.info(
+        f"Your prompts include {text.count(len(questions), 'arithmetic question')} (e.g. "
+        f"'{text.md_line(questions[0])[:60]}'), but the reward is "
+        f"{text.md_escape(describe_terms(reward.terms))}: it does not check the answer.",
+        icon=":material/calculate:",
+    )
+    st.sidebar.button(
+        "Use the arithmetic reward",
+        key="use_arithmetic_reward",
+        on_click=_use_reward,
+        args=("arithmetic",),
+        icon=":material/check:",
+        help="1 when the last number of the answer is the prompt's result, else 0.",
+    )
+
+
 def _draw_sidebar() -> AppState:
     """Draw the shared sidebar and return the state it describes."""
     messages: list[str] = []
@@ -482,6 +516,7 @@ def _draw_sidebar() -> AppState:
     model = _sidebar_model(source == "live")
     source = _sidebar_policy(source)
     reward = _sidebar_reward(preset)
+    _suggest_reward(source, sampling, reward)
     if source.startswith("run:"):
         st.sidebar.caption("These reward settings do not apply: the run's file gives the scores.")
     framework, generic, config = knobs.algorithm_section(sampling.group_size, messages)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_viz import ui
+from roll_viz import rewards, ui
 from tests.ui.apptest import open_page
 
 
@@ -40,3 +40,21 @@ def test_index_url_selects_the_row_or_says_why_not():
     bad = open_page("advantages", preset="quantum", sample="zz")
     assert any("sample=zz is not a sample of this batch" in i.value for i in bad.info)
     assert bad.selectbox(key=ui.KEY_SAMPLE).value == 0
+
+
+def test_live_arithmetic_prompt_gets_the_arithmetic_reward_suggested():
+    """'17 + 25 = 32' must not score 1.25 while the right answer scores 0 (the preset's reward)."""
+    assert rewards.arithmetic("What is 17 + 25?", "17 + 25 = 32") == 0.0
+    assert rewards.arithmetic("What is 17 + 25?", "17 + 25 = 42.") == 1.0
+    at = open_page(
+        "samples", preset="quantum", live="true", G="2", T="8", prompts="What is 17 + 25?"
+    )
+    info = [i.value for i in at.sidebar.info]
+    assert any("1 arithmetic question" in v and "does not check the answer" in v for v in info)
+    shown = [c.value.replace("\\", "") for c in at.caption if c.value.startswith("Reward:")]
+    assert any("1 x one_sentence" in c for c in shown)
+    at.sidebar.button(key="use_arithmetic_reward").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.sidebar.selectbox(key=ui.KEY_REWARD).value == "arithmetic"
+    assert not any("arithmetic question" in i.value for i in at.sidebar.info)
+    assert any(c.value.startswith("Reward: 1 x arithmetic") for c in at.caption)
