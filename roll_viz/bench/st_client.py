@@ -52,7 +52,7 @@ CONTENT_KINDS = frozenset(
     }
 )
 #: Widget kinds whose id and value the client tracks (the ones it may change or press).
-SLIDER, CHECKBOX, BUTTON = "slider", "checkbox", "button"
+SLIDER, CHECKBOX, BUTTON, NUMBER = "slider", "checkbox", "button", "number_input"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +164,7 @@ class Session:
         widgets: dict[str, Widget] | None = None,
         query: str | None = None,
         keep: dict[str, Any] | None = None,
+        crafted: dict[str, float] | None = None,
     ) -> RunResult:
         """Send one rerun and read the page until its ``script_finished``.
 
@@ -179,6 +180,8 @@ class Session:
             widgets: the last run's widget table (``RunResult.widgets``) to resolve keys to ids.
             query: query string to send (None: the current one, edited by ``changes``).
             keep: user key -> current value of other widgets of the last run to resend.
+            crafted: user key -> a raw double to send for a number input of the last run,
+                whatever its bounds or type (NaN, 1e9: what a hostile client can send).
 
         Returns:
             The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
@@ -216,6 +219,10 @@ class Session:
                 state.trigger_value = bool(value)
             else:
                 state.bool_value = bool(value)
+        for key, value in (crafted or {}).items():
+            state = cs.widget_states.widgets.add()
+            state.id = widgets[key].id
+            state.double_value = float(value)
         t0 = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
         return await self._read_run(t0)
@@ -325,6 +332,10 @@ class Session:
             elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
         elif ek == "progress":
             result.progress.append(body.text)
+        elif ek == NUMBER:
+            key = _user_key(body.id)
+            if key:
+                result.widgets[key] = Widget(body.id, ek, 0.0, 0.0, 0.0, 0.0)
         elif ek == BUTTON:
             key = _user_key(body.id)
             if key:

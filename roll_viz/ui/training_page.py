@@ -26,9 +26,10 @@ from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import adapters
+from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
-from roll_viz.views import heatmaps, training_charts
+from roll_viz.views import heatmaps, text, training_charts
 
 KEY_RUNNERS = "_train_runners"
 KEY_RUN = "run"  # URL: a recorded run to open (?run=hack_beta0)
@@ -53,6 +54,7 @@ CAP_STEPS = 50
 CAP_PROMPTS = 4
 CAP_GROUP = 8
 CAP_TOKENS = 64
+LR_CHOICES = (1e-5, 3e-5, 1e-4, 3e-4, 5e-4, 1e-3, 3e-3)
 CAPS_TEXT = (
     f"Caps for a run started here: at most {CAP_STEPS} steps, {CAP_PROMPTS} prompts, "
     f"G = {CAP_GROUP} samples per prompt and {CAP_TOKENS} new tokens (the first prompts and the "
@@ -207,7 +209,7 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         noise_seed=state.reward.noise_seed,
     )
     config = {k: v for k, v in state.config.items() if k not in _OWN_KEYS}
-    mode = st.session_state.get(KEY_BETA_MODE, "fixed")
+    mode = _field(KEY_BETA_MODE)
     if mode == "adaptive" and not dialects.get(state.framework).ADAPTIVE_BETA:
         notes.append("TRL has no adaptive KL controller: fixed beta.")
         mode = "fixed"
@@ -217,16 +219,16 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         max_new_tokens=tokens,
         temperature=max(float(state.sampling.temperature), 0.1),
         top_p=float(state.sampling.top_p),
-        seed=int(st.session_state.get(KEY_SEED, 0)),
-        steps=int(st.session_state.get(KEY_STEPS, 20)),
+        seed=int(_field(KEY_SEED)),
+        steps=int(_field(KEY_STEPS)),
         reward=reward,
         framework=state.framework,
         config=config,
         beta_mode=mode,
-        beta=float(st.session_state.get(KEY_BETA, 0.0)),
-        target_kl=float(st.session_state.get(KEY_TARGET, 0.05)),
-        horizon=float(st.session_state.get(KEY_HORIZON, 100.0)),
-        lr=float(st.session_state.get(KEY_LR, 5e-4)),
+        beta=float(_field(KEY_BETA)),
+        target_kl=float(_field(KEY_TARGET)),
+        horizon=float(_field(KEY_HORIZON)),
+        lr=float(_field(KEY_LR)),
         model=model,
     )
     return settings, notes
@@ -244,22 +246,54 @@ def vary(settings: TrainSettings, label: str, changes: dict[str, Any]) -> TrainS
     return replace(settings, label=label, **changes)
 
 
+def field_specs() -> dict[str, Field]:
+    """What each training field accepts (checked on the server, ``fields.check_fields``)."""
+    return {
+        KEY_STEPS: Field(20.0, 1, CAP_STEPS, integer=True),
+        KEY_SEED: Field(0.0, 0, 10_000, integer=True),
+        KEY_LR: Field(5e-4, options=LR_CHOICES),
+        KEY_BETA_MODE: Field("fixed", options=("fixed", "adaptive")),
+        KEY_BETA: Field(0.0, 0.0, 5.0),
+        KEY_TARGET: Field(0.05, 0.001, 10.0),
+        KEY_HORIZON: Field(100.0, 1.0, 100_000.0),
+        KEY_SLOT: Field("A", options=SLOTS),
+    }
+
+
+def _field(key: str) -> Any:
+    """The field's value when valid, else its default (whatever the client sent)."""
+    spec = field_specs()[key]
+    value = st.session_state.get(key, spec.default)
+    return value if spec.accepts(value) else spec.default
+
+
+def check_controls() -> None:
+    """Put crafted or out-of-range values back to their defaults, with a notice (call first)."""
+    notices = check_fields(field_specs())
+    if notices:
+        st.warning("\n".join(f"- {text.md_escape(m)}" for m in notices), icon=":material/info:")
+
+
 def controls(disabled: bool = False) -> None:
-    """The page's training controls (each bound to the URL)."""
+    """The page's training controls (each bound to the URL; checked on the server first)."""
+    check_controls()
     c1, c2, c3, c4 = st.columns(4)
     with c1:
+        # whole numbers as float inputs: Streamlit's int input crashes on a crafted NaN
         st.number_input(
-            "Steps N", 1, CAP_STEPS, 20, key=KEY_STEPS, bind="query-params", disabled=disabled,
+            "Steps N", 1.0, float(CAP_STEPS), 20.0, step=1.0, format="%.0f", key=KEY_STEPS,
+            bind="query-params", disabled=disabled,
             help=f"Training steps (at most {CAP_STEPS} here).",
         )  # fmt: skip
         st.number_input(
-            "Seed", 0, 10_000, 0, key=KEY_SEED, bind="query-params", disabled=disabled,
+            "Seed", 0.0, 10_000.0, 0.0, step=1.0, format="%.0f", key=KEY_SEED,
+            bind="query-params", disabled=disabled,
             help="Seeds the adapter and every step's sampling: the same seed gives the same run.",
         )  # fmt: skip
     with c2:
         st.select_slider(
             "LoRA learning rate",
-            options=[1e-5, 3e-5, 1e-4, 3e-4, 5e-4, 1e-3, 3e-3],
+            options=list(LR_CHOICES),
             value=5e-4,
             key=KEY_LR,
             bind="query-params",

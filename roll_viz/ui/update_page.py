@@ -20,6 +20,7 @@ from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.update import UpdateConfig, update_step
 from roll_viz.ui import adapters
+from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.state import AppState
 from roll_viz.views import chips, scales, text, update_charts
@@ -88,8 +89,25 @@ def model_problem(rollout: Rollout, bundle: Any) -> str:
     return ""
 
 
+FIELDS = {
+    KEY_LR: Field(2e-4, options=LR_CHOICES),
+    KEY_EPOCHS: Field(1.0, 1, MAX_EPOCHS, integer=True),
+    KEY_MINIBATCHES: Field(1.0, 1, MAX_MINIBATCHES, integer=True),
+}
+
+
 def controls() -> tuple[float, int, int]:
-    """The step's learning rate, epochs K and minibatches (bounded widgets)."""
+    """The step's learning rate, epochs K and minibatches (bounded widgets, checked on the server).
+
+    A value the widgets would never send (NaN epochs from a crafted websocket message, a
+    minibatch count beyond the bound) is put back to its default with a notice first. The whole
+    number fields are float inputs shown without decimals: Streamlit turns an int input's value
+    into ``int`` before any page code runs, and ``int(nan)`` there broke the session for good,
+    while a float input resets a non-finite or out-of-range value to its default itself.
+    """
+    notices = check_fields(FIELDS)
+    if notices:
+        st.warning("\n".join(f"- {text.md_escape(m)}" for m in notices), icon=":material/info:")
     c1, c2, c3 = st.columns(3)
     with c1:
         lr = st.select_slider(
@@ -102,12 +120,13 @@ def controls() -> tuple[float, int, int]:
             "tokens clip in the second epoch.",
         )
     with c2:
-        epochs = st.number_input(
+        epochs = st.number_input(  # a float input: Streamlit's int one crashes on a crafted NaN
             f"Epochs K (1 to {MAX_EPOCHS})",
-            min_value=1,
-            max_value=MAX_EPOCHS,
-            value=1,
-            step=1,
+            min_value=1.0,
+            max_value=float(MAX_EPOCHS),
+            value=1.0,
+            step=1.0,
+            format="%.0f",
             key=KEY_EPOCHS,
             help="Passes over the batch. In epoch 1 every ratio is 1; clipping can only bite "
             "from epoch 2.",
@@ -115,10 +134,11 @@ def controls() -> tuple[float, int, int]:
     with c3:
         minibatches = st.number_input(
             f"Minibatches (1 to {MAX_MINIBATCHES})",
-            min_value=1,
-            max_value=MAX_MINIBATCHES,
-            value=1,
-            step=1,
+            min_value=1.0,
+            max_value=float(MAX_MINIBATCHES),
+            value=1.0,
+            step=1.0,
+            format="%.0f",
             key=KEY_MINIBATCHES,
             help="The batch is split into this many minibatches, one optimizer step each.",
         )
