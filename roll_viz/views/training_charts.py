@@ -23,30 +23,30 @@ from roll_viz.views.scales import title_style
 #: run colours in overlay order (colour-blind safe: blue, orange, green)
 RUN_COLORS = ("#2166ac", "#e66101", "#1b7837")
 
-#: metric key -> (axis title, help text shown under the chart)
+#: metric key -> (panel title that says what is plotted, help text shown under the chart)
 METRICS: dict[str, tuple[str, str]] = {
     "reward_mean": (
-        "reward",
+        "mean reward +-1 std",
         "Mean raw reward of the step's samples, with a band of +-1 std; thin lines: each prompt.",
     ),
     "kl": (
-        "KL to reference",
+        "KL to reference (dashed: estimate)",
         "Solid: exact KL(policy || reference) over the full vocabulary, mean per sample. Dashed: "
         "the chosen estimator at the sampled tokens (what the adaptive controller sees).",
     ),
     "beta": (
-        "beta",
+        "beta, the KL coefficient",
         "The KL coefficient used at each step (moves only with an adaptive controller).",
     ),
     "entropy": ("entropy (nats)", "Mean entropy of the policy's next-token distribution."),
-    "response_length": ("tokens", "Mean response length in tokens (EOS included)."),
+    "response_length": ("response length (tokens)", "Mean response length (EOS included)."),
     "clip_frac": (
-        "clip fraction",
+        "share of tokens clipped",
         "Share of tokens whose new/old ratio was clipped in the update (0 in the first epoch "
         "of every rollout, when the ratio is exactly 1).",
     ),
     "zero_spread_share": (
-        "share of groups",
+        "share of groups, all rewards equal",
         "Groups whose G rewards are all equal: every advantage is 0, the group teaches nothing.",
     ),
     "adv_std": ("advantage std", "Spread of the advantages over all valid tokens."),
