@@ -20,7 +20,8 @@ on whatever values the caller passes (ROLL passes unmasked critic values, OpenRL
 algorithms.md T8).
 
 Also: the length-weighted baseline (OPO), GPG's batch factor, pass@k (only the best sample
-learns) and GDPO's per-component normalisation (``decoupled_norm_advantages``, which takes the
+learns), MaxRL (divide by the group's pass rate; roll-viz's own, no framework ships it) and
+GDPO's per-component normalisation (``decoupled_norm_advantages``, which takes the
 reward components rather than the token rewards).
 
 What roll-viz simplifies against the real recipes: no critic training (values are given), no
@@ -30,7 +31,7 @@ one-pass ``grpo_vectorized`` is not emulated (float64, two-pass; see T6 in algor
 difference).
 
 Size: every estimator behind the one signature, the 2026 ones (OPO, GPG, pass@k, GDPO, the
-optimal token baseline) next to the helpers and classic estimators they reuse.
+optimal token baseline, MaxRL) next to the helpers and classic estimators they reuse.
 """
 
 from __future__ import annotations
@@ -618,6 +619,37 @@ def optimal_token_baseline_advantages(
     return Estimate(adv, apply_mask(returns, m), zeros, torch.ones_like(zeros))
 
 
+def maxrl_advantages(
+    token_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, params: EstimatorParams
+) -> Estimate:
+    """MaxRL (Tajwar et al. 2026, arXiv 2602.02710): A_i = (s_i - mean_g) / (|mean_g| + eps).
+
+    Maximum-likelihood RL: the gradient of log p (p = the prompt's pass rate) instead of p.
+    With binary rewards and K of N answers right, ``(1/N) sum_i A_i grad log pi(y_i)`` is
+    ``(1/K) sum_{right} grad log pi - (1/N) sum_all grad log pi``: the mean over the right
+    answers, minus a zero-mean control variate. Dividing by the pass rate p instead of the std
+    sqrt(p (1 - p)) weights hard prompts more (a right answer gets (1 - p) / p). A group with no
+    right answer (mean 0) gets 0: (0 - 0) / eps. The |mean| and eps follow a TRL pull request
+    (``MaxRLTrainer``, eps 1e-6; not in a TRL release); the paper assumes rewards in {0, 1}.
+    No framework ships this estimator: roll-viz offers it as its own. A group of one gets 0.
+    Equivalent loop: for each prompt, ``m = mean(xs)``, ``(s_i - m) / (abs(m) + eps)``.
+
+    Args:
+        token_rewards: (B, T) token rewards (summed per row into s_i).
+        response_mask: (B, T) float 0/1.
+        group_ids: (B,) long prompt index.
+        params: ``std_eps`` (the eps added to |mean|), optional ``seq_rewards``.
+
+    Returns:
+        Estimate with baseline = group mean, scale = |mean| + eps; returns = advantages.
+    """
+    seq = _seq_rewards(token_rewards, response_mask, params)
+    mean = group_stats(seq, group_ids).mean
+    scale = mean.abs() + params.std_eps
+    adv = _broadcast((seq - mean) / scale, response_mask)
+    return Estimate(adv, adv, mean, scale)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "gae": gae_advantages,
     "reinforce": reinforce_advantages,
@@ -629,14 +661,17 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "remax": remax_advantages,
 }
 
-#: Estimators added for the 2026 frameworks (OPO, GPG, pass@k), kept out of
+#: Estimators added for the 2026 frameworks (OPO, GPG, pass@k; MaxRL, which no framework
+#: ships, offered as roll-viz's own on the Eras page), kept out of
 #: ``ADVANTAGE_ESTIMATORS`` because ``roll_viz.bench`` pairs every entry there with its own loop
-#: implementation; their loop oracles are in tests/core/test_estimators_2026.py.
+#: implementation; their loop oracles are in tests/core/test_estimators_2026.py (MaxRL's in
+#: tests/core/test_maxrl.py).
 EXTRA_ESTIMATORS: dict[str, AdvantageFn] = {
     "length_weighted": length_weighted_advantages,
     "gpg": gpg_advantages,
     "passk": passk_advantages,
     "optimal_token_baseline": optimal_token_baseline_advantages,
+    "maxrl": maxrl_advantages,
 }
 
 #: Every estimator by name (the dialects look names up here).
