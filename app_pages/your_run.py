@@ -114,7 +114,7 @@ with ui.page_guard("Your run"):
     # --- 3. history across steps ----------------------------------------------------------------
     heading, choose = st.columns([1, 2], vertical_alignment="bottom")
     heading.subheader("History across steps")
-    table = history.history_table(run)
+    table = runs.history_cached(run_id)  # once per file
     what = choose.segmented_control(
         "Quantity",
         ["reward", "advantage", "kl_k1", "kl_k3", "length"],
@@ -122,7 +122,7 @@ with ui.page_guard("Your run"):
         required=True,
         key="run_what",
     )
-    long = history.distributions(run, what)
+    long = runs.distributions_cached(run_id, what)
     if long.empty:
         st.info(f"The file has no {what}.")
     else:
@@ -141,7 +141,7 @@ with ui.page_guard("Your run"):
             for g in range(summary.num_prompts) if summary.group_labels[g] in zero
         ]  # fmt: skip
         st.dataframe(rows, hide_index=True, key="run_zero_table")
-    metrics = history.metrics_table(run)
+    metrics = runs.metrics_cached(run_id)
     if not metrics.empty:
         with st.expander("The framework's own metrics per step"):
             st.dataframe(metrics, hide_index=True, key="run_metrics")
@@ -201,5 +201,5 @@ with ui.page_guard("Your run"):
             "top m collapses the spread (often to zero signal); a random m does no better than "
             "training on all n."
         )
-        sweep_rows = pods.sweep(result.results["max_variance"].rewards)
+        sweep_rows = runs.pods_sweep_cached(run_id, step_no, m, result.results["max_variance"].rewards)
         ui.plot(history_charts.pods_sweep(sweep_rows), key="run_pods_sweep")

@@ -22,6 +22,7 @@ from typing import Any
 import streamlit as st
 import torch
 
+from roll_viz.analysis import downsampling, history
 from roll_viz.core.records import Rollout
 from roll_viz.data.presets import PRESETS
 from roll_viz.data.runs import RunFormatError, load_step, open_run, uploads
@@ -149,6 +150,45 @@ def step_cached(run_id: str, step: int) -> Any:
         return load_step(run, step)
     except (RunFormatError, OSError) as err:
         raise ValueError(public_message(err, _jail_of(run_id)[0])) from None
+
+
+#: m values the PODS sweep tries at most (evenly spread over 2..n): a group of 8,000 rollouts
+#: used to run 7,999 subset searches on every interaction (61 s a rerun)
+MAX_SWEEP_POINTS = 24
+
+
+def sweep_ms(n: int, points: int = MAX_SWEEP_POINTS) -> list[int]:
+    """At most ``points`` subset sizes m in 2..n, evenly spread, both ends included."""
+    if n < 2:
+        return []
+    if n - 1 <= points:
+        return list(range(2, n + 1))
+    step = (n - 2) / (points - 1)
+    return sorted({2 + round(i * step) for i in range(points)})
+
+
+@st.cache_data(show_spinner="Sweeping m...", max_entries=16)
+def pods_sweep_cached(run_id: str, step: int, m: int, _rewards: Any) -> Any:
+    """The PODS sweep of a step's max-variance rewards, once per (file, step, m)."""
+    return downsampling.sweep(_rewards, sweep_ms(int(_rewards.shape[-1])))
+
+
+@st.cache_data(show_spinner="Reading the history...", max_entries=8)
+def history_cached(run_id: str) -> Any:
+    """``analysis.history.history_table`` of a run, computed once per file (not per rerun)."""
+    return history.history_table(open_cached(run_id))
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def distributions_cached(run_id: str, what: str) -> Any:
+    """``analysis.history.distributions`` of a run, once per (file, quantity)."""
+    return history.distributions(open_cached(run_id), what)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def metrics_cached(run_id: str) -> Any:
+    """``analysis.history.metrics_table`` of a run, once per file."""
+    return history.metrics_table(open_cached(run_id))
 
 
 def parse_source(source: str) -> tuple[str, int]:
