@@ -201,5 +201,7 @@ with ui.page_guard("Your run"):
             "top m collapses the spread (often to zero signal); a random m does no better than "
             "training on all n."
         )
-        sweep_rows = runs.pods_sweep_cached(run_id, step_no, m, result.results["max_variance"].rewards)
+        sweep_rows = runs.pods_sweep_cached(
+            run_id, step_no, m, result.results["max_variance"].rewards
+        )
         ui.plot(history_charts.pods_sweep(sweep_rows), key="run_pods_sweep")
