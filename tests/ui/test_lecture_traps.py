@@ -7,10 +7,13 @@ training curves say which share they plot.
 
 from __future__ import annotations
 
+import tomllib
+
 import torch
+from streamlit import config as st_config
 
 from roll_viz import rewards, ui
-from tests.ui.apptest import open_page
+from tests.ui.apptest import ROOT, open_page
 
 
 def _selected(at) -> str:
@@ -58,3 +61,11 @@ def test_live_arithmetic_prompt_gets_the_arithmetic_reward_suggested():
     assert at.sidebar.selectbox(key=ui.KEY_REWARD).value == "arithmetic"
     assert not any("arithmetic question" in i.value for i in at.sidebar.info)
     assert any(c.value.startswith("Reward: 1 x arithmetic") for c in at.caption)
+
+
+def test_preset_click_leaves_the_server_log_quiet():
+    """Loading a preset sets the bound widgets through session state on purpose: the server is
+    configured not to log Streamlit's 30-line duplication warning (with its stack) per click."""
+    settings = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert settings["global"]["disableWidgetStateDuplicationWarning"] is True
+    assert "global.disableWidgetStateDuplicationWarning" in st_config._config_options_template
