@@ -1,0 +1,167 @@
+"""The KL view: each estimator's value and its gradient per token, in the reward and as a loss.
+
+``kl_view`` runs every estimator (k1, |k1|, k2, k3 and verl's straight-through ``k1+``,
+``abs+``, ``k3+``) on a batch's policy and reference log-probs and reports, per token, the
+value and d/d log pi in both placements (``core.pipeline.kl_gradient``): as a loss the slope
+beta * k'(x) of the token's own term; in the reward, where the frameworks compute the penalty
+under no_grad, the share of REINFORCE's -A_t that the penalty put there, beta * (reward-to-go
+of k). ``expected_table`` judges each estimator by its expected gradient on one categorical step
+(exact sums over the vocabulary): which true gradient it follows, KL(pi || ref), the reverse
+KL(ref || pi), or nothing (0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from roll_viz.core.pipeline.kl_gradient import KL_VARIANTS, expected_gradients, kl_gradient
+
+F64 = torch.float64
+
+#: What each variant is, in words (verl's names for the "+" variants).
+VARIANT_LABELS: dict[str, str] = {
+    "k1": "k1 = x",
+    "abs": "|x|",
+    "k2": "k2 = x^2 / 2",
+    "k3": "k3 = e^-x - 1 + x",
+    "k1+": "k1+ (value k1, gradient k2)",
+    "abs+": "abs+ (value |x|, gradient k2)",
+    "k3+": "k3+ (value k3, gradient k2)",
+}
+
+
+@dataclass(frozen=True)
+class KLView:
+    """Per-token values and gradients of every KL variant on one batch.
+
+    Attributes:
+        tokens: long table, one row per valid token and variant: sample, t, token, log ratio,
+            variant, value, "as a loss" (beta k'(x)), "in the reward" (beta * sum_{t'>=t} k).
+        summary: one row per variant: mean value per token, mean |gradient| as a loss and in
+            the reward, and the batch's total of each.
+        beta: the coefficient used.
+    """
+
+    tokens: pd.DataFrame
+    summary: pd.DataFrame
+    beta: float
+
+
+def kl_view(
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    response_mask: Tensor,
+    beta: float = 0.1,
+    variants: Sequence[str] = KL_VARIANTS,
+    tokens: Sequence[Sequence[str]] | None = None,
+) -> KLView:
+    """Every variant's value and both gradients per token (token-sum weights).
+
+    Args:
+        logprobs: (B, T) policy log-probs of the sampled tokens.
+        ref_logprobs: (B, T) reference log-probs.
+        response_mask: (B, T) 0/1.
+        beta: KL coefficient.
+        variants: names from ``KL_VARIANTS``.
+        tokens: (B,) display strings per valid token, or None.
+
+    Returns:
+        KLView.
+    """
+    mask = torch.as_tensor(response_mask, dtype=F64)
+    lp = torch.as_tensor(logprobs, dtype=F64)
+    ref = torch.as_tensor(ref_logprobs, dtype=F64)
+    rows_b, rows_t = torch.nonzero(mask > 0, as_tuple=True)
+    pos = [(b, t) for b, t in zip(rows_b.tolist(), rows_t.tolist(), strict=True)]
+    frames, summary = [], []
+    for name in variants:
+        g = kl_gradient(lp, ref, mask, name, beta)
+        value, loss_g, reward_g = (x[rows_b, rows_t] for x in (g.value, g.as_loss, g.in_reward))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "sample": rows_b.tolist(),
+                    "t": rows_t.tolist(),
+                    "token": [_token(tokens, b, t) for b, t in pos],
+                    "log ratio": g.log_ratio[rows_b, rows_t].tolist(),
+                    "variant": name,
+                    "value": value.tolist(),
+                    "as a loss": loss_g.tolist(),
+                    "in the reward": reward_g.tolist(),
+                }
+            )
+        )
+        n = max(len(pos), 1)
+        summary.append(
+            {
+                "variant": name,
+                "what": VARIANT_LABELS.get(name, name),
+                "mean value": float(value.sum()) / n,
+                "mean |grad| as a loss": float(loss_g.abs().sum()) / n,
+                "mean |grad| in the reward": float(reward_g.abs().sum()) / n,
+                "sum grad as a loss": float(loss_g.sum()),
+                "sum grad in the reward": float(reward_g.sum()),
+            }
+        )
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return KLView(table, pd.DataFrame(summary), float(beta))
+
+
+def _token(tokens: Sequence[Sequence[str]] | None, b: int, t: int) -> str:
+    if tokens is None or b >= len(tokens) or t >= len(tokens[b]):
+        return f"t{t}"
+    return str(tokens[b][t])
+
+
+def toy_step(seed: int = 0, vocab: int = 6, drift: float = 0.8) -> tuple[Tensor, Tensor]:
+    """(logits, ref_logits) of one categorical step: a reference and a policy drifted from it."""
+    gen = torch.Generator().manual_seed(seed)
+    ref = torch.randn(vocab, generator=gen, dtype=F64)
+    return ref + drift * torch.randn(vocab, generator=gen, dtype=F64), ref
+
+
+def _follows(vec: Tensor, forward: Tensor, reverse: Tensor, tol: float) -> str:
+    if float(vec.norm()) <= tol:
+        return "nothing (0)"
+    if float((vec - forward).norm()) <= tol:
+        return "grad KL(pi || ref)"
+    if float((vec - reverse).norm()) <= tol:
+        return "grad KL(ref || pi)"
+    return "neither"
+
+
+def expected_table(
+    logits: Tensor, ref_logits: Tensor, variants: Sequence[str] = KL_VARIANTS, tol: float = 1e-10
+) -> pd.DataFrame:
+    """Each variant's exact expected gradient on one step, against the true KL gradients.
+
+    Args:
+        logits: (V,) policy logits.
+        ref_logits: (V,) reference logits.
+        variants: names from ``KL_VARIANTS``.
+        tol: how close (Euclidean) counts as equal.
+
+    Returns:
+        One row per variant and placement: variant, placement, "follows", and the distances
+        to grad KL(pi || ref) and to grad KL(ref || pi).
+    """
+    e = expected_gradients(logits, ref_logits)
+    rows = []
+    for name in variants:
+        placements = (("in the reward", e.in_reward[name]), ("as a loss", e.as_loss[name]))
+        for placement, vec in placements:
+            rows.append(
+                {
+                    "variant": name,
+                    "placement": placement,
+                    "follows": _follows(vec, e.forward_kl, e.reverse_kl, tol),
+                    "|E grad - grad KL(pi||ref)|": float((vec - e.forward_kl).norm()),
+                    "|E grad - grad KL(ref||pi)|": float((vec - e.reverse_kl).norm()),
+                }
+            )
+    return pd.DataFrame(rows)

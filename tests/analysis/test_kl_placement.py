@@ -1,0 +1,70 @@
+"""The KL view: per-token value and gradient of every estimator, and the expected-gradient table."""
+
+import math
+
+import pytest
+import torch
+
+from roll_viz.analysis import kl_placement as kp
+from roll_viz.core.pipeline.kl_gradient import KL_VARIANTS
+
+F = torch.float64
+
+
+def _batch():
+    lp = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, 0.0, 0.0]], dtype=F)
+    ref = torch.tensor([[-1.5, -0.5, -1.0], [-0.4, 0.0, 0.0]], dtype=F)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]], dtype=F)
+    return lp, ref, mask
+
+
+def test_per_token_values_and_gradients_by_hand():
+    lp, ref, mask = _batch()
+    view = kp.kl_view(lp, ref, mask, beta=0.1, tokens=[("a", "b", "c"), ("d",)])
+    assert len(view.tokens) == 4 * len(KL_VARIANTS)  # 4 valid tokens
+    k3 = view.tokens[view.tokens["variant"] == "k3"].reset_index(drop=True)
+    x = [0.5, 0.0, -1.0, 0.2]
+    assert k3["log ratio"].tolist() == pytest.approx(x, abs=1e-15)
+    assert k3["token"].tolist() == ["a", "b", "c", "d"]
+    v = [math.exp(-y) - 1 + y for y in x]
+    assert k3["value"].tolist() == pytest.approx(v, abs=1e-15)
+    assert k3["as a loss"].tolist() == pytest.approx([0.1 * (1 - math.exp(-y)) for y in x])
+    # in the reward: beta * reward-to-go of k3 within each answer
+    to_go = [v[0] + v[1] + v[2], v[1] + v[2], v[2], v[3]]
+    assert k3["in the reward"].tolist() == pytest.approx([0.1 * g for g in to_go], abs=1e-15)
+    k3p = view.tokens[view.tokens["variant"] == "k3+"].reset_index(drop=True)
+    assert k3p["value"].tolist() == k3["value"].tolist()
+    assert k3p["in the reward"].tolist() == k3["in the reward"].tolist()  # no gradient there
+    assert k3p["as a loss"].tolist() == pytest.approx([0.1 * y for y in x], abs=1e-15)
+
+
+def test_summary_means_and_sums():
+    lp, ref, mask = _batch()
+    view = kp.kl_view(lp, ref, mask, beta=1.0, variants=("k1",))
+    row = view.summary.iloc[0]
+    assert row["mean value"] == pytest.approx((0.5 + 0.0 - 1.0 + 0.2) / 4)
+    assert row["sum grad as a loss"] == pytest.approx(4.0)  # k1' = 1 on every token
+    assert row["mean |grad| as a loss"] == pytest.approx(1.0)
+    assert list(view.tokens["token"].iloc[:2]) == ["t0", "t1"]
+
+
+def test_expected_table_names_what_each_estimator_follows():
+    table = kp.expected_table(*kp.toy_step(seed=2))
+    got = {(r.variant, r.placement): r.follows for r in table.itertuples()}
+    assert got[("k1", "in the reward")] == "grad KL(pi || ref)"
+    assert got[("k1", "as a loss")] == "nothing (0)"
+    assert got[("k2", "as a loss")] == "grad KL(pi || ref)"
+    assert got[("k3", "as a loss")] == "grad KL(ref || pi)"
+    assert got[("k3", "in the reward")] == "neither"
+    for name in ("k1+", "abs+", "k3+"):
+        assert got[(name, "as a loss")] == "grad KL(pi || ref)"
+    assert len(table) == 2 * len(KL_VARIANTS)
+
+
+def test_identical_policy_gives_zero_everywhere():
+    lp, _, mask = _batch()
+    view = kp.kl_view(lp, lp, mask, beta=0.1, variants=("k1", "k3"))
+    k3 = view.tokens[view.tokens["variant"] == "k3"]
+    assert (k3[["value", "as a loss", "in the reward"]].abs().to_numpy() == 0).all()
+    k1 = view.tokens[view.tokens["variant"] == "k1"]
+    assert k1["as a loss"].tolist() == [0.1] * 4  # k1's slope is 1 even at x = 0
