@@ -24,7 +24,8 @@ def _start_hacking(state) -> None:
     bundle = ui.cached_models(state.model)
     base, _ = tr.base_settings(state, bundle.spec)
     base = tr.vary(base, "", {"reward": tr.HACK_REWARD, "lr": 1e-3, "framework": "roll",
-                              "config": {"adv_estimator": "grpo"}})  # fmt: skip
+                              "config": {"adv_estimator": "grpo"},
+                              "steps": max(base.steps, tr.HACK_STEPS)})  # fmt: skip
     tr.start_run(bundle, "A", tr.vary(base, "beta = 0", {"beta": 0.0, "beta_mode": "fixed"}))
     tr.start_run(
         bundle, "B", tr.vary(base, f"beta = {tr.HACK_BETA:g}", {"beta": tr.HACK_BETA,
@@ -43,183 +44,207 @@ with ui.page_guard("Training"):
         "model is shared, so other students keep working while it trains."
     )
     live = tr.any_running()  # auto-refresh the panels only while a run of this session trains
-    tabs = st.tabs(["Recorded runs", "Train live", "Compare runs", "Reward hacking"])
+    refresh = tr.REFRESH_SECONDS if live else None
+    # only the open tab runs (its .open), so only its panel refreshes; ?tab=... opens one
+    tabs = st.tabs(
+        ["Recorded runs", "Train live", "Compare runs", "Reward hacking"],
+        key="tab",
+        bind="query-params",
+        on_change="rerun",
+    )
 
     # ---------------------------------------------------------------- recorded runs (no model)
-    with tabs[0]:
-        names = tr.recorded_names()
-        if not names:
-            st.info("No recorded runs are installed.", icon=":material/info:")
-        else:
-            wanted = tr.recorded_choice()  # ?run=<name> opens that run
-            name = st.selectbox(
-                "Recorded run",
-                names,
-                index=names.index(wanted) if wanted else 0,
-                format_func=lambda n: tr.RECORDED[n].title,
-                key="tr_run_pick",
-                help="Runs made with this app's own trainer on the bundled SmolLM2-135M on CPU "
-                "(the CLI command is below). Address one in the URL as ?run=<name>.",
-            )
-            st.query_params[tr.KEY_RUN] = name
-            run = tr.recorded_run(name)
-            meta = tr.RECORDED[name]
-            st.caption(
-                f":material/history: **Recorded run**, not trained in this session: "
-                f"{len(run.steps)} steps on {run.model or run.settings.model}. "
-                f"{meta.description}"
-            )
-            st.caption(run.settings.describe())
-            if run.status != "done" and run.message:
-                st.caption(f"Status: {run.status}: {run.message}.")
-            tr.curves([run], key="tr_rec_curves")
-            tr.scrubber(run, key="rec")
-            with st.expander("Settings and the command that made it"):
-                st.code(meta.command, language="bash")
-                tr.settings_panel([run])
+    if tabs[0].open:
+        with tabs[0]:
+            names = tr.recorded_names()
+            if not names:
+                st.info("No recorded runs are installed.", icon=":material/info:")
+            else:
+                wanted = tr.recorded_choice()  # ?run=<name> opens that run
+                name = st.selectbox(
+                    "Recorded run",
+                    names,
+                    index=names.index(wanted) if wanted else 0,
+                    format_func=lambda n: tr.RECORDED[n].title,
+                    key="tr_run_pick",
+                    help="Runs made with this app's own trainer on the bundled SmolLM2-135M on CPU "
+                    "(the CLI command is below). Address one in the URL as ?run=<name>.",
+                )
+                st.query_params[tr.KEY_RUN] = name
+                run = tr.recorded_run(name)
+                meta = tr.RECORDED[name]
+                st.caption(
+                    f":material/history: **Recorded run**, not trained in this session: "
+                    f"{len(run.steps)} steps on {run.model or run.settings.model}. "
+                    f"{meta.description}"
+                )
+                st.caption(run.settings.describe())
+                if run.status != "done" and run.message:
+                    st.caption(f"Status: {run.status}: {run.message}.")
+                tr.curves([run], key="tr_rec_curves")
+                tr.scrubber(run, key="rec")
+                with st.expander("Settings and the command that made it"):
+                    st.code(meta.command, language="bash")
+                    tr.settings_panel([run])
 
     # ---------------------------------------------------------------- live training
-    with tabs[1]:
-        st.caption(tr.CAPS_TEXT)
-        tr.controls()
-        settings, notes = None, []
-        try:
-            settings, notes = tr.base_settings(state, state.model)
-        except ValueError as err:
-            st.error(f"These settings cannot train: {err}", icon=":material/error:")
-        for note in notes:
-            st.caption(note)
-        if settings is not None:
-            st.caption(
-                f"Prompts from the sidebar; reward **{settings.reward.label()}**; "
-                f"{settings.describe()}. The KL penalty goes into the token rewards "
-                "(ROLL add_token_level_kl, verl use_kl_in_reward, OpenRLHF by default; TRL: "
-                "in the loss). GAE uses a zero critic."
+    if tabs[1].open:
+        with tabs[1]:
+            st.caption(tr.CAPS_TEXT)
+            tr.controls()
+            settings, notes = None, []
+            try:
+                settings, notes = tr.base_settings(state, state.model)
+            except ValueError as err:
+                st.error(f"These settings cannot train: {err}", icon=":material/error:")
+            for note in notes:
+                st.caption(note)
+            if settings is not None:
+                st.caption(
+                    f"Prompts from the sidebar; reward **{settings.reward.label()}**; "
+                    f"{settings.describe()}. The KL penalty goes into the token rewards "
+                    "(ROLL add_token_level_kl, verl use_kl_in_reward, OpenRLHF by default; TRL: "
+                    "in the loss). GAE uses a zero critic."
+                )
+            slot = st.segmented_control(
+                "Slot", list(tr.SLOTS), default="A", key=tr.KEY_SLOT, required=True,
+                help="Up to three runs of yours at once; starting in a used slot replaces its run.",
+            )  # fmt: skip
+            st.button(
+                f"Start training in slot {slot}",
+                key="tr_start",
+                type="primary",
+                icon=":material/play_arrow:",
+                on_click=_start,
+                args=(state, slot),
+                disabled=settings is None,
             )
-        slot = st.segmented_control(
-            "Slot", list(tr.SLOTS), default="A", key=tr.KEY_SLOT, required=True,
-            help="Up to three runs of yours at once; starting in a used slot replaces its run.",
-        )  # fmt: skip
-        st.button(
-            f"Start training in slot {slot}",
-            key="tr_start",
-            type="primary",
-            icon=":material/play_arrow:",
-            on_click=_start,
-            args=(state, slot),
-            disabled=settings is None,
-        )
 
-        @st.fragment(run_every=2.0 if live else None)
-        def live_panel() -> None:
-            table = tr.runners()
-            if not table:
-                st.info("No run yet: press Start.", icon=":material/info:")
-                return
-            for s, runner in sorted(table.items()):
-                tr.status_line(runner, s)
-                tr.run_buttons(runner, s)
-            runner = table.get(slot) or next(iter(table.values()))
-            run = runner.run()
-            tr.curves([run], key="tr_live_curves")
-            if runner.status != "running":
-                tr.scrubber(run, key="live")
-            else:
-                st.caption("Pause or wait for the end to scrub through the samples.")
-            if live and not tr.any_running():
-                st.rerun()  # the last run ended: redraw the page once, without auto-refresh
+            @st.fragment(run_every=refresh)
+            def live_panel() -> None:
+                table = tr.runners()
+                if not table:
+                    st.info("No run yet: press Start.", icon=":material/info:")
+                    return
+                for s, runner in sorted(table.items()):
+                    tr.status_line(runner, s)
+                    tr.run_buttons(runner, s)
+                runner = table.get(slot) or next(iter(table.values()))
+                run = runner.run()
+                tr.curves([run], key="tr_live_curves")
+                if runner.status != "running":
+                    tr.scrubber(run, key="live")
+                else:
+                    st.caption("Pause or wait for the end to scrub through the samples.")
+                if live and not tr.any_running():
+                    st.rerun()  # the last run ended: redraw the page once, without auto-refresh
 
-        live_panel()
+            live_panel()
 
     # ---------------------------------------------------------------- compare
-    with tabs[2]:
-        st.markdown(
-            "Overlay up to three runs. Runs that differ in **one** knob show what that knob does; "
-            "the table lists the settings that differ first."
-        )
-        knob = st.selectbox("Knob to compare", list(tr.KNOBS), key=tr.KEY_KNOB)
-        st.button(
-            "Start these runs (slots A, B, C)",
-            key="tr_start_compare",
-            on_click=_start_compare,
-            args=(state, knob),
-            icon=":material/compare_arrows:",
-            help="Each run uses the Train live settings with only this knob changed.",
-        )
-        options = {f"live {s}": s for s in sorted(tr.runners())}
-        options |= {f"recorded: {tr.RECORDED[n].title}": n for n in tr.recorded_names()}
-        default = [k for k in options if k.startswith("live")][:3] or [
-            k for k in options if options[k] in tr.HACKING_PAIR
-        ]
-        chosen = st.multiselect(  # no key: new runs reset the choice to them
-            "Runs to overlay", list(options), default=default, max_selections=3
-        )
+    if tabs[2].open:
+        with tabs[2]:
+            st.markdown(
+                "Overlay up to three runs. Runs that differ in **one** knob show what that knob does; "
+                "the table lists the settings that differ first."
+            )
+            knob = st.selectbox("Knob to compare", list(tr.KNOBS), key=tr.KEY_KNOB)
+            st.button(
+                "Start these runs (slots A, B, C)",
+                key="tr_start_compare",
+                on_click=_start_compare,
+                args=(state, knob),
+                icon=":material/compare_arrows:",
+                help="Each run uses the Train live settings with only this knob changed.",
+            )
+            options = {f"live {s}": s for s in sorted(tr.runners())}
+            options |= {f"recorded: {tr.RECORDED[n].title}": n for n in tr.recorded_names()}
+            default = [k for k in options if k.startswith("live")][:3] or [
+                k for k in options if options[k] in tr.HACKING_PAIR
+            ]
+            chosen = st.multiselect(  # no key: new runs reset the choice to them
+                "Runs to overlay", list(options), default=default, max_selections=3
+            )
 
-        @st.fragment(run_every=2.0 if live else None)
-        def compare_panel() -> None:
-            runs = []
-            for label in chosen:
-                value = options[label]
-                if label.startswith("live"):
-                    runner = tr.runners().get(value)
-                    if runner is not None:
-                        runs.append(runner.run(label=runner.settings.label or label))
-                else:
-                    runs.append(tr.recorded_run(value))
-            if not runs:
-                st.info("Choose runs to overlay.", icon=":material/info:")
-                return
-            tr.curves(runs, key="tr_compare_curves")
-            differ = training_charts.differing_settings(runs)
-            if differ:
-                st.caption("Differ in: " + ", ".join(f"`{d}`" for d in differ[:8]))
-            tr.settings_panel(runs)
+            @st.fragment(run_every=refresh)
+            def compare_panel() -> None:
+                runs = []
+                for label in chosen:
+                    value = options[label]
+                    if label.startswith("live"):
+                        runner = tr.runners().get(value)
+                        if runner is not None:
+                            runs.append(runner.run(label=runner.settings.label or label))
+                    else:
+                        runs.append(tr.recorded_run(value))
+                if not runs:
+                    st.info("Choose runs to overlay.", icon=":material/info:")
+                    return
+                tr.curves(runs, key="tr_compare_curves")
+                differ = training_charts.differing_settings(runs)
+                if differ:
+                    st.caption("Differ in: " + ", ".join(f"`{d}`" for d in differ[:8]))
+                tr.settings_panel(runs)
 
-        compare_panel()
+            compare_panel()
 
     # ---------------------------------------------------------------- reward hacking
-    with tabs[3]:
-        tr.hacking_explainer()
-        pair = [n for n in tr.HACKING_PAIR if n in tr.recorded_names()]
-        c1, c2 = st.columns(2)
-        with c1:
-            show_recorded = st.toggle(
-                "Show the recorded pair (instant)", value=bool(pair), key="tr_hack_recorded"
-            )
-        with c2:
-            st.button(
-                "Train the pair live on the sidebar's prompts (slots A and B)",
-                key="tr_hack_start",
-                on_click=_start_hacking,
-                args=(state,),
-                icon=":material/science:",
-                help=f"Same reward (positive words), lr 1e-3, ROLL GRPO: beta = 0 in slot A, "
-                f"beta = {tr.HACK_BETA:g} in slot B. Watch them on Compare runs or below.",
-            )
+    if tabs[3].open:
+        with tabs[3]:
+            tr.hacking_explainer()
+            pair = [n for n in tr.HACKING_PAIR if n in tr.recorded_names()]
+            live_pair = any(s in tr.runners() for s in ("A", "B"))
+            c1, c2 = st.columns(2)
+            with c1:
+                # after "Train the pair live" the live runs lead; the recording is a faint overlay
+                show_recorded = st.toggle(
+                    "Overlay the recorded pair (faint)"
+                    if live_pair
+                    else "Show the recorded pair (instant)",
+                    value=bool(pair) and not live_pair,
+                    key="tr_hack_recorded_live" if live_pair else "tr_hack_recorded",
+                )
+            with c2:
+                st.button(
+                    "Train the pair live on the sidebar's prompts (slots A and B)",
+                    key="tr_hack_start",
+                    on_click=_start_hacking,
+                    args=(state,),
+                    icon=":material/science:",
+                    help=f"Same reward (positive words), lr 1e-3, ROLL GRPO, at least "
+                    f"{tr.HACK_STEPS} steps: beta = 0 in slot A, beta = {tr.HACK_BETA:g} in "
+                    "slot B. Each step takes seconds on a GPU, up to minutes on a busy CPU.",
+                )
 
-        @st.fragment(run_every=2.0 if live else None)
-        def hacking_panel() -> None:
-            if show_recorded and pair:
-                runs = [tr.recorded_run(n) for n in pair]
-            else:
+            @st.fragment(run_every=refresh)
+            def hacking_panel() -> None:
                 table = tr.runners()
-                runs = [table[s].run() for s in ("A", "B") if s in table]
-            if not runs:
-                st.info("Start the pair or show the recorded one.", icon=":material/info:")
-                return
-            tr.curves(runs, key="tr_hack_curves")
-            last = [next((r for r in reversed(run.steps) if r.samples), None) for run in runs]
-            if len(runs) == 2 and all(last):
-                st.markdown("**The answers at the last recorded step, side by side**")
-                cols = st.columns(2)
-                for col, run, rec in zip(cols, runs, last, strict=True):
-                    with col:
-                        st.markdown(f"**{run.label}**, step {rec.step}")
-                        st.dataframe(
-                            {"answer": list(rec.samples.responses),
-                             "reward": list(rec.samples.rewards)},
-                            hide_index=True,
-                            width="stretch",
-                        )  # fmt: skip
+                slots = [s for s in ("A", "B") if s in table]
+                for s in slots:
+                    tr.status_line(table[s], s)  # step k / N, s per step, time left
+                runs = [table[s].run() for s in slots]
+                faint: tuple[int, ...] = ()
+                if show_recorded and pair:
+                    if runs:
+                        faint = tuple(range(len(runs), len(runs) + len(pair)))
+                    runs += [tr.recorded_run(n) for n in pair]
+                if not runs:
+                    st.info("Start the pair or show the recorded one.", icon=":material/info:")
+                    return
+                tr.curves(runs, key="tr_hack_curves", faint=faint)
+                shown = runs[:2]
+                last = [next((r for r in reversed(run.steps) if r.samples), None) for run in shown]
+                if len(shown) == 2 and all(last):
+                    st.markdown("**The answers at the last recorded step, side by side**")
+                    cols = st.columns(2)
+                    for col, run, rec in zip(cols, shown, last, strict=True):
+                        with col:
+                            st.markdown(f"**{run.label}**, step {rec.step}")
+                            st.dataframe(
+                                {"answer": list(rec.samples.responses),
+                                 "reward": list(rec.samples.rewards)},
+                                hide_index=True,
+                                width="stretch",
+                            )  # fmt: skip
 
-        hacking_panel()
+            hacking_panel()

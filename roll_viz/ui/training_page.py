@@ -64,6 +64,9 @@ CAPS_TEXT = (
 #: the gameable reward of the hacking demo: counts positive words (a cap it never reaches)
 HACK_REWARD = RewardChoice.single("positive_words", per_word=0.25, cap=10.0)
 HACK_BETA = 1.0
+#: the pair's step count: in the recorded pair the beta = 0 run's reward jumps after about 25
+#: steps (20 stops before the hacking shows)
+HACK_STEPS = 30
 
 #: the knobs "compare runs" can vary: label -> list of (run label, settings changes)
 KNOBS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -331,6 +334,28 @@ def controls(disabled: bool = False) -> None:
 # Showing runs
 
 
+#: how often a panel that watches a running training redraws (seconds): often enough to follow
+#: the steps (each takes seconds to minutes), rarely enough to keep the server idle
+REFRESH_SECONDS = 5.0
+
+
+def seconds_per_step(records: Sequence[Any], last: int = 3) -> float:
+    """Mean wall time of the last ``last`` steps (0.0 before the first step)."""
+    times = [float((r.metrics.get("seconds") or {}).get("total") or 0.0) for r in records[-last:]]
+    times = [t for t in times if t > 0]
+    return sum(times) / len(times) if times else 0.0
+
+
+def eta_text(seconds: float) -> str:
+    """'40 s', '3 min', '1 h 05 min': a time left, rounded for reading."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 def status_line(runner: TrainRunner, slot: str) -> None:
     """Progress bar and status text of one runner."""
     total = runner.settings.steps
@@ -340,11 +365,11 @@ def status_line(runner: TrainRunner, slot: str) -> None:
     place = runner.queue_position
     if runner.status == "running" and place:
         text += f", waiting for the model: number {place} in line (runs take turns, one step each)"
-    records = runner.records()
-    if records:
-        secs = records[-1].metrics.get("seconds") or {}
-        if secs.get("total"):
-            text += f" ({secs['total']:.1f} s per step)"
+    per_step = seconds_per_step(runner.records())
+    if per_step:
+        text += f", {per_step:.1f} s per step"
+        if runner.status == "running" and done < total:
+            text += f", about {eta_text(per_step * (total - done))} left"
     st.progress(min(done / max(total, 1), 1.0), text=text)
     if runner.status == "error":
         st.error(
@@ -376,14 +401,16 @@ def run_buttons(runner: TrainRunner, slot: str) -> None:
     )  # fmt: skip
 
 
-def curves(runs: Sequence[TrainRun], key: str, current_step: int | None = None) -> None:
-    """The metric small multiples of 1-3 runs, with the help text."""
+def curves(
+    runs: Sequence[TrainRun], key: str, current_step: int | None = None, faint: Sequence[int] = ()
+) -> None:
+    """The metric small multiples of 1-3 runs (``faint``: indices drawn faint), with help."""
     if not runs or not any(r.steps for r in runs):
         st.info(
             "No steps yet: the curves appear after the first step.", icon=":material/hourglass:"
         )
         return
-    plot(training_charts.training_curves(runs, current_step=current_step), key=key)
+    plot(training_charts.training_curves(runs, current_step=current_step, faint=faint), key=key)
     with st.expander("What each curve means"):
         st.markdown(
             "\n".join(f"- **{title}**: {text}" for title, text in training_charts.METRICS.values())

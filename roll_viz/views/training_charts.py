@@ -105,6 +105,7 @@ def training_curves(
     per_prompt: bool = True,
     current_step: int | None = None,
     columns: int = 2,
+    faint: Sequence[int] = (),
 ) -> go.Figure:
     """Small multiples of the run metrics over steps, one colour per run.
 
@@ -114,6 +115,7 @@ def training_curves(
         per_prompt: draw each prompt's mean reward as a thin line (single run only).
         current_step: draw a vertical marker at this step (the scrubber), or None.
         columns: panels per row.
+        faint: indices of runs drawn faint (a recording overlaid on live runs).
 
     Returns:
         A figure with one subplot per panel.
@@ -131,6 +133,7 @@ def training_curves(
         color = RUN_COLORS[i % len(RUN_COLORS)]
         name = _label(run, i)
         xs = _xs(run)
+        first_trace = len(fig.data)
         for j, key in enumerate(panels):
             row, col = j // columns + 1, j % columns + 1
             first = j == 0
@@ -192,6 +195,9 @@ def training_curves(
                     row=row,
                     col=col,
                 )
+        if i in faint:
+            for trace in fig.data[first_trace:]:
+                trace.opacity = 0.25
     if current_step is not None:
         for j in range(len(panels)):
             fig.add_vline(

@@ -6,6 +6,7 @@ Live runs use the tiny model (ROLL_VIZ_MODEL=tiny from tests/conftest.py) with 2
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from streamlit.testing.v1 import AppTest
 
@@ -61,7 +62,7 @@ def test_recorded_run_opens_from_the_url():
 
 
 def test_start_run_progress_and_compare_two_runs():
-    at = open_page(tr_steps="2")
+    at = open_page(tr_steps="2", tab="Train live")
     button(at, "tr_start").click()
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -85,6 +86,9 @@ def test_start_run_progress_and_compare_two_runs():
     table = at.session_state[tr.KEY_RUNNERS]
     assert table["B"].settings.beta == 0.3
     assert table["A"].settings.beta == 0.0
+    at.query_params["tab"] = "Compare runs"  # only the open tab runs
+    at.run()
+    assert "tr_live_curves" not in charts(at)
     fig = charts(at)["tr_compare_curves"]
     colors = {t["line"]["color"] for t in fig["data"] if t.get("line", {}).get("color")}
     assert len(colors) >= 2  # two runs overlaid
@@ -92,3 +96,23 @@ def test_start_run_progress_and_compare_two_runs():
     assert any(all(v == 0.3 for v in ys) for ys in betas), betas
     for runner in table.values():
         runner.close()  # free the adapters in the shared cached model
+
+
+def test_only_the_open_tab_runs():
+    """Closed tabs draw nothing (their panels cannot refresh); ?tab= opens one."""
+    at = open_page()
+    assert "tr_rec_curves" in charts(at)
+    assert not [b for b in at.button if b.key in ("tr_start", "tr_hack_start")]
+    hacking = open_page(tab="Reward hacking")
+    assert "tr_hack_curves" in charts(hacking)  # the recorded pair, instantly
+    assert "tr_rec_curves" not in charts(hacking)
+    assert tr.REFRESH_SECONDS >= 3  # a watching tab redraws at most every few seconds
+
+
+def test_progress_says_seconds_per_step_and_time_left():
+    records = [SimpleNamespace(metrics={"seconds": {"total": t}}) for t in (30.0, 20.0, 10.0, 12.0)]
+    assert tr.seconds_per_step(records) == 14.0  # the last three steps
+    assert tr.seconds_per_step([]) == 0.0
+    assert tr.eta_text(45) == "45 s"
+    assert tr.eta_text(14.0 * 26) == "6 min"
+    assert tr.eta_text(3900) == "1 h 05 min"
