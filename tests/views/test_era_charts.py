@@ -1,0 +1,39 @@
+"""Figures of the Eras page: era bars, MaxRL bars, the KL per-token view."""
+
+import torch
+
+from roll_viz.analysis import era_diff, group_health, kl_placement
+from roll_viz.views import era_charts
+
+
+def test_era_bars_one_trace_per_era_and_panel_filtered_rows_empty():
+    batch = group_health.demo_batch()
+    diff = era_diff.diff_eras(batch, "trl")
+    fig = era_charts.era_bars(diff)
+    assert len(fig.data) == len(era_charts.ERA_PANELS) * 2
+    first, second = fig.data[0], fig.data[1]
+    assert first.name == "GRPO as published (2024)"
+    assert second.name == "Defaults of 2026"
+    assert list(first.y) == diff.samples["A [2024]"].tolist()
+    filtered = diff.samples["filtered [2026]"].tolist()
+    assert [y is None for y in second.y] == filtered
+    assert any(filtered)
+
+
+def test_maxrl_bars():
+    cmp = era_diff.maxrl_vs_grpo(torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 0, 0, 0]))
+    fig = era_charts.maxrl_bars(cmp)
+    assert [t.name for t in fig.data] == ["GRPO", "MaxRL"]
+    assert list(fig.data[1].y) == cmp.samples["A MaxRL"].tolist()
+
+
+def test_kl_token_figure_and_summary():
+    batch = group_health.demo_batch()
+    view = kl_placement.kl_view(batch.logprobs, batch.ref_logprobs, batch.response_mask, 0.1)
+    fig = era_charts.kl_token_figure(view, "k3+")
+    assert [t.name for t in fig.data] == [name for _, name in era_charts.KL_SERIES]
+    part = view.tokens[view.tokens["variant"] == "k3+"].sort_values("log ratio")
+    assert list(fig.data[1].y) == part["as a loss"].tolist()
+    assert list(fig.data[0].x) == list(fig.data[1].x)
+    bars = era_charts.kl_summary_bars(view)
+    assert list(bars.data[0].x) == view.summary["variant"].tolist()
