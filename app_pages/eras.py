@@ -1,0 +1,130 @@
+"""Presets of an era (GRPO 2024 vs the defaults of 2026), MaxRL, and the KL estimators' gradients."""
+
+import streamlit as st
+
+from roll_viz import ui
+from roll_viz.analysis import era_diff, kl_placement
+from roll_viz.ui import normalisation_page
+from roll_viz.views import era_charts
+
+with ui.page_guard("Eras"):
+    state = ui.page_setup("Eras")
+    st.title("GRPO in 2024 and in 2026, on the same batch")
+    st.markdown(
+        "Two recipes, one batch. **GRPO as published** (DeepSeekMath, 2024): group mean and "
+        "group std, a k3 KL term in the loss (beta 0.04), each answer's token mean averaged over "
+        "answers, clip 0.2. **The defaults of 2026** (DAPO, Dr. GRPO, ScaleRL, Olmo 3): no KL, "
+        "one token mean over the whole batch, clip-higher (0.2 below, 0.28 above), groups whose "
+        "answers all scored the same dropped before batching, and the batch's std instead of "
+        "the group's."
+    )
+
+    rollout = ui.cached_rollout(state)
+    scores = ui.cached_scores(state)
+    batch = ui.current_batch(state)
+    prompts = list(rollout.prompts)
+    normalisation_page.group_health_banner(scores, rollout.group_ids, prompts, key="eras_health")
+
+    st.header("1. The two eras")
+    fw = st.segmented_control(
+        "Framework",
+        list(ui.FRAMEWORK_LABELS),
+        default=state.framework,
+        format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
+        key="eras_framework",
+        required=True,
+        help="Each era in this framework's own keys; the notes say what it cannot express.",
+    )
+    diff = era_diff.diff_eras(batch, fw, prompts)
+    cols = st.columns(len(diff.runs))
+    for col, (key, er) in zip(cols, diff.runs.items(), strict=True):
+        with col:
+            st.subheader(er.era.label)
+            st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
+            with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
+                st.json(era_diff.ERAS[key].config(fw))
+            for note in diff.notes[key]:
+                st.caption(note)
+    ui.plot(era_charts.era_bars(diff), key="eras_bars")
+    ui.explainer(
+        "One bar per answer and era. At the first update (policy = rollout policy) the ratio is "
+        "1 everywhere, so the clip ranges do not act yet; what differs is the advantage (group "
+        "std vs batch std), who is in the loss (filtered groups have no bar in 2026), the "
+        "divisor (the answer's own length x the number of answers vs every token of the batch) "
+        "and the KL term, which in 2024 still pulls on answers whose advantage is 0.",
+        title="What to look at",
+    )
+    st.dataframe(diff.summary, key="eras_summary", hide_index=True, width="stretch")
+    st.dataframe(diff.samples, key="eras_samples", hide_index=True, width="stretch")
+    ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")
+
+    st.header("2. MaxRL: divide by the pass rate")
+    st.info(
+        "**A roll-viz estimator.** No framework release ships MaxRL (Tajwar et al. 2026, "
+        "arXiv 2602.02710); a TRL pull request (MaxRLTrainer) uses the same formula. "
+        "A = (r - mean) / (|mean| + 1e-6): with 0/1 rewards and pass rate p, a right answer "
+        "gets (1 - p) / p, a wrong one -1, and a prompt nobody solved gets 0.",
+        icon=":material/science:",
+    )
+    cmp = era_diff.maxrl_vs_grpo(scores, rollout.group_ids, prompts)
+    ui.plot(era_charts.maxrl_bars(cmp), key="eras_maxrl")
+    st.dataframe(cmp.groups, key="eras_maxrl_groups", hide_index=True, width="stretch")
+    ui.explainer(
+        "GRPO's right answer gets (1 - p) / std with std ~ sqrt(p (1 - p)): the same size for a "
+        "prompt solved 1 time in 4 and 3 times in 4. MaxRL's gets (1 - p) / p: 3 at p = 1/4, "
+        "1/3 at p = 3/4. It is the gradient of log p instead of p, maximum likelihood of being "
+        "right, so hard prompts weigh more.",
+        title="What to look at",
+    )
+
+    st.header("3. The KL estimators judged by their gradient")
+    st.markdown(
+        "The same estimate can sit **in the reward** (r_t -= beta k, computed without a "
+        "gradient: it reaches the policy only through the advantage's -A log pi) or **in the "
+        "loss** (beta k is differentiated: its slope k'(x) acts on the token directly). verl's "
+        "straight-through names (k1+, k3+, abs+) keep the value and take k2's gradient."
+    )
+    c1, c2 = st.columns(2)
+    with c1:
+        beta = st.select_slider(
+            "beta", [0.001, 0.01, 0.04, 0.1, 0.3, 1.0], value=0.1, key="eras_kl_beta"
+        )
+    with c2:
+        variant = st.segmented_control(
+            "Estimator",
+            list(kl_placement.VARIANT_LABELS),
+            default="k3",
+            key="eras_kl_variant",
+            required=True,
+        )
+    view = kl_placement.kl_view(
+        batch.logprobs, batch.ref_logprobs, batch.response_mask, float(beta), tokens=rollout.tokens
+    )
+    k1, k2 = st.columns([3, 2], gap="large")
+    with k1:
+        ui.plot(era_charts.kl_token_figure(view, variant), key="eras_kl_tokens")
+    with k2:
+        ui.plot(era_charts.kl_summary_bars(view), key="eras_kl_summary")
+    ui.explainer(
+        "Each dot is one token of the batch at x = log pi - log pi_ref. As a loss, k1's slope is "
+        "1 everywhere (pure noise: its expected gradient is 0), k2's is x, k3's is 1 - e^-x. In "
+        "the reward, the token's push is beta times the KL still to come in its answer, "
+        "whatever the estimator's slope; a '+' variant changes nothing there.",
+        title="What to look at",
+    )
+    st.dataframe(view.summary, key="eras_kl_table", hide_index=True, width="stretch")
+    st.subheader("In expectation, on one next-token distribution")
+    seed = st.number_input("toy distribution seed", 0, 999, 0, key="eras_kl_seed")
+    st.dataframe(
+        kl_placement.expected_table(*kl_placement.toy_step(int(seed))),
+        key="eras_kl_expected",
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        "Exact sums over a 6-token vocabulary: k1 in the reward and k2 (or any '+') as a loss "
+        "follow grad KL(pi || ref); k1 as a loss gives 0; k3 as a loss follows the reverse "
+        "KL(ref || pi)."
+    )
+    ui.download_csv(view.tokens, "kl_gradient_per_token", key="eras_kl_csv")
+    ui.next_page("frameworks", "Next: Frameworks - the same batch in four dialects")

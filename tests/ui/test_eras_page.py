@@ -1,0 +1,45 @@
+"""AppTest of the Eras page: the two era presets, MaxRL and the KL view on the current batch."""
+
+from __future__ import annotations
+
+import json
+
+from streamlit.testing.v1 import AppTest
+
+from tests.ui.apptest import page_alone
+
+
+def _open() -> AppTest:
+    at = page_alone("eras")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _charts(at: AppTest) -> dict[str, dict]:
+    return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def test_page_draws_eras_maxrl_and_kl_view():
+    at = _open()
+    charts = _charts(at)
+    assert {"eras_bars", "eras_maxrl", "eras_kl_tokens", "eras_kl_summary"} <= set(charts)
+    names = [d["name"] for d in charts["eras_bars"]["data"][:2]]
+    assert names == ["GRPO as published (2024)", "Defaults of 2026"]
+    assert any("roll-viz estimator" in i.value for i in at.info)
+    eras = next(d.value for d in at.dataframe if "era" in d.value.columns)
+    assert eras["era"].tolist() == names
+    assert any(b.key == "eras_csv" for b in at.get("download_button"))
+
+
+def test_framework_and_estimator_controls_drive_the_figures():
+    at = _open()
+    at.session_state["eras_framework"] = "verl"
+    at.session_state["eras_kl_variant"] = "k3+"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    summary = next(d.value for d in at.dataframe if "estimator" in d.value.columns)
+    assert summary["estimator"].tolist()[1] == "adv_estimator: reinforce_plus_plus_baseline"
+    assert any("cannot divide" in c.value for c in at.caption)
+    title = _charts(at)["eras_kl_tokens"]["layout"]["title"]["text"]
+    assert title.startswith("k3+")
