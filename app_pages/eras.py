@@ -35,7 +35,11 @@ with ui.page_guard("Eras"):
         required=True,
         help="Each era in this framework's own keys; the notes say what it cannot express.",
     )
-    diff = era_diff.diff_eras(batch, fw, prompts)
+    try:
+        diff = era_diff.diff_eras(batch, fw, prompts)
+    except ValueError as err:
+        st.error(f"The eras cannot run on this batch in {ui.FRAMEWORK_LABELS[fw]}: {err}")
+        st.stop()
     cols = st.columns(len(diff.runs))
     for col, (key, er) in zip(cols, diff.runs.items(), strict=True):
         with col:
@@ -108,8 +112,9 @@ with ui.page_guard("Eras"):
     ui.explainer(
         "Each dot is one token of the batch at x = log pi - log pi_ref. As a loss, k1's slope is "
         "1 everywhere (pure noise: its expected gradient is 0), k2's is x, k3's is 1 - e^-x. In "
-        "the reward, the token's push is beta times the KL still to come in its answer, "
-        "whatever the estimator's slope; a '+' variant changes nothing there.",
+        "the reward (REINFORCE, gamma 1, no baseline), the token's push is beta times the KL "
+        "still to come in its answer, whatever the estimator's slope; a '+' variant changes "
+        "nothing there.",
         title="What to look at",
     )
     st.dataframe(view.summary, key="eras_kl_table", hide_index=True, width="stretch")

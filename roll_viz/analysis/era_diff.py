@@ -7,6 +7,12 @@ the batch left after dropping its zero-variance groups. The per-sample table put
 side: advantage, the sample's token divisor (1 / its aggregation weight), its share of the loss,
 of the KL term and of the gradient, and whether its group was filtered.
 
+What roll-viz simplifies: one batch and one update (the frameworks repeat the update over
+mini-batches and epochs); the zero-variance filter drops groups by exact equality in every dialect
+(OpenRLHF's own rule keeps groups whose mean lies strictly inside a range, ROLL's std_filter
+compares with a threshold) and does not refill the batch with new prompts as DAPO's dynamic
+sampling does, so the 2026 batch is smaller.
+
 ``maxrl_vs_grpo`` sets MaxRL (roll-viz's own estimator, ``advantages.maxrl_advantages``) beside
 GRPO per answer and per prompt: a right answer's advantage is (1 - p) / p under MaxRL and
 (1 - p) / std under GRPO, so MaxRL pushes hardest where the pass rate p is small.
