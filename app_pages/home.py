@@ -150,5 +150,17 @@ with ui.page_guard("Home"):
             "the whole sidebar.\n"
             "- Each page ends with a link to the next stage."
         )
+        spec = state.model if state.live else ui.model_spec()
+        if ui.model_loaded(spec):
+            st.caption(f":material/check_circle: Model {spec} loaded: live pages answer at once.")
+        elif st.button(
+            "Warm up the model",
+            key="warm_up",
+            icon=":material/local_fire_department:",
+            help="Loads the policy and reference model now (up to a minute or two on a CPU), "
+            "so the first live page in class does not wait.",
+        ):
+            ui.ensure_model(spec)
+            st.success(f"Model {spec} is ready.", icon=":material/check_circle:")
 
     ui.next_page("samples", "Next: Samples")

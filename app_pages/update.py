@@ -29,7 +29,7 @@ with ui.page_guard("Update"):
             "epoch 2; in epoch 1 every ratio is exactly 1, so nothing can clip."
         )
 
-    bundle = ui.cached_models(state.model)
+    bundle = ui.ensure_model(state.model)  # says so on the model's first use
     problem = upd.model_problem(rollout, bundle)
     with main:
         lr, epochs, minibatches = upd.controls()

@@ -34,6 +34,7 @@ from roll_viz.ui.flow import (
     cached_scores,
     cached_trace,
     current_batch,
+    ensure_model,
     instant_payload,
     kl_estimates,
     local_global_payload,
@@ -45,7 +46,7 @@ from roll_viz.ui.flow import (
 from roll_viz.ui.guard import page_guard
 from roll_viz.ui.instant import instant_local_global, instant_panel
 from roll_viz.ui.present import is_present
-from roll_viz.ui.resources import cached_models
+from roll_viz.ui.resources import cached_models, model_loaded, model_spec
 from roll_viz.ui.settings import (
     describe_terms,
     estimator_options,
@@ -149,6 +150,7 @@ __all__ = [
     "describe_terms",
     "download_csv",
     "download_trace_json",
+    "ensure_model",
     "estimator_options",
     "estimator_overrides",
     "explainer",
@@ -164,6 +166,8 @@ __all__ = [
     "kl_estimates",
     "kl_placement_overrides",
     "local_global_payload",
+    "model_loaded",
+    "model_spec",
     "next_page",
     "norm_overrides",
     "observed_kl",

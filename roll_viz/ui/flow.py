@@ -16,6 +16,7 @@ a cache miss, never replayed on a hit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -43,7 +44,7 @@ from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.ui import adapters, instant
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.present import top_slot
-from roll_viz.ui.resources import cached_models, live_store
+from roll_viz.ui.resources import cached_models, live_store, mark_loaded, model_loaded
 from roll_viz.ui.settings import native_config, preset_defaults
 from roll_viz.ui.state import KEY_RUNNING, KEY_RUNNING_BATCHES, AppState, freeze
 
@@ -66,6 +67,38 @@ def _preset_rollout(name: str) -> Rollout:
     return presets.load_preset(name)[2]
 
 
+#: what the first page that needs the model says while it loads (then how long it took)
+FIRST_USE_NOTE = (
+    "First use of the model {name} on this server: loading the policy and the reference (up to "
+    "a minute or two on a CPU). Every later page and every student reuse it; a teacher can "
+    "press 'Warm up the model' on Home before class."
+)
+
+
+def ensure_model(spec: str) -> Any:
+    """The shared model, with a note at the top of the main column when this is its first use.
+
+    Args:
+        spec: model spec (``cached_models``).
+
+    Returns:
+        The ModelBundle.
+    """
+    if model_loaded(spec):
+        return cached_models(spec)
+    with top_slot():
+        note = st.empty()
+        note.info(FIRST_USE_NOTE.format(name=spec), icon=":material/hourglass_top:")
+        start = time.perf_counter()
+        bundle = cached_models(spec)
+        mark_loaded(spec)  # also when another session's load filled the cache
+        note.caption(
+            f"Model {spec} loaded in {time.perf_counter() - start:.0f} s; the next uses are "
+            "instant."
+        )
+    return bundle
+
+
 def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     """A live rollout for ``sampling`` (cached; progress drawn only when it really samples).
 
@@ -83,8 +116,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
     if rollout is not None:
         return rollout
     try:
-        with top_slot():  # the model's loading spinner, at the top of the main column
-            bundle = cached_models(model)
+        bundle = ensure_model(model)
     except models_mod.ModelNotFoundError as err:
         st.error(f"The live model is not available: {err}")
         st.stop()

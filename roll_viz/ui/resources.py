@@ -36,12 +36,26 @@ def model_choices() -> list[str]:
     return list(dict.fromkeys([model_spec(), models.DEFAULT_MODEL, "tiny"]))
 
 
+_LOADED: set[str] = set()  # model specs this process has loaded (the first use is slow)
+
+
 @st.cache_resource(show_spinner="Loading the policy and reference model...")
 def cached_models(spec: str | None = None) -> Any:
     """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
     bundle = models.load_models(spec or model_spec())
     sampling.calibrate(bundle)  # one tiny sample, so the first time estimate is measured
+    mark_loaded(spec)
     return bundle
+
+
+def mark_loaded(spec: str | None = None) -> None:
+    """Record that ``cached_models(spec)`` returned (its cache now holds the model)."""
+    _LOADED.add(spec or model_spec())
+
+
+def model_loaded(spec: str | None = None) -> bool:
+    """Whether this process has already loaded the model ``spec`` (later uses are instant)."""
+    return (spec or model_spec()) in _LOADED
 
 
 class LiveStore:

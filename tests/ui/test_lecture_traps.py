@@ -13,6 +13,7 @@ import torch
 from streamlit import config as st_config
 
 from roll_viz import rewards, ui
+from roll_viz.ui import resources
 from tests.ui.apptest import ROOT, open_page
 
 
@@ -69,3 +70,22 @@ def test_preset_click_leaves_the_server_log_quiet():
     settings = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert settings["global"]["disableWidgetStateDuplicationWarning"] is True
     assert "global.disableWidgetStateDuplicationWarning" in st_config._config_options_template
+
+
+def test_warm_up_button_and_a_note_on_the_first_model_use():
+    """A teacher loads the model before class; the first page that needs it says why it waits."""
+    resources._LOADED.clear()  # as in a fresh server process
+    home = open_page()
+    assert not ui.model_loaded(ui.model_spec())
+    home.button(key="warm_up").click().run()
+    assert not home.exception, [e.message for e in home.exception]
+    assert any("is ready" in s.value for s in home.success)
+    assert ui.model_loaded(ui.model_spec())
+    home.run()
+    assert not [b for b in home.button if b.key == "warm_up"]  # loaded: a line says so instead
+    assert any("loaded: live pages answer at once" in c.value for c in home.caption)
+    resources._LOADED.clear()
+    update = open_page("update", live="true", G="2", T="8")
+    assert any(i.value.startswith("First use of the model") for i in update.info) or any(
+        "loaded in" in c.value and "the next uses are instant" in c.value for c in update.caption
+    )
