@@ -186,12 +186,14 @@ with ui.page_guard("Token KL"):
                     r"\tfrac{n}{\mathrm{horizon}}\right)"
                 )
                 st.caption(
-                    f"Each step sees this batch's KL again (n = {mask.shape[0]} samples per step). "
+                    "An open loop: the policy does not respond to beta here, so each step sees "
+                    f"this batch's KL again (n = {mask.shape[0]} samples per step); the Training "
+                    "page's adaptive runs close the loop on the real KL. "
                     "Observed above target: beta grows (at most 20% x n / horizon per step); below: "
                     "it shrinks."
                 )
             else:
-                ui.plot(charts.beta_schedule([beta] * 11), key="beta_plot")
+                ui.plot(charts.beta_schedule([beta] * 11, mode="fixed"), key="beta_plot")
                 st.caption("A fixed controller: beta is the sidebar's value at every step.")
 
     beta_section()

@@ -108,14 +108,20 @@ def group_stats_figure(
 
 
 def beta_schedule(
-    betas: Sequence[float], *, target: float | None = None, observed: float | None = None
+    betas: Sequence[float],
+    *,
+    target: float | None = None,
+    observed: float | None = None,
+    mode: str = "adaptive",
 ) -> go.Figure:
-    """The KL coefficient over simulated controller steps.
+    """The KL coefficient over simulated controller steps; the title names the mode.
 
     Args:
         betas: beta at step 0, 1, ... (beta_0 first).
         target: the target KL (annotated), or None.
         observed: the observed KL used at every step (annotated), or None.
+        mode: "adaptive" (the controller replays one batch's KL: an open loop, said in the
+            title) or "fixed" (beta never moves).
 
     Returns:
         A line chart.
@@ -139,7 +145,11 @@ def beta_schedule(
         height=300,
         margin={"l": 50, "r": 20, "t": 40, "b": 40},
         title={
-            "text": "Adaptive beta over simulated steps"
+            "text": (
+                "Adaptive beta, open loop: this batch's KL replayed at every step"
+                if mode == "adaptive"
+                else "Fixed beta: the same value at every step"
+            )
             + (f" ({', '.join(note)})" if note else ""),
             "font": {"size": 15},
         },

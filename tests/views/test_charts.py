@@ -161,3 +161,12 @@ def test_ranges():
     assert scales.nice_ceiling(3.2) == 5.0
     assert scales.nice_ceiling(0.0) == 1.0
     assert scales.robust_range(v, mask, q=1.0) == 0.5
+
+
+def test_beta_schedule_title_follows_the_mode():
+    """Fixed beta is not called adaptive; the adaptive replay says it is an open loop."""
+    adaptive = charts.beta_schedule([0.2, 0.21], target=0.1, observed=0.3)
+    assert adaptive.layout.title.text.startswith("Adaptive beta, open loop")
+    fixed = charts.beta_schedule([0.2] * 11, mode="fixed")
+    assert fixed.layout.title.text.startswith("Fixed beta")
+    assert "daptive" not in fixed.layout.title.text
