@@ -10,8 +10,11 @@ row stopping at EOS or after ``max_new_tokens``. ``DecodeOptions`` holds its swi
   the last position only; the sort is skipped when top_p == 1; the sampling noise of the next
   step is drawn ahead in a helper thread (``_NoiseStream``); the lean step (``lm.lean_step``);
   the thread count per phase (``lm.threads``);
-- the one switch that changes draws: ``weights="int8"`` (``FAST_DECODE``) decodes with an int8
-  dynamically quantized copy of the model (CPU only); scoring stays with the float model.
+- the switch that changes draws: ``weights="int8"`` (``FAST_DECODE``) decodes with an int8
+  dynamically quantized copy of the model, ``weights="bf16"`` (``BF16_DECODE``, opt-in) with a
+  bfloat16 copy of the lean step's projections (CPU only); scoring stays with the float model;
+- with a LoRA adapter on, the lean step runs over the adapter merged into copies of the weights
+  (``merge_adapter``; the peft model's draws up to float rounding).
 
 Padding helpers (``pad_left``, ``pad_right``, ``distinct``) are shared with the teacher-forced
 passes in ``lm.scoring``.

@@ -27,9 +27,11 @@ For a classroom (many students, one CPU model):
 - The decode loop runs each distinct prompt's prefill once and copies its KV cache to the G rows
   (the teacher-forced scoring passes do the same), keeps prefill logits for the last position
   only, skips the sort when top_p == 1, and draws the sampling noise of the next step in a helper
-  thread; all of it gives the tokens of the plain loop (same seed, same bytes). The one switch
-  that changes draws is the explicit ``DecodeOptions(weights="int8")`` (``FAST_DECODE``): decode
-  with an int8 dynamically quantized copy, score with the float model, labelled in ``meta``.
+  thread; all of it gives the tokens of the plain loop (same seed, same bytes). The switches
+  that change draws are the explicit ``DecodeOptions(weights="int8")`` (``FAST_DECODE``) and the
+  opt-in ``weights="bf16"`` (``BF16_DECODE``): decode with an int8 / bfloat16 copy, score with
+  the float model, labelled in ``meta``. A LoRA policy decodes through the lean step over its
+  adapter merged into copies of the weights (``DecodeOptions.merge_adapter``).
 
 Simplifications against real RL stacks (verl, ROLL, OpenRLHF):
 
