@@ -88,6 +88,23 @@ with ui.page_guard("Eras"):
         "loss** (beta k is differentiated: its slope k'(x) acts on the token directly). verl's "
         "straight-through names (k1+, k3+, abs+) keep the value and take k2's gradient."
     )
+    if state.sampling.policy_mode == "identical" and not state.adapted:
+        info, action = st.columns([4, 1], vertical_alignment="center")
+        with info:
+            st.info(
+                "Policy = reference in this batch, so every KL value below is **exactly 0** "
+                "(and so is the 2024 era's KL term above). The *pirate* preset's policy follows "
+                "an extra instruction: real per-token KL.",
+                icon=":material/info:",
+            )
+        with action:
+            st.button(
+                "Load the pirate preset",
+                on_click=ui.select_preset,
+                args=("pirate",),
+                key="eras_pirate",
+                icon=":material/sailing:",
+            )
     c1, c2 = st.columns(2)
     with c1:
         beta = st.select_slider(
@@ -118,6 +135,30 @@ with ui.page_guard("Eras"):
         title="What to look at",
     )
     st.dataframe(view.summary, key="eras_kl_table", hide_index=True, width="stretch")
+    st.subheader("In the reward, through this framework's own advantages")
+    try:
+        through = kl_placement.through_the_advantage(
+            batch, state.framework, dict(state.config), float(beta), variant.rstrip("+")
+        )
+    except ValueError as err:
+        st.info(f"{ui.FRAMEWORK_LABELS[state.framework]}: {err}", icon=":material/info:")
+    else:
+        labels = [f"{i}: {rollout.prompts[g]}" for i, g in enumerate(rollout.group_ids.tolist())]
+        ui.plot(
+            era_charts.in_reward_share_bars(
+                through.share.sum(-1).tolist(),
+                labels,
+                f"{ui.FRAMEWORK_LABELS[state.framework]}, sidebar estimator, "
+                f"{variant.rstrip('+')} in the reward, beta {beta:g}",
+            ),
+            key="eras_kl_through",
+        )
+        st.caption(
+            "The sidebar's estimator with the KL moved into the reward: the loss gradient with "
+            "the penalty minus the one without. The penalty reaches the policy only through the "
+            "advantages (the pipeline computes it without a gradient); an outcome estimator "
+            "such as GRPO folds it into each answer's score and normalises it with the group."
+        )
     st.subheader("In expectation, on one next-token distribution")
     seed = st.number_input("toy distribution seed", 0, 999, 0, key="eras_kl_seed")
     st.dataframe(

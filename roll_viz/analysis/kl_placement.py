@@ -7,7 +7,10 @@ beta * k'(x) of the token's own term; in the reward, where the frameworks comput
 under no_grad, the share of REINFORCE's -A_t that the penalty put there, beta * (reward-to-go
 of k). ``expected_table`` judges each estimator by its expected gradient on one categorical step
 (exact sums over the vocabulary): which true gradient it follows, KL(pi || ref), the reverse
-KL(ref || pi), or nothing (0).
+KL(ref || pi), or nothing (0). ``through_the_advantage`` does the in-reward case with a
+framework's own pipeline and loss: the KL's share of d loss / d log pi is the difference of the
+loss gradients with and without the penalty, and it reaches the policy only via the advantages
+(``run`` works on detached tensors).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from roll_viz.core.pipeline import dialects, policy_loss, resolve_config, run
 from roll_viz.core.pipeline.kl_gradient import KL_VARIANTS, expected_gradients, kl_gradient
+from roll_viz.core.records import Batch
 
 F64 = torch.float64
 
@@ -165,3 +170,80 @@ def expected_table(
                 }
             )
     return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class ThroughAdvantage:
+    """A framework's in-reward KL and what it does to the update (all (B, T), 0 on padding).
+
+    Attributes:
+        config: the resolved config with the KL in the reward.
+        kl: the per-token KL the pipeline subtracted (times beta in the token rewards).
+        advantages: with the penalty.
+        advantages_without: the same config with beta = 0.
+        grad: d loss / d log pi with the penalty (first update, ratio 1).
+        share: the penalty's share of it: ``grad`` minus the gradient without the penalty.
+    """
+
+    config: dict
+    kl: Tensor
+    advantages: Tensor
+    advantages_without: Tensor
+    grad: Tensor
+    share: Tensor
+
+
+def through_the_advantage(
+    batch: Batch,
+    framework: str,
+    config: dict | None = None,
+    beta: float = 0.1,
+    estimator: str = "k1",
+) -> ThroughAdvantage:
+    """The in-reward KL's gradient in one framework: through its advantages, nothing else.
+
+    Args:
+        batch: needs logprobs and ref_logprobs.
+        framework: a dialect that can put the KL in the reward.
+        config: its keys (estimator etc.); the KL placement, beta and estimator are set here.
+        beta: KL coefficient.
+        estimator: canonical k1 / abs / k2 / k3.
+
+    Returns:
+        ThroughAdvantage.
+
+    Raises:
+        ValueError: the dialect puts the KL only in the loss (TRL), does not name the
+            estimator, or rejects the config.
+    """
+    d = dialects.get(framework)
+    if d.KL_IN_LOSS_ONLY or d.KL_ESTIMATOR_KEY is None:
+        raise ValueError(f"{framework} has no KL in the reward (its KL is a loss term only)")
+    name = d.KL_NAMES.get(estimator)
+    if name is None:
+        raise ValueError(f"{framework} has no {estimator} estimator")
+    base = {**(config or {}), **(d.kl_placement(True, beta) or {})}
+    base |= {d.BETA_KEY: beta, d.KL_ESTIMATOR_KEY: name}
+    with_kl = resolve_config(framework, base)
+    without = resolve_config(framework, {**base, d.BETA_KEY: 0.0})
+    traces = [run(batch, framework, c) for c in (with_kl, without)]
+    grads = [
+        policy_loss(
+            framework,
+            c,
+            logprobs=batch.logprobs,
+            old_logprobs=batch.logprobs,
+            advantages=t.advantages,
+            response_mask=batch.response_mask,
+            ref_logprobs=batch.ref_logprobs,
+        ).per_token["grad_coef"]
+        for c, t in zip((with_kl, without), traces, strict=True)
+    ]
+    return ThroughAdvantage(
+        config=with_kl,
+        kl=traces[0].kl,
+        advantages=traces[0].advantages,
+        advantages_without=traces[1].advantages,
+        grad=grads[0],
+        share=grads[0] - grads[1],
+    )

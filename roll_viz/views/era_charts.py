@@ -197,3 +197,32 @@ def kl_summary_bars(view: KLView) -> go.Figure:
         legend={"orientation": "h", "y": 1.15},
     )
     return fig
+
+
+def in_reward_share_bars(share_per_answer: list[float], labels: list[str], title: str) -> go.Figure:
+    """Per answer, the in-reward KL's share of sum_t d loss / d log pi (through the advantage).
+
+    Args:
+        share_per_answer: (B,) sums over each answer's tokens of ``ThroughAdvantage.share``.
+        labels: (B,) answer labels.
+        title: figure title (names the framework and estimator).
+
+    Returns:
+        The figure: one bar trace.
+    """
+    fig = go.Figure(
+        go.Bar(
+            x=[short(x, 24) for x in labels],
+            y=share_per_answer,
+            marker={"color": OKABE_ITO[2]},
+            hovertemplate="%{x}<br>KL share of d loss / d log pi %{y:.4g}<extra></extra>",
+        )
+    )
+    fig.add_hline(y=0, line={"color": "#999999", "width": 1})
+    fig.update_layout(
+        height=320,
+        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        title=short(title, 90),
+        yaxis_title="sum over tokens",
+    )
+    return fig

@@ -5,8 +5,11 @@ import math
 import pytest
 import torch
 
+from roll_viz.analysis import group_health
 from roll_viz.analysis import kl_placement as kp
+from roll_viz.core.pipeline import agg_weights, policy_loss, run
 from roll_viz.core.pipeline.kl_gradient import KL_VARIANTS
+from roll_viz.core.records import Batch
 
 F = torch.float64
 
@@ -68,3 +71,47 @@ def test_identical_policy_gives_zero_everywhere():
     assert (k3[["value", "as a loss", "in the reward"]].abs().to_numpy() == 0).all()
     k1 = view.tokens[view.tokens["variant"] == "k1"]
     assert k1["as a loss"].tolist() == [0.1] * 4  # k1's slope is 1 even at x = 0
+
+
+def _kl_batch():
+    return group_health.demo_batch()
+
+
+def test_in_reward_share_equals_the_reward_to_go_of_k_for_reinforce():
+    batch = _kl_batch()
+    r = kp.through_the_advantage(batch, "roll", {"adv_estimator": "reinforce"}, 0.1, "k3")
+    w = agg_weights(batch.response_mask, "seq-mean-token-mean")
+    to_go = kp.kl_gradient(batch.logprobs, batch.ref_logprobs, batch.response_mask, "k3", 0.1)
+    torch.testing.assert_close(r.share, w * to_go.in_reward, atol=1e-15, rtol=0)
+    assert float(r.share.abs().sum()) > 0
+
+
+def test_in_reward_share_is_minus_weight_times_the_advantage_change_and_autograd():
+    batch = _kl_batch()
+    r = kp.through_the_advantage(batch, "verl", {"adv_estimator": "grpo"}, 0.3, "k1")
+    n_tokens = float(batch.response_mask.sum())  # verl token-mean
+    want = -(r.advantages - r.advantages_without) / n_tokens * batch.response_mask
+    torch.testing.assert_close(r.share, want, atol=1e-15, rtol=0)
+    # the penalty is a constant w.r.t. the policy: no gradient reaches the advantages
+    logp = batch.logprobs.clone().requires_grad_(True)
+    live = Batch(**{**batch.__dict__, "logprobs": logp})
+    assert not run(live, "verl", r.config).advantages.requires_grad
+    res = policy_loss(
+        "verl",
+        r.config,
+        logprobs=logp,
+        old_logprobs=batch.logprobs,
+        advantages=r.advantages,
+        response_mask=batch.response_mask,
+        ref_logprobs=batch.ref_logprobs,
+    )
+    res.total.backward()
+    torch.testing.assert_close(r.grad, logp.grad, atol=1e-15, rtol=0)
+
+
+def test_through_the_advantage_refuses_what_a_dialect_cannot_do():
+    batch = _kl_batch()
+    with pytest.raises(ValueError, match="no KL in the reward"):
+        kp.through_the_advantage(batch, "trl")
+    with pytest.raises(ValueError, match="no abs estimator"):
+        kp.through_the_advantage(batch, "openrlhf", {"advantage_estimator": "rloo"}, 0.1, "abs")

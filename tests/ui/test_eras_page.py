@@ -43,3 +43,22 @@ def test_framework_and_estimator_controls_drive_the_figures():
     assert any("cannot divide" in c.value for c in at.caption)
     title = _charts(at)["eras_kl_tokens"]["layout"]["title"]["text"]
     assert title.startswith("k3+")
+
+
+def test_in_reward_section_follows_the_sidebar_framework():
+    at = _open()
+    charts = _charts(at)
+    assert "eras_kl_through" in charts
+    assert charts["eras_kl_through"]["layout"]["title"]["text"].startswith("ROLL")
+
+
+def test_pirate_preset_gives_a_kl_term_in_2024():
+    at = _open()
+    assert any("exactly 0" in i.value for i in at.info)
+    at.button(key="eras_pirate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    summary = next(d.value for d in at.dataframe if "KL term" in d.value.columns)
+    assert summary["KL term"].tolist()[0] > 0
+    assert summary["KL term"].tolist()[1] == 0
+    kl = next(d.value for d in at.dataframe if "mean value" in d.value.columns)
+    assert (kl["mean |grad| as a loss"] > 0).all()

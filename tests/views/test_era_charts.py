@@ -37,3 +37,9 @@ def test_kl_token_figure_and_summary():
     assert list(fig.data[0].x) == list(fig.data[1].x)
     bars = era_charts.kl_summary_bars(view)
     assert list(bars.data[0].x) == view.summary["variant"].tolist()
+
+
+def test_in_reward_share_bars():
+    fig = era_charts.in_reward_share_bars([0.1, -0.2], ["a", "b"], "verl, k1")
+    assert list(fig.data[0].y) == [0.1, -0.2]
+    assert fig.layout.title.text == "verl, k1"
