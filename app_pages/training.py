@@ -124,7 +124,11 @@ with ui.page_guard("Training"):
             def live_panel() -> None:
                 table = tr.runners()
                 if not table:
-                    st.info("No run yet: press Start.", icon=":material/info:")
+                    lost = tr.lost_run_notice()  # a restart or an expired run: say what was lost
+                    if lost:
+                        st.warning(lost, icon=":material/history:")
+                    else:
+                        st.info("No run yet: press Start.", icon=":material/info:")
                     return
                 for s, runner in sorted(table.items()):
                     tr.status_line(runner, s)

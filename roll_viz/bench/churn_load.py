@@ -52,6 +52,7 @@ HEALTH_PERIOD_S = 0.1
 HEALTH_TIMEOUT_S = 30.0
 TRAIN_PAGE, UPDATE_PAGE = "Training", "Update"
 START_KEY, STEP_KEY = "tr_start", "upd_step"
+TRAIN_QUERY = "tab=Train+live"  # the Training page runs only its open tab
 _STEP_RE = re.compile(r"step (\d+) / (\d+)")
 _LINE_RE = re.compile(r"number (\d+) in line")
 
@@ -178,7 +179,7 @@ async def _trainer(
     who = f"student {idx} (training)"
     s = Session(base)
     try:
-        res = await _open(s, TRAIN_PAGE, "", who, out)
+        res = await _open(s, TRAIN_PAGE, TRAIN_QUERY, who, out)
         with contextlib.suppress(asyncio.BrokenBarrierError, TimeoutError):
             await asyncio.wait_for(barrier.wait(), 120)
         if res is None or START_KEY not in res.widgets:
@@ -250,7 +251,7 @@ async def churn(
         "positions": [],
         "closed_mid_step": 0,
     }
-    for page, query in ((TRAIN_PAGE, ""), (UPDATE_PAGE, "live=true")):
+    for page, query in ((TRAIN_PAGE, TRAIN_QUERY), (UPDATE_PAGE, "live=true")):
         warm = Session(base)
         await _open(warm, page, query, "warm-up", out)
         await warm.close()

@@ -116,15 +116,30 @@ class Session:
         self.page = ""
         self.page_hash = ""
         self.runs = 0
+        self.session_id = ""  # the server's id of this session (from ``new_session``)
 
-    async def connect(self) -> None:
-        """Open the websocket (subprotocol ``streamlit``, as the frontend does)."""
+    async def connect(self, resume: bool = False) -> None:
+        """Open the websocket (subprotocol ``streamlit``, as the frontend does).
+
+        Args:
+            resume: reconnect to this client's server session (as the frontend does after a
+                network drop: the session id goes as the third subprotocol entry).
+        """
+        protocols = ["streamlit"]
+        if resume and self.session_id:
+            protocols = ["streamlit", "placeholder", self.session_id]
         self.ws = await asyncio.wait_for(
             websockets.connect(
-                self.url, subprotocols=["streamlit"], max_size=None, open_timeout=CONNECT_TIMEOUT_S
+                self.url, subprotocols=protocols, max_size=None, open_timeout=CONNECT_TIMEOUT_S
             ),
             CONNECT_TIMEOUT_S,
         )
+
+    async def drop(self, seconds: float) -> None:
+        """A network drop: close the socket, wait ``seconds``, reconnect to the same session."""
+        await self.close()
+        await asyncio.sleep(seconds)
+        await self.connect(resume=True)
 
     async def close(self) -> None:
         """Close the websocket (quietly)."""
@@ -245,6 +260,8 @@ class Session:
             fm.ParseFromString(data)
             kind = fm.WhichOneof("type")
             if kind == "new_session":
+                if fm.new_session.initialize.session_id:
+                    self.session_id = fm.new_session.initialize.session_id
                 elements.clear()
                 result.widgets.clear()
                 result.exceptions.clear()

@@ -12,6 +12,7 @@ policy (slot A) and its step, so the other pages can show "trained (step k) vs r
 from __future__ import annotations
 
 import html
+import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -25,7 +26,7 @@ from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import adapters
+from roll_viz.ui import adapters, reconnect
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
@@ -118,22 +119,61 @@ _OWN_KEYS = {
 
 
 class _SessionRunners:
-    """This session's runners; released when it ends (``TrainRunner.close`` returns at once)."""
+    """This session's runners; parked ``RECONNECT_GRACE_S`` after its websocket goes away.
 
-    def __init__(self) -> None:
+    A release (``park``, on Streamlit's event loop, ``ui.reconnect``) returns at once: running
+    runs pause at their next step boundary (no work for a student who is not there) and wait
+    under the session's id; the same session reconnecting within the grace takes them back and
+    they resume (``_session_runners``); otherwise they are closed (``TrainRunner.close``: the
+    adapters are freed off the request path).
+    """
+
+    def __init__(self, session: str) -> None:
+        self.session = session
         self.by_slot: dict[str, TrainRunner] = {}
+        self._paused: set[str] = set()
+
+    def park(self) -> None:
+        """on_release: pause what runs and wait for the session to come back (returns at once)."""
+        if not self.by_slot:
+            return
+        for slot, runner in self.by_slot.items():
+            if runner.status == "running":
+                runner.pause()
+                self._paused.add(slot)
+        _PARKED.park(self.session, self, _SessionRunners.close)
+
+    def come_back(self) -> None:
+        """The same session reconnected in time: resume what the disconnect paused."""
+        for slot in self._paused:
+            runner = self.by_slot.get(slot)
+            if runner is not None and runner.status == "paused":
+                runner.resume()
+        self._paused.clear()
 
     def close(self) -> None:
+        """Nobody came back within the grace: close every run (returns at once)."""
         for runner in list(self.by_slot.values()):
             runner.close()
-        self.by_slot.clear()
+
+
+_PARKED = reconnect.Parking()
+#: this server process (a link's ``tr_live`` mark from another process means it restarted)
+BOOT_ID = uuid.uuid4().hex[:8]
+KEY_LIVE_MARK = "tr_live"
+RECONNECT_GRACE_S = reconnect.RECONNECT_GRACE_S
 
 
 @st.cache_resource(
-    scope="session", on_release=_SessionRunners.close, max_entries=1, show_spinner=False
+    scope="session", on_release=_SessionRunners.park, max_entries=1, show_spinner=False
 )
 def _session_runners() -> _SessionRunners:
-    return _SessionRunners()
+    session = reconnect.session_id()
+    parked = _PARKED.take(session)
+    if parked is not None:  # a reconnect of the same session: its runs, resumed
+        parked.come_back()
+        return parked
+    return _SessionRunners(session)
 
 
 def runners() -> dict[str, TrainRunner]:
@@ -143,6 +183,24 @@ def runners() -> dict[str, TrainRunner]:
         holder.by_slot.update(st.session_state[KEY_RUNNERS])
     st.session_state[KEY_RUNNERS] = holder.by_slot
     return holder.by_slot
+
+
+def lost_run_notice() -> str | None:
+    """What the link says was lost when this session has no run but the link had one."""
+    mark = st.query_params.get(KEY_LIVE_MARK)
+    if not mark or runners():
+        return None
+    boot, _, steps = str(mark).partition("-")
+    count = f"{steps} step{'s' if steps != '1' else ''}" if steps.isdigit() else "steps"
+    if boot != BOOT_ID:
+        return (
+            f"The server restarted: your run of {count} is gone; its settings are in the link "
+            "(press Start to run it again)."
+        )
+    return (
+        f"Your run of {count} is no longer on the server (a run waits {RECONNECT_GRACE_S:.0f} s "
+        "for its tab to come back); its settings are in the link (press Start to run it again)."
+    )
 
 
 def trained_policy() -> tuple[Any, int] | None:
@@ -362,6 +420,7 @@ def status_line(runner: TrainRunner, slot: str) -> None:
     done = runner.steps_done
     label = runner.settings.label or f"run {slot}"
     text = f"**{slot}: {html.escape(label)}**: {runner.status}, step {done} / {total}"
+    st.query_params[KEY_LIVE_MARK] = f"{BOOT_ID}-{done}"  # a restart can say what was lost
     place = runner.queue_position
     if runner.status == "running" and place:
         text += f", waiting for the model: number {place} in line (runs take turns, one step each)"

@@ -12,6 +12,7 @@ next to the key of the batch it was taken on, so a result is never drawn over an
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import streamlit as st
@@ -19,7 +20,7 @@ import streamlit as st
 from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.update import UpdateConfig, update_step
-from roll_viz.ui import adapters
+from roll_viz.ui import adapters, reconnect
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.state import AppState
@@ -40,9 +41,25 @@ MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
 
 
+_PARKED = reconnect.Parking()
+_RESETTING = threading.local()  # set while ``reset_adapter`` clears the cache: free, not park
+
+
+def _free(policy: Any) -> None:
+    policy.release()  # cancel, and free on the reaper thread
+
+
 def _release(policy: Any) -> None:
-    """Streamlit calls this on its event loop: cancel and free off it (``LoraPolicy.release``)."""
-    policy.release()
+    """Streamlit calls this on its event loop when the websocket closes: returns at once.
+
+    The adapter waits ``reconnect.RECONNECT_GRACE_S`` for the same session to reconnect (a wifi
+    drop keeps its steps); a reset, or nobody coming back, frees it (``LoraPolicy.release``).
+    """
+    key = getattr(policy, "park_key", None)
+    if key is None or getattr(_RESETTING, "active", False) or policy.closed or policy.cancelled:
+        _free(policy)
+        return
+    _PARKED.park(key, policy, _free)
 
 
 @st.cache_resource(scope="session", on_release=_release, max_entries=1, show_spinner=False)
@@ -56,9 +73,15 @@ def session_policy(spec: str, rank: int, alpha: float, seed: int) -> Any:
         seed: seed of the LoRA A init.
 
     Returns:
-        The LoraPolicy.
+        The LoraPolicy (the one a dropped websocket of this session parked, when there is one).
     """
-    return LoraPolicy(cached_models(spec), rank=rank, alpha=alpha, seed=seed)
+    key = (reconnect.session_id(), spec, rank, alpha, seed)
+    parked = _PARKED.take(key)
+    if parked is not None and not parked.closed and not parked.cancelled:
+        return parked
+    policy = LoraPolicy(cached_models(spec), rank=rank, alpha=alpha, seed=seed)
+    policy.park_key = key
+    return policy
 
 
 def batch_key(state: AppState) -> tuple:
@@ -180,7 +203,11 @@ def take_step(
 
 def reset_adapter() -> None:
     """Callback: drop this session's adapter (a fresh one, equal to the base, on the next step)."""
-    session_policy.clear()
+    _RESETTING.active = True
+    try:
+        session_policy.clear()
+    finally:
+        _RESETTING.active = False
     st.session_state.pop(KEY_RESULT, None)
 
 

@@ -21,14 +21,15 @@ from roll_viz.bench.st_client import Session, run_coroutine
 
 pytestmark = pytest.mark.server
 
+TRAIN = "tab=Train+live"  # the Training page runs only its open tab
 CASES = [  # page, query, key, crafted value, whether the page can name it
     ("Update", "preset=quantum", "upd_epochs", math.nan, False),
     ("Update", "preset=quantum", "upd_epochs", 2.5, True),
     ("Update", "preset=quantum", "upd_minibatches", 1e9, False),
-    ("Training", "", "tr_steps", 1e12, False),
-    ("Training", "", "tr_steps", 7.5, True),
-    ("Training", "", "tr_horizon", -math.inf, False),
-    ("Training", "", "tr_beta", math.nan, False),
+    ("Training", TRAIN, "tr_steps", 1e12, False),
+    ("Training", TRAIN, "tr_steps", 7.5, True),
+    ("Training", TRAIN, "tr_horizon", -math.inf, False),
+    ("Training", TRAIN, "tr_beta", math.nan, False),
 ]
 
 

@@ -56,7 +56,7 @@ def test_update_page_crafted_value_gets_a_notice_and_the_session_lives(key, valu
     ],
 )
 def test_training_page_crafted_value_gets_a_notice(key, value):
-    at = apptest.router("training")
+    at = apptest.router("training", tab="Train live")  # the page runs only its open tab
     at.session_state[key] = value
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -75,7 +75,7 @@ def test_training_page_crafted_value_gets_a_notice(key, value):
     ],
 )
 def test_training_link_values_out_of_range_get_the_link_notice(key, raw):
-    at = apptest.open_page("training", **{key: raw})
+    at = apptest.open_page("training", tab="Train live", **{key: raw})
     assert f"The link's value {key}={raw} is not allowed" in _notices(at)
 
 
