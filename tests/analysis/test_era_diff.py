@@ -190,3 +190,46 @@ def test_maxrl_vs_grpo_by_hand():
     want = [x / (0.25 + 1e-6) for x in (0.75, -0.25, -0.25, -0.25)]
     assert cmp.samples["A MaxRL"].tolist()[:4] == pytest.approx(want, abs=1e-12)
     assert cmp.samples["A MaxRL"].tolist()[4:] == [0.0] * 4
+
+
+def _loop_loss_2024(batch, adv, kl_per_answer):
+    """Plain loops: mean over answers of each answer's token mean of -A, plus 0.04 * k3 averaged
+    per answer the same way, or over all tokens (OpenRLHF's KL loss is always a token mean)."""
+    pg, kl_rows, kl_tokens, rows, tokens = 0.0, 0.0, 0.0, 0, 0
+    for b in range(batch.scores.shape[0]):
+        a_terms, k_terms = [], []
+        for t in range(batch.response_mask.shape[1]):
+            if batch.response_mask[b, t]:
+                d = float(batch.logprobs[b, t] - batch.ref_logprobs[b, t])
+                a_terms.append(-float(adv[b, t]))
+                k_terms.append(_k3(d))
+        if a_terms:
+            pg += sum(a_terms) / len(a_terms)
+            kl_rows += sum(k_terms) / len(k_terms)
+            kl_tokens += sum(k_terms)
+            rows += 1
+            tokens += len(k_terms)
+    kl = kl_rows / rows if kl_per_answer else kl_tokens / tokens
+    return pg / rows + 0.04 * kl
+
+
+@pytest.mark.parametrize(
+    ("fw", "kl_per_answer"),
+    [("roll", True), ("verl", True), ("openrlhf", False), ("trl", True)],
+)
+def test_2024_loss_matches_the_loop(fw, kl_per_answer):
+    gen = torch.Generator().manual_seed(4)
+    lengths = torch.tensor([2, 5, 3, 4, 1, 5])
+    mask = (torch.arange(5)[None, :] < lengths[:, None]).to(F)
+    lp = -1.0 + 0.3 * torch.randn(6, 5, generator=gen, dtype=F)
+    batch = Batch(
+        scores=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0], dtype=F),
+        response_mask=mask,
+        group_ids=torch.arange(2).repeat_interleave(3),
+        logprobs=lp,
+        ref_logprobs=lp + 0.2 * torch.randn(6, 5, generator=gen, dtype=F),
+    )
+    old = era_diff.run_era(batch, ERAS["grpo_2024"], fw)
+    want = _loop_loss_2024(batch, old.advantages, kl_per_answer)
+    assert old.loss == pytest.approx(want, abs=1e-12)
+    assert old.kl_term == pytest.approx(float(old.kl_share.sum()), abs=1e-15)

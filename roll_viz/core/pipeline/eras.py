@@ -140,7 +140,11 @@ GRPO_2024 = EraPreset(
                 "(empty answers included)",
                 "low_var_kl is k3 with log-ratio clamped to +-20 and the value to +-10",
             ),
-            "openrlhf": ("OpenRLHF clamps every KL estimate to +-10",),
+            "openrlhf": (
+                "OpenRLHF clamps every KL estimate to +-10",
+                "OpenRLHF's KL loss is a token mean over the batch (aggregate_loss's default) "
+                "while the policy term is per answer",
+            ),
             "trl": (
                 "TRL 1.16 multiplies the k3 term by pi/pi_old by default "
                 "(use_bias_correction_kl); the published loss is plain k3, so it is off here",
