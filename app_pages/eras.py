@@ -127,7 +127,9 @@ with ui.page_guard("Eras"):
     with k2:
         ui.plot(era_charts.kl_summary_bars(view), key="eras_kl_summary")
     ui.explainer(
-        "Each dot is one token of the batch at x = log pi - log pi_ref. As a loss, k1's slope is "
+        "Each dot is one token of the batch at x = log pi - log pi_ref, per unit weight (a "
+        "plain token sum: a framework then multiplies by its aggregation weight, 1 / tokens "
+        "for a token mean). As a loss, k1's slope is "
         "1 everywhere (pure noise: its expected gradient is 0), k2's is x, k3's is 1 - e^-x. In "
         "the reward (REINFORCE, gamma 1, no baseline), the token's push is beta times the KL "
         "still to come in its answer, whatever the estimator's slope; a '+' variant changes "
