@@ -39,7 +39,7 @@ with ui.page_guard("Your run"):
         )
     if uploaded is not None:
         try:
-            st.session_state["_run_uploaded"] = runs.save_upload(uploaded.name, uploaded.getvalue())
+            st.session_state["_run_uploaded"] = runs.save_uploaded(uploaded)
         except ValueError as err:
             st.error(text.md_escape(str(err)), icon=":material/error:")
     if st.session_state.get("_run_uploaded"):

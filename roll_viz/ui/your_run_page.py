@@ -43,6 +43,7 @@ MAX_UPLOAD_BYTES = uploads.MAX_UPLOAD_BYTES  # Streamlit's own upload cap (serve
 UPLOAD_SUFFIXES = uploads.UPLOAD_SUFFIXES
 #: this server's uploads: a per-process folder with a quota, freed when their sessions end
 UPLOADS = uploads.UploadStore()
+KEY_UPLOAD_IDS = "_run_upload_ids"  # uploader file id -> run id (saved once per upload)
 
 
 def runs_folder() -> Path | None:
@@ -89,6 +90,23 @@ def save_upload(name: str, data: bytes) -> str:
         ValueError: too large, a file type no reader takes, or the server's upload quota is full.
     """
     return "upload:" + UPLOADS.save(name, data, _upload_holder())
+
+
+def save_uploaded(uploaded: Any) -> str:
+    """``save_upload`` of a ``st.file_uploader`` file, once per upload (not on every rerun).
+
+    The uploader hands the same file to every rerun; hashing and writing up to 200 MB each
+    time would make every interaction of the page cost that much.
+    """
+    seen = st.session_state.setdefault(KEY_UPLOAD_IDS, {})
+    file_id = getattr(uploaded, "file_id", None)
+    if file_id is not None and file_id in seen:
+        return seen[file_id]
+    run_id = save_upload(uploaded.name, uploaded.getvalue())
+    if file_id is not None:
+        seen.clear()  # one upload at a time per session
+        seen[file_id] = run_id
+    return run_id
 
 
 def _jail_of(run_id: str) -> tuple[RunsJail, str]:

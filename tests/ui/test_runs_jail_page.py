@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from roll_viz.ui import state as ui_state
 from tests.ui import apptest
@@ -56,3 +57,31 @@ def test_a_refused_run_link_gets_one_message_without_path_or_content(runs, run_i
     assert str(runs) not in shown
     assert str(runs.resolve()) not in shown
     assert "cannot be opened" in shown
+
+
+def _twice_script():
+    import streamlit as st
+
+    from roll_viz.ui import your_run_page as runs
+
+    class Upload:
+        name, file_id, reads = "samples.csv", "f1", 0
+
+        def getvalue(self):
+            Upload.reads += 1
+            return b"prompt,response,reward\np,r,1\np,s,0\n"
+
+    up = Upload()
+    first = runs.save_uploaded(up)
+    again = runs.save_uploaded(up)  # the next rerun hands the same file again
+    st.write(f"{first == again} {Upload.reads} {first}")
+
+
+def test_an_upload_is_hashed_and_written_once_not_on_every_rerun():
+    at = AppTest.from_function(_twice_script, default_timeout=60)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    same, reads, run_id = at.markdown[0].value.split(" ", 2)
+    assert same == "True"
+    assert reads == "1"
+    assert run_id.startswith("upload:")
