@@ -202,3 +202,17 @@ def test_benchmark_page_sized_batch(page, instant_server):
     _bench_line(
         "instant_input_to_painted_frame", timing["painted"], framework="verl gae", B=64, T=256
     )
+
+
+def test_strip_has_row_labels_and_one_fixed_scale(page, instant_server):
+    """Rows named p0/s0 ...; the colour range stays put while beta moves (a fixed scale)."""
+    _open(page, instant_server, "fw=roll&est=gae&kl=1")
+    rows = page.locator("[data-testid=rv-rows] .rv-row").all_inner_texts()
+    assert rows[:2] == ["p0/s0", "p0/s1"]
+    assert len(rows) == len(_js_state(page)["advantages"])
+    legend = page.locator("[data-testid=rv-legend]")
+    before = legend.inner_text()
+    assert "fixed scale" in before
+    bench_inputs(page, "rv-beta", [0.0, 0.5, 1.0])  # moves the advantages, not the scale
+    after = legend.inner_text()
+    assert after.split(" .. ")[0] == before.split(" .. ")[0], (before, after)

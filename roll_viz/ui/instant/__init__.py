@@ -89,7 +89,10 @@ CSS = """
 .rv-fallback { background: rgba(255, 189, 69, 0.25); font-weight: 600; }
 .rv-error { background: rgba(255, 43, 43, 0.15); font-weight: 600; }
 .rv-loading { background: rgba(128, 128, 128, 0.12); }
-.rv-heatmap { display: block; width: 100%; image-rendering: pixelated; }
+.rv-strip { display: flex; align-items: flex-start; gap: 0.3rem; }
+.rv-rows { flex: 0 0 auto; font: 11px ui-monospace, monospace; text-align: right; opacity: 0.8; }
+.rv-heatmap { display: block; flex: 1 1 auto; min-width: 0; width: 100%;
+  image-rendering: pixelated; }
 .rv-legend, .rv-tip { font-size: 0.8rem; min-height: 1.1em; opacity: 0.85; }
 .rv-table-wrap { max-height: 18rem; overflow: auto; margin-top: 0.4rem; }
 .rv-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
@@ -188,7 +191,7 @@ def instant_advantages(
     payload: Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
     key: str = "instant_advantages",
-    cell_height: int = 10,
+    cell_height: int = 14,
     knobs: tuple[str, ...] = KNOBS,
     view: str = "advantages",
 ) -> dict[str, Any] | None:
@@ -262,7 +265,7 @@ def instant_panel(
     """The instant component whose releases drive the sidebar (``sync_sidebar``)."""
     data = {
         "params": dict(params or {}),
-        "cell_height": 10,
+        "cell_height": 14,  # room for a row label (p0/s2) beside each row
         "knobs": [k for k in knobs if k in KNOBS],
         "view": view if view in VIEWS else "advantages",
     }

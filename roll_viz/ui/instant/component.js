@@ -39,14 +39,37 @@ function colour(u) {
   return [0, 1, 2].map((i) => Math.round(a[i] + (b[i] - a[i]) * w));
 }
 
-/** Draw (B, T) z on the canvas: one pixel per cell, scaled without smoothing (no gaps). */
-function drawHeatmap(canvas, z, mask, cellH) {
+/** max |z| over the valid cells. */
+function absMax(z, mask) {
+  let top = 0;
+  for (let b = 0; b < z.length; b++) {
+    for (let t = 0; t < z[b].length; t++) if (mask[b][t] > 0) top = Math.max(top, Math.abs(z[b][t]));
+  }
+  return top;
+}
+
+/** Round up to 1, 2 or 5 x 10^k (the server figures' nice ceilings); 1 for 0. */
+function niceCeil(x) {
+  if (!(x > 0) || !Number.isFinite(x)) return 1;
+  const p = 10 ** Math.floor(Math.log10(x));
+  for (const m of [1, 2, 5, 10]) if (m * p >= x * (1 - 1e-12)) return m * p;
+  return 10 * p;
+}
+
+/** "p0/s2" row names, as every page names samples (views.text.sample_labels). */
+function rowLabels(groupIds) {
+  const seen = new Map();
+  return Array.from(groupIds, (g) => {
+    const k = seen.get(g) || 0;
+    seen.set(g, k + 1);
+    return `p${g}/s${k}`;
+  });
+}
+
+/** Draw (B, T) z on the canvas on a fixed scale [-zmax, zmax] (beyond it: the end colour). */
+function drawHeatmap(canvas, z, mask, cellH, zmax) {
   const B = z.length;
   const T = B ? z[0].length : 0;
-  let zmax = 0;
-  for (let b = 0; b < B; b++) {
-    for (let t = 0; t < T; t++) if (mask[b][t] > 0) zmax = Math.max(zmax, Math.abs(z[b][t]));
-  }
   const off = canvas.__off || document.createElement("canvas");
   canvas.__off = off;
   off.width = Math.max(T, 1);
@@ -72,7 +95,6 @@ function drawHeatmap(canvas, z, mask, cellH) {
   const ctx = canvas.getContext("2d");
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(off, 0, 0, canvas.width, canvas.height);
-  return zmax;
 }
 
 function buildUi(root, payload, knobs, view) {
@@ -124,11 +146,14 @@ function buildUi(root, payload, knobs, view) {
   controls.appendChild(viewWrap);
   ui.legend = el("div", { class: "rv-legend", "data-testid": "rv-legend" });
   ui.canvas = el("canvas", { class: "rv-heatmap", "data-testid": "rv-heatmap" });
+  ui.rows = el("div", { class: "rv-rows", "data-testid": "rv-rows" });
+  const strip = el("div", { class: "rv-strip" });
+  strip.append(ui.rows, ui.canvas);
   ui.tip = el("div", { class: "rv-tip", "data-testid": "rv-tip" });
   const tableWrap = el("div", { class: "rv-table-wrap" });
   ui.table = el("table", { class: "rv-table", "data-testid": "rv-table" });
   tableWrap.appendChild(ui.table);
-  root.append(ui.status, controls, ui.legend, ui.canvas, ui.tip, tableWrap);
+  root.append(ui.status, controls, ui.legend, strip, ui.tip, tableWrap);
   return ui;
 }
 
@@ -230,11 +255,26 @@ function update(state) {
   const t1 = performance.now();
   state.trace = out;
   const view = ui.view.value;
-  const zmax = drawHeatmap(ui.canvas, out[view], state.shown.response_mask, state.cellH);
+  // one fixed scale per view while the knobs move: set on the view's first draw of this batch
+  state.scales = state.scales || {};
+  if (!(view in state.scales)) {
+    state.scales[view] = niceCeil(absMax(out[view], state.shown.response_mask));
+  }
+  const zmax = state.scales[view];
+  drawHeatmap(ui.canvas, out[view], state.shown.response_mask, state.cellH, zmax);
+  const labels = rowLabels(state.shown.group_ids);
+  ui.rows.replaceChildren(
+    ...labels.map((label) =>
+      el("div", { class: "rv-row", style: `height:${state.cellH}px;line-height:${state.cellH}px` },
+        label),
+    ),
+  );
   renderTable(ui.table, state.shown, out);
   const t2 = performance.now();
+  const beyond = absMax(out[view], state.shown.response_mask) > zmax ? " (larger values show the end colour)" : "";
   ui.legend.textContent =
-    `${VIEWS[view]}: red -${fmt(zmax, 4)} .. white 0 .. blue +${fmt(zmax, 4)}; grey = padding`;
+    `${VIEWS[view]}, fixed scale: red -${fmt(zmax, 4)} .. white 0 .. blue ` +
+    `+${fmt(zmax, 4)}${beyond}; grey = padding; rows p<prompt>/s<sample>`;
   ui.status.className = "rv-status rv-live";
   ui.status.textContent =
     `Computed in the browser: ${payload.framework} ${params.estimator}, ` +
@@ -269,7 +309,8 @@ function onHover(state, ev) {
   const b = Math.floor(((ev.clientY - rect.top) / rect.height) * B);
   if (b < 0 || b >= B || t < 0 || t >= T) return;
   const pad = state.shown.response_mask[b][t] > 0 ? "" : " (padding)";
-  ui.tip.textContent = `sample ${b}, token ${t}: ${fmt(z[b][t], 6)}${pad}`;
+  const name = rowLabels(state.shown.group_ids)[b];
+  ui.tip.textContent = `sample ${name}, token ${t}: ${fmt(z[b][t], 6)}${pad}`;
 }
 
 export default function instantAdvantages(component) {
