@@ -36,7 +36,7 @@ def _start_hacking(state) -> None:
 with ui.page_guard("Training"):
     state = ui.page_setup("Training")
     st.title("10. Training: the whole loop, step after step")
-    st.markdown(
+    ui.prose(
         "Every other page shows **one** step. Here the loop runs: sample G answers per prompt "
         "from the policy, score them, compute the per-token KL to the reference, turn rewards "
         "into advantages in the sidebar's framework and estimator, update the policy (a LoRA "
