@@ -2,6 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import common, sweep
+from roll_viz.ui import your_run_page as runs
 from roll_viz.views import compare_charts as charts_compare
 
 with ui.page_guard("Sensitivity"):
@@ -105,8 +106,8 @@ with ui.page_guard("Sensitivity"):
     )
     batch = ui.current_batch(state, values=critic)
     G = state.group_size
-    values = sweep.default_grid(param, G, points=11 if param2 is None else 7)
-    values2 = sweep.default_grid(param2, G, points=7) if param2 else ()
+    values = runs.capped_grid(sweep.default_grid(param, G, points=11 if param2 is None else 7))
+    values2 = runs.capped_grid(sweep.default_grid(param2, G, points=7)) if param2 else ()
     compare_config = dict(base_config)
     if est_key:
         compare_config[est_key] = compare

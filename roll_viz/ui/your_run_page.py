@@ -185,6 +185,17 @@ def sweep_ms(n: int, points: int = MAX_SWEEP_POINTS) -> list[int]:
     return sorted({2 + round(i * step) for i in range(points)})
 
 
+def capped_grid(values: tuple[float, ...], points: int = MAX_SWEEP_POINTS) -> tuple[float, ...]:
+    """A sweep grid thinned to at most ``points`` values, both ends kept.
+
+    A run step's G grid ran 2..n: 7,999 pipeline runs for a group of 8,000.
+    """
+    if len(values) <= points:
+        return values
+    step = (len(values) - 1) / (points - 1)
+    return tuple(values[i] for i in sorted({round(k * step) for k in range(points)}))
+
+
 @st.cache_data(show_spinner="Sweeping m...", max_entries=16)
 def pods_sweep_cached(run_id: str, step: int, m: int, _rewards: Any) -> Any:
     """The PODS sweep of a step's max-variance rewards, once per (file, step, m)."""

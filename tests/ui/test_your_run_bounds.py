@@ -52,3 +52,26 @@ def test_one_prompt_many_rows_opens_within_the_budget_and_reruns_fast(tmp_path, 
     again = time.perf_counter() - t1
     assert not at.exception
     assert again < PAGE_BUDGET_S / 2
+
+
+def test_sweep_grids_are_thinned_with_both_ends():
+    grid = tuple(float(g) for g in range(2, 8001))
+    thin = runs.capped_grid(grid)
+    assert len(thin) <= runs.MAX_SWEEP_POINTS
+    assert thin[0] == 2.0
+    assert thin[-1] == 8000.0
+    assert list(thin) == sorted(thin)
+    assert runs.capped_grid((0.0, 0.5, 1.0)) == (0.0, 0.5, 1.0)
+
+
+def test_sensitivity_on_a_step_of_8000_rollouts_is_bounded(tmp_path, monkeypatch):
+    path = tmp_path / "big.csv"
+    lines = ["prompt,response,reward"] + [f"p,r{i},{(i * 7919) % 13 / 13:.4f}" for i in range(8000)]
+    path.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("ROLL_VIZ_RUNS", str(tmp_path))
+    t0 = time.perf_counter()
+    at = apptest.open_page("sensitivity", dump="dir:big.csv", dump_step="0", sw="G")
+    assert not at.exception, [e.message for e in at.exception]
+    assert time.perf_counter() - t0 < PAGE_BUDGET_S * 2
+    assert at.selectbox(key="sw").value == "G"
+    assert "your run" in " ".join(i.value for i in at.sidebar.info)  # the 8,000-rollout step
