@@ -114,9 +114,12 @@ def exceptions(page) -> list[str]:
     return page.locator("[data-testid='stException']").all_inner_texts()
 
 
-def full_page_screenshot(page, path: str, width: int = 1400, max_height: int = 9000) -> None:
-    """Screenshot the whole page: Streamlit scrolls inside its main block, so grow the viewport
-    to the content's height first (no rerun happens on resize), then restore it."""
+def full_page_screenshot(page, path: str, width: int = 1280, max_height: int = 9000) -> None:
+    """Screenshot the whole page at the projector's width (1280 px, the README's images).
+
+    Streamlit scrolls inside its main block, so the viewport grows to the content's height
+    first (no rerun happens on resize), then is restored.
+    """
     height = page.evaluate(
         """() => Math.max(...["[data-testid='stMain']", "[data-testid='stMainBlockContainer']",
                               "[data-testid='stSidebarContent']"]
