@@ -226,8 +226,11 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         )
         return f"preset:{preset}", preset, sampling
 
+    # one request = one sampling: prompts, temperature, tokens, seed and policy are edited in a
+    # form and applied together by "Sample" (each edit alone would re-sample the batch)
+    form = sb.form("live_sampling", border=False, enter_to_submit=False)
     prompts_text = bound(
-        sb.text_area,
+        form.text_area,
         "Prompts (one per line)",
         value="\n".join(preset_sampling.prompts),
         key=KEY_PROMPTS,
@@ -239,7 +242,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     for note in prompt_notes:
         sb.warning(text.md_escape(note), icon=":material/edit_note:")
     temperature = bound(
-        sb.slider,
+        form.slider,
         "Temperature",
         0.1,
         2.0,
@@ -249,7 +252,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Softmax temperature of the policy; log-probs are taken at this temperature.",
     )
     max_tokens = bound(
-        sb.slider,
+        form.slider,
         "Max new tokens",
         4,
         MAX_NEW_TOKENS,
@@ -259,7 +262,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Responses that hit this length are truncated (finish reason 'length').",
     )
     seed = bound(
-        sb.number_input,
+        form.number_input,
         "Seed",
         0,
         2**31 - 1,
@@ -269,7 +272,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Same seed, same samples (the seed is in the URL).",
     )
     policy = bound(
-        sb.radio,
+        form.radio,
         "Policy",
         ["identical", "steered"],
         index=0 if preset_sampling.policy_mode == "identical" else 1,
@@ -281,7 +284,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     instruction = preset_sampling.instruction
     if policy == "steered":
         instruction = bound(
-            sb.text_area,
+            form.text_area,
             "Hidden instruction (policy only)",
             value=preset_sampling.instruction or "Answer in one short sentence.",
             key=KEY_INSTRUCTION,
@@ -296,6 +299,12 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
             )
             instruction = preset_sampling.instruction or "Answer in one short sentence."
 
+    form.form_submit_button(
+        "Sample",
+        type="primary",
+        icon=":material/casino:",
+        help="Apply the edits above and sample once (a change of G applies at once).",
+    )
     bound(
         sb.toggle,
         "Fast sampling (int8 answers)",

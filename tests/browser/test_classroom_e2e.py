@@ -63,9 +63,11 @@ def test_presentation_mode_at_1280x720(server, browser, shots):
         sp.goto(pg, f"{server}/Advantages?present=true", timeout=240_000)
         assert sp.exceptions(pg) == []
         pg.screenshot(path=str(shots / "09_presentation.png"))
-        # the side panel stacks under the figure instead of being squeezed to a word per line
-        widths = pg.locator("[data-testid='stMain'] [data-testid='stColumn']").evaluate_all(
-            "els => els.map(e => e.getBoundingClientRect().width)"
+        # with the sidebar open the main column is under 1000 px: the explainer's side panel
+        # stacks under the figure instead of being squeezed to a word per line
+        widths = pg.locator("[data-testid='stMain'] .rv-explainer").evaluate_all(
+            "els => els.map(e => e.closest(\"[data-testid='stColumn']\"))"
+            ".filter(Boolean).map(c => c.getBoundingClientRect().width)"
         )
         assert widths
         assert min(widths) > 600

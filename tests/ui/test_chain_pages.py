@@ -286,9 +286,15 @@ def test_live_model_samples_with_progress():
     assert (table["tokens"] <= 8).all()
 
 
+def sample_button(at: AppTest):
+    """The live form's "Sample" button (applies the edited prompts, T, seed ... at once)."""
+    return next(b for b in at.sidebar.button if b.label == "Sample")
+
+
 def test_live_empty_prompts_keep_the_preset():
     at = open_page("samples", preset="quantum", live="true", G="2", T="8")
     at.text_area(key=ui.KEY_PROMPTS).input("   \n  ")
+    sample_button(at).click()  # live edits apply together with "Sample"
     rerun(at)
     assert any("No prompt to sample" in shown(w.value) for w in at.warning)
     assert len(frame(at, "samples_table")) == 2
