@@ -127,11 +127,14 @@ def test_sampling_part_calls_bench_sampling(capsys):
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert all(line["name"] == "sampling" for line in out)
     assert not [line for line in out if "error" in line], out
-    lecture = [line for line in out if line["part"] == "lecture"]
+    lecture = [line for line in out if line["part"] == "lecture" and "rows" in line]
     decode = [line for line in out if line["part"] == "decode"]
-    assert [line["rows"] for line in lecture] == [16, 16]  # 2 prompts x 8 samples
+    # float, int8 and bf16 decode, each 2 prompts x 8 samples, next to the bandwidth floor
+    assert [line["rows"] for line in lecture] == [16, 16, 16]
+    assert all("bandwidth_floor_s" in line for line in lecture)
+    assert any(line["what"] == "memory_bandwidth" for line in out if line["part"] == "lecture")
     assert {line["new_tokens"] for line in lecture + decode} == {64}
     assert {"hf_generate", "roll_viz_decode"} <= {line["what"] for line in decode}
     ours = [line for line in decode if line["what"] != "hf_generate"]
     assert all(line["speedup_vs_generate"] > 0 for line in ours)  # the peer, same run
-    assert all(line["median_s"] > 0 for line in out)
+    assert all(line["median_s"] > 0 for line in lecture + decode)
