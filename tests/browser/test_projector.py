@@ -83,7 +83,7 @@ def projector(browser):
 
 
 @pytest.mark.parametrize("key", PROJECTED)
-def test_first_figure_in_first_screen(projector, server, shots, key):
+def test_first_figure_in_first_screen(projector, server, tmp_path, key):
     """The page's first figure starts above 720 px and the page is no wider than the window."""
     extra = SETUP[key][0] + "&" if key in SETUP else ""
     sp.goto(projector, f"{server}/{nav.url_path(key)}?{extra}present=true&hide=sidebar", 240_000)
@@ -92,7 +92,8 @@ def test_first_figure_in_first_screen(projector, server, shots, key):
     assert sp.exceptions(projector) == []
     assert projector.get_by_text("This page could not be drawn").count() == 0, key
     m = _measure(projector)
-    projector.screenshot(path=str(shots / f"projector_{key}.png"))
+    # a measurement's picture, kept with the test's temporary files (not a README image)
+    projector.screenshot(path=str(tmp_path / f"projector_{key}.png"))
     assert m["first"] is not None, f"{key}: no figure on the page"
     assert m["first"] < HEIGHT - IN_VIEW, f"{key}: first figure starts at y = {m['first']:.0f}"
     assert m["docWidth"] <= m["inner"], f"{key}: page is {m['docWidth']} px wide, {m['wide']}"
