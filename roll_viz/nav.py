@@ -36,6 +36,7 @@ HOME = "home"
 CHAIN = "One step, stage by stage"
 PROBE = "Compare and probe"
 BEYOND = "Beyond one step"
+LESSONS = "Lessons"
 CHECKS = "Checks"
 
 PAGES: tuple[Page, ...] = (
@@ -58,9 +59,9 @@ PAGES: tuple[Page, ...] = (
     Page("eras", "app_pages/eras.py", "Eras", "Eras", PROBE),
     Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
-    Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", "Lessons"),
-    Page("lesson", "app_pages/lesson.py", "Lesson (teacher)", "Lesson", "Lessons"),
-    Page("vote", "app_pages/vote.py", "Vote (phones)", "vote", "Lessons"),
+    Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", LESSONS),
+    Page("lesson", "app_pages/lesson.py", "Lesson (teacher)", "Lesson", LESSONS),
+    Page("vote", "app_pages/vote.py", "Vote (phones)", "vote", LESSONS),
     Page("self_test", "app_pages/self_test.py", "Self-test", "Self_test", CHECKS),
 )
 
