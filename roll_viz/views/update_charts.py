@@ -205,7 +205,9 @@ def loss_terms_bars(epochs: Sequence[Any]) -> go.Figure:
     else:
         fig.update_yaxes(range=[min(min(shown_all), 0) * 1.3 - 0.05 * top, top * 1.3])
     fig.update_yaxes(title_text="value (mean over minibatches)")
-    return _layout(fig, "Loss terms per epoch: a term of 0 can still have a gradient")
+    # two lines: the figure usually shares a row with the ratio panel
+    fig = _layout(fig, "Loss terms per epoch<br>a term of 0 can still have a gradient")
+    return fig.update_layout(margin={"t": 80})
 
 
 def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
@@ -227,8 +229,9 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
         cols=2,
         column_widths=[0.6, 0.4],
         subplot_titles=(
-            "ratio r = exp(log pi - log pi_old) per token",
-            "clip fraction per epoch (share of tokens)",
+            # two short lines each: the figure often shares a row with the loss terms
+            "ratio r per token<br>r = exp(log pi - log pi_old)",
+            "clip fraction<br>per epoch",
         ),
         horizontal_spacing=0.12,
     )
@@ -288,7 +291,7 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
     # one title per panel (no figure title above them to collide with)
     fig.update_layout(
         height=400,
-        margin={"l": 60, "r": 20, "t": 60, "b": 45},
+        margin={"l": 60, "r": 20, "t": 80, "b": 45},
         plot_bgcolor="rgba(0,0,0,0)",
         paper_bgcolor="rgba(0,0,0,0)",
     )
