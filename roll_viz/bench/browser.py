@@ -39,19 +39,14 @@ OBSERVE_JS = """
   }
   if (app.__rvObserved) return true;
   app.__rvObserved = true;
-  new MutationObserver((records) => {
+  new MutationObserver(() => {
     const s = app.getAttribute('data-test-script-state');
-    // states set and replaced before this callback ran live on in the records' old values (a
-    // fast or batched rerun: 'running' then 'notRunning' in one callback)
-    const now = performance.now();
-    for (const r of records.slice(1)) window.__rv.changes.push({t: now, s: r.oldValue});
-    window.__rv.changes.push({t: now, s: s});
+    window.__rv.changes.push({t: performance.now(), s: s});
     if (s === 'notRunning') {
       requestAnimationFrame(() => requestAnimationFrame(
         () => window.__rv.changes.push({t: performance.now(), s: 'painted'})));
     }
-  }).observe(app, {attributes: true, attributeOldValue: true,
-                attributeFilter: ['data-test-script-state']});
+  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
   return true;
 }
 """
