@@ -89,22 +89,12 @@ with ui.page_guard("Eras"):
         "straight-through names (k1+, k3+, abs+) keep the value and take k2's gradient."
     )
     if state.sampling.policy_mode == "identical" and not state.adapted:
-        info, action = st.columns([4, 1], vertical_alignment="center")
-        with info:
-            st.info(
-                "Policy = reference in this batch, so every KL value below is **exactly 0** "
-                "(and so is the 2024 era's KL term above). The *pirate* preset's policy follows "
-                "an extra instruction: real per-token KL.",
-                icon=":material/info:",
-            )
-        with action:
-            st.button(
-                "Load the pirate preset",
-                on_click=ui.select_preset,
-                args=("pirate",),
-                key="eras_pirate",
-                icon=":material/sailing:",
-            )
+        ui.zero_kl_notice(
+            "Policy = reference in this batch, so every KL value below is **exactly 0** "
+            "(and so is the 2024 era's KL term above). The *pirate* preset's policy follows "
+            "an extra instruction: real per-token KL.",
+            key="eras_pirate",
+        )
     c1, c2 = st.columns(2)
     with c1:
         beta = st.select_slider(

@@ -16,22 +16,12 @@ with ui.page_guard("Token KL"):
 
     if state.sampling.policy_mode == "identical" and not state.adapted:
         # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
-        info, action = st.columns([4, 1], vertical_alignment="center")
-        with info:
-            st.info(
-                "Policy = reference in this batch (the first step of RL training), so every KL on this "
-                "page is **exactly 0**. Load the *pirate* preset, where the policy secretly follows an "
-                "extra instruction, to see real per-token KL.",
-                icon=":material/info:",
-            )
-        with action:
-            st.button(
-                "Load the pirate preset",
-                on_click=ui.select_preset,
-                args=("pirate",),
-                key="kl_pirate",
-                icon=":material/sailing:",
-            )
+        ui.zero_kl_notice(
+            "Policy = reference in this batch (the first step of RL training), so every KL on this "
+            "page is **exactly 0**. Load the *pirate* preset, where the policy secretly follows an "
+            "extra instruction, to see real per-token KL.",
+            key="kl_pirate",
+        )
 
     KL_FLOOR = 0.1
     ESTIMATORS = {

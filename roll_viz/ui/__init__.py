@@ -103,6 +103,7 @@ from roll_viz.ui.widgets import (
     share_reward_table,
     trace_json,
     widget_default,
+    zero_kl_notice,
 )
 from roll_viz.ui.your_run_page import stop_run, use_run_step
 
@@ -188,4 +189,5 @@ __all__ = [
     "try_trace",
     "use_run_step",
     "widget_default",
+    "zero_kl_notice",
 ]

@@ -20,6 +20,7 @@ from roll_viz.core.records import Trace
 from roll_viz.data.runs.export import safe_csv
 from roll_viz.ui.nav import ROOT
 from roll_viz.ui.present import is_present
+from roll_viz.ui.sidebar import select_preset
 from roll_viz.ui.state import KEY_CRITIC, KEY_PRESENT, page_url, url_state
 from roll_viz.views import scales, tables
 
@@ -61,6 +62,26 @@ def prose(markdown: str, *, title: str = "About this page") -> None:
     """A page's introductory prose: plain text, folded into an expander in presentation mode."""
     with folded(title):
         st.markdown(markdown)
+
+
+def zero_kl_notice(text: str, key: str) -> None:
+    """Say that every KL is exactly 0 (policy = reference), with a button to the pirate preset.
+
+    Args:
+        text: what is 0 on this page (Markdown).
+        key: the button's widget key.
+    """
+    info, action = st.columns([4, 1], vertical_alignment="center")
+    with info:
+        st.info(text, icon=":material/info:")
+    with action:
+        st.button(
+            "Load the pirate preset",
+            on_click=select_preset,
+            args=("pirate",),
+            key=key,
+            icon=":material/sailing:",
+        )
 
 
 def next_page(page: str, label: str) -> None:
