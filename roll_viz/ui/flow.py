@@ -92,9 +92,13 @@ def ensure_model(spec: str) -> Any:
         start = time.perf_counter()
         bundle = cached_models(spec)
         mark_loaded(spec)  # also when another session's load filled the cache
-        note.caption(
+        # A toast, not a caption: the page's content stays the same for the student who
+        # happened to trigger the load and for everyone after (classroom isolation check).
+        note.empty()
+        st.toast(
             f"Model {spec} loaded in {time.perf_counter() - start:.0f} s; the next uses are "
-            "instant."
+            "instant.",
+            icon=":material/check_circle:",
         )
     return bundle
 

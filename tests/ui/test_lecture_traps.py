@@ -87,7 +87,7 @@ def test_warm_up_button_and_a_note_on_the_first_model_use():
     resources._LOADED.clear()
     update = open_page("update", live="true", G="2", T="8")
     assert any(i.value.startswith("First use of the model") for i in update.info) or any(
-        "loaded in" in c.value and "the next uses are instant" in c.value for c in update.caption
+        "loaded in" in t.value and "the next uses are instant" in t.value for t in update.toast
     )
 
 
