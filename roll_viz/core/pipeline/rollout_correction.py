@@ -1,0 +1,649 @@
+"""The sampler's mu next to the trainer's pi_old: the mismatch and each framework's correction.
+
+The sampler (vLLM, a bf16 or int8 kernel, a top-p sampler reporting processed log-probs) draws
+the tokens under mu; the trainer recomputes them under pi_old. With d = log pi_old - log mu per
+token (0 on padding), the ratio the update needs splits in two::
+
+    pi_theta / mu = (pi_old / mu) * (pi_theta / pi_old)
+                  =  mismatch     *  staleness
+
+At the first update pi_theta = pi_old, so the whole ratio is the mismatch. Each framework
+corrects it with a weight per token (``Correction.weights``, multiplying the per-token policy
+loss, a constant: the frameworks detach it) and some drop tokens from the loss. Every function
+below returns weights and masks under the framework's own names and defaults:
+
+- verl ``algorithm.rollout_correction`` (``trainer/ppo/rollout_corr_helper.py``, verl 0.9.x):
+  ``rollout_is`` token / sequence with ``rollout_is_threshold`` a number (TIS: clamp from above
+  only, after a +-20 safety clamp of the log-ratio) or ``"lower_upper"`` (IcePop: weights outside
+  [lower, upper] set to 0, the token stays in the denominator), ``rollout_is_batch_normalize``;
+  ``rollout_rs`` rejection (comma-separated, all must pass) on token_k1/k2/k3, seq_sum_k1/k2/k3,
+  seq_mean_k1/k2/k3 (seq_mean_k1 is the "geometric" Geo-RS), seq_max_k2/k3, with k1 = log mu -
+  log pi_old; rejected tokens leave ``response_mask`` (and so the denominator);
+- TRL ``vllm_importance_sampling_*`` (TRL 1.16, ``loss_variants.sampler_is_ratio``): mode
+  token_truncate / token_mask / sequence_truncate / sequence_mask, [clip_min, clip_max]
+  (defaults sequence_mask, None, 3.0), multiplying the per-token loss;
+- OpenRLHF ``--algo.advantage.is_correction_*`` (0.11.2, ``loss_variants.rollout_correction``):
+  level token / seq, mode mask / clip, gating ratio / binary_kl / tv, threshold (0.5, 5.0);
+- ROLL ``train_infer_correction`` (``roll/utils/train_infer_corrections.py``): ``is_weight``
+  (weight_type token / geometric / sequence, ``upper_bound`` 1.2, clamp [0, ub]) and ``filters``
+  (agg_type, ratio [0.8, 1.2], diff = pi_old - mu in [-0.2, 0.2]) that multiply ``response_mask``.
+  For a single-turn response ROLL's "segment" is the whole response, i.e. "geometric".
+
+``lab_loss`` puts a correction into one PPO-clip token-mean loss and returns its value and the
+closed-form d loss / d log pi_theta per token, so a page shows the loss and gradient with and
+without each correction on the same tokens.
+
+Effective sample size (``effective_sample_size``): ESS = (sum w)^2 / (n sum w^2) over the n
+valid tokens, in (0, 1], 1 when every weight is equal. verl logs the same quantity as
+``rollout_corr/rollout_is_eff_sample_size`` = 1 / mean((w / mean w)^2) after clamping w to
+[0, threshold] and adding 1e-8 to the mean (``verl_ess``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from roll_viz.core.pipeline import loss_variants as variants
+from roll_viz.core.pipeline.losses import ppo_token_loss
+
+F64 = torch.float64
+SAFETY_BOUND = 20.0  # verl: log-ratios clamped to [-20, 20] before exp
+
+VERL_RS_OPTIONS = (
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
+TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+ROLL_TYPES = ("token", "geometric", "sequence", "segment")
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One framework's train/rollout correction on one batch.
+
+    Attributes:
+        framework: "verl", "trl", "openrlhf" or "roll".
+        name: the method's usual name ("token-TIS", "IcePop", "seq-MIS", ...).
+        config: the framework's own keys and values, in order.
+        weights: (B, T) float64 multiplier of the per-token policy loss (a constant), 0 on
+            padding and on masked or rejected tokens.
+        counted: (B, T) bool, tokens the loss's token-mean denominator counts.
+        truncated: (B, T) bool, tokens whose weight was clamped to a bound.
+        masked: (B, T) bool, tokens whose weight was set to 0 or that were rejected.
+        note: how the framework applies it, in one or two sentences.
+    """
+
+    framework: str
+    name: str
+    config: tuple[tuple[str, Any], ...]
+    weights: Tensor
+    counted: Tensor
+    truncated: Tensor
+    masked: Tensor
+    note: str
+
+
+@dataclass(frozen=True)
+class TwoFactor:
+    """The ratio pi_theta / mu and its two factors, per token (0 on padding).
+
+    Attributes:
+        mismatch: pi_old / mu (sampler vs trainer on the same weights).
+        staleness: pi_theta / pi_old (the policy moved since the rollout).
+        total: pi_theta / mu = mismatch * staleness.
+    """
+
+    mismatch: Tensor
+    staleness: Tensor
+    total: Tensor
+
+
+# ------------------------------------------------------------------------------ basic quantities
+
+
+def _prep(mask: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
+    m = torch.as_tensor(mask).detach() > 0
+    out = [m]
+    for t in tensors:
+        t = torch.as_tensor(t).detach().to(F64)
+        if t.shape != m.shape:
+            raise ValueError(f"expected shape {tuple(m.shape)}, got {tuple(t.shape)}")
+        bad = m & ~torch.isfinite(t)
+        if bool(bad.any()):
+            b, tok = torch.nonzero(bad)[0].tolist()
+            raise ValueError(f"non-finite log-prob at [{b}][{tok}] on a response token")
+        out.append(torch.where(m, t, 0.0))
+    return tuple(out)
+
+
+def log_mismatch(old: Tensor, mu: Tensor, mask: Tensor) -> Tensor:
+    """Per-token d = log pi_old - log mu, 0 on padding (float64)."""
+    _, o, u = _prep(mask, old, mu)
+    return o - u
+
+
+def two_factor_ratio(logp: Tensor, old: Tensor, mu: Tensor, mask: Tensor) -> TwoFactor:
+    """pi_theta / mu = (pi_old / mu) * (pi_theta / pi_old) per token, 0 on padding."""
+    m, lp, o, u = _prep(mask, logp, old, mu)
+    mismatch = torch.where(m, torch.exp(o - u), 0.0)
+    staleness = torch.where(m, torch.exp(lp - o), 0.0)
+    return TwoFactor(mismatch, staleness, torch.where(m, torch.exp(lp - u), 0.0))
+
+
+def effective_sample_size(weights: Tensor, mask: Tensor) -> float:
+    """Normalised ESS = (sum w)^2 / (n * sum w^2) over the n valid tokens, in [0, 1].
+
+    1 when all weights are equal; 1/n when one token carries all the weight; 0 when every
+    weight is 0 (nothing left to learn from). NaN without a valid token.
+    """
+    m, w = _prep(mask, weights)
+    n = int(m.sum())
+    if n == 0:
+        return math.nan
+    sq = float((w * w).sum())
+    if sq == 0.0:
+        return 0.0
+    return float(w.sum()) ** 2 / (n * sq)
+
+
+def verl_ess(weights: Tensor, mask: Tensor, threshold: float) -> float:
+    """ESS as verl logs it (``rollout_is_eff_sample_size``).
+
+    1 / mean((w' / (mean w' + 1e-8))^2) with w' = clamp(w, 0, threshold).
+    """
+    m, w = _prep(mask, weights)
+    n = m.sum()
+    clamped = w.clamp(min=0.0, max=threshold)
+    mean = (clamped * m).sum() / n
+    normed = clamped / (mean + 1e-8)
+    return float(1.0 / ((normed * normed * m).sum() / n))
+
+
+def _row_sum(x: Tensor, m: Tensor) -> Tensor:
+    return (x * m).sum(-1)
+
+
+def _row_mean(x: Tensor, m: Tensor) -> Tensor:
+    """Masked mean per row; rows without a token give 0 (verl / ROLL masked_mean divide by +eps)."""
+    count = m.sum(-1)
+    return torch.where(count > 0, _row_sum(x, m) / count.clamp(min=1.0), 0.0)
+
+
+# ------------------------------------------------------------------------------------- verl
+
+
+def parse_verl_is_threshold(spec: Any) -> tuple[float, float | None]:
+    """Parse verl's ``rollout_is_threshold``: a number (TIS) or ``"lower_upper"`` (IcePop).
+
+    Returns:
+        (upper, lower or None).
+
+    Raises:
+        ValueError: not a number, ``lower_upper`` malformed, a bound <= 0, or lower > upper
+            (verl's own checks, its wording).
+    """
+    if isinstance(spec, bool):
+        raise ValueError("rollout_is_threshold must be a float or a 'lower_upper' string")
+    if isinstance(spec, int | float):
+        upper, lower = float(spec), None
+    else:
+        text = str(spec).strip()
+        if not text:
+            raise ValueError("rollout_is_threshold must not be an empty string.")
+        try:
+            if "_" in text:
+                lo, hi = text.split("_", 1)
+                lower, upper = float(lo), float(hi)
+            else:
+                upper, lower = float(text), None
+        except ValueError as exc:
+            raise ValueError(f"Invalid rollout_is_threshold '{text[:40]}'.") from exc
+    if not math.isfinite(upper) or upper <= 0:
+        raise ValueError(f"rollout_is_threshold upper bound must be positive, got {upper:g}.")
+    if lower is not None:
+        if not math.isfinite(lower) or lower <= 0:
+            raise ValueError(f"rollout_is_threshold lower bound must be positive, got {lower:g}.")
+        if lower > upper:
+            raise ValueError("rollout_is_threshold lower bound must be <= upper bound.")
+    return upper, lower
+
+
+def parse_verl_rs_threshold(options: list[str], spec: Any) -> dict[str, tuple[float | None, float]]:
+    """Parse verl's ``rollout_rs_threshold``, one entry per option.
+
+    k1 options take ``lower_upper`` ratio bounds (one number u means [1/u, u]); the others one
+    upper bound.
+
+    Returns:
+        option -> (lower or None, upper).
+
+    Raises:
+        ValueError: a missing, malformed, non-positive or inverted threshold, or a count that
+            is neither 1 nor one per option.
+    """
+    if spec is None:
+        raise ValueError("rollout_rs_threshold must be provided for rejection sampling.")
+    raw = (
+        [str(spec)]
+        if isinstance(spec, int | float)
+        else [p.strip() for p in str(spec).split(",") if p.strip()]
+    )
+    if not raw:
+        raise ValueError("rollout_rs_threshold must contain at least one threshold value.")
+    if len(raw) not in (1, len(options)):
+        raise ValueError(
+            f"rollout_rs_threshold expects one threshold or {len(options)} (one per option)."
+        )
+    if len(raw) == 1:
+        raw = raw * len(options)
+    out: dict[str, tuple[float | None, float]] = {}
+    for option, text in zip(options, raw, strict=True):
+        try:
+            if option.endswith("k1"):
+                if "_" in text:
+                    lo, hi = text.split("_", 1)
+                    lower, upper = float(lo), float(hi)
+                else:
+                    upper = float(text)
+                    lower = 1.0 / upper
+            else:
+                if "_" in text:
+                    raise ValueError(
+                        f"rollout_rs_threshold for option '{option}' takes a single upper bound."
+                    )
+                lower, upper = None, float(text)
+        except (ValueError, ZeroDivisionError) as exc:
+            if "single upper bound" in str(exc):
+                raise
+            raise ValueError(f"Invalid numeric threshold '{text[:40]}' for '{option}'.") from exc
+        bounds = [upper] if lower is None else [lower, upper]
+        if not all(math.isfinite(b) and b > 0 for b in bounds):
+            raise ValueError(f"Thresholds for option '{option}' must be positive, got {text}.")
+        if lower is not None and lower > upper:
+            raise ValueError(f"Thresholds for option '{option}' must be lower <= upper.")
+        out[option] = (lower, upper)
+    return out
+
+
+def verl_rollout_is(
+    old: Tensor, mu: Tensor, mask: Tensor, rollout_is: str, threshold: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The IS weights of verl ``compute_rollout_correction_weights`` (without batch normalisation).
+
+    Returns:
+        (weights (B, T), truncated (B, T) bool, masked (B, T) bool).
+    """
+    if rollout_is not in ("token", "sequence"):
+        raise ValueError(f"Invalid rollout_is: {rollout_is}. Must be one of token, sequence.")
+    upper, lower = parse_verl_is_threshold(threshold)
+    m, o, u = _prep(mask, old, mu)
+    mf = m.to(F64)
+    log_ratio = o - u
+    if rollout_is == "token":
+        raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    else:
+        seq = _row_sum(log_ratio, mf).unsqueeze(-1).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+        raw = torch.exp(seq).expand_as(log_ratio)
+    raw = raw * mf
+    if lower is None:  # TIS: truncate from above only
+        return raw.clamp(max=upper), m & (raw > upper), torch.zeros_like(m)
+    keep = (raw >= lower) & (raw <= upper)
+    return torch.where(keep, raw, 0.0), torch.zeros_like(m), m & ~keep
+
+
+def verl_rollout_rs(
+    old: Tensor, mu: Tensor, mask: Tensor, rollout_rs: str, threshold: Any
+) -> Tensor:
+    """The keep mask of verl ``compute_rollout_rejection_mask``: valid tokens every option keeps.
+
+    k1 = log mu - log pi_old, k2 = d^2 / 2, k3 = exp(d) - 1 - d with d = log pi_old - log mu
+    clamped to +-20; k1 options keep log(lower) <= stat <= log(upper), the others stat <= upper;
+    seq_sum / seq_mean / seq_max aggregate the token statistic over the response.
+    """
+    options = list(dict.fromkeys(o.strip() for o in str(rollout_rs).split(",") if o.strip()))
+    if not options:
+        raise ValueError("rollout_rs must contain at least one valid option.")
+    for option in options:
+        if option not in VERL_RS_OPTIONS:
+            raise ValueError(f"Invalid rollout_rs option: {option[:40]}.")
+    bounds = parse_verl_rs_threshold(options, threshold)
+    m, o, u = _prep(mask, old, mu)
+    mf = m.to(F64)
+    d = (o - u).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    stats = {"k1": -d, "k2": 0.5 * d * d, "k3": torch.exp(d) - 1.0 - d}
+    keep = m.clone()
+    for option in options:
+        lower, upper = bounds[option]
+        est = stats[option[-2:]]
+        if option.startswith("token"):
+            stat = est
+        elif option.startswith("seq_sum"):
+            stat = _row_sum(est, mf).unsqueeze(-1).expand_as(est)
+        elif option.startswith("seq_mean"):
+            stat = _row_mean(est, mf).unsqueeze(-1).expand_as(est)
+        else:  # seq_max
+            top = est.masked_fill(~m, -math.inf).max(-1).values
+            top = torch.where(torch.isinf(top), 0.0, top)
+            stat = top.unsqueeze(-1).expand_as(est)
+        if lower is not None:
+            passed = (stat >= math.log(lower)) & (stat <= math.log(upper))
+        else:
+            passed = stat <= upper
+        keep = keep & passed
+    return keep
+
+
+def verl_correction(
+    old: Tensor,
+    mu: Tensor,
+    mask: Tensor,
+    *,
+    rollout_is: str | None = None,
+    rollout_is_threshold: Any = 2.0,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: Any = None,
+    rollout_is_batch_normalize: bool = False,
+    name: str = "",
+) -> Correction:
+    """The weights and masks of verl's ``algorithm.rollout_correction`` (decoupled mode).
+
+    IS weights multiply the PPO per-token loss; the rejection mask replaces ``response_mask``,
+    so rejected tokens leave the denominator; IcePop's zero weights stay counted.
+    """
+    m, _ = _prep(mask, old)
+    mf = m.to(F64)
+    weights = mf.clone()
+    truncated = torch.zeros_like(m)
+    zeroed = torch.zeros_like(m)
+    if rollout_is is not None:
+        weights, truncated, zeroed = verl_rollout_is(
+            old, mu, mask, rollout_is, rollout_is_threshold
+        )
+        if rollout_is_batch_normalize:
+            if rollout_is == "token":
+                mean = (weights * mf).sum() / mf.sum()
+            else:
+                valid = mf.sum(-1) > 0
+                mean = _row_mean(weights, mf)[valid].mean()
+            if float(mean) > 1e-8:
+                weights = weights / mean
+    keep = m
+    if rollout_rs is not None:
+        keep = verl_rollout_rs(old, mu, mask, rollout_rs, rollout_rs_threshold)
+    weights = torch.where(keep, weights, 0.0)
+    config = (
+        ("rollout_is", rollout_is),
+        ("rollout_is_threshold", rollout_is_threshold),
+        ("rollout_is_batch_normalize", rollout_is_batch_normalize),
+        ("rollout_rs", rollout_rs),
+        ("rollout_rs_threshold", rollout_rs_threshold),
+    )
+    note = (
+        "rollout_is_weights multiply the PPO per-token loss; rollout_rs rejections leave "
+        "response_mask (the denominator shrinks); IcePop zeroes a weight but keeps the token "
+        "counted."
+    )
+    return Correction(
+        "verl", name or "verl rollout_correction", config, weights, keep, truncated & keep,
+        (zeroed | ~keep) & m, note,
+    )  # fmt: skip
+
+
+#: verl's ``RolloutCorrectionConfig`` presets (decoupled mode), their defaults
+VERL_PRESETS: dict[str, dict[str, Any]] = {
+    "token-TIS": {"rollout_is": "token", "rollout_is_threshold": 2.0},
+    "seq-TIS": {"rollout_is": "sequence", "rollout_is_threshold": 2.0},
+    "IcePop": {"rollout_is": "token", "rollout_is_threshold": "0.5_5.0"},
+    "seq-MIS": {
+        "rollout_is": "sequence",
+        "rollout_is_threshold": 2.0,
+        "rollout_rs": "seq_sum_k1",
+        "rollout_rs_threshold": "0.5_2.0",
+    },
+    "Geo-RS": {"rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "0.999_1.001"},
+    "K3-RS": {"rollout_rs": "seq_mean_k3", "rollout_rs_threshold": 0.01},
+}
+
+
+# ------------------------------------------------------------------------------------- TRL
+
+
+def trl_correction(
+    old: Tensor,
+    mu: Tensor,
+    mask: Tensor,
+    *,
+    mode: str = "sequence_mask",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> Correction:
+    """TRL's ``vllm_importance_sampling_*`` (reuses ``loss_variants.sampler_is_ratio``)."""
+    if mode not in TRL_MODES:
+        raise ValueError(f"vllm_importance_sampling_mode: one of {', '.join(TRL_MODES)}")
+    m, o, u = _prep(mask, old, mu)
+    mf = m.to(F64)
+    applied = variants.sampler_is_ratio(o, u, mf, mode, clip_min, clip_max).expand_as(mf) * mf
+    diff = (o - u) * mf
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    raw = torch.exp(diff).expand_as(mf)
+    lo = -math.inf if clip_min is None else clip_min
+    hi = math.inf if clip_max is None else clip_max
+    out = m & ((raw < lo) | (raw > hi))
+    truncated = out if mode.endswith("truncate") else torch.zeros_like(m)
+    masked = out if mode.endswith("mask") else torch.zeros_like(m)
+    config = (
+        ("vllm_importance_sampling_correction", True),
+        ("vllm_importance_sampling_mode", mode),
+        ("vllm_importance_sampling_clip_min", clip_min),
+        ("vllm_importance_sampling_clip_max", clip_max),
+    )
+    note = (
+        "The ratio pi_old / mu (per token, or the product over the sequence) multiplies the "
+        "per-token loss; masked tokens stay in the denominator."
+    )
+    return Correction("trl", f"TRL {mode}", config, applied, m, truncated, masked, note)
+
+
+# -------------------------------------------------------------------------------- OpenRLHF
+
+
+def openrlhf_correction(
+    old: Tensor,
+    mu: Tensor,
+    mask: Tensor,
+    *,
+    level: str = "token",
+    mode: str = "mask",
+    gating: str = "ratio",
+    threshold: tuple[float, float] = (0.5, 5.0),
+) -> Correction:
+    """OpenRLHF's ``is_correction_*`` (reuses ``loss_variants.rollout_correction``)."""
+    if level not in ("token", "seq") or mode not in ("mask", "clip"):
+        raise ValueError("is_correction_level: token or seq; is_correction_mode: mask or clip")
+    if gating not in ("ratio", "binary_kl", "tv"):
+        raise ValueError("is_correction_gating: ratio, binary_kl or tv")
+    if mode == "clip" and (level != "token" or gating != "ratio"):
+        raise ValueError("is_correction_mode: clip requires level token and gating ratio")
+    low, high = threshold
+    m, o, u = _prep(mask, old, mu)
+    coef, filtered = variants.rollout_correction(o, u, m, level, mode, gating, low, high)
+    weights = torch.where(m, coef.expand_as(o), 0.0)
+    hit = filtered.expand_as(m) & m
+    truncated = hit if mode == "clip" else torch.zeros_like(m)
+    masked = hit if mode == "mask" else torch.zeros_like(m)
+    config = (
+        ("is_correction_level", level),
+        ("is_correction_mode", mode),
+        ("is_correction_gating", gating),
+        ("is_correction_threshold", (low, high)),
+    )
+    note = (
+        "The coefficient multiplies the per-token PPO loss (mask: survivors keep w = pi_old / "
+        "mu, the rest 0; clip: w clamped); the denominator is unchanged."
+    )
+    return Correction("openrlhf", f"OpenRLHF {level} {mode} ({gating})", config, weights, m,
+                      truncated, masked, note)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- ROLL
+
+
+@dataclass(frozen=True)
+class RollFilter:
+    """One entry of ROLL's ``train_infer_correction.filters`` (its defaults)."""
+
+    agg_type: str = "token"
+    ratio_enabled: bool = True
+    ratio_low: float = 0.8
+    ratio_high: float = 1.2
+    diff_enabled: bool = False
+    diff_low: float = -0.2
+    diff_high: float = 0.2
+
+
+def _roll_stats(o: Tensor, u: Tensor, mf: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """ROLL ``_compute_all_granularity``: ratio and prob-difference at each granularity."""
+    log_ratio = o - u
+    diff = torch.exp(o) - torch.exp(u)
+    geo = torch.exp(_row_mean(log_ratio, mf)).unsqueeze(-1).expand_as(o)
+    seq = torch.exp(_row_sum(log_ratio, mf)).unsqueeze(-1).expand_as(o)
+    ratio = {"token": torch.exp(log_ratio), "geometric": geo, "sequence": seq, "segment": geo}
+    dgeo = _row_mean(diff, mf).unsqueeze(-1).expand_as(o)
+    dseq = _row_sum(diff, mf).unsqueeze(-1).expand_as(o)
+    return ratio, {"token": diff, "geometric": dgeo, "sequence": dseq, "segment": dgeo}
+
+
+def roll_correction(
+    old: Tensor,
+    mu: Tensor,
+    mask: Tensor,
+    *,
+    is_weight_enabled: bool = True,
+    weight_type: str = "token",
+    upper_bound: float | None = 1.2,
+    filters: tuple[RollFilter, ...] = (),
+) -> Correction:
+    """ROLL's ``train_infer_correction`` (``compute_train_infer_correction``).
+
+    The IS weight (clamped to [0, upper_bound]) multiplies the per-token loss; each enabled
+    filter keeps tokens whose statistic lies within its bounds and multiplies ``response_mask``.
+    The token-mean denominator stays the batch's token count from before the filters
+    (``batch_num_tokens``); under ``loss_agg_mode: token-mean`` ROLL's ``agg_loss`` also sums
+    the loss without the mask, so there a filter does not change the policy loss (it does under
+    ROLL's default ``seq-mean-token-mean``); the weights here show the filter applied.
+    """
+    for t in (weight_type, *(f.agg_type for f in filters)):
+        if t not in ROLL_TYPES:
+            raise ValueError(f"weight_type / agg_type: one of {', '.join(ROLL_TYPES)}")
+    m, o, u = _prep(mask, old, mu)
+    mf = m.to(F64)
+    ratio, diff = _roll_stats(o, u, mf)
+    truncated = torch.zeros_like(m)
+    if is_weight_enabled:
+        weights = ratio[weight_type]
+        if upper_bound is not None:
+            truncated = m & (weights > upper_bound)
+            weights = weights.clamp(min=0.0, max=upper_bound)
+    else:
+        weights = torch.ones_like(mf)
+    keep = m.clone()
+    for f in filters:
+        if f.ratio_enabled:
+            r = ratio[f.agg_type]
+            keep = keep & (r >= f.ratio_low) & (r <= f.ratio_high)
+        if f.diff_enabled:
+            x = diff[f.agg_type]
+            keep = keep & (x >= f.diff_low) & (x <= f.diff_high)
+    weights = torch.where(keep, weights, 0.0)
+    config = (
+        ("is_weight.enabled", is_weight_enabled),
+        ("is_weight.weight_type", weight_type),
+        ("is_weight.upper_bound", upper_bound),
+        ("filters", tuple(
+            (f.agg_type, (f.ratio_low, f.ratio_high) if f.ratio_enabled else None,
+             (f.diff_low, f.diff_high) if f.diff_enabled else None)
+            for f in filters
+        )),
+    )  # fmt: skip
+    note = (
+        "train_infer_is_weight multiplies the per-token loss; filters multiply response_mask "
+        "while the token-mean denominator keeps the pre-filter count (under token-mean "
+        "agg_loss ignores the mask, so there a filter changes nothing)."
+    )
+    name = f"ROLL {weight_type} IS" if is_weight_enabled else "ROLL filter"
+    if is_weight_enabled and filters:
+        name += " + filter"
+    return Correction("roll", name, config, weights, m, truncated & keep, m & ~keep, note)
+
+
+# ----------------------------------------------------------------------------- loss and gradient
+
+
+@dataclass(frozen=True)
+class LabLoss:
+    """A PPO-clip token-mean loss with a correction's weights, and its gradient.
+
+    Attributes:
+        loss: the loss value.
+        grad: (B, T) d loss / d log pi_theta per token (closed form), 0 on padding.
+        denominator: tokens the mean divides by.
+    """
+
+    loss: float
+    grad: Tensor
+    denominator: int
+
+
+def lab_loss(
+    logp: Tensor,
+    old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    correction: Correction | None = None,
+    eps: float = 0.2,
+) -> LabLoss:
+    """A PPO-clip token-mean loss with a correction: sum_t w_t * ppo_t / N, and its gradient.
+
+    ppo_t = -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta / pi_old.
+
+    Without a correction w = 1 and N counts every valid token; with one, w and N are the
+    correction's ``weights`` and ``counted``. The gradient is ``w_t / N * dppo_t/dlog pi``:
+    ``-A r`` where the unclipped term is the minimum, 0 where the clip bound is (ties at the
+    bound split like ``torch.minimum``).
+    """
+    m, lp, o = _prep(mask, logp, old)
+    adv = torch.as_tensor(advantages).detach().to(F64)
+    if adv.dim() == 1:
+        adv = adv[:, None].expand_as(lp)
+    adv = torch.where(m, adv, 0.0)
+    r = torch.where(m, torch.exp(lp - o), 0.0)
+    per_token = torch.where(m, ppo_token_loss(r, adv, eps, eps), 0.0)
+    if correction is None:
+        w, counted = m.to(F64), m
+    else:
+        w, counted = correction.weights.to(F64), correction.counted & m
+    n = int(counted.sum())
+    denom = max(n, 1)
+    loss = float((w * per_token).sum() / denom)
+    lo, hi = 1.0 - eps, 1.0 + eps
+    a1, a2 = r * adv, r.clamp(lo, hi) * adv
+    d1 = -adv
+    d2 = -adv * ((r >= lo) & (r <= hi)).to(F64)
+    dl_dr = torch.where(a1 < a2, d1, torch.where(a2 < a1, d2, 0.5 * (d1 + d2)))
+    grad = torch.where(m, w * dl_dr * r / denom, 0.0)
+    return LabLoss(loss, grad, n)
