@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import chips, explain, heatmaps, scales, tables, text
 
 with ui.page_guard("Advantages"):
@@ -14,6 +15,7 @@ with ui.page_guard("Advantages"):
     labels = text.sample_labels(rollout)
     fw = state.framework
     current = ui.generic_value(state, "estimator")
+    health_ui.batch_health(state, key="adv_health", era="advantages")
 
     controls, side = st.columns([3, 1], gap="large")
     with controls:

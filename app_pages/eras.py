@@ -4,7 +4,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import era_diff, kl_placement
-from roll_viz.ui import normalisation_page
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import era_charts
 
 with ui.page_guard("Eras"):
@@ -23,7 +23,7 @@ with ui.page_guard("Eras"):
     scores = ui.cached_scores(state)
     batch = ui.current_batch(state)
     prompts = list(rollout.prompts)
-    normalisation_page.group_health_banner(scores, rollout.group_ids, prompts, key="eras_health")
+    health_ui.batch_health(state, key="eras_health")
 
     st.header("1. The two eras")
     fw = st.segmented_control(

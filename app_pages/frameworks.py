@@ -2,6 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import compare, sweep
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import compare_charts as charts_compare
 from roll_viz.views import text
 
@@ -77,6 +78,7 @@ with ui.page_guard("Frameworks"):
         _batch=batch,
         _prompts=rollout.prompts,
     )
+    health_ui.batch_health(state, key="fw_health", era="frameworks")
     for fw, why in cmp.skipped.items():
         st.info(f"{ui.FRAMEWORK_LABELS.get(fw, fw)}: {why}.", icon=":material/block:")
 

@@ -2,6 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import local_global, reward_table
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import compare_charts as charts_compare
 from roll_viz.views import text
 
@@ -125,6 +126,7 @@ with ui.page_guard("Local vs global"):
     st.header("2. The same on the current batch")
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
+    health_ui.batch_health(state, key="lg_health", era="local_global")
     lg = local_global.local_vs_global(scores, rollout.group_ids, rollout.prompts)
     st.markdown(
         f"{len(rollout.prompts)} prompt{'s' if len(rollout.prompts) != 1 else ''} x "

@@ -2,7 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import group_health, normalisation
-from roll_viz.ui import normalisation_page
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import normalisation_charts as charts
 
 with ui.page_guard("Normalisation"):
@@ -21,7 +21,7 @@ with ui.page_guard("Normalisation"):
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
     st.header("1. Group health of the current batch")
-    normalisation_page.group_health_banner(scores, rollout.group_ids, rollout.prompts)
+    health_ui.batch_health(state, key="group_health")
 
     st.header("2. All nine cells on the current batch")
     matrix = normalisation.normalisation_matrix(scores, rollout.group_ids, rollout.prompts)
@@ -78,7 +78,7 @@ with ui.page_guard("Normalisation"):
             key="norm_eps", format_func=lambda x: f"{x:g}",
         )  # fmt: skip
     demo = group_health.demo_batch()
-    normalisation_page.group_health_banner(
+    health_ui.group_health_banner(
         demo.scores, demo.group_ids, demo.group_labels, key="norm_demo_health", solved_at=0.5
     )
     outcome = group_health.zero_variance_policies(demo, beta=float(beta), eps=float(eps))

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import charts, explain, tables, text
 
 with ui.page_guard("Rewards"):
@@ -36,6 +37,7 @@ with ui.page_guard("Rewards"):
         )
 
     ui.beta_note(state, stage="rewards")
+    health_ui.batch_health(state, key="rewards_health", era="rewards")
     if mode == "running":
         r1, r2, r3 = st.columns([2, 2, 3], vertical_alignment="bottom")
         if r1.button(

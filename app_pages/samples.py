@@ -5,6 +5,7 @@ import html
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import chips, tables, text
 
 with ui.page_guard("Samples"):
@@ -15,6 +16,7 @@ with ui.page_guard("Samples"):
     scores = ui.cached_scores(state)
     trace = ui.cached_trace(state)
     labels = text.sample_labels(rollout)
+    health_ui.batch_health(state, key="samples_health", era="samples")
 
     st.caption(
         "Reward: "

@@ -2,6 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import common, sweep
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.ui import your_run_page as runs
 from roll_viz.views import compare_charts as charts_compare
 
@@ -79,6 +80,7 @@ with ui.page_guard("Sensitivity"):
     with c4:
         critic = ui.critic_radio(key="sw_critic")
     param2 = None if param2 == "none" else FROM_SHORT[param2]
+    health_ui.batch_health(state, key="sw_health", era="sensitivity")
 
     base_config = dict(config)
     notes = []

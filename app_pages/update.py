@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import health_banner as health_ui
 from roll_viz.ui import update_page as upd
 from roll_viz.views import text, update_charts
 
@@ -14,6 +15,7 @@ with ui.page_guard("Update"):
     trace = ui.cached_trace(state)
     labels = text.sample_labels(rollout)
     mask = rollout.response_mask
+    health_ui.batch_health(state, key="upd_health", era="update")
 
     main, side = st.columns([3, 1], gap="large")
     with side:

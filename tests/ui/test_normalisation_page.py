@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -22,9 +23,11 @@ def _open() -> AppTest:
 
 def test_page_draws_the_matrix_the_phantoms_and_the_policies():
     at = _open()
-    banners = [i.value for i in at.info]
-    assert any("groups**" in b or "group**" in b for b in banners)
-    assert any("all-good" in b for b in banners)
+    banners = [h.proto.body for h in at.get("html") if "rv-health" in h.proto.body]
+    assert len(banners) == 2  # the current batch's and the demo batch's
+    assert all(re.search(r"\d+ groups?:", b) and "all-good" in b for b in banners)
+    captions = [c.value for c in at.caption]  # the popover's sentence
+    assert any("groups**" in c or "group**" in c for c in captions)
     charts = at.get("plotly_chart")
     assert len(charts) == 3
     texts = [m.value for m in at.markdown]
