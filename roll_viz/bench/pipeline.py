@@ -13,7 +13,14 @@ same run, interleaved with it so both see the same machine load (the line report
 load average). At RL scale the loop peer is timed on a subset of prompts and scaled linearly
 (the JSON line says so). "gae_scan" compares the blocked-scan GAE with the framework-style loop
 over T (torch ops across the batch, one Python iteration per token). "run:<framework>" lines
-time ``roll_viz.core.pipeline.run`` per dialect (no peer).
+time ``roll_viz.core.pipeline.run`` per dialect (no peer). "run_vs_stages:<framework>:<estimator>"
+lines time the whole ``run`` at RL scale (64 x 16 x 1024, float32 inputs as a trainer hands them
+over) against the time spent inside its stage functions during the same calls (the KL, token
+reward, normalization and estimator functions the dialect calls, counted once at the outermost
+stage call): the rest is ``run``'s own overhead (validation, conversion, notes, the final
+finite check). Target: run <= 2x its stages. A verl peer (verl's own ``compute_advantage``) is
+printed only where ``verl`` imports; it is not a dependency of this project (verl's package
+imports ray at the top), so the line then says why it is missing.
 
 ``--quick`` uses tiny batches (for the smoke test); ``--threads N`` sets torch's intra-op
 threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
@@ -36,11 +43,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 
+from roll_viz.bench.machine import context
+from roll_viz.core import ops
 from roll_viz.core.ops import SCAN_BLOCK, masked_whiten
 from roll_viz.core.pipeline import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, EstimatorParams, run
+from roll_viz.core.pipeline import advantages as advantages_stage
+from roll_viz.core.pipeline import dialects as dialect_registry
+from roll_viz.core.pipeline import kl as kl_stage
+from roll_viz.core.pipeline import losses as losses_stage
+from roll_viz.core.pipeline import postprocess as postprocess_stage
+from roll_viz.core.pipeline import values as values_stage
 from roll_viz.core.pipeline.advantages import gae, token_rewards
 from roll_viz.core.pipeline.kl import token_kl
 from roll_viz.core.pipeline.postprocess import (
@@ -326,6 +342,148 @@ def bench_dialects(P: int, G: int, T: int, repeats: int) -> list[dict]:
     ]
 
 
+STAGE_MODULES = tuple(
+    m.__name__
+    for m in (ops, advantages_stage, kl_stage, losses_stage, postprocess_stage, values_stage)
+)
+
+#: Dialect helpers that are a stage call in a thin wrapper (the batch's token KL, the adaptive
+#: controller); the shared module's other helpers (``make_trace``'s masking, the notes) are
+#: ``run``'s overhead.
+STAGE_EXTRA = frozenset(
+    f"roll_viz.core.pipeline.dialects.shared.{name}" for name in ("batch_kl", "controller")
+)
+
+#: (framework, estimator config) pairs of the run-vs-stages lines: GRPO and GAE in each dialect
+#: (TRL has no GAE: its GRPO only).
+RUN_CASES = (
+    ("roll", {"adv_estimator": "grpo"}),
+    ("roll", {"adv_estimator": "gae"}),
+    ("verl", {"adv_estimator": "grpo"}),
+    ("verl", {"adv_estimator": "gae"}),
+    ("openrlhf", {"advantage_estimator": "group_norm"}),
+    ("openrlhf", {"advantage_estimator": "gae"}),
+    ("trl", {}),
+)
+
+
+class StageTimer:
+    """Wraps the stage functions a dialect module calls and sums the time spent inside them.
+
+    Every module-level callable of the dialect modules whose ``__module__`` is a stage module
+    (``STAGE_MODULES``) or that is listed in ``STAGE_EXTRA``, and every stage callable held in
+    a module-level dict (the estimator tables), is replaced by a timing wrapper while the
+    ``with`` block runs; nested stage calls count once (only the outermost call is timed).
+    """
+
+    def __init__(self, modules: list[ModuleType]):
+        self.modules = modules
+        self.total = 0.0
+        self._depth = 0
+        self._undo: list[Callable[[], None]] = []
+
+    def _wrap(self, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - start
+                self._depth -= 1
+
+        return timed
+
+    @staticmethod
+    def _is_stage(value: object) -> bool:
+        if not callable(value):
+            return False
+        where = getattr(value, "__module__", None)
+        return where in STAGE_MODULES or f"{where}.{getattr(value, '__name__', '')}" in STAGE_EXTRA
+
+    def __enter__(self) -> StageTimer:
+        seen: set[int] = set()
+        for module in self.modules:
+            for name, value in list(vars(module).items()):
+                if isinstance(value, type):
+                    continue
+                if self._is_stage(value):
+                    setattr(module, name, self._wrap(value))
+                    self._undo.append(lambda m=module, n=name, v=value: setattr(m, n, v))
+                elif isinstance(value, dict) and id(value) not in seen:
+                    seen.add(id(value))
+                    for key, item in list(value.items()):
+                        if self._is_stage(item) and not isinstance(item, type):
+                            value[key] = self._wrap(item)
+                            self._undo.append(lambda d=value, k=key, v=item: d.__setitem__(k, v))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+
+def rl_batch(P: int, G: int, T: int, dtype: torch.dtype = torch.float32) -> Batch:
+    """The benchmark batch as a trainer hands it over (float tensors in ``dtype``)."""
+    x = make_inputs(P, G, T)
+    x = {k: v.to(dtype) if v.is_floating_point() else v for k, v in x.items()}
+    return Batch(
+        scores=x["scores"],
+        response_mask=x["mask"],
+        group_ids=x["gids"],
+        logprobs=x["lp"],
+        ref_logprobs=x["ref"],
+        values=x["values"],
+        baseline_scores=x["baseline"],
+    )
+
+
+def verl_peer_note() -> str:
+    """Why the verl line has no ``compute_advantage`` peer (verl is not a dependency here)."""
+    try:
+        __import__("verl.trainer.ppo.ray_trainer")
+    except Exception as err:  # any import failure means "no peer"
+        return f"not measured: verl is not importable here ({type(err).__name__}: {err})"
+    return "not measured: verl imports, but this bench has no DataProto wiring for it"
+
+
+def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
+    """``run`` against the time inside its stage functions, GRPO and GAE per dialect."""
+    batch = rl_batch(P, G, T)
+    modules = [dialect_registry.get(fw) for fw in dialect_registry.FRAMEWORKS]
+    peer_note = verl_peer_note()
+    lines = []
+    for fw, cfg in RUN_CASES:
+        run(batch, fw, cfg)  # warm-up
+        run_times, stage_times = [], []
+        for _ in range(repeats):  # interleaved: plain run, then the instrumented one
+            start = time.perf_counter()
+            run(batch, fw, cfg)
+            run_times.append((time.perf_counter() - start) * 1000)
+            with StageTimer(modules) as timer:
+                run(batch, fw, cfg)
+            stage_times.append(timer.total * 1000)
+        run_ms, stage_ms = statistics.median(run_times), statistics.median(stage_times)
+        line = {
+            "name": f"run_vs_stages:{fw}:{next(iter(cfg.values()), 'grpo')}",
+            "batch": f"{P}x{G}x{T}",
+            "input_dtype": "float32",
+            "run_ms": round(run_ms, 2),
+            "stages_ms": round(stage_ms, 2),
+            "ratio": round(run_ms / stage_ms, 2),
+            "target_ratio": 2.0,
+            "repeats": repeats,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
+        }
+        if fw == "verl":
+            line["verl_peer"] = peer_note
+        lines.append(line)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per measurement; ``--quick`` for tiny sizes."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -355,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(bench_gae(P, G, T, 3 if quick else 5)), flush=True)
     for line in bench_dialects(*sizes[0][:3], 3 if quick else 20):
         print(json.dumps(line), flush=True)
+    for line in bench_run_vs_stages(*sizes[-1][:3], 3 if quick else 7):
+        print(json.dumps(line), flush=True)
+    print(json.dumps({"name": "context", **context()}), flush=True)
     return 0
 
 

@@ -97,8 +97,34 @@ __all__ = [
 
 
 def _first_bad(x: Tensor) -> tuple[int, ...] | None:
+    """Index of the first non-finite entry of ``x``, or None when every entry is finite.
+
+    Fast path: one reduction without a temporary. A NaN or an infinity anywhere makes the sum
+    non-finite, so a finite sum proves every entry finite; only a non-finite sum (a bad entry,
+    or finite entries whose sum overflows) pays for the element-wise scan.
+    """
+    if x.numel() == 0 or math.isfinite(x.sum().item()):
+        return None
     bad = torch.nonzero(~torch.isfinite(x))
     return tuple(bad[0].tolist()) if bad.numel() else None
+
+
+def _float64(value: Tensor) -> Tensor:
+    """A float64 copy of ``value``: one conversion pass, never the caller's storage."""
+    return value.to(torch.float64, copy=True)
+
+
+def _is_binary(mask: Tensor) -> bool:
+    """Whether every entry of a mask is 0 or 1 (a bool mask always is).
+
+    Checked in the mask's own dtype, before the float64 conversion: a float32 mask is read at
+    half the bytes, and the conversion keeps 0 and 1 exact.
+    """
+    if mask.dtype == torch.bool:
+        return True
+    ones = torch.count_nonzero(mask == 1)
+    zeros = torch.count_nonzero(mask == 0)
+    return int(ones + zeros) == mask.numel()
 
 
 def prepare_batch(batch: Batch) -> Batch:
@@ -116,16 +142,17 @@ def prepare_batch(batch: Batch) -> Batch:
         ValueError: wrong shapes, a mask that is not 0/1, negative group ids, only one of
             logprobs/ref_logprobs, or a non-finite number (the message names field and sample).
     """
-    f64 = torch.float64
-    scores = torch.as_tensor(batch.scores).detach().to(f64).clone()
-    mask = torch.as_tensor(batch.response_mask).detach().to(f64).clone()
+    scores = _float64(torch.as_tensor(batch.scores).detach())
+    source_mask = torch.as_tensor(batch.response_mask).detach()
+    mask = source_mask
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(f"scores must be a non-empty (B,) vector, got shape {tuple(scores.shape)}")
     B = scores.shape[0]
     if mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] == 0:
         raise ValueError(f"response_mask must be (B={B}, T>=1), got shape {tuple(mask.shape)}")
-    if not bool(((mask == 0) | (mask == 1)).all()):
+    if not _is_binary(source_mask):
         raise ValueError("response_mask must contain only 0 and 1")
+    mask = _float64(source_mask)
     group_ids = torch.as_tensor(batch.group_ids).detach()
     if group_ids.shape != (B,) or group_ids.is_floating_point() or bool((group_ids < 0).any()):
         raise ValueError(f"group_ids must be (B={B},) non-negative integers")
@@ -146,20 +173,20 @@ def prepare_batch(batch: Batch) -> Batch:
         if value is None:
             tensors[name] = None
             continue
-        value = torch.as_tensor(value).detach().to(f64).clone()
+        value = torch.as_tensor(value).detach()
         if value.shape != shape:
             raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
-        bad = _first_bad(value)
+        bad = _first_bad(value)  # in the input's dtype: the conversion keeps finiteness
         if bad is not None:
             raise ValueError(
                 f"{name}{list(bad)} is {value[bad].item()} (sample {bad[0]}): not finite"
             )
-        tensors[name] = value
+        tensors[name] = _float64(value)
     components = None
     if batch.reward_components is not None:
         components = {}
         for name, value in dict(batch.reward_components).items():
-            value = torch.as_tensor(value).detach().to(f64).clone()
+            value = _float64(torch.as_tensor(value).detach())
             if value.shape != scores.shape:
                 raise ValueError(
                     f"reward_components[{name!r}] must have shape {tuple(scores.shape)}, "
