@@ -3,6 +3,8 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import health_banner as health_ui
+from roll_viz.ui import training_demos
 from roll_viz.views import charts, explain, heatmaps, scales, tables
 
 with ui.page_guard("Token KL"):
@@ -13,6 +15,7 @@ with ui.page_guard("Token KL"):
     mask = rollout.response_mask
     trace = ui.cached_trace(state)
     beta = float(ui.generic_value(state, "beta", trace.kl_coef))
+    health_ui.batch_health(state, key="kl_health", era="kl")
 
     if state.sampling.policy_mode == "identical" and not state.adapted:
         # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
@@ -131,45 +134,73 @@ with ui.page_guard("Token KL"):
                 f"observed KL ({dict(trace.config).get('kl_penalty', view)}, mean per token)",
                 f"{observed:.4f}",
             )
-            if mode == "adaptive":
-                target = st.number_input(
-                    "target KL",
-                    min_value=0.0001,
-                    max_value=10.0,
-                    value=0.1,
-                    step=0.01,
-                    format="%.4f",
-                    key=ui.KEY_TARGET_KL,
-                    bind="query-params",
-                )
-                horizon = st.number_input(
-                    "horizon",
-                    min_value=1,
-                    max_value=1_000_000,
-                    value=1_000,
-                    step=100,
-                    key=ui.KEY_HORIZON,
-                    bind="query-params",
-                    help="Larger horizon = slower adaptation. The frameworks ship 10000; the "
-                    "default here is smaller so the change is visible in a few hundred steps.",
-                )
-                steps = st.slider(
-                    "simulated steps",
-                    1,
-                    1000,
-                    value=300,
-                    key=ui.KEY_STEPS,
-                    bind="query-params",
-                )
+        recording = training_demos.adaptive_recording() if mode == "adaptive" else None
         with b2:
-            if mode == "adaptive":
-                betas = explain.simulated_betas(
-                    beta, observed, float(target), float(horizon), int(mask.shape[0]), int(steps)
+            if mode == "fixed":
+                ui.plot(charts.beta_schedule([beta] * 11, mode="fixed"), key="beta_plot")
+                st.caption("A fixed controller: beta is the sidebar's value at every step.")
+            elif recording is not None:
+                # a closed loop: a real run whose KL answers each step's beta
+                training_demos.adaptive_loop_chart(recording, "kl_closed_loop")
+                st.caption(
+                    f"A recorded training run ({len(recording.steps)} steps on "
+                    f"{recording.model}; Training page, tab *Adaptive beta*): each step's KL "
+                    "comes from the policy the previous betas shaped, so the loop closes."
                 )
-                ui.plot(
-                    charts.beta_schedule(betas, target=float(target), observed=observed),
-                    key="beta_plot",
+            else:
+                st.info(
+                    "The recorded adaptive run is not installed; the replay below is an open loop.",
+                    icon=":material/info:",
                 )
+        if mode == "adaptive":
+            with st.expander(
+                "This batch alone: its KL replayed at every step (an open loop)",
+                expanded=recording is None,
+            ):
+                o1, o2 = st.columns([1, 2], gap="large")
+                with o1:
+                    target = st.number_input(
+                        "target KL",
+                        min_value=0.0001,
+                        max_value=10.0,
+                        value=0.1,
+                        step=0.01,
+                        format="%.4f",
+                        key=ui.KEY_TARGET_KL,
+                        bind="query-params",
+                    )
+                    horizon = st.number_input(
+                        "horizon",
+                        min_value=1,
+                        max_value=1_000_000,
+                        value=1_000,
+                        step=100,
+                        key=ui.KEY_HORIZON,
+                        bind="query-params",
+                        help="Larger horizon = slower adaptation. The frameworks ship 10000; the "
+                        "default here is smaller so the change is visible in a few hundred steps.",
+                    )
+                    steps = st.slider(
+                        "simulated steps",
+                        1,
+                        1000,
+                        value=300,
+                        key=ui.KEY_STEPS,
+                        bind="query-params",
+                    )
+                with o2:
+                    betas = explain.simulated_betas(
+                        beta,
+                        observed,
+                        float(target),
+                        float(horizon),
+                        int(mask.shape[0]),
+                        int(steps),
+                    )
+                    ui.plot(
+                        charts.beta_schedule(betas, target=float(target), observed=observed),
+                        key="beta_plot",
+                    )
                 st.latex(
                     r"\beta \leftarrow \beta\left(1 + \operatorname{clip}\!\left("
                     r"\tfrac{\mathrm{KL}}{\mathrm{KL}_{\mathrm{target}}} - 1, -0.2, 0.2\right)"
@@ -177,14 +208,10 @@ with ui.page_guard("Token KL"):
                 )
                 st.caption(
                     "An open loop: the policy does not respond to beta here, so each step sees "
-                    f"this batch's KL again (n = {mask.shape[0]} samples per step); the Training "
-                    "page's adaptive runs close the loop on the real KL. "
-                    "Observed above target: beta grows (at most 20% x n / horizon per step); below: "
-                    "it shrinks."
+                    f"this batch's KL again (n = {mask.shape[0]} samples per step); the recorded "
+                    "run above closes the loop on the real KL. Observed above target: beta grows "
+                    "(at most 20% x n / horizon per step); below: it shrinks."
                 )
-            else:
-                ui.plot(charts.beta_schedule([beta] * 11, mode="fixed"), key="beta_plot")
-                st.caption("A fixed controller: beta is the sidebar's value at every step.")
 
     beta_section()
 

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
 from roll_viz.views import training_charts
 
@@ -47,7 +48,14 @@ with ui.page_guard("Training"):
     refresh = tr.REFRESH_SECONDS if live else None
     # only the open tab runs (its .open), so only its panel refreshes; ?tab=... opens one
     tabs = st.tabs(
-        ["Recorded runs", "Train live", "Compare runs", "Reward hacking"],
+        [
+            "Recorded runs",
+            "Train live",
+            "Compare runs",
+            "Reward hacking",
+            "Adaptive beta",
+            "GRPO vs REINFORCE++",
+        ],
         key="tab",
         bind="query-params",
         on_change="rerun",
@@ -252,3 +260,13 @@ with ui.page_guard("Training"):
                             )  # fmt: skip
 
             hacking_panel()
+
+    # ---------------------------------------------------------------- adaptive beta (closed loop)
+    if tabs[4].open:
+        with tabs[4]:
+            demos.adaptive_tab(state, refresh)
+
+    # ---------------------------------------------------------------- local vs global over steps
+    if tabs[5].open:
+        with tabs[5]:
+            demos.local_global_tab(state, refresh)

@@ -44,6 +44,13 @@ _COMMON = (
     "--reward positive_words --reward-param per_word=0.25 --reward-param cap=10 "
     "--framework roll --adv-estimator grpo --lr 1e-3 --sample-every 5 --seed 0 --model smollm2"
 )
+#: the settings the three later demos share (the same prompts, reward and seed as the pair)
+_SHARED = (
+    'python -m roll_viz train --prompt "Write a fun fact about octopuses." '
+    '--prompt "Describe your favourite day." --steps 30 --group-size 4 --max-new-tokens 32 '
+    "--reward positive_words --reward-param per_word=0.25 --reward-param cap=10 "
+    "--lr 1e-3 --sample-every 5 --seed 0 --model smollm2"
+)
 
 RECORDED: dict[str, RecordedRun] = {
     "hack_beta0": RecordedRun(
@@ -60,10 +67,45 @@ RECORDED: dict[str, RecordedRun] = {
         "rewards (ROLL add_token_level_kl): the penalty holds the policy near the reference.",
         command=_COMMON + " --beta 1.0",
     ),
+    "adaptive_beta": RecordedRun(
+        name="adaptive_beta",
+        title="beta adapting to a target KL of 0.1 (closed loop)",
+        description="ROLL GRPO with the adaptive KL controller acting on each step's real KL "
+        "(target 0.1, horizon 10: beta moves by up to 16% a step). While the KL is below the "
+        "target beta falls (0.10 to 0.04 by step 5); the KL then passes the target and "
+        "overshoots (0.52 at step 15) while beta is still small; beta keeps rising (to 0.88) "
+        "until the KL is back at the target (0.08 to 0.17 over steps 25-29), and turns down at "
+        "the last step, when the KL dips below it. A closed loop: the KL answers beta.",
+        command=_SHARED + " --framework roll --adv-estimator grpo --beta 0.1 --beta-mode adaptive "
+        '--target-kl 0.1 --horizon 10 --label "adaptive beta, target KL 0.1"',
+    ),
+    "grpo_local": RecordedRun(
+        name="grpo_local",
+        title="GRPO: advantages on each group's scale (local)",
+        description="verl GRPO, beta = 0: each prompt's rewards are normalised by its own "
+        "group's mean and std, so every group with any spread gets advantages of size about 1, "
+        "however small its reward differences.",
+        command=_SHARED + " --framework verl --adv-estimator grpo --beta 0 "
+        '--label "GRPO (group scale)"',
+    ),
+    "rpp_global": RecordedRun(
+        name="rpp_global",
+        title="REINFORCE++: advantages on the batch's scale (global)",
+        description="verl REINFORCE++, beta = 0, the same seed: the group mean is not "
+        "subtracted per prompt; the returns are whitened over the whole batch, so a prompt "
+        "whose rewards barely differ gets small advantages and the batch's spread sets the "
+        "scale.",
+        command=_SHARED + " --framework verl --adv-estimator reinforce_plus_plus --beta 0 "
+        '--label "REINFORCE++ (batch scale)"',
+    ),
 }
 
 #: the reward-hacking demonstration: (beta = 0, beta > 0)
 HACKING_PAIR = ("hack_beta0", "hack_beta1")
+#: beta adapting to a target KL on the real KL of each step (a closed loop)
+ADAPTIVE = "adaptive_beta"
+#: local (group) against global (batch) advantage scale over steps: (GRPO, REINFORCE++)
+LOCAL_GLOBAL_PAIR = ("grpo_local", "rpp_global")
 
 
 def available() -> list[str]:

@@ -50,7 +50,14 @@ METRICS: dict[str, tuple[str, str]] = {
         "Groups whose G rewards are all equal: every advantage is 0, the group teaches nothing.",
     ),
     "adv_std": ("advantage std", "Spread of the advantages over all valid tokens."),
+    "adv_abs_mean": (
+        "advantage |A| mean",
+        "Mean size of the advantages over all valid tokens: how hard the step pushes.",
+    ),
 }
+
+#: the panels of local (group) against global (batch) scale over steps
+LOCAL_GLOBAL_PANELS = ("reward_mean", "kl", "adv_std", "adv_abs_mean")
 
 DEFAULT_PANELS = ("reward_mean", "kl", "beta", "entropy", "response_length", "clip_frac",
                   "zero_spread_share", "adv_std")  # fmt: skip
@@ -218,11 +225,161 @@ def training_curves(
     return fig
 
 
+def adaptive_beta_loop(run: Any, *, overlay: Any = None, title: str | None = None) -> go.Figure:
+    """Beta and the KL over the steps of one adaptive run, the target KL drawn as a line.
+
+    Left: beta at each step. Right: the KL the controller sees (the run's estimator at the
+    sampled tokens, mean per token; solid), the exact KL (dotted) and the target (dashed
+    horizontal). A closed loop: each step's KL comes from the policy that the previous beta
+    shaped.
+
+    Args:
+        run: a TrainRun with ``settings.beta_mode == "adaptive"`` (others are drawn too, with
+            the title saying beta was fixed).
+        overlay: another run drawn faint under it (a recording behind a live run), or None.
+        title: the figure title (default: names the loop and the target).
+
+    Returns:
+        A figure with two panels side by side.
+    """
+    est = next((r.metrics.get("kl_estimator") for r in run.steps), None) or "estimate"
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=["beta at each step", f"KL per token ({est}: what the controller sees)"],
+        horizontal_spacing=0.1,
+    )
+    if overlay is not None and overlay.steps:
+        name = _label(overlay, 0)
+        for col, key in ((1, "beta"), (2, "kl_est")):
+            fig.add_trace(
+                go.Scatter(
+                    x=_xs(overlay), y=_ys(overlay, key), mode="lines", opacity=0.3,
+                    line={"color": "#888"}, name=name, legendgroup=name, showlegend=col == 1,
+                    hovertemplate="step %{x}<br>" + key + " %{y:.4f}<extra>" + name + "</extra>",
+                ),
+                row=1, col=col,
+            )  # fmt: skip
+    xs = _xs(run)
+    span = xs + (_xs(overlay) if overlay is not None else [])
+    target = float(run.settings.target_kl)
+    adaptive = run.settings.beta_mode == "adaptive"
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=_ys(run, "beta"), mode="lines+markers", marker={"size": 5},
+            line={"color": RUN_COLORS[0]}, name="beta",
+            hovertemplate="step %{x}<br>beta %{y:.4f}<extra></extra>",
+        ),
+        row=1, col=1,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=_ys(run, "kl_est"), mode="lines+markers", marker={"size": 5},
+            line={"color": RUN_COLORS[1]}, name=f"KL ({est})",
+            hovertemplate="step %{x}<br>KL %{y:.4f}<extra></extra>",
+        ),
+        row=1, col=2,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=xs, y=_ys(run, "kl_exact"), mode="lines", name="exact KL",
+            line={"color": RUN_COLORS[1], "dash": "dot", "width": 1.2},
+            hovertemplate="step %{x}<br>exact KL %{y:.4f}<extra></extra>",
+        ),
+        row=1, col=2,
+    )  # fmt: skip
+    fig.add_trace(
+        go.Scatter(
+            x=[0, max(span, default=1)], y=[target, target], mode="lines",
+            name=f"target KL {target:g}", line={"color": "#444", "dash": "dash"},
+            hovertemplate=f"target KL {target:g}<extra></extra>",
+        ),
+        row=1, col=2,
+    )  # fmt: skip
+    if title is None:
+        title = (
+            f"Adaptive beta, closed loop: {len(xs)} steps of a real run, target KL {target:g}"
+            if adaptive
+            else f"beta fixed at {run.settings.beta:g}: {len(xs)} steps of a real run"
+        )
+    fig.update_layout(
+        height=340,
+        margin={"l": 50, "r": 20, "t": 80, "b": 40},
+        title=title_style(title),
+        legend={"orientation": "h", "y": -0.18, "x": 0.5, "xanchor": "center"},
+        hovermode="x unified",
+    )
+    fig.update_xaxes(title_text="step", rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def adaptive_summary(run: Any) -> str:
+    """One sentence of numbers on an adaptive run: where beta turned and where the KL ended."""
+    betas = [(r.step, r.metrics["beta"]) for r in run.steps if r.metrics.get("beta") is not None]
+    kls = [r.metrics.get("kl_est") for r in run.steps if r.metrics.get("kl_est") is not None]
+    if len(betas) < 2 or not kls:
+        return ""
+    low_step, low = min(betas, key=lambda p: p[1])
+    tail = kls[-max(1, len(kls) // 3) :]
+    target = float(run.settings.target_kl)
+    above = next((r.step for r in run.steps if (r.metrics.get("kl_est") or 0.0) > target), None)
+    crossed = f"the KL first passed the target at step {above}; " if above is not None else ""
+    return (
+        f"beta went from {betas[0][1]:.3f} down to {low:.3f} (step {low_step}) and ended at "
+        f"{betas[-1][1]:.3f}; {crossed}over the last {len(tail)} steps the KL averaged "
+        f"{sum(tail) / len(tail):.3f} against a target of {target:g} "
+        f"(from {min(tail):.3f} to {max(tail):.3f})."
+    )
+
+
+def local_global_curves(runs: Sequence[Any], faint: Sequence[int] = ()) -> go.Figure:
+    """Reward, KL and the advantages' std and mean size over steps, runs overlaid side by side.
+
+    For GRPO (each group's own scale) against REINFORCE++ (the batch's scale): the same
+    rewards become advantages of a different size; these four panels show it step by step.
+    """
+    fig = training_curves(runs, LOCAL_GLOBAL_PANELS, per_prompt=False, columns=4, faint=faint)
+    fig.update_layout(
+        height=360, title=title_style("Local (group) vs global (batch) scale over steps")
+    )
+    return fig
+
+
+def scale_table(runs: Sequence[Any]) -> pd.DataFrame:
+    """One row per run: the advantages' size over all steps next to where reward and KL went.
+
+    Columns: run, steps, mean advantage std and mean |A| over the steps, the mean reward of the
+    first and of the last five steps, and the exact KL at the last step.
+    """
+
+    def mean(values: Sequence[Any]) -> float | None:
+        vals = [float(v) for v in values if v is not None]
+        return round(sum(vals) / len(vals), 4) if vals else None
+
+    rows = []
+    for i, run in enumerate(runs):
+        rewards = run.series("reward_mean")
+        kl = [v for v in run.series("kl_exact") if v is not None]
+        rows.append(
+            {
+                "run": _label(run, i),
+                "steps": len(run.steps),
+                "advantage std (mean over steps)": mean(run.series("adv_std")),
+                "|A| mean (mean over steps)": mean(run.series("adv_abs_mean")),
+                "reward, first 5 steps": mean(rewards[:5]),
+                "reward, last 5 steps": mean(rewards[-5:]),
+                "KL at the last step": round(kl[-1], 4) if kl else None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def step_table(run: Any) -> pd.DataFrame:
     """One row per step: the scalar metrics (for a download and for tests)."""
     keys = ["reward_mean", "reward_std", "kl_exact", "kl_est", "beta", "entropy",
-            "response_length", "clip_frac", "zero_spread_share", "adv_std", "loss",
-            "grad_norm"]  # fmt: skip
+            "response_length", "clip_frac", "zero_spread_share", "adv_std", "adv_abs_mean",
+            "loss", "grad_norm"]  # fmt: skip
     rows = []
     for r in run.steps:
         row = {"step": r.step}
