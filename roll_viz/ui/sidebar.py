@@ -162,6 +162,30 @@ def _sidebar_policy(source: str) -> str:
     return source + adapters.suffix(view, policy, steps)
 
 
+_G_LIVE_HELP = "Applied with 'Sample', with the other edits: one sampling."
+_G_PRESET_HELP = "Keeps the first G of each prompt's committed samples (at most the preset's G)."
+
+
+def _group_slider(container: Any, default: int, *, live: bool) -> int:
+    """The G slider (URL ``G=``): in the live form, or on its own over a preset's batch.
+
+    With a preset, G keeps the first G committed samples of each prompt (no model work), so it
+    applies at once; live, a new G means a new sampling, so it sits in the "Sample" form and
+    applies with the other edits. The key is the same in both places: the value, the URL
+    binding and the instant knobs' release (``instant.sync_sidebar``) carry over.
+    """
+    return bound(
+        container.slider,
+        "Group size G (samples per prompt)",
+        1,
+        MAX_GROUP_SIZE,
+        value=default,
+        key=KEY_G,
+        help="How many responses each prompt gets. GRPO-style estimators compare the samples "
+        "of one prompt with each other. " + (_G_LIVE_HELP if live else _G_PRESET_HELP),
+    )
+
+
 def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     """Data section: preset / live, prompts, G, sampling. Returns (source, preset, sampling)."""
     presets = PRESETS
@@ -189,16 +213,8 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Sample your own prompts with the policy and score them under the reference model. "
         "Runs only when the prompts, G, temperature, max tokens, seed or policy change.",
     )
-    group_size = bound(
-        sb.slider,
-        "Group size G (samples per prompt)",
-        1,
-        MAX_GROUP_SIZE,
-        value=int(preset_sampling.group_size),
-        key=KEY_G,
-        help="How many responses each prompt gets. GRPO-style estimators compare the samples "
-        "of one prompt with each other.",
-    )
+    if not live:  # a preset: G only subsets the committed batch, so it applies at once
+        group_size = _group_slider(sb, int(preset_sampling.group_size), live=False)
     if not live and not preset_available(preset):
         messages.append(
             f"The committed batch of preset {preset!r} is missing or stale: sampling its "
@@ -241,6 +257,9 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     prompts, prompt_notes = read_prompts(prompts_text, tuple(preset_sampling.prompts))
     for note in prompt_notes:
         sb.warning(text.md_escape(note), icon=":material/edit_note:")
+    # live: a new G is a new sampling, so it waits for "Sample" with the other edits (the same
+    # key, so the value, the URL's G= and the instant knobs' release carry over)
+    group_size = _group_slider(form, int(preset_sampling.group_size), live=True)
     temperature = bound(
         form.slider,
         "Temperature",
@@ -303,7 +322,8 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         "Sample",
         type="primary",
         icon=":material/casino:",
-        help="Apply the edits above and sample once (a change of G applies at once).",
+        help="Apply the edits above (prompts, G, temperature, max tokens, seed, policy) and "
+        "sample once.",
     )
     bound(
         sb.toggle,
