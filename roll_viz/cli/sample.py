@@ -7,6 +7,9 @@ import json
 import sys
 
 from roll_viz.core.records import rollout_to_dict
+from roll_viz.lm.engine import EngineError
+from roll_viz.lm.engine_http import DEFAULT_SERVED_NAME, HttpEngine
+from roll_viz.lm.engine_rollout import engine_sample
 from roll_viz.lm.models import ModelNotFoundError, load_models
 from roll_viz.lm.request import DEFAULT_INSTRUCTION, POLICY_MODES, SamplingConfig
 from roll_viz.lm.sampling import sample
@@ -35,6 +38,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--model", default=None, help="model spec (default: ROLL_VIZ_MODEL or bundled)"
     )
+    parser.add_argument(
+        "--engine", default=None, help="sample on a vLLM server, e.g. http://127.0.0.1:8000"
+    )
+    parser.add_argument("--engine-model", default=DEFAULT_SERVED_NAME, help="its served name")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     args = parser.parse_args(argv)
@@ -49,11 +56,15 @@ def main(argv: list[str]) -> int:
             policy_mode=args.policy,
             instruction=args.instruction,
         )
+        engine = None
+        if args.engine:
+            engine = HttpEngine(args.engine, args.engine_model)
+            engine.probe()
         bundle = load_models(args.model, device=args.device, dtype=args.dtype)
-    except (ValueError, ModelNotFoundError) as err:
+        rollout = sample(bundle, cfg) if engine is None else engine_sample(bundle, engine, cfg)
+    except (ValueError, ModelNotFoundError, EngineError) as err:
         sys.stderr.write(f"error: {err}\n")
         return 2
-    rollout = sample(bundle, cfg)
     rewards = None
     if args.reward:
         rewards = score_rollout(rollout, RewardSpec(terms=((args.reward, 1.0, ()),)))

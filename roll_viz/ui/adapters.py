@@ -21,6 +21,7 @@ import streamlit as st
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm import sampling
+from roll_viz.ui import rollout_engine
 from roll_viz.ui.resources import cached_models
 
 KEY_POLICY_VIEW = "_policy_view"  # the choice (a plain session key)
@@ -81,9 +82,14 @@ def _sampled(spec: str, config: Any, name: str, steps: int, _policy: Any) -> Rol
     bundle = cached_models(spec)
     with st.status(f"Sampling from the adapted policy (after {steps} steps)...") as status:
         bar = st.progress(0.0)
-        rollout = sampling.sample(
-            bundle, config, progress=lambda f, _t: bar.progress(min(max(f, 0.0), 1.0)),
-            source=_policy,
+
+        def progress(fraction: float, _text: str) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0))
+
+        # the adapter synced to the operator's engine when one is up (else, or on failure: here)
+        rollout = rollout_engine.adapted_sample(
+            bundle, spec, config, _policy, steps, progress,
+            lambda: sampling.sample(bundle, config, progress=progress, source=_policy),
         )  # fmt: skip
         status.update(label="Sampled from the adapted policy", state="complete", expanded=False)
     return rollout

@@ -41,7 +41,7 @@ from roll_viz.lm import models as models_mod
 from roll_viz.lm import sampling as sampling_mod
 from roll_viz.lm import serving
 from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
-from roll_viz.ui import adapters, instant
+from roll_viz.ui import adapters, instant, rollout_engine
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.present import top_slot
 from roll_viz.ui.resources import cached_models, live_store, mark_loaded, model_loaded
@@ -115,7 +115,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         The Rollout.
     """
     store = live_store()
-    key = (model, sampling, decode)
+    key = (model, sampling, decode, rollout_engine.cache_key(model))
     rollout = store.get(key)
     if rollout is not None:
         return rollout
@@ -135,6 +135,8 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         label += f" (about {fast:.0f} s with 'Fast sampling' in the sidebar)"
     if plan.queue_message:
         label = f"{plan.queue_message} Then: {label}"
+    if key[-1]:
+        label = f"Sampling {n_rows} responses on {key[-1]}"
     with top_slot(), st.status(label, expanded=True) as status:
         bar = st.progress(0.0, text="starting")
 
@@ -143,7 +145,11 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
 
         # identical requests in flight at the same moment share one sampling run
-        rollout = sampling_mod.shared_sample(bundle, sampling, progress=progress, decode=options)
+        def in_process() -> Rollout:
+            return sampling_mod.shared_sample(bundle, sampling, progress=progress, decode=options)
+
+        # on the operator's engine when one is configured and up (else, or when it fails: here)
+        rollout = rollout_engine.sample(bundle, model, sampling, progress, in_process)
         status.update(label=f"Sampled {n_rows} responses", state="complete", expanded=False)
     store.put(key, rollout)
     return rollout

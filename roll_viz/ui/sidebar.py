@@ -18,7 +18,7 @@ import streamlit as st
 from roll_viz import rewards
 from roll_viz.data.presets import PRESETS
 from roll_viz.lm import sampling as sampling_mod
-from roll_viz.ui import adapters, knobs, url
+from roll_viz.ui import adapters, knobs, rollout_engine, url
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.guard import page_guard
@@ -543,6 +543,7 @@ def _draw_sidebar() -> AppState:
     url.start()
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
+    rollout_engine.sidebar_line()  # "answers from: vLLM at ..." when the operator set one
     source = _sidebar_policy(source)
     reward = _sidebar_reward(preset)
     _suggest_reward(source, sampling, reward)
