@@ -57,6 +57,7 @@ PAGES: tuple[Page, ...] = (
     Page("sensitivity", "app_pages/sensitivity.py", "Sensitivity", "Sensitivity", PROBE),
     Page("frameworks", "app_pages/frameworks.py", "Frameworks", "Frameworks", PROBE),
     Page("eras", "app_pages/eras.py", "Eras", "Eras", PROBE),
+    Page("teacher", "app_pages/teacher.py", "Teacher as reference", "Teacher", PROBE),
     Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
     Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", LESSONS),

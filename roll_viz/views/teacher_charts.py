@@ -1,0 +1,69 @@
+"""Figures of the Teacher-as-reference page: the teacher's signal per token and per answer."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from roll_viz.analysis.teacher_signal import TeacherSignal
+from roll_viz.views.chips import token_chips_html
+from roll_viz.views.compare_charts import OKABE_ITO, short
+from roll_viz.views.scales import SIGNED_SCALE
+
+
+def signal_bars(signal: TeacherSignal, mode_label: str) -> go.Figure:
+    """Per answer: the reward's advantage and the teacher's (token means), grouped.
+
+    Args:
+        signal: ``teacher_signal`` of the batch.
+        mode_label: how the teacher's advantage was formed (for the title).
+
+    Returns:
+        The figure: one bar trace per signal.
+    """
+    a = signal.answers
+    labels = [f"{i}: {short(p, 14)}" for i, p in zip(a["sample"], a["prompt"], strict=True)]
+    fig = go.Figure()
+    for k, (col, name) in enumerate((("A reward", "reward"), ("A teacher", "teacher"))):
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=a[col].to_numpy(dtype=float),
+                name=name,
+                marker={"color": OKABE_ITO[k]},
+                customdata=a[["reward", "reverse KL"]].to_numpy(dtype=float),
+                hovertemplate=(
+                    f"{name}<br>%{{x}}<br>reward %{{customdata[0]:.4g}}<br>"
+                    "reverse KL (sum) %{customdata[1]:.4g}<br>mean A %{y:.4g}<extra></extra>"
+                ),
+            )
+        )
+    fig.add_hline(y=0, line={"color": "#999999", "width": 1})
+    fig.update_layout(
+        barmode="group",
+        height=360,
+        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        title=f"Mean advantage per answer: the reward's and the teacher's ({mode_label})",
+        yaxis_title="mean advantage over the answer",
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def signal_scale(signal: TeacherSignal) -> float:
+    """One symmetric colour bound for every answer's chips: the largest |teacher A| (>= 1e-6)."""
+    top = float(signal.opd.advantages.abs().max()) if signal.opd.advantages.numel() else 0.0
+    return top if math.isfinite(top) and top > 1e-6 else 1e-6
+
+
+def answer_chips_html(signal: TeacherSignal, tokens: list[str], b: int, bound: float) -> str:
+    """One answer's tokens coloured by the teacher's advantage (blue: the teacher liked it more).
+
+    The tooltip shows the advantage; the colour scale is the same for every answer (``bound``).
+    """
+    n = len(tokens)
+    values = signal.opd.advantages[b, :n].tolist()
+    return token_chips_html(
+        tokens, values, SIGNED_SCALE, vmin=-bound, vmax=bound, name="teacher advantage"
+    )
