@@ -60,6 +60,7 @@ PAGES: tuple[Page, ...] = (
     Page("teacher", "app_pages/teacher.py", "Teacher as reference", "Teacher", PROBE),
     Page("training", "app_pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "app_pages/your_run.py", "Your run", "Your_run", BEYOND),
+    Page("mismatch", "app_pages/mismatch.py", "Sampler ≠ trainer", "Sampler_vs_trainer", BEYOND),
     Page("silent_bugs", "app_pages/silent_bugs.py", "Silent bugs", "Silent_bugs", LESSONS),
     Page("lesson", "app_pages/lesson.py", "Lesson (teacher)", "Lesson", LESSONS),
     Page("vote", "app_pages/vote.py", "Vote (phones)", "vote", LESSONS),

@@ -37,6 +37,9 @@ Effective sample size (``effective_sample_size``): ESS = (sum w)^2 / (n sum w^2)
 valid tokens, in (0, 1], 1 when every weight is equal. verl logs the same quantity as
 ``rollout_corr/rollout_is_eff_sample_size`` = 1 / mean((w / mean w)^2) after clamping w to
 [0, threshold] and adding 1e-8 to the mean (``verl_ess``).
+
+Size: the four frameworks' corrections and verl's threshold parsers sit in one file so that each
+rule reads next to the ones the page compares it with, all returning the same ``Correction``.
 """
 
 from __future__ import annotations
@@ -385,13 +388,13 @@ def verl_correction(
     if rollout_rs is not None:
         keep = verl_rollout_rs(old, mu, mask, rollout_rs, rollout_rs_threshold)
     weights = torch.where(keep, weights, 0.0)
-    config = (
-        ("rollout_is", rollout_is),
-        ("rollout_is_threshold", rollout_is_threshold),
-        ("rollout_is_batch_normalize", rollout_is_batch_normalize),
-        ("rollout_rs", rollout_rs),
-        ("rollout_rs_threshold", rollout_rs_threshold),
-    )
+    config: tuple[tuple[str, Any], ...] = (("rollout_is", rollout_is),)
+    if rollout_is is not None:
+        config += (("rollout_is_threshold", rollout_is_threshold),)
+        config += (("rollout_is_batch_normalize", rollout_is_batch_normalize),)
+    config += (("rollout_rs", rollout_rs),)
+    if rollout_rs is not None:
+        config += (("rollout_rs_threshold", rollout_rs_threshold),)
     note = (
         "rollout_is_weights multiply the PPO per-token loss; rollout_rs rejections leave "
         "response_mask (the denominator shrinks); IcePop zeroes a weight but keeps the token "
