@@ -2,6 +2,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import compare, sweep
+from roll_viz.ui import frameworks_page as fw_ui
 from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import compare_charts as charts_compare
 from roll_viz.views import text
@@ -151,5 +152,7 @@ with ui.page_guard("Frameworks"):
                 on_click="ignore",
                 icon=":material/data_object:",
             )
+
+    fw_ui.additions_2026()
 
     ui.next_page("self_test", "Next: Self-test - check the math live")

@@ -13,11 +13,13 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from roll_viz import nav
 from roll_viz.analysis import era_diff, era_pages, group_health
 from roll_viz.core.pipeline.eras import ERAS
 from roll_viz.core.records import batch_from_rollout
 from roll_viz.data.presets import load_preset
 from roll_viz.rewards import score_rollout
+from roll_viz.ui import frameworks_page as fw_ui
 from roll_viz.views import health as health_view
 from tests.ui.apptest import open_page
 
@@ -112,3 +114,13 @@ def test_normalisation_and_eras_pages_keep_their_banner():
     for page in ("normalisation", "eras"):
         at = open_page(page, preset="arithmetic")
         assert banner_html(at)
+
+
+def test_frameworks_page_lists_the_2026_additions():
+    """The Frameworks page's table names each addition in each framework, with page links."""
+    at = open_page("frameworks", preset="arithmetic")
+    table = next(d.value for d in at.dataframe if {"what", "ROLL", "TRL"} <= set(d.value.columns))
+    assert len(table) == len(fw_ui.ADDITIONS)
+    assert any("use_opd" in v for v in table["ROLL"])
+    assert any("scale_rewards" in v for v in table["TRL"])
+    assert set(table["page"]) <= {p.title for p in nav.PAGES}

@@ -1,0 +1,101 @@
+"""Glue of the Frameworks page: what 2026 added, under each framework's own names.
+
+``additions_2026()`` draws one table (a row per addition, a column per framework, the key or
+class as that framework spells it; "-" where it has none the calculator reads) and the links to
+the pages that show each addition on the current batch. The names are the ones the calculator's
+dialects and the era presets use (``core.pipeline.eras``, ``analysis.group_health``,
+``core.pipeline.opd``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from roll_viz import nav
+from roll_viz.ui.widgets import page_link
+
+#: (addition, roll-viz page key, ROLL, verl, OpenRLHF, TRL)
+ADDITIONS: tuple[tuple[str, str, str, str, str, str], ...] = (
+    (
+        "Era presets: GRPO 2024 vs defaults of 2026 (no KL, token mean, clip-higher)",
+        "eras",
+        "use_kl_loss: false; loss_agg_mode: token-mean; use_pg_clip_range, pg_clip_high: 0.28",
+        "use_kl_loss: false; loss_agg_mode: token-mean; clip_ratio_high: 0.28",
+        "--algo.kl.init_coef 0; --actor.loss_agg_mode token-mean; "
+        "--actor.eps_clip_low_high 0.2 0.28",
+        "beta=0.0; loss_type='dapo'; epsilon_high=0.28",
+    ),
+    (
+        "Group health: all-good / all-bad / mixed, per-function std",
+        "normalisation",
+        "-",
+        "-",
+        "-",
+        "logs frac_reward_zero_std, and rewards/<func>/std per reward function",
+    ),
+    (
+        "Zero-variance policies: drop, mask, keep (TRL#7068)",
+        "normalisation",
+        "query_filter_config std_filter (std <= std_threshold); difficulty_mask",
+        "algorithm.filter_groups (enable, metric; np.std == 0)",
+        "--algo.dynamic_filtering_enable, --algo.dynamic_filtering_range",
+        "none: keeps the group at A = 0",
+    ),
+    (
+        "Normalisation matrix: mean level x std level",
+        "normalisation",
+        "norm_mean_type, norm_std_type (group / batch / None)",
+        "norm_adv_by_std_in_grpo (False = Dr. GRPO); reinforce_plus_plus_baseline",
+        "--algo.advantage.estimator group_norm / dr_grpo / reinforce_baseline",
+        "scale_rewards='group' / 'batch' / 'none'",
+    ),
+    (
+        "Teacher as reference: on-policy distillation, SDPO",
+        "teacher",
+        "use_opd (mixed), is_pure_opd, teacher, opd_kl_coef, kl_penalty",
+        "-",
+        "-",
+        "GKDTrainer (lmbda, beta)",
+    ),
+)
+COLUMNS = ("what", "page", "ROLL", "verl", "OpenRLHF", "TRL")
+#: the page of the sampler / trainer mismatch (behaviour policy mu != pi_old), when present
+MISMATCH = "mismatch"
+
+
+def additions_table() -> pd.DataFrame:
+    """The additions as a table: what, the roll-viz page title, then each framework's names."""
+    rows = [
+        dict(zip(COLUMNS, (what, nav.page(key).title, *names), strict=True))
+        for what, key, *names in ADDITIONS
+    ]
+    return pd.DataFrame(rows)
+
+
+def additions_2026() -> None:
+    """The section 'What 2026 added': the table and a link to each page that shows it."""
+    st.subheader("What 2026 added, in each framework's own names")
+    st.markdown(
+        "The field's defaults converged (no KL, one token mean over the batch, clip-higher, "
+        "zero-variance groups filtered, the batch's std); the questions moved to **group "
+        "health** and **normalisation scale**; the reference can be a **teacher**. Each row "
+        "is shown on the current batch on its page; the columns give the setting under the "
+        "name each framework uses ('-': no key the calculator reads)."
+    )
+    st.dataframe(additions_table(), key="fw_additions", hide_index=True, width="stretch")
+    cols = st.columns(4)
+    links = [
+        ("eras", "Eras: 2024 vs 2026"),
+        ("normalisation", "Normalisation: health, policies, matrix"),
+        ("teacher", "Teacher as reference"),
+    ]
+    if MISMATCH in nav.BY_KEY:
+        links.append((MISMATCH, "Sampler \u2260 trainer: mu vs pi_old and its corrections"))
+    for col, (key, label) in zip(cols, links, strict=False):
+        with col:
+            page_link(key, label)
+    st.caption(
+        "Every batch page also carries the group-health row and a '2024 vs 2026 on this batch' "
+        "switch that shows that page's own number under both eras."
+    )
