@@ -8,8 +8,11 @@ teacher-forced on the same tokens as the trainer's float32 recompute:
 - ``fp32``: the trainer's own path again (the control: d = 0 exactly);
 - ``bf16`` / ``fp16``: a bfloat16 / float16 copy of the model (weights and activations), logits
   cast to float32 before the log-softmax, as a bf16 inference engine reports them;
-- ``int8``: the decode loop's int8 dynamically quantized copy (``decode._int8_model``, CPU only;
-  the copy ``FAST_DECODE`` draws from when the lean step is off);
+- ``int8``: the weights ``FAST_DECODE`` draws with (CPU only), replayed teacher-forced through
+  the same steps as the decode loop: the float prefill, then the lean step's int8 copy
+  (``LeanDecoder(model, "int8")``, per-output-channel int8) one token at a time with the KV
+  buffers; for a model the lean step does not support, the decode loop's per-tensor
+  ``quantize_dynamic`` copy (``decode._int8_model``) scored teacher-forced;
 - ``top_p`` / ``top_k``: the float32 logits, renormalised over the truncated support, which is
   what a sampler's "processed" log-probs are (vLLM ``logprobs_mode="processed_logprobs"``,
   TRL#6789): log mu = log p - log S with S the kept mass, so d = log S <= 0 on every token. A
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.lm.decode import _int8_model, pad_left
+from roll_viz.lm.decode import _int8_model, _lean_decoder, pad_left
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import default_block_rows
 
@@ -145,6 +148,46 @@ def _token_logprobs(
     return lp_all, s_all, in_all
 
 
+def _replay_int8(
+    bundle: ModelBundle, contexts: list[list[int]], ids: Tensor, mask: Tensor, temperature: float
+) -> tuple[Tensor, Tensor] | None:
+    """The int8 decode loop's log mu of every forced token, and whether it was that step's argmax.
+
+    None when the lean step does not support the model.
+
+    The decode loop's own steps with the sampled token forced at each one: float prefill of the
+    left-padded contexts, its cache moved into the lean step's buffers, then one int8 step per
+    token (finished rows feed the pad token, as in ``decode_batch``).
+    """
+    lean = _lean_decoder(bundle, "int8")
+    if lean is None:
+        return None
+    device, pad = bundle.device, bundle.pad_id
+    rows, width_t = ids.shape
+    ctx_ids, attn = pad_left(contexts, pad)
+    ctx_ids, attn = ctx_ids.to(device), attn.to(device)
+    width = ctx_ids.shape[1]
+    positions = (attn.cumsum(-1) - 1).clamp_min(0)
+    out = bundle.model(input_ids=ctx_ids, attention_mask=attn, position_ids=positions,
+                       use_cache=True, logits_to_keep=1)  # fmt: skip
+    logits, cache = out.logits[:, -1, :], out.past_key_values
+    buffers = lean.allocate(rows, width + width_t, cache.layers[0].keys.dtype, device)
+    lean.load_cache(buffers, cache, width)
+    next_pos = positions[:, -1:] + 1
+    fed = torch.where(mask.to(device), ids.to(device), pad)
+    columns, tops = [], []
+    for t in range(width_t):
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        columns.append(logp.gather(-1, fed[:, t : t + 1]).squeeze(-1))
+        tops.append(logits.argmax(dim=-1) == fed[:, t])
+        if t == width_t - 1:
+            break
+        attn = torch.cat([attn, torch.ones(rows, 1, dtype=attn.dtype, device=device)], 1)
+        _, logits = lean.step(buffers, fed[:, t], next_pos, width + t, attn)
+        next_pos = next_pos + 1
+    return torch.stack(columns, dim=1), torch.stack(tops, dim=1)  # (B, T) each
+
+
 def _copy(bundle: ModelBundle, source: str) -> Any:
     """The scoring model of a source: the bundle's own, or its cached low-precision copy."""
     if source == "int8":
@@ -212,8 +255,15 @@ def behaviour_logprobs(
         top_p=top_p if source == "top_p" else None,
         top_k=int(top_k) if source == "top_k" else None,
     )  # fmt: skip
+    replayed = None
+    if source == "int8":
+        if device.type != "cpu":
+            raise ValueError("int8: the quantized decode copy runs on the CPU only")
+        replayed = _replay_int8(bundle, contexts, ids, valid, temperature)
     if sampler:
         mu_lp = old_lp - log_s
+    elif replayed is not None:
+        mu_lp = replayed[0][valid.to(device)]
     else:
         scorer = _copy(bundle, source)
         h_mu = _hidden(scorer, bundle.pad_id, contexts, ids, valid)[valid.to(device)]

@@ -2,13 +2,15 @@
 truncated sampler, and none from the trainer's own float32 path."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from roll_viz.lm import behaviour as bh
-from roll_viz.lm.decode import next_tokens
+from roll_viz.lm.decode import FAST_DECODE, next_tokens
 from roll_viz.lm.request import policy_source
+from roll_viz.lm.sampling import sample
 from tests.lm.helpers import steered_config
 
 
@@ -93,3 +95,17 @@ def test_bad_arguments_are_refused(tiny, steered):
     with pytest.raises(ValueError, match="top_p"):
         bh.behaviour_logprobs(tiny, [[1]], steered.token_ids[:1], steered.response_mask[:1],
                               source="top_p", top_p=0.0)  # fmt: skip
+
+
+def test_int8_replay_follows_the_decode_loop(tiny):
+    """Greedy answers drawn by the int8 fast path are, at every step, the replay's argmax."""
+    cfg = replace(steered_config(), temperature=0.0, max_new_tokens=8)
+    rollout = sample(tiny, cfg, decode=FAST_DECODE)
+    assert dict(rollout.meta).get("decode_weights") == "int8-dynamic"
+    source = policy_source(cfg)
+    contexts = [source.context_ids(tiny, cfg.prompts[g]) for g in rollout.group_ids.tolist()]
+    mask = rollout.response_mask > 0
+    with tiny.lock, torch.inference_mode():
+        got = bh._replay_int8(tiny, contexts, rollout.token_ids, mask, 1.0)
+    assert got is not None
+    assert bool(got[1][mask].all())
