@@ -8,7 +8,13 @@ Prints one JSON line per measurement:
   still differs in prompt, reward and length-pool slot), so the file parses like a real one;
 - ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
-  with its peak RSS;
+  with its peak RSS: the chosen reader (orjson lines, number lists converted in one C pass when
+  the line holds no JSON boolean);
+- ``scan_checked``: the same ``open_run`` with every number list type-checked element by
+  element before numpy converts it (the reader before the one-pass conversion);
+- ``pyarrow``: ``pyarrow.json.open_json`` streaming the dump into Arrow record batches, one
+  thread (a columnar engine: no per-line messages, a bad line fails its whole block); only
+  pyarrow is measured because polars and DuckDB are not dependencies of this project;
 - ``load_step``: ``load_step`` of the step (token tensors for whole prompts up to
   ``MAX_STEP_TOKENS`` positions), its peak RSS;
 - ``pipeline``: ``roll_viz.core.pipeline.run`` (ROLL GRPO with token-level KL in the reward) on
@@ -17,7 +23,9 @@ Prints one JSON line per measurement:
   prompts and scaled linearly; both are checked to agree on that subset.
 
 Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own.
-``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it.
+``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it (an
+existing dump there is reused: ``--phases`` without ``write``); ``--rounds N`` interleaves the
+reader phases N times so each sees the same machine load.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from pathlib import Path
 
 import torch
 
+from roll_viz.bench.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
 from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse
@@ -133,6 +142,25 @@ def phase_scan(folder: Path) -> dict:
         "warnings": len(run.warnings),
         "kl_k3_mean": float(s.kl_k3.mean()),
     }
+
+
+def phase_scan_checked(folder: Path) -> dict:
+    """``open_run`` with the one-pass number conversion off (every element type-checked)."""
+    parse._has_bools = lambda raw: True  # this subprocess only
+    return phase_scan(folder)
+
+
+def phase_pyarrow(folder: Path) -> dict:
+    """The pyarrow JSON reader streaming the dump (one thread), nothing kept."""
+    import pyarrow.json as pa_json
+
+    start = time.perf_counter()
+    rows = 0
+    options = pa_json.ReadOptions(use_threads=False, block_size=16 << 20)
+    with pa_json.open_json(folder / FILE_NAME, read_options=options) as reader:
+        for batch in reader:
+            rows += batch.num_rows
+    return {"seconds": time.perf_counter() - start, "rows": rows}
 
 
 def phase_load(folder: Path) -> dict:
@@ -251,6 +279,10 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
         return phase_read_peer(folder)
     if phase == "scan":
         return phase_scan(folder)
+    if phase == "scan_checked":
+        return phase_scan_checked(folder)
+    if phase == "pyarrow":
+        return phase_pyarrow(folder)
     if phase == "load_step":
         return phase_load(folder)
     if phase == "pipeline":
@@ -258,7 +290,9 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
     raise ValueError(f"unknown phase {phase!r}")
 
 
-PHASES = ("write", "read_peer", "scan", "load_step", "pipeline")
+PHASES = ("write", "read_peer", "scan", "scan_checked", "pyarrow", "load_step", "pipeline")
+#: The readers compared side by side; ``--rounds N`` runs them N times, interleaved.
+READERS = ("scan", "scan_checked", "pyarrow")
 
 
 def main(argv: list[str]) -> int:
@@ -271,6 +305,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--keep", default=None, help="write the dump to this folder and keep it")
     parser.add_argument("--phases", default=",".join(PHASES))
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run the reader phases this many times, interleaved"
+    )
     parser.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -282,10 +319,17 @@ def main(argv: list[str]) -> int:
         _emit({"phase": args.phase, **record, "peak_rss_mb": _rss_mb(), "rss_at_start_mb": before})
         return 0
     scale = f"{args.prompts}x{args.group}x{args.tokens}"
+    phases = args.phases.split(",")
+    readers = [p for p in phases if p in READERS]
+    if args.rounds > 1 and readers:
+        at = phases.index(readers[0])
+        rest = [p for p in phases if p not in READERS]
+        phases = rest[:at] + readers * args.rounds + rest[at:]
+    _emit({"name": "context", **context()})
     with tempfile.TemporaryDirectory(prefix="rollviz-bench-runs-") as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        for phase in args.phases.split(","):
+        for phase in phases:
             cmd = [
                 sys.executable, "-m", "roll_viz.bench.runs", "--phase", phase, "--dir",
                 str(folder), "--prompts", str(args.prompts), "--group", str(args.group),

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import threading
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,16 +238,44 @@ def _bounded_list(obj: dict, key: str, file: str, line: int, what: str) -> list 
     return value
 
 
+_LINE = threading.local()  # ``no_bools``: the JSON line being converted has no true/false
+
+
+@contextlib.contextmanager
+def _line_without_bools(raw_has_bools: bool) -> Iterator[None]:
+    """While converting one JSON line: whether ``get_numbers`` may skip its bool check."""
+    _LINE.no_bools = not raw_has_bools
+    try:
+        yield
+    finally:
+        _LINE.no_bools = False
+
+
+def _has_bools(raw: bytes) -> bool:
+    """Whether a JSON line may hold a boolean (the bytes ``true`` or ``false`` appear in it)."""
+    return b"true" in raw or b"false" in raw
+
+
 def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     """``obj[key]`` as a (n,) float64 array of finite numbers, or None when absent.
 
-    Fast path: the element types are checked with ``map(type, ...)`` (C speed) and the values
-    converted by numpy; the slow per-element loop only runs to name a bad element.
+    Fastest path (a JSON line without the bytes ``true``/``false``, so no element can be a
+    bool): one C pass, ``array('d', value)``, which refuses strings, None, lists, objects and
+    integers too large for a float; then numpy's finite check. Otherwise the element types are
+    checked with ``map(type, ...)`` (C speed) and the values converted by numpy. The slow
+    per-element loop only runs to name a bad element, so the messages are the same on every path.
     """
     value = _bounded_list(obj, key, file, line, "numbers")
     if value is None:
         return None
-    if set(map(type, value)) <= _NUMBER_TYPES:
+    if getattr(_LINE, "no_bools", False):
+        try:
+            out = np.frombuffer(array("d", value), dtype=np.float64)
+        except (TypeError, OverflowError):
+            out = None
+        if out is not None and np.isfinite(out).all():
+            return out
+    elif set(map(type, value)) <= _NUMBER_TYPES:
         try:
             out = np.asarray(value, dtype=np.float64)
         except OverflowError:
@@ -321,22 +350,35 @@ def iter_jsonl(
         problems: collects malformed, over-long or non-UTF-8 lines (the rest still loads).
         locations: ``(line, offset)`` pairs to read instead of the whole file (from a scan).
     """
+    for line_no, offset, value, _ in _iter_lines(path, problems, locations):
+        yield line_no, offset, value
+
+
+#: Read buffer of the JSONL readers (dump lines are often 100-300 KB: fewer, larger reads).
+READ_BUFFER = 1 << 20
+
+
+def _iter_lines(
+    path: Path, problems: Problems, locations: list[tuple[int, int]] | None
+) -> Iterator[tuple[int, int, Any, bool]]:
+    """``iter_jsonl`` plus, per line, whether its bytes may hold a JSON boolean."""
     name = str(path)
-    with open(path, "rb") as handle:
+    with open(path, "rb", buffering=READ_BUFFER) as handle:
         if locations is not None:
             for line_no, offset in locations:
                 handle.seek(offset)
                 raw = handle.readline(MAX_LINE_BYTES + 1)
                 value = _parse_line(raw, name, line_no, problems)
                 if value is not None:
-                    yield line_no, offset, value
+                    yield line_no, offset, value, _has_bools(raw)
             return
         line_no = 0
+        offset = handle.tell()
         while True:
-            offset = handle.tell()
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 return
+            start, offset = offset, offset + len(raw)
             line_no += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
                 problems.add(
@@ -346,12 +388,13 @@ def iter_jsonl(
                 )
                 while raw and not raw.endswith(b"\n"):
                     raw = handle.readline(1 << 20)
+                    offset += len(raw)
                 continue
-            if not raw.strip():
+            if raw.isspace():  # a blank line (no copy of a long line, unlike strip)
                 continue
             value = _parse_line(raw, name, line_no, problems)
             if value is not None:
-                yield line_no, offset, value
+                yield line_no, start, value, _has_bools(raw)
 
 
 def loads(raw: bytes | str) -> Any:
@@ -481,9 +524,10 @@ def rows_from_jsonl(
             wanted = locations.get(name)
             if not wanted:
                 continue
-        for line, offset, value in iter_jsonl(path, problems, wanted):
+        for line, offset, value, has_bools in _iter_lines(path, problems, wanted):
             try:
-                out = convert(value, name, line)
+                with _line_without_bools(has_bools):
+                    out = convert(value, name, line)
             except RunFormatError as err:
                 problems.add(err)
                 continue
