@@ -15,6 +15,8 @@ import pytest
 os.environ.setdefault("ROLL_VIZ_MODEL", "tiny")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Live samples come from the in-process model unless an engine test sets the engine itself.
+os.environ.pop("ROLL_VIZ_ENGINE", None)
 
 HERE = Path(__file__).resolve().parent
 FOLDER_MARKERS = {"browser": "browser"}
