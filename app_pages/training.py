@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.ui import run_files
 from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
 from roll_viz.views import training_charts
@@ -94,6 +95,11 @@ with ui.page_guard("Training"):
                 with st.expander("Settings and the command that made it"):
                     st.code(meta.command, language="bash")
                     tr.settings_panel([run])
+            with st.expander(
+                "Open a run file: a run of yours, downloaded from Train live, or one the CLI wrote",
+                expanded=run_files.KEY_PARSED in st.session_state,
+            ):
+                run_files.run_file_panel()
 
     # ---------------------------------------------------------------- live training
     if tabs[1].open:
@@ -141,6 +147,7 @@ with ui.page_guard("Training"):
                 for s, runner in sorted(table.items()):
                     tr.status_line(runner, s)
                     tr.run_buttons(runner, s)
+                    run_files.download_button(runner, s)  # a run that is not training
                 runner = table.get(slot) or next(iter(table.values()))
                 run = runner.run()
                 tr.curves([run], key="tr_live_curves")

@@ -103,9 +103,10 @@ class Session:
 
     Args:
         base: server base URL, ``http://127.0.0.1:<port>``.
+        cookies: cookies the browser sends with the websocket handshake (name -> value).
     """
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, cookies: dict[str, str] | None = None) -> None:
         parsed = urllib.parse.urlparse(base)
         if parsed.hostname != "127.0.0.1":
             raise ValueError(f"the load driver only talks to 127.0.0.1, not {base!r}")
@@ -117,6 +118,7 @@ class Session:
         self.page_hash = ""
         self.runs = 0
         self.session_id = ""  # the server's id of this session (from ``new_session``)
+        self.cookies = dict(cookies or {})
 
     async def connect(self, resume: bool = False) -> None:
         """Open the websocket (subprotocol ``streamlit``, as the frontend does).
@@ -130,7 +132,15 @@ class Session:
             protocols = ["streamlit", "placeholder", self.session_id]
         self.ws = await asyncio.wait_for(
             websockets.connect(
-                self.url, subprotocols=protocols, max_size=None, open_timeout=CONNECT_TIMEOUT_S
+                self.url,
+                subprotocols=protocols,
+                max_size=None,
+                open_timeout=CONNECT_TIMEOUT_S,
+                additional_headers=(
+                    {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+                    if self.cookies
+                    else None
+                ),
             ),
             CONNECT_TIMEOUT_S,
         )

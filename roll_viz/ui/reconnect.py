@@ -1,4 +1,4 @@
-"""A session's model state outlives a websocket drop: parked under the session id for a grace.
+"""A student's model state outlives a websocket drop and a page reload: parked for a grace.
 
 Streamlit releases every session-scoped resource (``st.cache_resource(scope="session")``) when
 the websocket closes, a one-second wifi drop included, although the same browser session then
@@ -8,18 +8,100 @@ back at "Step 1"). So the release parks the item under ``(session id, key)`` for
 ``RECONNECT_GRACE_S`` seconds and returns at once (it runs on Streamlit's event loop); the same
 session asking for it again within the grace takes it back (``Parking.take``), otherwise
 ``on_expire`` frees it on a timer thread.
+
+A page reload is a new websocket session with a new id, so the parking key is the browser's
+**student key** (``student_key``), not the session id: a random 192-bit token
+(``secrets.token_urlsafe``) kept in a first-party cookie (``STUDENT_COOKIE``, ``SameSite=Strict``)
+that the page sets once (``remember_student``). It never appears in the URL, so sharing a link
+never shares a student's runs; a value that is not such a token is ignored (a new key is drawn),
+and a key cannot be guessed, so one student cannot name another's runs. Without the cookie (a
+browser that blocks it) the key lives in the session only: a reconnect keeps the runs, a reload
+does not. Two tabs of one browser are one student.
+
+The grace (``RECONNECT_GRACE_S``, 120 s) covers a wifi drop, a reload or a tab closed and opened
+again; it is bounded because a parked run keeps its adapter and AdamW state in memory (tens of MB
+per student) and its run paused: after the grace the memory returns to the server.
 """
 
 from __future__ import annotations
 
+import html
+import re
+import secrets
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-#: how long a closed session's runs and adapters wait for the same session to reconnect
+#: how long a closed session's runs and adapters wait for the same student to come back
 RECONNECT_GRACE_S = 120.0
+#: the cookie that carries the student key across page reloads
+STUDENT_COOKIE = "roll_viz_student"
+#: how long the browser keeps the cookie (a day: a class; the runs themselves wait the grace)
+STUDENT_COOKIE_MAX_AGE_S = 86_400
+#: session_state keys: this session's student key, and whether the cookie was sent
+KEY_STUDENT = "_student_key"
+KEY_STUDENT_SENT = "_student_cookie_sent"
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")
+
+
+def new_student_key() -> str:
+    """A fresh unguessable key (192 random bits, 32 URL-safe characters)."""
+    return secrets.token_urlsafe(24)
+
+
+def valid_student_key(value: Any) -> bool:
+    """Whether ``value`` has the form of a key this server draws (anything else is ignored)."""
+    return isinstance(value, str) and _TOKEN.fullmatch(value) is not None
+
+
+def _cookie() -> str | None:
+    try:
+        return st.context.cookies.get(STUDENT_COOKIE)
+    except Exception:  # no request context (bare mode, tests)
+        return None
+
+
+def student_key() -> str:
+    """This browser's student key: its cookie's (when valid), else one drawn for the session.
+
+    Fixed for the session's lifetime (kept in ``session_state``, which a reconnect keeps).
+    """
+    if get_script_run_ctx() is None:
+        return "no-session"
+    key = st.session_state.get(KEY_STUDENT)
+    if valid_student_key(key):
+        return key
+    cookie = _cookie()
+    key = cookie if valid_student_key(cookie) else new_student_key()
+    st.session_state[KEY_STUDENT] = key
+    return key
+
+
+def cookie_script(key: str) -> str:
+    """The one-line script that stores ``key`` in the student cookie (first-party, Strict)."""
+    if not valid_student_key(key):
+        raise ValueError("not a student key")
+    return (
+        "<script>document.cookie = "
+        f"'{STUDENT_COOKIE}={html.escape(key)}; path=/; max-age={STUDENT_COOKIE_MAX_AGE_S}; "
+        "SameSite=Strict' + (location.protocol === 'https:' ? '; Secure' : '');</script>"
+    )
+
+
+def remember_student() -> None:
+    """Set the student cookie once per session when the browser does not carry this key yet.
+
+    Drawn in the sidebar (an invisible element), so a reload of any page finds the same key.
+    """
+    if get_script_run_ctx() is None or st.session_state.get(KEY_STUDENT_SENT):
+        return
+    key = student_key()
+    st.session_state[KEY_STUDENT_SENT] = True
+    if _cookie() != key:
+        st.sidebar.html(cookie_script(key), unsafe_allow_javascript=True)
 
 
 def session_id() -> str:

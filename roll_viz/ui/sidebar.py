@@ -18,7 +18,7 @@ import streamlit as st
 from roll_viz import rewards
 from roll_viz.data.presets import PRESETS
 from roll_viz.lm import sampling as sampling_mod
-from roll_viz.ui import adapters, knobs, rollout_engine, url
+from roll_viz.ui import adapters, knobs, reconnect, rollout_engine, url
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.guard import page_guard
@@ -557,6 +557,7 @@ def _draw_sidebar() -> AppState:
         "Every control is in the URL: copy it to share this exact state "
         "(`?present=true&hide=beta,G` for a projector)."
     )
+    reconnect.remember_student()  # the cookie that finds this student's runs after a reload
     state = AppState(
         source=source,
         preset=preset,

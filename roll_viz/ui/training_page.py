@@ -119,13 +119,15 @@ _OWN_KEYS = {
 
 
 class _SessionRunners:
-    """This session's runners; parked ``RECONNECT_GRACE_S`` after its websocket goes away.
+    """This student's runners; parked ``RECONNECT_GRACE_S`` after the websocket goes away.
 
     A release (``park``, on Streamlit's event loop, ``ui.reconnect``) returns at once: running
     runs pause at their next step boundary (no work for a student who is not there) and wait
-    under the session's id; the same session reconnecting within the grace takes them back and
-    they resume (``_session_runners``); otherwise they are closed (``TrainRunner.close``: the
-    adapters are freed off the request path).
+    under the student key (``reconnect.student_key``: the browser's cookie, so a reload finds
+    them too); the same student coming back within the grace takes them back and they resume
+    (``_session_runners``, or ``runners`` when the old tab's release came after the new tab's
+    first run); otherwise they are closed (``TrainRunner.close``: the adapters are freed off the
+    request path).
     """
 
     def __init__(self, session: str) -> None:
@@ -151,6 +153,18 @@ class _SessionRunners:
                 runner.resume()
         self._paused.clear()
 
+    def adopt(self, other: _SessionRunners) -> None:
+        """Take the runs of the same student's earlier tab (free slots only), resumed."""
+        for slot, runner in other.by_slot.items():
+            if slot in self.by_slot:
+                runner.close()  # this tab already has a run there: the newer one stays
+            else:
+                self.by_slot[slot] = runner
+                if slot in other._paused:
+                    self._paused.add(slot)
+        other.by_slot = {}
+        self.come_back()
+
     def close(self) -> None:
         """Nobody came back within the grace: close every run (returns at once)."""
         for runner in list(self.by_slot.values()):
@@ -168,17 +182,20 @@ RECONNECT_GRACE_S = reconnect.RECONNECT_GRACE_S
     scope="session", on_release=_SessionRunners.park, max_entries=1, show_spinner=False
 )
 def _session_runners() -> _SessionRunners:
-    session = reconnect.session_id()
-    parked = _PARKED.take(session)
-    if parked is not None:  # a reconnect of the same session: its runs, resumed
+    student = reconnect.student_key()
+    parked = _PARKED.take(student)
+    if parked is not None:  # a reconnect or a reload of the same student: its runs, resumed
         parked.come_back()
         return parked
-    return _SessionRunners(session)
+    return _SessionRunners(student)
 
 
 def runners() -> dict[str, TrainRunner]:
-    """This session's runners by slot (also in session_state; freed with the session)."""
+    """This student's runners by slot (also in session_state; parked when the tab goes away)."""
     holder = _session_runners()
+    late = _PARKED.take(holder.session)  # the old tab's release came after this tab started
+    if late is not None and late is not holder:
+        holder.adopt(late)
     if KEY_RUNNERS in st.session_state and st.session_state[KEY_RUNNERS] is not holder.by_slot:
         holder.by_slot.update(st.session_state[KEY_RUNNERS])
     st.session_state[KEY_RUNNERS] = holder.by_slot

@@ -75,7 +75,7 @@ def session_policy(spec: str, rank: int, alpha: float, seed: int) -> Any:
     Returns:
         The LoraPolicy (the one a dropped websocket of this session parked, when there is one).
     """
-    key = (reconnect.session_id(), spec, rank, alpha, seed)
+    key = (reconnect.student_key(), spec, rank, alpha, seed)
     parked = _PARKED.take(key)
     if parked is not None and not parked.closed and not parked.cancelled:
         return parked
