@@ -40,7 +40,8 @@ class Settings:
         trl_mode: TRL ``vllm_importance_sampling_mode``.
         trl_min: TRL ``vllm_importance_sampling_clip_min`` (None = no lower bound).
         trl_max: TRL ``vllm_importance_sampling_clip_max``.
-        orl_level: OpenRLHF ``is_correction_level`` (token / seq; mode mask, gating ratio).
+        orl_level: OpenRLHF ``is_correction_level`` (token / seq; gating ratio).
+        orl_mode: OpenRLHF ``is_correction_mode`` (mask / clip; clip needs level token).
         orl_threshold: OpenRLHF ``is_correction_threshold`` (low, high).
         roll_upper: ROLL ``is_weight.upper_bound``.
         roll_filter: ROLL filter ``ratio_low``, ``ratio_high`` (agg_type token).
@@ -55,6 +56,7 @@ class Settings:
     trl_min: float | None = None
     trl_max: float | None = 3.0
     orl_level: str = "token"
+    orl_mode: str = "mask"
     orl_threshold: tuple[float, float] = (0.5, 5.0)
     roll_upper: float = 1.2
     roll_filter: tuple[float, float] = (0.8, 1.2)
@@ -126,7 +128,9 @@ def build_corrections(
                            name=f"RS {s.rs}"),
         rc.trl_correction(old, mu, mask, mode=s.trl_mode, clip_min=s.trl_min,
                           clip_max=s.trl_max),
-        rc.openrlhf_correction(old, mu, mask, level=s.orl_level, threshold=s.orl_threshold),
+        rc.openrlhf_correction(
+            old, mu, mask, level=s.orl_level, mode=s.orl_mode, threshold=s.orl_threshold
+        ),
         rc.roll_correction(old, mu, mask, upper_bound=s.roll_upper),
         rc.roll_correction(old, mu, mask, is_weight_enabled=False,
                            filters=(rc.RollFilter(ratio_low=s.roll_filter[0],

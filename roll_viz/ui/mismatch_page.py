@@ -43,6 +43,7 @@ KEY_TRL_MODE = "mm_trl_mode"
 KEY_TRL_MIN = "mm_trl_min"
 KEY_TRL_MAX = "mm_trl_max"
 KEY_ORL_LEVEL = "mm_orl_level"
+KEY_ORL_MODE = "mm_orl_mode"
 KEY_ORL_LO = "mm_orl_lo"
 KEY_ORL_HI = "mm_orl_hi"
 KEY_ROLL_UB = "mm_roll_ub"
@@ -65,6 +66,7 @@ FIELDS: dict[str, Field] = {
     KEY_TRL_MIN: Field(0.0, 0.0, 100.0),
     KEY_TRL_MAX: Field(3.0, 0.0, 100.0),
     KEY_ORL_LEVEL: Field("token", options=("token", "seq")),
+    KEY_ORL_MODE: Field("mask", options=("mask", "clip")),
     KEY_ORL_LO: Field(0.5, 0.0, 100.0),
     KEY_ORL_HI: Field(5.0, 0.0, 100.0),
     KEY_ROLL_UB: Field(1.2, 0.01, 100.0),
@@ -237,6 +239,13 @@ def settings_and_errors() -> tuple[mismatch.Settings, dict[str, str]]:
             f"clip_min {tmin:g} > clip_max {tmax:g}: nothing would survive. Using None, 3."
         )
         trl_min, trl_max = s.trl_min, s.trl_max
+    level, mode = str(_raw(KEY_ORL_LEVEL)), str(_raw(KEY_ORL_MODE))
+    if mode == "clip" and level != "token":
+        errors[KEY_ORL_MODE] = (
+            "is_correction_mode: clip requires is_correction_level token (OpenRLHF refuses "
+            "it). Using mask."
+        )
+        mode = "mask"
     olo, ohi = float(_raw(KEY_ORL_LO)), float(_raw(KEY_ORL_HI))
     orl = (olo, ohi)
     if olo > ohi:
@@ -250,7 +259,7 @@ def settings_and_errors() -> tuple[mismatch.Settings, dict[str, str]]:
     settings = mismatch.Settings(
         staleness=float(_raw(KEY_STALE)), tis=tis, icepop=icepop, rs=rs, rs_threshold=rs_thr,
         trl_mode=str(_raw(KEY_TRL_MODE)), trl_min=trl_min, trl_max=trl_max,
-        orl_level=str(_raw(KEY_ORL_LEVEL)), orl_threshold=orl,
+        orl_level=level, orl_mode=mode, orl_threshold=orl,
         roll_upper=float(_raw(KEY_ROLL_UB)), roll_filter=roll,
     )  # fmt: skip
     return settings, errors
@@ -296,8 +305,10 @@ def threshold_controls() -> None:
         _number("clip_max (0 = none)", 0.0, 100.0, KEY_TRL_MAX)
         _under(errors, KEY_TRL_MAX)
     with c_orl, st.container(border=True):
-        st.markdown("**OpenRLHF** `is_correction_*` (mask, ratio)")
+        st.markdown("**OpenRLHF** `is_correction_*` (gating ratio)")
         bound(st.selectbox, "is_correction_level", ["token", "seq"], index=0, key=KEY_ORL_LEVEL)
+        bound(st.selectbox, "is_correction_mode", ["mask", "clip"], index=0, key=KEY_ORL_MODE)
+        _under(errors, KEY_ORL_MODE)
         _number("threshold low", 0.0, 100.0, KEY_ORL_LO)
         _number("threshold high", 0.0, 100.0, KEY_ORL_HI)
         _under(errors, KEY_ORL_HI)

@@ -77,6 +77,10 @@ def test_inverted_pairs_get_a_message_and_the_default():
     assert any("ratio_low 2 > ratio_high 1.2" in e for e in _errors(at))
     at.number_input(key=mp.KEY_TRL_MIN).set_value(5.0).run()
     assert any("clip_min 5 > clip_max 3" in e for e in _errors(at))
+    at.selectbox(key=mp.KEY_ORL_LEVEL).set_value("seq").run()
+    at.selectbox(key=mp.KEY_ORL_MODE).set_value("clip").run()
+    assert any("clip requires is_correction_level token" in e for e in _errors(at))
+    assert "OpenRLHF seq-mask-tis" in set(_corrections(at)["method"])
 
 
 def test_a_link_value_out_of_range_is_named():

@@ -24,6 +24,8 @@ below returns weights and masks under the framework's own names and defaults:
   (defaults sequence_mask, None, 3.0), multiplying the per-token loss;
 - OpenRLHF ``--algo.advantage.is_correction_*`` (0.11.2, ``loss_variants.rollout_correction``):
   level token / seq, mode mask / clip, gating ratio / binary_kl / tv, threshold (0.5, 5.0);
+  0.11.0's ``is_correction_type`` tis / icepop / seq-mask-tis are (token, clip), (token, mask)
+  and (seq, mask) with gating ratio (``OPENRLHF_TYPES``);
 - ROLL ``train_infer_correction`` (``roll/utils/train_infer_corrections.py``): ``is_weight``
   (weight_type token / geometric / sequence, ``upper_bound`` 1.2, clamp [0, ub]) and ``filters``
   (agg_type, ratio [0.8, 1.2], diff = pi_old - mu in [-0.2, 0.2]) that multiply ``response_mask``.
@@ -72,6 +74,12 @@ VERL_RS_OPTIONS = (
 )
 TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 ROLL_TYPES = ("token", "geometric", "sequence", "segment")
+#: OpenRLHF 0.11.0's ``is_correction_type`` as (level, mode, gating) of the 0.11.2 keys
+OPENRLHF_TYPES = {
+    ("token", "clip", "ratio"): "tis",
+    ("token", "mask", "ratio"): "icepop",
+    ("seq", "mask", "ratio"): "seq-mask-tis",
+}
 
 
 @dataclass(frozen=True)
@@ -499,8 +507,9 @@ def openrlhf_correction(
         "The coefficient multiplies the per-token PPO loss (mask: survivors keep w = pi_old / "
         "mu, the rest 0; clip: w clamped); the denominator is unchanged."
     )
-    return Correction("openrlhf", f"OpenRLHF {level} {mode} ({gating})", config, weights, m,
-                      truncated, masked, note)  # fmt: skip
+    alias = OPENRLHF_TYPES.get((level, mode, gating))
+    name = f"OpenRLHF {alias}" if alias else f"OpenRLHF {level} {mode} ({gating})"
+    return Correction("openrlhf", name, config, weights, m, truncated, masked, note)
 
 
 # ------------------------------------------------------------------------------------- ROLL
