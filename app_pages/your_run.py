@@ -31,13 +31,8 @@ with ui.page_guard("Your run"):
             st.markdown(ABOUT)
         else:
             ui.explainer(ABOUT)
-        uploaded = st.file_uploader(
-            f"Upload a dump ({', '.join(runs.UPLOAD_SUFFIXES)}; at most "
-            f"{runs.MAX_UPLOAD_BYTES // 2**20} MB)",
-            type=[s.lstrip(".") for s in runs.UPLOAD_SUFFIXES],
-            key="run_upload",
-        )
-    if uploaded is not None:
+        uploaded = runs.uploader()
+    if uploaded:
         try:
             st.session_state["_run_uploaded"] = runs.save_uploaded(uploaded)
         except ValueError as err:

@@ -454,7 +454,7 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
     """``run`` against the time inside its stage functions, GRPO and GAE per dialect."""
     batch = rl_batch(P, G, T)
     modules = [dialect_registry.get(fw) for fw in dialect_registry.FRAMEWORKS]
-    peer_note = verl_peer_note()
+    peer_notes = {"verl": verl_peer_note()}  # the frameworks whose own estimator is a peer
     lines = []
     for fw, cfg in RUN_CASES:
         run(batch, fw, cfg)  # warm-up
@@ -478,8 +478,8 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
             "repeats": repeats,
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
-        if fw == "verl":
-            line["verl_peer"] = peer_note
+        if fw in peer_notes:
+            line["framework_peer"] = peer_notes[fw]
         lines.append(line)
     return lines
 
@@ -494,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         "--runs": "roll_viz.bench.runs",
         "--load": "roll_viz.bench.classroom_load",
         "--classroom": "roll_viz.bench.classroom",
+        "--engine": "roll_viz.bench.engine",
+        "--gpu": "roll_viz.bench.gpu",
     }
     if argv and argv[0] in families:
         module = __import__(families[argv[0]], fromlist=["main"])

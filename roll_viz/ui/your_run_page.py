@@ -41,6 +41,8 @@ RUNS_ENV = "ROLL_VIZ_RUNS"
 MAX_LISTED = 200  # entries of the allowed folder shown in the picker
 MAX_UPLOAD_BYTES = uploads.MAX_UPLOAD_BYTES  # Streamlit's own upload cap (server.maxUploadSize)
 UPLOAD_SUFFIXES = uploads.UPLOAD_SUFFIXES
+#: what the uploader takes: any reader's file, several at once, or a zip of them
+UPLOAD_TYPES = [s.lstrip(".") for s in (*UPLOAD_SUFFIXES, uploads.ZIP_SUFFIX)]
 #: this server's uploads: a per-process folder with a quota, freed when their sessions end
 UPLOADS = uploads.UploadStore()
 KEY_UPLOAD_IDS = "_run_upload_ids"  # uploader file id -> run id (saved once per upload)
@@ -92,20 +94,46 @@ def save_upload(name: str, data: bytes) -> str:
     return "upload:" + UPLOADS.save(name, data, _upload_holder())
 
 
-def save_uploaded(uploaded: Any) -> str:
-    """``save_upload`` of a ``st.file_uploader`` file, once per upload (not on every rerun).
+def uploader() -> list[Any]:
+    """The page's uploader: one dump, several files of one run, or a zip (a list, maybe empty).
 
-    The uploader hands the same file to every rerun; hashing and writing up to 200 MB each
-    time would make every interaction of the page cost that much.
+    verl (``rollout_data_dir``) and TRL (``completions_*.parquet``) write one file per step:
+    uploading them together (or zipped) gives one run with its whole history.
     """
+    uploaded = st.file_uploader(
+        f"Upload a dump: one file, all the files of one run, or a .zip of them "
+        f"({', '.join(UPLOAD_SUFFIXES)}, .zip; at most {MAX_UPLOAD_BYTES // 2**20} MB a file)",
+        type=UPLOAD_TYPES,
+        accept_multiple_files=True,
+        key="run_upload",
+    )
+    return list(uploaded or [])
+
+
+def save_uploaded(uploaded: Any) -> str:
+    """Save what the uploader holds, once per upload (not on every rerun); returns the run id.
+
+    Args:
+        uploaded: one ``st.file_uploader`` file, or a list of them (several files of one run,
+            or a zip): several files or a zip become one run folder (``UploadStore.save_files``).
+
+    The uploader hands the same files to every rerun; hashing and writing up to 200 MB each
+    time would make every interaction of the page cost that much.
+
+    Raises:
+        ValueError: too large, a file type no reader takes, a bad zip, or the quota is full.
+    """
+    files = list(uploaded) if isinstance(uploaded, list | tuple) else [uploaded]
     seen = st.session_state.setdefault(KEY_UPLOAD_IDS, {})
-    file_id = getattr(uploaded, "file_id", None)
-    if file_id is not None and file_id in seen:
-        return seen[file_id]
-    run_id = save_upload(uploaded.name, uploaded.getvalue())
-    if file_id is not None:
+    ids = tuple(getattr(f, "file_id", None) for f in files)
+    known = None not in ids
+    if known and ids in seen:
+        return seen[ids]
+    pairs = [(f.name, f.getvalue()) for f in files]
+    run_id = "upload:" + UPLOADS.save_files(pairs, _upload_holder())
+    if known:
         seen.clear()  # one upload at a time per session
-        seen[file_id] = run_id
+        seen[ids] = run_id
     return run_id
 
 
