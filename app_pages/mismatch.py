@@ -31,8 +31,8 @@ with ui.page_guard("Sampler ≠ trainer"):
             st.dataframe(page.stats_table(lab, got.outside), hide_index=True, key="mm_stats")
         ui.plot(charts.delta_heatmap(lab, rollout), key="mm_heat")
         ui.explainer(
-            "Each cell is one sampled token: red where the trainer's float32 recompute gives it "
-            "more probability than the sampler did, blue where less. bf16 keeps 8 bits of "
+            "Each cell is one sampled token: blue where the trainer's float32 recompute gives it "
+            "more probability than the sampler did, red where less. bf16 keeps 8 bits of "
             "mantissa, so its logits round by about 0.4 %: a few hundredths of a nat per token. "
             "int8 rounds the weights: more. A top-p / top-k sampler reports log-probs "
             "renormalised over the kept tokens, so d = log S <= 0 on every token (TRL#6789). "

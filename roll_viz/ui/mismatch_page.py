@@ -355,7 +355,7 @@ def pick_correction(lab: mismatch.Lab) -> int:
 def stats_table(lab: mismatch.Lab, outside: int) -> pd.DataFrame:
     """The d summary as a two-column table."""
     rows = [{"quantity": k, "value": v} for k, v in lab.stats.items()]
-    rows.append({"quantity": "left out (outside the sampler's support)", "value": float(outside)})
+    rows.append({"quantity": "left out (outside support)", "value": float(outside)})
     return pd.DataFrame(rows)
 
 

@@ -26,7 +26,8 @@ def delta_heatmap(lab: Lab, rollout: Rollout) -> go.Figure:
         lab.delta,
         lab.mask.double(),
         rollout=rollout,
-        title="d = log pi_old - log mu per token (red: the trainer gives more, blue: less)",
+        title="d = log pi_old - log mu per token (blue: the trainer gives the token more than mu, "
+        "red: less)",
         quantity="d (nats)",
         signed=True,
         zmax=top,
@@ -159,11 +160,11 @@ def corrections_figure(table: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         barmode="group",
         height=140 + 34 * len(labels),
-        margin={"l": 10, "r": 20, "t": 60, "b": 40},
+        margin={"l": 200, "r": 20, "t": 60, "b": 40},
         legend={"orientation": "h", "y": -0.08},
     )
     fig.update_xaxes(tickformat=".0%", row=1, col=1)
-    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", automargin=True, row=1, col=1)
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_annotations(font_size=12)
     return fig
