@@ -148,18 +148,6 @@ def _overlay_toggle(live: bool, has_recording: bool, key: str) -> bool:
 
 def adaptive_tab(state: AppState, refresh: float | None) -> None:
     """Tab: beta adapting to a target KL on the real KL of each step (a closed loop)."""
-    explainer(
-        "The adaptive controller (Ziegler et al. 2019; ROLL, verl, OpenRLHF) moves beta after "
-        "every step: beta <- beta x (1 + clip(KL / target - 1, -0.2, 0.2) x n / horizon). Here "
-        "the loop is **closed**: each step's KL comes from the policy that the previous betas "
-        "shaped. **Left, beta**: it falls while the KL is below the target (the penalty is "
-        "loosened) and turns once the KL passes the **dashed target line**; it keeps rising "
-        "while the KL is above the target. **Right, the KL** the controller sees: it climbs, "
-        "overshoots while beta is still small, and is brought back to the target as beta "
-        "grows; beta turns down again when the KL dips below it. Compare the reward-hacking "
-        "run with beta = 0, whose KL runs away to 1.7.",
-        title="Adaptive beta: what to look for",
-    )
     live = bool(demo_runners([ADAPTIVE_LIVE]))
     recording = adaptive_recording()
     c1, c2 = st.columns(2)
@@ -191,21 +179,23 @@ def adaptive_tab(state: AppState, refresh: float | None) -> None:
             st.info("Train it live or show the recorded run.", icon=":material/info:")
 
     adaptive_panel()
+    explainer(
+        "The adaptive controller (Ziegler et al. 2019; ROLL, verl, OpenRLHF) moves beta after "
+        "every step: beta <- beta x (1 + clip(KL / target - 1, -0.2, 0.2) x n / horizon). Here "
+        "the loop is **closed**: each step's KL comes from the policy that the previous betas "
+        "shaped. **Left, beta**: it falls while the KL is below the target (the penalty is "
+        "loosened) and turns once the KL passes the **dashed target line**; it keeps rising "
+        "while the KL is above the target. **Right, the KL** the controller sees: it climbs, "
+        "overshoots while beta is still small, and is brought back to the target as beta "
+        "grows; beta turns down again when the KL dips below it. Compare the reward-hacking "
+        "run with beta = 0, whose KL runs away to 1.7.",
+        title="Adaptive beta: what to look for",
+    )
     _recording_note([tr.recorded.ADAPTIVE])
 
 
 def local_global_tab(state: AppState, refresh: float | None) -> None:
     """Tab: GRPO (each group's scale) against REINFORCE++ (the batch's scale) over steps."""
-    explainer(
-        "The same reward, seed and prompts, two ways to scale it. **GRPO (local)** subtracts "
-        "each prompt's group mean and divides by the group's std: every group with any spread "
-        "gets advantages of size about 1, however small its reward differences. **REINFORCE++ "
-        "(global)** whitens the returns over the whole batch: a prompt is compared with every "
-        "answer in the batch, so its small differences stay small and a group that scores "
-        "above the batch gets only positive advantages. Compare the **advantage std** and "
-        "**|A| mean** panels step by step, then the reward and the KL they lead to.",
-        title="GRPO vs REINFORCE++: what to look for",
-    )
     live = bool(demo_runners(LOCAL_GLOBAL_LIVE))
     recordings = local_global_recordings()
     c1, c2 = st.columns(2)
@@ -244,4 +234,14 @@ def local_global_tab(state: AppState, refresh: float | None) -> None:
         st.dataframe(training_charts.scale_table(runs), hide_index=True, width="stretch")
 
     local_global_panel()
+    explainer(
+        "The same reward, seed and prompts, two ways to scale it. **GRPO (local)** subtracts "
+        "each prompt's group mean and divides by the group's std: every group with any spread "
+        "gets advantages of size about 1, however small its reward differences. **REINFORCE++ "
+        "(global)** whitens the returns over the whole batch: a prompt is compared with every "
+        "answer in the batch, so its small differences stay small and a group that scores "
+        "above the batch gets only positive advantages. Compare the **advantage std** and "
+        "**|A| mean** panels step by step, then the reward and the KL they lead to.",
+        title="GRPO vs REINFORCE++: what to look for",
+    )
     _recording_note(tr.recorded.LOCAL_GLOBAL_PAIR)
