@@ -16,7 +16,13 @@ from roll_viz.analysis.mismatch import Lab
 from roll_viz.core.records import Rollout
 from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.heatmaps import heatmap, token_text
-from roll_viz.views.scales import masked_array, nice_ceiling, robust_range, title_style
+from roll_viz.views.scales import (
+    SIGNED_SCALE,
+    masked_array,
+    nice_ceiling,
+    robust_range,
+    title_style,
+)
 
 
 def delta_heatmap(lab: Lab, rollout: Rollout) -> go.Figure:
@@ -79,7 +85,7 @@ def two_factor_figure(lab: Lab, rollout: Rollout) -> go.Figure:
             mode="markers",
             marker={
                 "color": total,
-                "colorscale": "RdBu_r",
+                "colorscale": SIGNED_SCALE,
                 "cmin": -top or -1,
                 "cmax": top or 1,
                 "size": 6,
@@ -181,17 +187,24 @@ def correction_heatmap(lab: Lab, index: int, rollout: Rollout) -> go.Figure:
     state[out_of.numpy()] = "<br>rejected (left the denominator)"
     weights = corr.weights.double()
     top = float(weights[lab.mask].max()) if bool(lab.mask.any()) else 1.0
-    return heatmap(
+    fig = heatmap(
         weights,
         lab.mask.double(),
         rollout=rollout,
-        title=f"{corr.framework} {corr.name}: the weight on each token's loss",
+        title=f"{corr.framework} {corr.name}: the weight on each token's loss "
+        "(x: masked or rejected, T: truncated)",
         quantity="weight",
         signed=False,
         zmax=max(top, 1.0),
         extra={"gradient without": lab.plain.grad, "gradient with": res.grad},
         hover_lines=state.tolist(),
     )
+    marks = np.full(lab.mask.shape, "", dtype=object)
+    marks[corr.truncated.numpy()] = "T"
+    marks[corr.masked.numpy()] = "x"
+    fig.update_traces(text=marks.astype(str), texttemplate="%{text}",
+                      textfont={"size": 10, "color": "#c0392b"})  # fmt: skip
+    return fig
 
 
 def gradient_figure(lab: Lab, index: int) -> go.Figure:
