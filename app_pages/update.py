@@ -15,10 +15,10 @@ with ui.page_guard("Update"):
     trace = ui.cached_trace(state)
     labels = text.sample_labels(rollout)
     mask = rollout.response_mask
-    health_ui.batch_health(state, key="upd_health", era="update")
 
     main, side = st.columns([3, 1], gap="large")
     with side:
+        health_ui.batch_health(state, key="upd_health", era="update", below=main)
         ui.explainer(
             "Press the button and the app takes **one real optimizer step** on the model with the "
             "advantages of the Advantages page, through a small **LoRA adapter** that belongs to "

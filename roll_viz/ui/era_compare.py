@@ -15,7 +15,7 @@ from roll_viz.ui.flow import cached_rollout, current_batch
 from roll_viz.ui.state import FRAMEWORK_LABELS, AppState
 from roll_viz.ui.widgets import page_link
 
-TOGGLE_LABEL = "2024 vs 2026 on this batch"
+TOGGLE_LABEL = "2024 vs 2026"
 
 
 def era_toggle(key: str) -> bool:
@@ -23,7 +23,7 @@ def era_toggle(key: str) -> bool:
     return st.toggle(
         TOGGLE_LABEL,
         key=key,
-        help="This page's number under 'GRPO as published (2024)' and under the 'defaults of "
+        help="On this batch: this page's number under 'GRPO as published (2024)' and under the 'defaults of "
         "2026' (no KL, token mean over the batch, clip-higher, zero-variance filter, batch std), "
         "both on the batch shown, in the sidebar's dialect.",
     )

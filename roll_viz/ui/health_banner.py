@@ -17,6 +17,7 @@ ends with the '2024 vs 2026 on this batch' switch (``ui.era_compare``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import streamlit as st
 import torch
@@ -62,9 +63,11 @@ def group_health_banner(
         scores, group_ids, names, components=components, solved_at=solved_at
     )
     with st.container(horizontal=True, vertical_alignment="center", gap="small", key=key):
-        st.html(health_view.health_chips_html(health), width="content")
+        st.html(health_view.health_chips_html(health), width="stretch")
         if health.n_groups:
-            with st.popover("Per prompt", icon=":material/groups:", width="content"):
+            with st.popover(
+                "Per prompt", icon=":material/groups:", type="tertiary", width="content"
+            ):
                 st.caption(normalisation_charts.health_banner_text(health))
                 st.dataframe(
                     normalisation_charts.health_table(health),
@@ -101,7 +104,7 @@ def reward_components(state: AppState) -> dict[str, Tensor] | None:
 
 
 def batch_health(
-    state: AppState, *, key: str = "batch_health", era: str | None = None
+    state: AppState, *, key: str = "batch_health", era: str | None = None, below: Any = None
 ) -> group_health.GroupHealth:
     """The banner for the sidebar's current batch (its rewards, split by term when several).
 
@@ -110,6 +113,8 @@ def batch_health(
         key: widget key prefix, unique on the page.
         era: the page's key in ``analysis.era_pages.PAGE_QUANTITIES``: the row ends with the
             '2024 vs 2026 on this batch' switch, and the comparison opens under it when on.
+        below: a container for the comparison instead (e.g. the main column when the row sits
+            in a side column).
 
     Returns:
         The GroupHealth drawn.
@@ -126,5 +131,6 @@ def batch_health(
         era_key=era_key,
     )
     if era is not None and st.session_state.get(era_key):
-        era_compare.era_comparison(state, era, key=f"{key}_eras")
+        with below if below is not None else st.container():
+            era_compare.era_comparison(state, era, key=f"{key}_eras")
     return health

@@ -26,12 +26,15 @@ NEUTRAL = ("#f1f1f1", "#222222")
 CSS_CLASS = "rv-health"
 
 
-def _chip(label: str, colours: tuple[str, str], title: str = "") -> str:
+def _chip(label: str, colours: tuple[str, str], title: str = "", wrap: bool = False) -> str:
     bg, fg = colours
     tip = f" title='{html.escape(title, quote=True)}'" if title else ""
+    space = "normal" if wrap else "nowrap"
     return (
         f"<span{tip} style='background:{bg};color:{fg};border-radius:0.6em;"
-        f"padding:0.05em 0.55em;margin-right:0.3em;white-space:nowrap'>{html.escape(label)}</span>"
+        f"padding:0.05em 0.55em;margin-right:0.3em;white-space:{space};"
+        f"-webkit-box-decoration-break:clone;box-decoration-break:clone'>"
+        f"{html.escape(label)}</span>"
     )
 
 
@@ -68,7 +71,7 @@ def health_chips_html(health: GroupHealth) -> str:
     c = health.counts
     n = health.n_groups
     parts = [
-        "<b style='margin-right:0.4em'>"
+        "<b style='margin-right:0.4em;white-space:nowrap'>"
         + html.escape(f"{n} group{'s' if n != 1 else ''}:")
         + "</b>"
     ]
@@ -102,19 +105,22 @@ def health_chips_html(health: GroupHealth) -> str:
         )
     stds = component_stds(health)
     if health.components:
-        terms = " | ".join(f"{name} {_num(v)}" for name, v in stds.items())
+        terms = " \u00b7 ".join(f"{name} {_num(v)}" for name, v in stds.items())
         parts.append(
             _chip(
-                f"group std: {terms}",
+                f"std in group: {terms}",
                 NEUTRAL,
                 "mean within-group std of the combined reward and of each reward function: a "
                 "function may vary inside a group while the sum does not (ms-swift#4570)",
+                wrap=True,
             )
         )
     elif n:
-        parts.append(_chip(f"group std {_num(stds['reward'])}", NEUTRAL, "mean within-group std"))
+        parts.append(
+            _chip(f"std in group {_num(stds['reward'])}", NEUTRAL, "mean within-group std")
+        )
     return (
         f"<div class='{CSS_CLASS}' style='font-size:0.92rem;line-height:1.9;margin:0'>"
-        + "".join(parts)
+        + " ".join(parts)
         + "</div>"
     )
