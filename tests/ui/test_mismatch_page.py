@@ -21,7 +21,8 @@ def _corrections(at):
 
 
 def _errors(at) -> list[str]:
-    return [e.value for e in at.error]
+    """The field messages as a reader sees them (the page escapes Markdown)."""
+    return [re.sub(r"\\(.)", r"\1", e.value) for e in at.error]
 
 
 def test_preset_paints_from_stored_logprobs_without_the_model():
