@@ -18,16 +18,18 @@ lines time the whole ``run`` at RL scale (64 x 16 x 1024, float32 inputs as a tr
 over) against the time spent inside its stage functions during the same calls (the KL, token
 reward, normalization and estimator functions the dialect calls, counted once at the outermost
 stage call): the rest is ``run``'s own overhead (validation, conversion, notes, the final
-finite check). Target: run <= 2x its stages. A verl peer (verl's own ``compute_advantage``) is
-printed only where ``verl`` imports; it is not a dependency of this project (verl's package
-imports ray at the top), so the line then says why it is missing.
+finite check). Target: run <= 2x its stages. Each side is timed in wall and in CPU seconds
+(``*_cpu_ms``, ``ratio_cpu``: steadier on a loaded machine). verl's own ``compute_advantage`` is
+not timed: verl is not a dependency of this project (its package imports ray at the top), and
+the verl lines carry a ``framework_peer`` note that says so.
 
-``--quick`` uses tiny batches (for the smoke test); ``--threads N`` sets torch's intra-op
-threads (default 1: the tensors here are small, and on a shared 2-core machine OpenMP/MKL
-threading made the classroom pipeline ~15x slower, 68 ms vs 3.8 ms, while other processes held
-the cores; the loop peer is single-threaded anyway); ``--sampling``, ``--update``, ``--train``,
-``--runs``, ``--load`` and ``--classroom`` delegate to the module of that family
-(``roll_viz.bench.<family>``; ``--load`` runs ``classroom_load``).
+``--only run_vs_stages`` (or any comma-separated line names: pipeline, gae_scan, run,
+run_vs_stages) prints only those lines. ``--quick`` uses tiny batches (for the smoke test);
+``--threads N`` sets torch's intra-op threads (default 1: the tensors here are small, and on a
+shared 2-core machine OpenMP/MKL threading made the classroom pipeline ~15x slower, 68 ms vs
+3.8 ms, while other processes held the cores; the loop peer is single-threaded anyway);
+``--sampling``, ``--update``, ``--train``, ``--runs``, ``--load`` and ``--classroom`` delegate to
+the module of that family (``roll_viz.bench.<family>``; ``--load`` runs ``classroom_load``).
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
@@ -379,6 +381,7 @@ class StageTimer:
     def __init__(self, modules: list[ModuleType]):
         self.modules = modules
         self.total = 0.0
+        self.total_cpu = 0.0
         self._depth = 0
         self._undo: list[Callable[[], None]] = []
 
@@ -387,11 +390,12 @@ class StageTimer:
             if self._depth:
                 return fn(*args, **kwargs)
             self._depth += 1
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.total += time.perf_counter() - start
+                self.total_cpu += time.process_time() - start_cpu
                 self._depth -= 1
 
         return timed
@@ -458,15 +462,18 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
     lines = []
     for fw, cfg in RUN_CASES:
         run(batch, fw, cfg)  # warm-up
-        run_times, stage_times = [], []
+        run_times, stage_times, run_cpu, stage_cpu = [], [], [], []
         for _ in range(repeats):  # interleaved: plain run, then the instrumented one
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             run(batch, fw, cfg)
             run_times.append((time.perf_counter() - start) * 1000)
+            run_cpu.append((time.process_time() - start_cpu) * 1000)
             with StageTimer(modules) as timer:
                 run(batch, fw, cfg)
             stage_times.append(timer.total * 1000)
+            stage_cpu.append(timer.total_cpu * 1000)
         run_ms, stage_ms = statistics.median(run_times), statistics.median(stage_times)
+        run_cpu_ms, stage_cpu_ms = statistics.median(run_cpu), statistics.median(stage_cpu)
         line = {
             "name": f"run_vs_stages:{fw}:{next(iter(cfg.values()), 'grpo')}",
             "batch": f"{P}x{G}x{T}",
@@ -474,6 +481,9 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
             "run_ms": round(run_ms, 2),
             "stages_ms": round(stage_ms, 2),
             "ratio": round(run_ms / stage_ms, 2),
+            "run_cpu_ms": round(run_cpu_ms, 2),
+            "stages_cpu_ms": round(stage_cpu_ms, 2),
+            "ratio_cpu": round(run_cpu_ms / max(stage_cpu_ms, 1e-9), 2),
             "target_ratio": 2.0,
             "repeats": repeats,
             "load_avg_1m": round(os.getloadavg()[0], 2),
@@ -501,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
         module = __import__(families[argv[0]], fromlist=["main"])
         return module.main(argv[1:])
     quick = "--quick" in argv
+    only = set(argv[argv.index("--only") + 1].split(",")) if "--only" in argv else None
+    wanted = (lambda name: True) if only is None else only.__contains__
     threads = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 1
     torch.set_num_threads(threads)
     random.seed(0)
@@ -508,15 +520,17 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [(2, 2, 16, 3, 2, 1), (2, 4, 64, 2, 1, 1)]
     else:
         sizes = [(8, 8, 256, 30, 8, 5), (64, 16, 1024, 7, 4, 3)]
-    for P, G, T, repeats, loop_prompts, loop_repeats in sizes:
+    for P, G, T, repeats, loop_prompts, loop_repeats in sizes if wanted("pipeline") else []:
         line = bench_pipeline(P, G, T, repeats, loop_prompts, loop_repeats)
         print(json.dumps(line), flush=True)
     P, G, T = sizes[-1][:3]
-    print(json.dumps(bench_gae(P, G, T, 3 if quick else 5)), flush=True)
-    for line in bench_dialects(*sizes[0][:3], 3 if quick else 20):
+    if wanted("gae_scan"):
+        print(json.dumps(bench_gae(P, G, T, 3 if quick else 5)), flush=True)
+    for line in bench_dialects(*sizes[0][:3], 3 if quick else 20) if wanted("run") else []:
         print(json.dumps(line), flush=True)
-    for line in bench_run_vs_stages(*sizes[-1][:3], 3 if quick else 7):
-        print(json.dumps(line), flush=True)
+    if wanted("run_vs_stages"):
+        for line in bench_run_vs_stages(P, G, T, 3 if quick else 7):
+            print(json.dumps(line), flush=True)
     print(json.dumps({"name": "context", **context()}), flush=True)
     return 0
 
