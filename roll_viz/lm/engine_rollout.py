@@ -30,6 +30,7 @@ What an engine does not return, and what stands in for it (written in the Rollou
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import threading
 import weakref
@@ -39,10 +40,13 @@ from typing import Any
 import torch
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm.engine import EngineSample, EngineScore, RolloutEngine
+from roll_viz.lm.engine import EngineError, EngineSample, EngineScore, RolloutEngine
 from roll_viz.lm.models import ModelBundle, apply_chat_template
 from roll_viz.lm.request import PolicySource, SamplingConfig, policy_source
+from roll_viz.lm.sampling import sample
 from roll_viz.lm.scoring import FEATURE_SEED, probe_features
+
+logger = logging.getLogger(__name__)
 
 REF_TOPK = 20  # reference top-K asked per position (the server's default --max-logprobs)
 
@@ -345,3 +349,22 @@ def shared_engine_sample(
         raise flight.error
     assert flight.result is not None
     return flight.result
+
+
+def training_sampler(bundle: ModelBundle, engine: RolloutEngine, sync: Any) -> Any:
+    """A ``Trainer.sampler``: each step's samples from the engine, the adapter synced first.
+
+    Step k samples with the adapter as it is after k updates, loaded under ``<name>-s<k>``
+    (``engine_sync.AdapterSync``: the previous version unloaded). When the engine fails or
+    refuses the adapter, that step samples in-process (logged), so a run never stops for it.
+    """
+
+    def sampler(cfg: SamplingConfig, policy: Any, step: int) -> Rollout:
+        try:
+            name = sync.served_name(policy, step)
+            return engine_sample(bundle, engine, cfg, policy, name)
+        except EngineError as err:
+            logger.warning("training step %d samples in-process: %s", step, err)
+            return sample(bundle, cfg, source=policy)
+
+    return sampler

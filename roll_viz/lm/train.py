@@ -154,6 +154,8 @@ class Trainer:
         self.beta = float(settings.beta)
         self.running = None
         self.step = 0
+        # (cfg, policy, step) -> Rollout; None: in-process ``sample`` (an engine sets its own)
+        self.sampler: Callable[[SamplingConfig, LoraPolicy, int], Rollout] | None = None
 
     def close(self) -> None:
         """Remove the adapter from the shared model (idempotent; takes the model lock)."""
@@ -226,7 +228,10 @@ class Trainer:
             topk=1,
             feature_dim=1,
         )
-        rollout = sample(self.bundle, cfg, source=self.policy)
+        if self.sampler is not None:
+            rollout = self.sampler(cfg, self.policy, self.step)
+        else:
+            rollout = sample(self.bundle, cfg, source=self.policy)
         t1 = time.perf_counter()
         prompts = [rollout.prompts[int(g)] for g in rollout.group_ids]
         scores = s.reward.score(prompts, rollout.responses, step=self.step)

@@ -29,6 +29,8 @@ from roll_viz.lm import engine_check, engine_rollout, models
 from roll_viz.lm.engine import EngineError
 from roll_viz.lm.engine_http import ENV_URL, HttpEngine, from_env
 from roll_viz.lm.engine_sync import AdapterSync
+from roll_viz.lm.runfile import TrainSettings
+from roll_viz.lm.train import Trainer
 from roll_viz.ui.resources import cached_models
 
 ENV_SPEC = "ROLL_VIZ_ENGINE_SPEC"
@@ -137,6 +139,21 @@ def adapted_sample(
     except EngineError as err:
         _failed(err)
         return in_process()
+
+
+def trainer_factory(spec: str) -> Callable[[Any, TrainSettings], Trainer] | None:
+    """A ``TrainRunner`` trainer factory whose steps sample on the engine (None: in-process)."""
+    found = current(spec)
+    if found is None:
+        return None
+    sync = _sync(found.url)
+
+    def make(bundle: Any, settings: TrainSettings) -> Trainer:
+        trainer = Trainer(bundle, settings)
+        trainer.sampler = engine_rollout.training_sampler(bundle, found, sync)
+        return trainer
+
+    return make
 
 
 @st.cache_data(show_spinner="Checking the engine against the in-process model...", ttl=600)

@@ -26,7 +26,7 @@ from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import adapters, reconnect
+from roll_viz.ui import adapters, reconnect, rollout_engine
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
@@ -243,7 +243,9 @@ def start_run(bundle: Any, slot: str, settings: TrainSettings) -> TrainRunner:
     old = table.get(slot)
     if old is not None:
         old.close()
-    runner = TrainRunner(bundle, settings)
+    # on the operator's engine when one is up: each step's samples there, the adapter synced
+    factory = rollout_engine.trainer_factory(settings.model)
+    runner = TrainRunner(bundle, settings, trainer_factory=factory)
     table[slot] = runner
     runner.start()
     adapters.register(adapters.TRAINED, trained_policy)

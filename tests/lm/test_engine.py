@@ -13,11 +13,13 @@ from roll_viz.core.records import rollout_to_dict
 from roll_viz.lm.engine import EngineError, LocalEngine
 from roll_viz.lm.engine_check import conformance, random_adapter
 from roll_viz.lm.engine_http import HttpEngine, check_url, from_env
-from roll_viz.lm.engine_rollout import engine_sample, shared_engine_sample
+from roll_viz.lm.engine_rollout import engine_sample, shared_engine_sample, training_sampler
 from roll_viz.lm.engine_sync import AdapterRefused, AdapterSync, refusal, save_adapter
 from roll_viz.lm.lora import LoraPolicy
 from roll_viz.lm.request import SamplingConfig
+from roll_viz.lm.runfile import TrainSettings
 from roll_viz.lm.sampling import sample
+from roll_viz.lm.train import Trainer
 from tests.lm.engine_stub import SERVED, Stub
 from tests.lm.helpers import PROMPTS, identical_config, run_in_threads, steered_config
 
@@ -283,3 +285,33 @@ def test_conformance_reports_an_unreachable_engine(tiny):
     result = conformance(tiny, HttpEngine("http://127.0.0.1:1"))
     assert not result.passed
     assert "cannot be reached" in result.summary()
+
+
+def test_training_steps_sample_on_the_engine_with_synced_adapters(tiny, stub, tmp_path):
+    engine = HttpEngine(stub.url, SERVED)
+    sync = AdapterSync(engine, tmp_path)
+    settings = TrainSettings(prompts=PROMPTS, group_size=2, max_new_tokens=6, model="tiny")
+    trainer = Trainer(tiny, settings)
+    trainer.sampler = training_sampler(tiny, engine, sync)
+    try:
+        for _ in range(2):
+            trainer.run_step(keep_samples=False)
+        name = trainer.policy.name
+        assert [n for n in stub.loaded if n.startswith(name + "-")] == [f"{name}-s1"]
+        sampled = [r["model"] for r in stub.requests if r.get("n") == 2]
+        assert sampled[-2:] == [f"{name}-s0", f"{name}-s1"]  # each step its own version
+    finally:
+        trainer.close()
+        sync.close()
+
+
+def test_training_falls_back_in_process_when_the_engine_fails(tiny, tmp_path):
+    engine = HttpEngine("http://127.0.0.1:1", SERVED)
+    settings = TrainSettings(prompts=PROMPTS[:1], group_size=2, max_new_tokens=4, model="tiny")
+    trainer = Trainer(tiny, settings)
+    trainer.sampler = training_sampler(tiny, engine, AdapterSync(engine, tmp_path))
+    try:
+        record = trainer.run_step(keep_samples=False)
+        assert record is not None
+    finally:
+        trainer.close()
