@@ -50,7 +50,7 @@ SOURCE_LABELS = {
     "top_k": "top-k sampler, processed log-probs",
     "fp32": "fp32 again (control: no mismatch)",
 }
-_COPY_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_COPY_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -189,12 +189,18 @@ def _replay_int8(
 
 
 def _copy(bundle: ModelBundle, source: str) -> Any:
-    """The scoring model of a source: the bundle's own, or its cached low-precision copy."""
+    """The scoring model of a source: the bundle's own when it has that dtype, else a cached copy.
+
+    "fp32" is the trainer's recompute: on a server that loads the model in bf16 (the GPU
+    default) it is a float32 copy, so pi_old is always float32.
+    """
     if source == "int8":
         if bundle.device.type != "cpu":
             raise ValueError("int8: the dynamically quantized copy runs on the CPU only")
         return _int8_model(bundle)
     if source in _COPY_DTYPES:
+        if bundle.dtype == _COPY_DTYPES[source]:
+            return bundle.model
         key = f"score_{source}"
         if key not in bundle.compiled_steps:
             clone = copy.deepcopy(bundle.model).to(_COPY_DTYPES[source])
@@ -216,9 +222,9 @@ def behaviour_logprobs(
 ) -> Behaviour:
     """pi_old (float32 recompute) and mu (the source's log-probs) of the same sampled tokens.
 
-    Caller holds ``bundle.lock`` (inside ``torch.inference_mode()``); the bundle's model must be
-    in float32 (the trainer's precision) and computes the policy for these contexts (a
-    prompt-only policy: the identical or steered one).
+    Caller holds ``bundle.lock`` (inside ``torch.inference_mode()``); the bundle's model computes
+    the policy for these contexts (a prompt-only policy: the identical or steered one). pi_old is
+    float32 whatever the bundle's dtype (a cached float32 copy when the server loads bf16).
 
     Args:
         bundle: the shared model.
@@ -234,20 +240,22 @@ def behaviour_logprobs(
         Behaviour with float64 (B, T) tensors on the CPU.
 
     Raises:
-        ValueError: unknown source, a bad top_p / top_k / temperature, int8 off the CPU, or a
-            model that is not float32.
+        ValueError: unknown source, a bad top_p / top_k / temperature, or int8 off the CPU or
+            without the float32 model.
     """
     if source not in SOURCES:
         raise ValueError(f"source: one of {', '.join(SOURCES)}")
     if not (0.0 < top_p <= 1.0) or int(top_k) < 1 or not temperature > 0:
         raise ValueError("top_p in (0, 1], top_k >= 1 and temperature > 0")
-    if bundle.dtype != torch.float32:
-        raise ValueError("the trainer's recompute needs the model in float32")
+    if source == "int8" and (bundle.dtype != torch.float32 or bundle.device.type != "cpu"):
+        raise ValueError(
+            "int8: the fast decode's int8 copy is built from the float32 model on the CPU"
+        )
     valid = torch.as_tensor(mask).bool()
     ids = torch.as_tensor(token_ids).long()
     device = bundle.device
     targets = ids.to(device)[valid.to(device)]
-    model = bundle.model
+    model = _copy(bundle, "fp32")
     h_old = _hidden(model, bundle.pad_id, contexts, ids, valid)[valid.to(device)]
     sampler = source in ("top_p", "top_k")
     old_lp, log_s, inside = _token_logprobs(

@@ -9,6 +9,7 @@ import torch
 
 from roll_viz.lm import behaviour as bh
 from roll_viz.lm.decode import FAST_DECODE, next_tokens
+from roll_viz.lm.models import load_models
 from roll_viz.lm.request import policy_source
 from roll_viz.lm.sampling import sample
 from tests.lm.helpers import steered_config
@@ -109,3 +110,25 @@ def test_int8_replay_follows_the_decode_loop(tiny):
         got = bh._replay_int8(tiny, contexts, rollout.token_ids, mask, 1.0)
     assert got is not None
     assert bool(got[1][mask].all())
+
+
+def test_a_bf16_server_still_recomputes_in_float32(steered):
+    """The GPU default loads bf16: pi_old comes from a float32 copy, bf16 mu from the model."""
+    bundle = load_models("tiny", device="cpu", dtype="bfloat16")
+    cfg = steered_config()
+    source = policy_source(cfg)
+    with bundle.lock, torch.inference_mode():
+        contexts = [source.context_ids(bundle, cfg.prompts[g]) for g in steered.group_ids.tolist()]
+        got = {
+            name: bh.behaviour_logprobs(bundle, contexts, steered.token_ids,
+                                        steered.response_mask, source=name,
+                                        temperature=cfg.temperature)
+            for name in ("fp32", "bf16")
+        }  # fmt: skip
+        with pytest.raises(ValueError, match="int8"):
+            bh.behaviour_logprobs(bundle, contexts, steered.token_ids, steered.response_mask,
+                                  source="int8")  # fmt: skip
+    assert torch.equal(got["fp32"].old, got["fp32"].mu)
+    assert float(_delta(got["bf16"]).abs().max()) > 1e-4
+    assert "score_fp32" in bundle.compiled_steps
+    assert "score_bf16" not in bundle.compiled_steps  # bf16 mu is the served model itself
