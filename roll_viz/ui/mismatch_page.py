@@ -168,6 +168,11 @@ def behaviour_for(
         )
         return None
     if state.live:
+        if state.decode == "int8" and source != "int8":
+            st.caption(
+                "This batch was drawn by the int8 fast decode ('Fast sampling' in the sidebar): "
+                "its sampler's own mu is the int8 source."
+            )
         try:
             with st.spinner(f"Scoring the batch under {behaviour.SOURCE_LABELS[source]}"):
                 return _live(rollout, (state.model, state.sampling, state.decode), source, value)

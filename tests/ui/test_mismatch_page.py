@@ -104,7 +104,14 @@ def test_thresholds_change_what_is_masked():
     assert int(after[after["method"] == "IcePop"]["masked"].iloc[0]) > int(ice["masked"].iloc[0])
 
 
-@pytest.mark.parametrize(("source", "zero"), [("fp32", True), ("int8", False), ("bf16", False)])
+def test_presentation_mode_draws_the_page():
+    at = open_page("mismatch", preset="sentiment", present="true")
+    assert len(at.get("plotly_chart")) == 6
+
+
+@pytest.mark.parametrize(
+    ("source", "zero"), [("fp32", True), ("int8", False), ("bf16", False), ("top_p", False)]
+)
 def test_live_tiny_model(source, zero):
     at = open_page("mismatch", preset="pirate", live="true", mm_src=source)
     stats = _stats(at)
