@@ -8,7 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from roll_viz.lm.engine import LocalEngine
 from roll_viz.ui import rollout_engine
+from roll_viz.ui.resources import cached_models
+from tests.lm.engine_stub import Stub
 from tests.ui.apptest import open_page
 
 
@@ -49,3 +52,32 @@ def test_no_engine_configured_shows_nothing(monkeypatch):
     monkeypatch.delenv("ROLL_VIZ_ENGINE", raising=False)
     at = open_page("kl")
     assert not any("answers from" in c.value for c in at.sidebar.caption)
+
+
+@pytest.fixture
+def stub_engine(monkeypatch):
+    """An OpenAI-compatible stub over the tiny model, configured as the operator's engine."""
+    stub = Stub(LocalEngine(cached_models("tiny")))
+    monkeypatch.setenv("ROLL_VIZ_ENGINE", stub.url)
+    monkeypatch.setenv("ROLL_VIZ_ENGINE_SPEC", "tiny")
+    rollout_engine._probe.clear()
+    yield stub
+    stub.close()
+    rollout_engine._probe.clear()
+
+
+def test_live_page_answers_from_the_engine(stub_engine):
+    at = open_page("kl", live="true", G="2", T="4", prompts="Hi", policy="steered", seed="31")
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert f"answers from: vLLM at {stub_engine.url}" in captions
+    sampled = [r for r in stub_engine.requests if r.get("n") == 2]
+    assert sampled  # the page's batch came from the engine
+    assert at.dataframe
+
+
+def test_self_test_shows_the_engine_conformance(stub_engine):
+    at = open_page("self_test")
+    lines = [s.value for s in at.success if "Engine (vLLM at" in s.value]
+    assert len(lines) == 1
+    assert "max |delta log p|" in lines[0]
+    assert "(ok)" in lines[0]
