@@ -62,7 +62,7 @@ with ui.page_guard("Teacher as reference"):
         kl_coef=choice.coef,
         mixed=choice.mixed,
     )
-    mode = "use_opd: reward A - coef x KL" if choice.mixed else "is_pure_opd: A = -coef x KL"
+    mode = "use_opd" if choice.mixed else "is_pure_opd"
     st.caption(
         f"Teacher scores {source}. Teacher's instruction for prompt p0: "
         f"*{text.md_line(scores.instructions[0] if scores.instructions else '')}*"
@@ -83,10 +83,10 @@ with ui.page_guard("Teacher as reference"):
 
     left, right = st.columns([3, 2], gap="large")
     with left:
-        ui.plot(teacher_charts.signal_bars(signal, mode), key="opd_bars")
+        ui.plot(teacher_charts.signal_bars(signal, mode, labels), key="opd_bars")
     with right:
         ui.explainer(
-            "Grey-blue bars: the **reward's** advantage of each answer (the sidebar's dialect), "
+            "Blue bars: the **reward's** advantage of each answer (the sidebar's dialect), "
             "one number spread over its tokens. Orange bars: the **teacher's**, a different "
             "number on every token, averaged here. The reward says *which answer* was good; "
             "the teacher says *which token* it would have written differently, even in a group "

@@ -35,7 +35,7 @@ KEY_STORED = "_opd_scores"
 
 SAME = "same"
 OTHER = "other"
-KINDS = {SAME: "Same model, privileged instruction", OTHER: "Another model"}
+KINDS = {SAME: "Same model", OTHER: "Another model"}
 MAX_INSTRUCTION = 300
 DEFAULT_TEMPLATE = "The correct answer is {answer}. Reply with just the number."
 COEFS = (0.1, 0.25, 0.5, 1.0, 2.0)
@@ -87,6 +87,8 @@ def controls(state: AppState, rollout: Rollout) -> TeacherChoice:
             format_func=KINDS.__getitem__,
             key=KEY_KIND,
             required=True,
+            help="Same model: the student's own weights with the instruction below in the "
+            "context (SDPO). Another model: an allow-listed model with the same tokenizer.",
         )
         model = ""
         if kind == OTHER:

@@ -12,29 +12,33 @@ from roll_viz.views.compare_charts import OKABE_ITO, short
 from roll_viz.views.scales import SIGNED_SCALE
 
 
-def signal_bars(signal: TeacherSignal, mode_label: str) -> go.Figure:
+def signal_bars(signal: TeacherSignal, mode_label: str, labels: list[str]) -> go.Figure:
     """Per answer: the reward's advantage and the teacher's (token means), grouped.
 
     Args:
         signal: ``teacher_signal`` of the batch.
-        mode_label: how the teacher's advantage was formed (for the title).
+        mode_label: how the teacher's advantage was formed (the teacher's legend entry).
+        labels: (B,) the answers' labels (``text.sample_labels``).
 
     Returns:
         The figure: one bar trace per signal.
     """
     a = signal.answers
-    labels = [f"{i}: {short(p, 14)}" for i, p in zip(a["sample"], a["prompt"], strict=True)]
+    prompts = [short(p, 40) for p in a["prompt"]]
     fig = go.Figure()
-    for k, (col, name) in enumerate((("A reward", "reward"), ("A teacher", "teacher"))):
+    series = (("A reward", "reward"), ("A teacher", f"teacher ({mode_label})"))
+    for k, (col, name) in enumerate(series):
         fig.add_trace(
             go.Bar(
                 x=labels,
                 y=a[col].to_numpy(dtype=float),
                 name=name,
                 marker={"color": OKABE_ITO[k]},
-                customdata=a[["reward", "reverse KL"]].to_numpy(dtype=float),
+                customdata=list(
+                    zip(a["reward"].tolist(), a["reverse KL"].tolist(), prompts, strict=True)
+                ),
                 hovertemplate=(
-                    f"{name}<br>%{{x}}<br>reward %{{customdata[0]:.4g}}<br>"
+                    f"{name}<br>%{{x}}: %{{customdata[2]}}<br>reward %{{customdata[0]:.4g}}<br>"
                     "reverse KL (sum) %{customdata[1]:.4g}<br>mean A %{y:.4g}<extra></extra>"
                 ),
             )
@@ -42,11 +46,11 @@ def signal_bars(signal: TeacherSignal, mode_label: str) -> go.Figure:
     fig.add_hline(y=0, line={"color": "#999999", "width": 1})
     fig.update_layout(
         barmode="group",
-        height=360,
-        margin={"l": 50, "r": 20, "t": 50, "b": 40},
-        title=f"Mean advantage per answer: the reward's and the teacher's ({mode_label})",
-        yaxis_title="mean advantage over the answer",
-        legend={"orientation": "h", "y": 1.12},
+        height=380,
+        margin={"l": 50, "r": 20, "t": 80, "b": 70},
+        title={"text": "Mean advantage per answer", "x": 0, "xanchor": "left"},
+        yaxis_title="mean A over the answer",
+        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
     )
     return fig
 
