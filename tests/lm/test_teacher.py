@@ -8,6 +8,7 @@ the reference, so its log-probs and exact KL equal the rollout's ``ref_logprobs`
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -110,3 +111,12 @@ def test_committed_recording_matches_the_presets():
         mask = rollout.response_mask > 0
         assert float(rec.exact_kl[mask].min()) >= 0
         assert float(rec.teacher_logprobs[mask].max()) <= 0
+
+
+def test_a_teacher_with_another_vocabulary_is_refused(tiny, identical):
+    """The teacher scores the student's token ids: a different vocabulary size is an error."""
+    weight = torch.zeros(tiny.model.get_output_embeddings().weight.shape[0] + 1, 2)
+    head = SimpleNamespace(weight=weight)
+    other = SimpleNamespace(name="other", model=SimpleNamespace(get_output_embeddings=lambda: head))
+    with pytest.raises(ValueError, match="same tokenizer"):
+        score_teacher(tiny, identical, [""] * len(identical.prompts), teacher=other)
