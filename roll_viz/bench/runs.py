@@ -22,7 +22,10 @@ Prints one JSON line per measurement:
   normalised reward, per-token k1 KL, token rewards, reward-to-go) timed on ``--loop-prompts``
   prompts and scaled linearly; both are checked to agree on that subset.
 
-Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own.
+Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own
+(``rss_at_start_mb`` is the interpreter with torch imported: the reader's own memory is the
+difference). The reader phases print wall ``seconds`` and ``cpu_seconds`` (this process's CPU
+time, steadier than the wall time on a loaded machine).
 ``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it (an
 existing dump there is reused: ``--phases`` without ``write``); ``--rounds N`` interleaves the
 reader phases N times so each sees the same machine load.
@@ -130,12 +133,14 @@ def phase_read_peer(folder: Path) -> dict:
 
 def phase_scan(folder: Path) -> dict:
     """``open_run`` of the dump (detect, validate, per-step summaries)."""
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     run = open_run(folder)
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - start_cpu
     s = run.summaries[0]
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "steps": len(run.steps),
         "samples": s.samples,
         "prompts": s.num_prompts,
@@ -154,13 +159,17 @@ def phase_pyarrow(folder: Path) -> dict:
     """The pyarrow JSON reader streaming the dump (one thread), nothing kept."""
     import pyarrow.json as pa_json
 
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     rows = 0
     options = pa_json.ReadOptions(use_threads=False, block_size=16 << 20)
     with pa_json.open_json(folder / FILE_NAME, read_options=options) as reader:
         for batch in reader:
             rows += batch.num_rows
-    return {"seconds": time.perf_counter() - start, "rows": rows}
+    return {
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - start_cpu,
+        "rows": rows,
+    }
 
 
 def phase_load(folder: Path) -> dict:
