@@ -8,7 +8,11 @@ each with its peer in the same run and a ``context`` line (commit, load average)
    loop (``--update --models smollm2 --shapes 2x8x32``);
 3. the lecture request, 2 x 8 x 64 with both scorings, with the memory-bandwidth floor
    (``--sampling --only lecture --no-rss``);
-4. the reward -> advantage pipeline against its loop peer (the default family).
+4. big runs: the 512-prompt (1.57 GB) board dump written to a temp folder, then the chosen
+   reader, the element-checked reader and pyarrow's JSON reader on it, time and peak RSS
+   (``--runs --phases write,read_peer,scan,scan_checked,pyarrow``);
+5. the reward -> advantage pipeline against its loop peer, and ``run`` against the time inside
+   its stage functions (the default family).
 
 ``--speed --quick`` passes ``--quick`` to the pipeline family only (the model families have no
 smaller form that still measures the lecture's shapes).
@@ -22,6 +26,7 @@ SPEED = (
     ["--train", "--peer", "trl", "--model", "smollm2", "--steps", "3"],
     ["--update", "--models", "smollm2", "--shapes", "2x8x32"],
     ["--sampling", "--only", "lecture", "--no-rss", "--cpu-only"],
+    ["--runs", "--phases", "write,read_peer,scan,scan_checked,pyarrow"],
 )
 
 
