@@ -23,8 +23,9 @@ def era_toggle(key: str) -> bool:
     return st.toggle(
         TOGGLE_LABEL,
         key=key,
-        help="On this batch: this page's number under 'GRPO as published (2024)' and under the 'defaults of "
-        "2026' (no KL, token mean over the batch, clip-higher, zero-variance filter, batch std), "
+        help="On this batch: this page's number under 'GRPO as published (2024)' and under "
+        "the 'defaults of 2026' (no KL, token mean over the batch, clip-higher, zero-variance "
+        "filter, batch std), "
         "both on the batch shown, in the sidebar's dialect.",
     )
 
