@@ -83,18 +83,23 @@ RECORDED: dict[str, RecordedRun] = {
         name="grpo_local",
         title="GRPO: advantages on each group's scale (local)",
         description="verl GRPO, beta = 0: each prompt's rewards are normalised by its own "
-        "group's mean and std, so every group with any spread gets advantages of size about 1, "
-        "however small its reward differences.",
+        "group's mean and std. The advantage std is 0.866 at every step where both groups have "
+        "spread (each group's advantages have unbiased std 1: sqrt(3/4) over G = 4), whatever "
+        "the reward's scale (0.06 at step 0, 5.1 at step 29), and drops to 0.61 (|A| mean 0.36) "
+        "when one group scores all-equal: its advantages are 0 (steps 0, 4, 6, 26). With no KL "
+        "penalty it also hacks the reward (KL 1.5 at step 29).",
         command=_SHARED + " --framework verl --adv-estimator grpo --beta 0 "
         '--label "GRPO (group scale)"',
     ),
     "rpp_global": RecordedRun(
         name="rpp_global",
         title="REINFORCE++: advantages on the batch's scale (global)",
-        description="verl REINFORCE++, beta = 0, the same seed: the group mean is not "
-        "subtracted per prompt; the returns are whitened over the whole batch, so a prompt "
-        "whose rewards barely differ gets small advantages and the batch's spread sets the "
-        "scale.",
+        description="verl REINFORCE++, beta = 0, the same seed: no per-prompt baseline; "
+        "the returns are whitened over the whole batch, so the advantage std is 1.00 at every "
+        "step, and a group whose answers all score the same still gets advantages when its "
+        "score differs from the batch's: at step 29 both groups are flat (every group "
+        "all-equal) and |A| mean is 1.0, where GRPO gives 0. Reward 0.06 to 7.5, KL 1.8 at "
+        "step 29.",
         command=_SHARED + " --framework verl --adv-estimator reinforce_plus_plus --beta 0 "
         '--label "REINFORCE++ (batch scale)"',
     ),
