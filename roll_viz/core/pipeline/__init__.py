@@ -118,13 +118,13 @@ def _is_binary(mask: Tensor) -> bool:
     """Whether every entry of a mask is 0 or 1 (a bool mask always is).
 
     Checked in the mask's own dtype, before the float64 conversion: a float32 mask is read at
-    half the bytes, and the conversion keeps 0 and 1 exact.
+    half the bytes, and the conversion keeps 0 and 1 exact. Counts: the entries equal to 1
+    against the non-zero entries (a NaN, a 0.5 or a -1 is non-zero and not 1).
     """
     if mask.dtype == torch.bool:
         return True
-    ones = torch.count_nonzero(mask == 1)
-    zeros = torch.count_nonzero(mask == 0)
-    return int(ones + zeros) == mask.numel()
+    # every non-zero entry (NaN included) must be exactly 1: one comparison, one count in place
+    return int(torch.count_nonzero(mask == 1)) == int(torch.count_nonzero(mask))
 
 
 def prepare_batch(batch: Batch) -> Batch:
