@@ -63,7 +63,7 @@ def group_health_banner(
         scores, group_ids, names, components=components, solved_at=solved_at
     )
     with st.container(horizontal=True, vertical_alignment="center", gap="small", key=key):
-        st.html(health_view.health_chips_html(health), width="stretch")
+        st.html(health_view.health_chips_html(health), width="content")
         if health.n_groups:
             with st.popover(
                 "Per prompt", icon=":material/groups:", type="tertiary", width="content"

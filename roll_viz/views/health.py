@@ -108,7 +108,7 @@ def health_chips_html(health: GroupHealth) -> str:
         terms = " \u00b7 ".join(f"{name} {_num(v)}" for name, v in stds.items())
         parts.append(
             _chip(
-                f"std in group: {terms}",
+                f"std: {terms}",
                 NEUTRAL,
                 "mean within-group std of the combined reward and of each reward function: a "
                 "function may vary inside a group while the sum does not (ms-swift#4570)",
@@ -117,7 +117,7 @@ def health_chips_html(health: GroupHealth) -> str:
         )
     elif n:
         parts.append(
-            _chip(f"std in group {_num(stds['reward'])}", NEUTRAL, "mean within-group std")
+            _chip(f"std {_num(stds['reward'])}", NEUTRAL, "mean within-group std of the reward")
         )
     return (
         f"<div class='{CSS_CLASS}' style='font-size:0.92rem;line-height:1.9;margin:0'>"

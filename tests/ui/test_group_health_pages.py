@@ -101,7 +101,7 @@ def test_two_term_reward_shows_each_terms_std():
     """quantum scores one_sentence + target_length: both stds sit next to the combined one."""
     at = open_page("samples", preset="quantum")
     body = banner_html(at)
-    match = re.search(r"std in group: reward ([0-9.e+-]+|n/a) · one_sentence ([0-9.e+-]+|n/a) · "
+    match = re.search(r"std: reward ([0-9.e+-]+|n/a) · one_sentence ([0-9.e+-]+|n/a) · "
                       r"target_length ([0-9.e+-]+|n/a)", body)  # fmt: skip
     assert match, body
     _, spec, rollout = load_preset("quantum")

@@ -33,11 +33,11 @@ def test_each_term_std_next_to_the_combined():
     assert stds["reward"] == 0.0
     assert stds["fmt"] == pytest.approx(math.sqrt(0.5) / 2)
     html = health_chips_html(health)
-    assert "std in group: reward 0 \u00b7 fmt 0.354 \u00b7 len&lt;x&gt; 0.354" in html
+    assert "std: reward 0 \u00b7 fmt 0.354 \u00b7 len&lt;x&gt; 0.354" in html
     assert "<x>" not in html
 
 
 def test_no_groups_of_two():
     health = group_health(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
     assert math.isnan(component_stds(health)["reward"])
-    assert "std in group n/a" in health_chips_html(health)
+    assert "std n/a" in health_chips_html(health)
