@@ -18,6 +18,7 @@ import streamlit as st
 from roll_viz import rewards
 from roll_viz.data.presets import PRESETS
 from roll_viz.lm import sampling as sampling_mod
+from roll_viz.lm import step_queue
 from roll_viz.ui import adapters, knobs, reconnect, rollout_engine, url
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.flow import preset_available
@@ -489,6 +490,7 @@ def frame(title: str) -> Iterator[None]:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
+    step_queue.share_the_interpreter()  # the event loop waits less behind model threads
     _FRAME.state = None
     with page_guard(title):
         _FRAME.state = _draw_sidebar()
