@@ -76,6 +76,7 @@ def test_a_finished_run_downloads_and_reopens_on_the_training_page():
         content = runner.run().to_jsonl().encode()
     finally:
         runner.close()
+        at.session_state[tr.KEY_RUNNERS].clear()  # AppTests share one session id
     # a reload later, the server no longer has it: open its file
     again = apptest.open_page("training")
     again.file_uploader(key="tr_open_file").set_value(("run.jsonl", content, "application/jsonl"))

@@ -89,8 +89,10 @@ def test_adaptive_live_run_shows_progress_and_the_recording_faint():
         live_beta = next(t for t in fig["data"] if t["name"] == "beta")
         assert len(live_beta["x"]) >= 2
     finally:
-        for r in at.session_state[tr.KEY_RUNNERS].values():
+        table = at.session_state[tr.KEY_RUNNERS]
+        for r in table.values():
             r.close()
+        table.clear()  # AppTests share one session id: leave no run to the next test
 
 
 def test_token_kl_adaptive_shows_the_recorded_closed_loop_and_titles_follow_the_mode():
