@@ -108,7 +108,7 @@ def test_live_edits_sample_once_on_sample():
     assert not at.exception, [e.message for e in at.exception]
     added = set(store.items) - before
     assert len(added) == 1  # one request, one sampling
-    ((_model, sampling, _decode),) = added
+    ((_model, sampling, _decode, _engine),) = added
     assert sampling.prompts == ("What is 2 + 3?",)
     assert sampling.max_new_tokens == 12
     assert at.dataframe[0].value["prompt"].tolist() == ["What is 2 + 3?"] * 2
