@@ -29,7 +29,7 @@ from roll_viz.ui import era_compare
 from roll_viz.ui.flow import cached_rollout, cached_scores
 from roll_viz.ui.state import AppState
 from roll_viz.views import health as health_view
-from roll_viz.views import normalisation_charts, text
+from roll_viz.views import normalisation_charts
 
 
 def group_health_banner(
@@ -47,7 +47,7 @@ def group_health_banner(
     Args:
         scores: (B,) combined response rewards of the batch the page shows.
         group_ids: (B,) long prompt index 0..P-1.
-        prompts: (P,) prompt texts (escaped before display).
+        prompts: (P,) prompt texts (shown literally in the table).
         components: reward function name -> (B,) its weighted scores, if the reward has several.
         key: widget key prefix (one banner per key on a page).
         solved_at: reward at or above which an answer counts as right (None: a flat group is
@@ -58,7 +58,8 @@ def group_health_banner(
     Returns:
         The GroupHealth drawn.
     """
-    names = [text.md_escape(p) for p in prompts] if prompts is not None else None
+    # raw text: the table shows cells literally (an escaped '2 \\+ 3' would show its backslash)
+    names = list(prompts) if prompts is not None else None
     health = group_health.group_health(
         scores, group_ids, names, components=components, solved_at=solved_at
     )
