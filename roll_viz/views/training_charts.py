@@ -303,10 +303,10 @@ def adaptive_beta_loop(run: Any, *, overlay: Any = None, title: str | None = Non
             else f"beta fixed at {run.settings.beta:g}: {len(xs)} steps of a real run"
         )
     fig.update_layout(
-        height=340,
-        margin={"l": 50, "r": 20, "t": 80, "b": 40},
+        height=360,
+        margin={"l": 50, "r": 20, "t": 80, "b": 80},
         title=title_style(title),
-        legend={"orientation": "h", "y": -0.18, "x": 0.5, "xanchor": "center"},
+        legend={"orientation": "h", "y": -0.3, "x": 0.5, "xanchor": "center"},
         hovermode="x unified",
     )
     fig.update_xaxes(title_text="step", rangemode="tozero")
@@ -339,9 +339,12 @@ def local_global_curves(runs: Sequence[Any], faint: Sequence[int] = ()) -> go.Fi
     For GRPO (each group's own scale) against REINFORCE++ (the batch's scale): the same
     rewards become advantages of a different size; these four panels show it step by step.
     """
-    fig = training_curves(runs, LOCAL_GLOBAL_PANELS, per_prompt=False, columns=4, faint=faint)
+    fig = training_curves(runs, LOCAL_GLOBAL_PANELS, per_prompt=False, columns=2, faint=faint)
     fig.update_layout(
-        height=360, title=title_style("Local (group) vs global (batch) scale over steps")
+        height=520,
+        margin={"l": 50, "r": 20, "t": 100, "b": 40},
+        title=title_style("Local (group) vs global (batch) scale over steps"),
+        legend={"orientation": "h", "y": 1.12, "x": 0.5, "xanchor": "center"},
     )
     return fig
 
