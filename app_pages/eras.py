@@ -10,13 +10,14 @@ from roll_viz.views import era_charts
 with ui.page_guard("Eras"):
     state = ui.page_setup("Eras")
     st.title("GRPO in 2024 and in 2026, on the same batch")
-    st.markdown(
+    ui.prose(
         "Two recipes, one batch. **GRPO as published** (DeepSeekMath, 2024): group mean and "
         "group std, a k3 KL term in the loss (beta 0.04), each answer's token mean averaged over "
         "answers, clip 0.2. **The defaults of 2026** (DAPO, Dr. GRPO, ScaleRL, Olmo 3): no KL, "
         "one token mean over the whole batch, clip-higher (0.2 below, 0.28 above), groups whose "
         "answers all scored the same dropped before batching, and the batch's std instead of "
-        "the group's."
+        "the group's.",
+        title="The two recipes in one paragraph",
     )
 
     rollout = ui.cached_rollout(state)
@@ -40,15 +41,6 @@ with ui.page_guard("Eras"):
     except ValueError as err:
         st.error(f"The eras cannot run on this batch in {ui.FRAMEWORK_LABELS[fw]}: {err}")
         st.stop()
-    cols = st.columns(len(diff.runs))
-    for col, (key, er) in zip(cols, diff.runs.items(), strict=True):
-        with col:
-            st.subheader(er.era.label)
-            st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
-            with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
-                st.json(era_diff.ERAS[key].config(fw))
-            for note in diff.notes[key]:
-                st.caption(note)
     ui.plot(era_charts.era_bars(diff), key="eras_bars")
     ui.explainer(
         "One bar per answer and era. At the first update (policy = rollout policy) the ratio is "
@@ -58,6 +50,15 @@ with ui.page_guard("Eras"):
         "and the KL term, which in 2024 still pulls on answers whose advantage is 0.",
         title="What to look at",
     )
+    cols = st.columns(len(diff.runs))
+    for col, (key, er) in zip(cols, diff.runs.items(), strict=True):
+        with col:
+            st.subheader(er.era.label)
+            st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
+            with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
+                st.json(era_diff.ERAS[key].config(fw))
+            for note in diff.notes[key]:
+                st.caption(note)
     st.dataframe(diff.summary, key="eras_summary", hide_index=True, width="stretch")
     st.dataframe(diff.samples, key="eras_samples", hide_index=True, width="stretch")
     ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")

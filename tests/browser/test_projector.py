@@ -23,7 +23,8 @@ IN_VIEW = 120
 #: the pages a lecture projects, by key (the lesson pages have their own presentation test)
 PROJECTED = (
     "home", "samples", "rewards", "kl", "advantages", "local_global", "normalisation", "update",
-    "sensitivity", "frameworks", "training", "your_run", "self_test",
+    "sensitivity", "frameworks", "eras", "teacher", "mismatch", "training", "your_run",
+    "self_test",
 )  # fmt: skip
 FIGURE = (
     ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stImage'], "
