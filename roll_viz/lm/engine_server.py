@@ -40,7 +40,7 @@ from roll_viz.lm.models import BUNDLED_FILE, bundled_gguf_path, cache_root, load
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV = ROOT / ".engine-venv"
-READY_TIMEOUT_S = 300.0
+READY_TIMEOUT_S = 600.0  # ready after 203-247 s at load 9-17 here (31-40 s when quiet)
 LORA_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 MAX_LORAS = 4  # adapters in one batch
 MAX_CPU_LORAS = 8  # adapters resident (lm.engine_sync.MAX_RESIDENT)
