@@ -48,9 +48,7 @@ def check_url(url: str) -> str:
     text = text.removesuffix("/v1")
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineError(
-            f"{url!r} is not an engine address; give one like http://127.0.0.1:8000"
-        )
+        raise EngineError(f"{url!r} is not an engine address; give one like http://127.0.0.1:8000")
     try:
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as err:
