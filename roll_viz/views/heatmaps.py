@@ -244,14 +244,28 @@ def kl_heatmap(
     )
 
 
+def exact_kl_title(rollout: Rollout) -> tuple[str, str]:
+    """(title, hover name) of the KL a rollout carries: exact, or the engine's top-K lower bound.
+
+    A rollout engine returns only the top-K log-probs, so its "exact" KL is computed over those
+    tokens plus one bucket for the rest (its ``meta`` has an ``engine`` entry and says so).
+    """
+    meta = dict(rollout.meta)
+    if "engine" in meta and meta.get("policy_mode") != "identical":
+        k = meta.get("topk", "K")
+        return f"KL over the top-{k} tokens + the rest (a lower bound; engine)", "KL (top-K bound)"
+    return "Exact KL over the full vocabulary", "exact KL"
+
+
 def exact_kl_heatmap(rollout: Rollout, *, zmax: float | None = None) -> go.Figure:
-    """The exact full-vocabulary KL(policy || ref) at every position (YlGnBu from 0)."""
+    """The KL(policy || ref) at every position (YlGnBu from 0), titled by how it was computed."""
+    title, quantity = exact_kl_title(rollout)
     return heatmap(
         rollout.exact_kl,
         rollout.response_mask,
         rollout=rollout,
-        title="Exact KL over the full vocabulary",
-        quantity="exact KL",
+        title=title,
+        quantity=quantity,
         signed=False,
         zmax=zmax,
         extra={"entropy": rollout.entropy},
