@@ -53,7 +53,7 @@ from roll_viz.lm.runfile import StepRecord, StepSamples, TrainRun, TrainSettings
 from roll_viz.lm.sampling import sample
 from roll_viz.lm.step_queue import TRAIN_QUEUE, StepQueue
 from roll_viz.lm.threads import lower_priority
-from roll_viz.lm.update import UpdateConfig, update_step
+from roll_viz.lm.update import UpdateConfig, group_difficulty, update_step
 
 MAX_HISTORY_SAMPLES = 40  # steps whose full samples the runner keeps in memory (plus step 0)
 
@@ -184,6 +184,10 @@ class Trainer:
             framework=s.framework,
             loss_config=loss_config(s, self.beta),
             cfg=cfg,
+            # read only by the loss options that need them (ROLL topr, difficulty_loss_weight);
+            # no rollout_logprobs: the in-process sampler is the trainer's model, mu = pi_old
+            scores=trace.scores,
+            difficulty=group_difficulty(trace.scores, rollout.group_ids),
         )
         last = result.epochs[-1]
         clip = [

@@ -51,9 +51,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.core.pipeline import policy_loss
+from roll_viz.core.pipeline import dialects, policy_loss
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
+from roll_viz.lm.behaviour import Behaviour, behaviour_logprobs
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import response_hidden, shared_context_hidden
@@ -192,6 +193,10 @@ class UpdateResult:
         seconds: wall time per phase: forward, backward, optimizer, rescore, total.
         adapter_bytes: bytes of this user's adapter weights.
         optimizer_bytes: bytes of its AdamW state.
+        rollout_logprobs: (B, T) the sampler's log-probs mu the loss read (None when the loss
+            reads none).
+        mu_is_old: mu was not given and the loss read mu = old_logprobs (the in-process
+            float sampler is the trainer's own model).
     """
 
     framework: str
@@ -210,6 +215,8 @@ class UpdateResult:
     seconds: dict[str, float]
     adapter_bytes: int
     optimizer_bytes: int
+    rollout_logprobs: Tensor | None = None
+    mu_is_old: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +345,99 @@ def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) ->
                 False,
             )
     return lp
+
+
+# ---------------------------------------------------------------------------------------------
+# What a loss option reads beyond the log-probs: scores, difficulty, the sampler's mu
+
+#: the loss inputs a loss option may read beyond log-probs, advantages and the reference
+EXTRA_INPUTS = ("scores", "difficulty", "rollout_logprobs")
+
+
+def loss_inputs(framework: str, loss_config: Mapping[str, Any] | None) -> frozenset[str]:
+    """Which of ``EXTRA_INPUTS`` the framework's loss reads under these keys.
+
+    ``scores``: ROLL ``pg_variant: topr`` (splits rows by the score's sign); ``difficulty``: ROLL
+    ``difficulty_loss_weight``; ``rollout_logprobs``: a train/rollout correction (OpenRLHF
+    ``is_correction_*``, TRL ``vllm_importance_sampling_*``).
+
+    Raises:
+        ValueError: an unknown framework or a bad loss key (as ``policy_loss`` would).
+    """
+    cfg = dialects.resolve_config(framework, loss_config)
+    spec = dialects.get(framework).loss_spec(cfg, [])
+    needs = set()
+    if spec.kind == "topr":
+        needs.add("scores")
+    if spec.difficulty_weights:
+        needs.add("difficulty")
+    if spec.is_correction is not None or spec.ratio_vs_rollout or spec.sampler_is is not None:
+        needs.add("rollout_logprobs")
+    return frozenset(needs)
+
+
+def group_difficulty(scores: Tensor, group_ids: Tensor) -> Tensor:
+    """(B,) each sample's difficulty in [0, 1]: its prompt's failure rate in this batch.
+
+    ROLL reads ``difficulty`` from the data set's column of that name
+    (``ActorWorker.compute_sample_weights``: weight ``0.5 + 1.5 * clamp(difficulty, 0, 1)``);
+    the prompts here carry none, so the stand-in is ``1 - mean over the group of clamp(score, 0,
+    1)``: with 0/1 rewards the share of wrong answers, the quantity ROLL's ``difficulty_mask``
+    thresholds.
+    """
+    s = torch.as_tensor(scores).detach().double().clamp(0.0, 1.0)
+    g = torch.as_tensor(group_ids).long()
+    sums = torch.zeros(int(g.max()) + 1, dtype=torch.float64).index_add_(0, g, s)
+    counts = torch.bincount(g, minlength=sums.shape[0]).double().clamp_min(1.0)
+    return (1.0 - sums / counts)[g]
+
+
+def behaviour_mu(
+    bundle: ModelBundle,
+    rollout: Rollout,
+    source: str,
+    *,
+    top_p: float = 0.9,
+    top_k: int = 50,
+) -> tuple[Tensor, Behaviour]:
+    """The sampler's log-probs mu of the rollout's tokens under a behaviour source.
+
+    The source's gap to the float32 recompute, d = log pi_old - log mu, is measured on the
+    base model (adapter off) with the update's own contexts, and applied to the batch's
+    log-probs: mu = rollout.logprobs - d. The step's pi_old stays the batch's own log-probs, so
+    only the source's numeric gap moves the ratio pi_theta / mu. A token a truncated sampler
+    could not have drawn (top-p / top-k, ``Behaviour.outside``) keeps mu = pi_old.
+
+    Takes ``bundle.lock``.
+
+    Args:
+        bundle: the shared model.
+        rollout: the batch.
+        source: one of ``lm.behaviour.SOURCES``.
+        top_p: the nucleus mass of ``top_p``.
+        top_k: the number of tokens of ``top_k``.
+
+    Returns:
+        ((B, T) float32 mu, 0 on padding; the Behaviour measured).
+
+    Raises:
+        ValueError: as ``behaviour_logprobs`` (an unknown source, int8 off the CPU ...).
+    """
+    with bundle.lock, torch.inference_mode():
+        beh = behaviour_logprobs(
+            bundle,
+            _row_contexts(bundle, rollout),
+            rollout.token_ids,
+            rollout.response_mask > 0,
+            source=source,
+            temperature=_temperature(rollout),
+            top_p=top_p,
+            top_k=top_k,
+        )
+    mask = (rollout.response_mask > 0).float()
+    gap = torch.where(beh.mask, beh.old - beh.mu, 0.0).float()
+    mu = (rollout.logprobs.detach().float() - gap) * mask
+    return mu.clone(), beh
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,6 +680,35 @@ class _EpochTally:
         )
 
 
+def _extra_inputs(
+    needs: frozenset[str],
+    num_rows: int,
+    width: int,
+    scores: Tensor | None,
+    difficulty: Tensor | None,
+    rollout_logprobs: Tensor | None,
+) -> dict[str, Tensor]:
+    """The extra loss inputs the loss reads, checked for shape (rows are indexed per minibatch)."""
+    out: dict[str, Tensor] = {}
+    given = {"scores": scores, "difficulty": difficulty, "rollout_logprobs": rollout_logprobs}
+    shapes = {
+        "scores": (num_rows,),
+        "difficulty": (num_rows,),
+        "rollout_logprobs": (num_rows, width),
+    }
+    for name in EXTRA_INPUTS:
+        value = given[name]
+        if name not in needs or value is None:
+            continue
+        value = torch.as_tensor(value).detach().float().cpu()
+        if value.shape != shapes[name]:
+            raise ValueError(f"{name} must have shape {shapes[name]}, got {tuple(value.shape)}")
+        out[name] = value
+    if "scores" in needs and "scores" not in out:
+        raise ValueError("scores: this loss (ROLL pg_variant topr) needs the batch's scores")
+    return out
+
+
 def update_step(
     policy: LoraPolicy,
     rollout: Rollout,
@@ -590,6 +719,9 @@ def update_step(
     ref_logprobs: Tensor | None = None,
     cfg: UpdateConfig | None = None,
     loss_fn: LossFn | None = None,
+    scores: Tensor | None = None,
+    difficulty: Tensor | None = None,
+    rollout_logprobs: Tensor | None = None,
 ) -> UpdateResult:
     """K epochs of minibatch policy-gradient steps on ``rollout``, then a re-score.
 
@@ -608,12 +740,19 @@ def update_step(
         cfg: UpdateConfig (None = defaults).
         loss_fn: the loss, with the signature of ``core.pipeline.losses.policy_loss``; None uses
             that function.
+        scores: (B,) the batch's scores; passed to the loss when it reads them (ROLL topr).
+        difficulty: (B,) each sample's difficulty (ROLL ``difficulty_loss_weight``); None: the
+            loss goes without it (as ROLL does when the data has no difficulty).
+        rollout_logprobs: (B, T) the sampler's log-probs mu, passed when the loss reads them (a
+            train/rollout correction); None there means mu = ``rollout.logprobs`` (the
+            in-process float sampler is the trainer's own model; ``UpdateResult.mu_is_old``).
 
     Returns:
         The UpdateResult.
 
     Raises:
-        ValueError: shape mismatch, too many minibatches, or rank/alpha differ from the adapter.
+        ValueError: shape mismatch, too many minibatches, rank/alpha differ from the adapter, or
+            the loss reads scores and none were given.
         Cancelled: the policy was released (its session closed).
     """
     cfg = cfg or UpdateConfig()
@@ -639,6 +778,11 @@ def update_step(
     ref = (rollout.ref_logprobs if ref_logprobs is None else ref_logprobs).detach().float()
     ref = ref * mask_f
     want_entropy = _wants_entropy(loss_config)
+    needs = loss_inputs(framework, loss_config)
+    extra = _extra_inputs(needs, num_rows, width, scores, difficulty, rollout_logprobs)
+    mu_is_old = "rollout_logprobs" in needs and "rollout_logprobs" not in extra
+    if mu_is_old:  # no sampler log-probs: the in-process float sampler is the trainer's model
+        extra["rollout_logprobs"] = old
     bundle = policy.bundle
     order_gen = torch.Generator().manual_seed(cfg.seed + policy.steps)
     timer = _Timer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
@@ -659,6 +803,7 @@ def update_step(
             response_mask=mask_f[rows],
             ref_logprobs=ref[rows],
             entropy=entropy,
+            **{name: value[rows] for name, value in extra.items()},
         )
 
     with bundle.lock, policy.activate(bundle):
@@ -729,4 +874,8 @@ def update_step(
         seconds=seconds,
         adapter_bytes=sizes["adapter"],
         optimizer_bytes=sizes["optimizer"],
+        rollout_logprobs=(
+            extra["rollout_logprobs"] * mask_f if "rollout_logprobs" in extra else None
+        ),
+        mu_is_old=mu_is_old,
     )
