@@ -49,7 +49,10 @@ SOURCE_LABELS = {
     "top_p": "top-p sampler, processed log-probs",
     "top_k": "top-k sampler, processed log-probs",
     "fp32": "fp32 again (control: no mismatch)",
+    "engine": "the rollout engine's own log-probs of its samples (raw, temperature 1)",
 }
+#: the engine's mu comes with its batch (``engine_behaviour``), not from a copy of the model
+ENGINE_SOURCE = "engine"
 _COPY_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -285,3 +288,41 @@ def behaviour_logprobs(
     old = torch.where(kept, old, 0.0)
     mu = torch.where(kept, mu, 0.0)
     return Behaviour(source, old, mu, kept, int(valid.sum() - kept.sum()))
+
+
+def engine_behaviour(
+    bundle: ModelBundle,
+    contexts: list[list[int]],
+    token_ids: Tensor,
+    mask: Tensor,
+    engine_logprobs: Tensor,
+) -> Behaviour:
+    """pi_old (float32 recompute, temperature 1) against the rollout engine's own log-probs mu.
+
+    A rollout engine (vLLM) returns the raw log-probs (temperature 1) of the tokens it sampled:
+    that is mu, as verl and TRL receive it from their rollout workers. The trainer recomputes
+    the same tokens on its own float32 model. Caller holds ``bundle.lock`` inside
+    ``torch.inference_mode()``.
+
+    Args:
+        bundle: the shared model (the policy of the batch is prompt-only: identical or steered).
+        contexts: (B,) the policy's prompt ids of each row.
+        token_ids: (B, T) sampled ids, right-padded.
+        mask: (B, T) real response tokens (0/1 or bool).
+        engine_logprobs: (B, T) the engine's log-probs of those tokens (0 off ``mask``).
+
+    Returns:
+        Behaviour (source "engine") with float64 (B, T) tensors on the CPU.
+    """
+    valid = torch.as_tensor(mask).bool()
+    ids = torch.as_tensor(token_ids).long()
+    device = bundle.device
+    model = _copy(bundle, "fp32")
+    h_old = _hidden(model, bundle.pad_id, contexts, ids, valid)[valid.to(device)]
+    old_lp, _, _ = _token_logprobs(
+        model.get_output_embeddings(), h_old, ids.to(device)[valid.to(device)], 1.0
+    )
+    old = torch.zeros(valid.shape, dtype=torch.float64)
+    old[valid] = old_lp.double().cpu()
+    mu = torch.where(valid, torch.as_tensor(engine_logprobs).double().cpu(), 0.0)
+    return Behaviour(ENGINE_SOURCE, old, mu, valid, 0)

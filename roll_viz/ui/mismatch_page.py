@@ -30,6 +30,9 @@ from roll_viz.ui.state import AppState
 from roll_viz.ui.url import bound
 from roll_viz.views import text
 
+#: the sources of mu the page offers: the model's numeric paths, and a rollout engine's own
+MU_SOURCES = (*behaviour.SOURCES, behaviour.ENGINE_SOURCE)
+
 KEY_SOURCE = "mm_src"
 KEY_TOP_P = "mm_p"
 KEY_TOP_K = "mm_k"
@@ -55,7 +58,7 @@ STALENESS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5)
 DEFAULTS = mismatch.Settings()
 
 FIELDS: dict[str, Field] = {
-    KEY_SOURCE: Field("bf16", options=behaviour.SOURCES),
+    KEY_SOURCE: Field("bf16", options=MU_SOURCES),
     KEY_TOP_P: Field(0.9, options=stored.TOP_P_OPTIONS),
     KEY_TOP_K: Field(20, options=stored.TOP_K_OPTIONS),
     KEY_STALE: Field(0.0, options=STALENESS),
@@ -101,7 +104,7 @@ def source_controls() -> tuple[str, float | int | None]:
     c1, c2 = st.columns([2, 1])
     with c1:
         source = bound(
-            st.selectbox, "Behaviour policy mu (who sampled the tokens)", list(behaviour.SOURCES),
+            st.selectbox, "Behaviour policy mu (who sampled the tokens)", list(MU_SOURCES),
             index=0, key=KEY_SOURCE,
             help="The trainer's recompute pi_old is always the float32 model over the full "
             "vocabulary; mu is the same tokens under another numeric path. "
@@ -122,6 +125,34 @@ def source_controls() -> tuple[str, float | int | None]:
 @st.cache_data(show_spinner=False, max_entries=48)
 def _stored(preset: str, source: str, value: Any) -> behaviour.Behaviour | None:
     return stored.load_behaviour(preset, source, value)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _engine(_rollout: Rollout, key: tuple) -> behaviour.Behaviour:
+    model, sampling = key[0], key[1]
+    bundle = ensure_model(model)
+    src = policy_source(sampling)
+    with bundle.lock, torch.inference_mode():
+        contexts = [
+            src.context_ids(bundle, sampling.prompts[g]) for g in _rollout.group_ids.tolist()
+        ]
+        return behaviour.engine_behaviour(
+            bundle, contexts, _rollout.token_ids, _rollout.response_mask > 0, _rollout.logprobs
+        )
+
+
+def _engine_behaviour(state: AppState, rollout: Rollout) -> behaviour.Behaviour | None:
+    """The rollout engine's mu for this batch (None with a message when no engine drew it)."""
+    if "engine" not in dict(rollout.meta):
+        st.info(
+            "This batch was not drawn by a rollout engine: the operator starts one with "
+            "`make engine` and ROLL_VIZ_ENGINE (README, 'Rollout engine'); then the live batch's "
+            "own engine log-probs are mu here.",
+            icon=":material/info:",
+        )
+        return None
+    with st.spinner("Recomputing the engine's tokens on the float32 trainer"):
+        return _engine(rollout, (state.model, state.sampling))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -167,6 +198,15 @@ def behaviour_for(
             icon=":material/info:",
         )
         return None
+    if source == behaviour.ENGINE_SOURCE:
+        if not state.live:
+            st.info(
+                "A rollout engine's mu exists only for a live batch it drew: switch on 'Sample "
+                "live with the model' (with an engine configured by the operator).",
+                icon=":material/info:",
+            )
+            return None
+        return _engine_behaviour(state, rollout)
     if state.live:
         if state.decode == "int8" and source != "int8":
             st.caption(

@@ -7,7 +7,11 @@ import re
 
 import pytest
 
+from roll_viz.lm.engine import LocalEngine
 from roll_viz.ui import mismatch_page as mp
+from roll_viz.ui import rollout_engine
+from roll_viz.ui.resources import cached_models
+from tests.lm.engine_stub import Stub
 from tests.ui.apptest import open_page, router
 
 
@@ -117,3 +121,38 @@ def test_live_tiny_model(source, zero):
     stats = _stats(at)
     assert stats["tokens"] > 0
     assert (stats["max_abs"] == 0.0) is zero
+
+
+def test_engine_source_without_an_engine_batch_says_why():
+    """A preset, and a live batch of the in-process model, have no engine mu: one info line."""
+    for at in (
+        open_page("mismatch", preset="pirate", mm_src="engine"),
+        open_page("mismatch", preset="pirate", live="true", mm_src="engine"),
+    ):
+        assert not at.exception, [e.message for e in at.exception]
+        assert any("rollout engine" in i.value for i in at.info)
+
+
+@pytest.fixture
+def stub_engine(monkeypatch):
+    """An OpenAI-compatible stub over the tiny model (fp32), configured as the operator's engine."""
+    stub = Stub(LocalEngine(cached_models("tiny")))
+    monkeypatch.setenv("ROLL_VIZ_ENGINE", stub.url)
+    monkeypatch.setenv("ROLL_VIZ_ENGINE_SPEC", "tiny")
+    rollout_engine._probe.clear()
+    yield stub
+    stub.close()
+    rollout_engine._probe.clear()
+
+
+def test_engine_mu_against_the_float32_trainer(stub_engine):
+    """The engine's own log-probs of its samples are mu; an fp32 engine agrees with the fp32
+    trainer to the conformance bound (1e-4), so delta is ~0 and every weight ~1."""
+    at = open_page("mismatch", live="true", G="2", T="6", prompts="Hi", policy="steered",
+                   mm_src="engine")  # fmt: skip
+    assert not at.exception, [e.message for e in at.exception]
+    assert [r for r in stub_engine.requests if r.get("n") == 2]  # the batch came from the engine
+    stats = _stats(at)
+    assert stats["tokens"] > 0
+    assert stats["max_abs"] < 1e-4
+    assert stats["ESS of pi_old/mu"] == pytest.approx(1.0, abs=1e-6)
