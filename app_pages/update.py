@@ -35,6 +35,8 @@ with ui.page_guard("Update"):
     problem = upd.model_problem(rollout, bundle)
     with main:
         lr, epochs, minibatches = upd.controls()
+        option_label, loss_keys = upd.loss_option(state.framework)
+        mu_source = upd.mu_control(rollout, upd.needs(state, loss_keys))
         if problem:
             st.info(problem + " Sample a live batch with the loaded model to take a step.")
             st.button("Use the live model", key="upd_go_live", on_click=ui.go_live)
@@ -46,12 +48,17 @@ with ui.page_guard("Update"):
             st.button("Reset my adapter", key=upd.KEY_RESET, on_click=upd.reset_adapter)
         st.caption(
             f"Loss: the **{ui.FRAMEWORK_LABELS.get(state.framework, state.framework)}** policy "
-            "loss in the sidebar's dialect settings (its loss keys at their shipped defaults); old log-probs are the batch's own (the behaviour "
-            "policy). Steps accumulate in your adapter until you reset it."
+            f"loss in the sidebar's dialect settings, loss option: {option_label}; old "
+            "log-probs pi_old are the batch's own. Steps accumulate in your adapter until you "
+            "reset it."
         )
         if clicked:
             with st.spinner(f"Forward, backward and optimizer step on {bundle.name}..."):
-                upd.take_step(state, rollout, trace, lr, epochs, minibatches)
+                refused = upd.take_step(
+                    state, rollout, trace, lr, epochs, minibatches, loss_keys, mu_source
+                )
+            if refused:
+                st.warning(refused, icon=":material/block:")
 
     result = upd.stored_result(state)
     if result is None:
@@ -61,6 +68,9 @@ with ui.page_guard("Update"):
 
     with main:
         st.markdown(upd.summary_markdown(result))
+        mu_line = upd.mu_markdown(result)
+        if mu_line:
+            st.markdown(mu_line)
         statement = upd.epoch1_statement(result)
         if statement:
             st.info(statement, icon=":material/functions:")

@@ -16,10 +16,18 @@ import threading
 from typing import Any
 
 import streamlit as st
+import torch
 
 from roll_viz.core.records import Rollout, Trace
+from roll_viz.lm.behaviour import SOURCE_LABELS
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
-from roll_viz.lm.update import UpdateConfig, update_step
+from roll_viz.lm.update import (
+    UpdateConfig,
+    behaviour_mu,
+    group_difficulty,
+    loss_inputs,
+    update_step,
+)
 from roll_viz.ui import adapters, reconnect
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.resources import cached_models
@@ -34,11 +42,43 @@ KEY_RESET = "upd_reset"
 KEY_RESULT = "upd_result"
 KEY_SAMPLE = "upd_sample"
 KEY_POSITION = "upd_pos"
+KEY_LOSS_OPTION = "upd_loss"
+KEY_MU = "upd_mu"
 
 #: the learning rates offered (LoRA r8, alpha 16): 1e-5 barely moves, 1e-3 and up clip a lot
 LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
 MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
+
+#: loss options per framework that read more than log-probs: option (shown and in the URL) ->
+#: the loss keys it sets (ROLL topr reads the scores, difficulty_loss_weight each sample's
+#: difficulty, the corrections the sampler's log-probs mu)
+LOSS_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "roll": {
+        "pg_variant: topr": {"pg_variant": "topr"},
+        "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
+    },
+    "openrlhf": {
+        "is_correction_level: token": {"is_correction_level": "token"},
+        "is_correction_level: seq": {"is_correction_level": "seq"},
+    },
+    "trl": {
+        "vllm_importance_sampling_mode: token_truncate": {
+            "vllm_importance_sampling_mode": "token_truncate"
+        },
+    },
+}
+DEFAULT_OPTION = "shipped defaults"
+#: every option a link may carry (the ones of another framework fall back to the default)
+OPTION_IDS = (DEFAULT_OPTION, *sorted({k for opts in LOSS_OPTIONS.values() for k in opts}))
+#: the behaviour sources offered for mu (lm.behaviour), the trainer's own path first
+MU_SOURCES = ("fp32", "bf16", "fp16", "int8", "top_p", "top_k")
+MU_LABELS = {
+    **SOURCE_LABELS,
+    "fp32": "fp32 = same as the trainer (mu = pi_old)",
+    "top_p": "top-p 0.9 sampler, processed log-probs",
+    "top_k": "top-k 50 sampler, processed log-probs",
+}
 
 
 _PARKED = reconnect.Parking()
@@ -116,6 +156,8 @@ FIELDS = {
     KEY_LR: Field(2e-4, options=LR_CHOICES),
     KEY_EPOCHS: Field(1.0, 1, MAX_EPOCHS, integer=True),
     KEY_MINIBATCHES: Field(1.0, 1, MAX_MINIBATCHES, integer=True),
+    KEY_LOSS_OPTION: Field(DEFAULT_OPTION, options=OPTION_IDS),
+    KEY_MU: Field("fp32", options=MU_SOURCES),
 }
 
 
@@ -168,13 +210,88 @@ def controls() -> tuple[float, int, int]:
     return float(lr), int(epochs), int(minibatches)
 
 
+def loss_option(framework: str) -> tuple[str, dict[str, Any]]:
+    """The page's loss option for ``framework`` (a select bound to the URL): (option, loss keys).
+
+    The sidebar sets the reward-stage keys only; this select adds the loss options that read more
+    than log-probs (ROLL topr and difficulty weights, OpenRLHF's and TRL's train/rollout
+    corrections), each under the framework's own key. A link's option of another framework falls
+    back to the shipped defaults.
+    """
+    options = {DEFAULT_OPTION: {}, **LOSS_OPTIONS.get(framework, {})}
+    current = st.session_state.get(KEY_LOSS_OPTION, st.query_params.get(KEY_LOSS_OPTION))
+    if current is not None and current not in options:
+        st.session_state[KEY_LOSS_OPTION] = DEFAULT_OPTION
+    if len(options) == 1:
+        return DEFAULT_OPTION, {}
+    choice = st.selectbox(
+        "Loss option",
+        list(options),
+        key=KEY_LOSS_OPTION,
+        bind="query-params",
+        help="Loss options that read more than the log-probs: the batch's scores (topr), each "
+        "sample's difficulty (its group's failure rate here; ROLL reads a data set column), or "
+        "the sampler's log-probs mu (train/rollout corrections).",
+    )
+    return str(choice), dict(options[choice])
+
+
+def needs(state: AppState, loss_keys: dict[str, Any]) -> frozenset[str]:
+    """What the loss with these keys reads beyond log-probs (``lm.update.loss_inputs``)."""
+    try:
+        return loss_inputs(state.framework, {**dict(state.config), **loss_keys})
+    except ValueError:  # a bad key: the step says so in its own message
+        return frozenset()
+
+
+def mu_control(rollout: Rollout, needs: frozenset[str]) -> str | None:
+    """The behaviour policy mu select (bound to the URL) when the loss reads mu; else None."""
+    if "rollout_logprobs" not in needs:
+        return None
+    source = st.selectbox(
+        "Behaviour policy mu (the sampler's log-probs)",
+        list(MU_SOURCES),
+        key=KEY_MU,
+        bind="query-params",
+        help="The sampler's numeric path, scored on the same tokens as the trainer's float32 "
+        "recompute pi_old: its gap d = log pi_old - log mu is applied to the batch, so the "
+        "ratio pi_theta / mu at epoch 1 is exp(d), not 1.",
+    )
+    engine = dict(rollout.meta).get("engine")
+    st.caption(f"mu: {MU_LABELS.get(str(source), str(source))}.")
+    if source == "fp32":
+        st.caption(
+            "mu = pi_old: the in-process float sampler is the trainer's own model, so pi_old / mu "
+            "= 1 on every token and the correction has nothing to correct. Pick bf16 or int8 to "
+            "see it act."
+        )
+    if engine:
+        st.caption(
+            f"This batch's log-probs come from {text.md_escape(str(engine))}; the step uses them "
+            "as pi_old, and the source picked here adds its gap measured on the embedded model."
+        )
+    return str(source)
+
+
 def take_step(
-    state: AppState, rollout: Rollout, trace: Trace, lr: float, epochs: int, minibatches: int
-) -> Any:
-    """One update step with this session's adapter; stores and returns the UpdateResult.
+    state: AppState,
+    rollout: Rollout,
+    trace: Trace,
+    lr: float,
+    epochs: int,
+    minibatches: int,
+    loss_keys: dict[str, Any] | None = None,
+    mu_source: str | None = None,
+) -> str:
+    """One update step with this session's adapter; stores the UpdateResult.
 
     The adapter is then registered as this session's "updated" policy (``adapters``), so the
-    sidebar can offer it to every page.
+    sidebar can offer it to every page. The batch's scores go to a loss that reads them (ROLL
+    topr), its groups' failure rates as each sample's difficulty, and mu from ``mu_source``
+    (None or "fp32": mu = pi_old).
+
+    Returns:
+        "" when the step ran, else one sentence why this option cannot run on this batch.
     """
     seed = int(state.sampling.seed) if state.sampling is not None else 0
     policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
@@ -187,18 +304,49 @@ def take_step(
         minibatches=min(minibatches, int(rollout.token_ids.shape[0])),
         seed=seed,
     )
-    result = update_step(
-        policy,
-        rollout,
-        trace.advantages,
-        framework=state.framework,
-        loss_config=dict(state.config),  # the sidebar's dialect; loss keys at shipped defaults
-        ref_logprobs=rollout.ref_logprobs,
-        cfg=cfg,
-    )
+    try:
+        mu = None
+        if mu_source not in (None, "fp32"):
+            mu = behaviour_mu(policy.bundle, rollout, str(mu_source))[0]
+        result = update_step(
+            policy,
+            rollout,
+            trace.advantages,
+            framework=state.framework,
+            loss_config={**dict(state.config), **(loss_keys or {})},
+            ref_logprobs=rollout.ref_logprobs,
+            cfg=cfg,
+            scores=trace.scores,
+            difficulty=group_difficulty(trace.scores, rollout.group_ids),
+            rollout_logprobs=mu,
+        )
+    except ValueError as exc:
+        return f"This option cannot run on this batch: {exc}"
     st.session_state[KEY_RESULT] = (batch_key(state), result)
     adapters.register(adapters.UPDATED, lambda: (policy, int(policy.steps)))
-    return result
+    return ""
+
+
+def mu_markdown(result: Any) -> str:
+    """What mu did in the step: the gap d = log pi_old - log mu and the epoch-1 ratio to mu."""
+    if result.rollout_logprobs is None:
+        return ""
+    if result.mu_is_old:
+        return (
+            "The loss read **mu = pi_old** (the in-process float sampler is the trainer's own "
+            "model): pi_theta / mu = 1 at epoch 1 and the correction kept every token."
+        )
+    mask = result.response_mask.bool()
+    gap = (result.old_logprobs - result.rollout_logprobs)[mask]
+    ratio = torch.exp(result.logprobs_before - result.rollout_logprobs)[mask]
+    if not gap.numel():
+        return ""
+    return (
+        "Behaviour policy mu: d = log pi_old - log mu has mean |d| "
+        f"**{float(gap.abs().mean()):.2e}** (max {float(gap.abs().max()):.2e}); at epoch 1 "
+        "the ratio pi_theta / mu ranges "
+        f"**{float(ratio.min()):.4f} to {float(ratio.max()):.4f}**, not 1: the correction acts."
+    )
 
 
 def reset_adapter() -> None:
