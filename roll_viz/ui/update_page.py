@@ -76,8 +76,8 @@ MU_SOURCES = ("fp32", "bf16", "fp16", "int8", "top_p", "top_k")
 MU_LABELS = {
     **SOURCE_LABELS,
     "fp32": "fp32 = same as the trainer (mu = pi_old)",
-    "top_p": "top-p 0.9 sampler, processed log-probs",
-    "top_k": "top-k 50 sampler, processed log-probs",
+    "top_p": "top-p 0.9 sampler, processed log-probs (outside the nucleus: mu = pi_old)",
+    "top_k": "top-k 50 sampler, processed log-probs (outside the top 50: mu = pi_old)",
 }
 
 
