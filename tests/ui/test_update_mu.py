@@ -4,6 +4,7 @@ import re
 
 from streamlit.testing.v1 import AppTest
 
+from roll_viz.lm import update
 from roll_viz.ui import update_page as upd
 from tests.ui import apptest
 
@@ -88,3 +89,14 @@ def test_verl_has_no_extra_loss_select():
     at = open_page(fw="verl")
     assert upd.KEY_LOSS_OPTION not in keys(at)
     assert upd.KEY_MU not in keys(at)
+
+
+def test_a_mu_source_that_cannot_run_gives_one_message(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ValueError("int8: the quantized decode copy runs on the CPU only")
+
+    monkeypatch.setattr(update, "behaviour_logprobs", refuse)
+    at = open_page(fw="openrlhf", upd_loss="is_correction_level: token", upd_mu="int8")
+    click_step(at)
+    warnings = [w.value for w in at.warning]
+    assert any(w.startswith("This option cannot run on this batch: int8") for w in warnings)
