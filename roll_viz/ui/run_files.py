@@ -88,7 +88,7 @@ def run_file_panel() -> None:
     st.caption(
         f":material/folder_open: **From a run file**: {label}, {len(run.steps)} of "
         f"{run.settings.steps} steps on {text.md_escape(run.model or run.settings.model)}, "
-        f"status {text.md_escape(run.status)}. {run.settings.describe()}"
+        f"status {text.md_escape(run.status)}. {text.md_escape(run.settings.describe())}"
     )
     tr.curves([run], key="tr_file_curves")
     tr.scrubber(run, key="file")
