@@ -110,6 +110,10 @@ PATHS = {
     LOCAL_GLOBAL: ("[data-testid=rv-lg-instant][data-state=ready]", "rv-lg-G", "G", 1.0, 1.0),
 }
 NO_PANEL = "no instant panel on this page yet"
+#: sidebar knobs that live mode keeps in the Sample form, and that form's button key
+#: (``ui.state.KEY_SAMPLE_APPLY``; bench does not import ui)
+FORM_KNOBS = frozenset({"G"})
+SAMPLE_APPLY = "sample_apply"
 MOVE_TIMEOUT_MS = 180_000
 PANEL_WAIT_MS = 20_000
 
@@ -273,6 +277,9 @@ def server_path(
         thumb = _sidebar_thumb(page, key)
         thumb.focus()
         page.keyboard.press("ArrowLeft")
+        if key in FORM_KNOBS and q.get("live") == "true":
+            # live mode: G sits in the sidebar's Sample form and applies on its button
+            page.locator(f".st-key-{SAMPLE_APPLY} button").first.click()
         page.wait_for_function(MOVE_DONE_JS, arg=n, timeout=MOVE_TIMEOUT_MS)
         lat = page.evaluate(MOVE_LATENCY_JS)
         wait_idle(page)

@@ -9,8 +9,8 @@ bound to the query string). ``Session.run`` sends one rerun and reads the page u
 ``script_finished``: a ``RunResult`` with the time, the status, the exceptions and ``st.error``
 boxes drawn, the sliders / checkboxes (``Widget``) and a digest of the displayed content (every
 content element - markdown, plots, tables, metrics, html - in delta-path order; widgets,
-progress bars and download buttons left out, so a run that sampled and one that hit a cache
-read the same).
+progress bars, download buttons and invisible ``<script>`` html left out, so a run that sampled
+and one that hit a cache, and a session's first run and its later ones, read the same).
 
 Traffic goes only to 127.0.0.1; every read is bounded in time (``RUN_TIMEOUT_S``).
 """
@@ -352,6 +352,8 @@ class Session:
         elements.pop(path, None)
         if ek == "exception":
             result.exceptions.append(f"{body.type}: {body.message}")
+        elif ek == "html" and body.body.lstrip().startswith("<script"):
+            return  # an invisible script (the student-key cookie, first run only): not content
         elif ek in CONTENT_KINDS:
             if ek == "alert" and body.format == body.ERROR:
                 result.error_alerts.append(body.body)

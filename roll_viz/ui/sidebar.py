@@ -46,6 +46,7 @@ from roll_viz.ui.state import (
     KEY_PROMPTS,
     KEY_REWARD,
     KEY_REWARD_PARAM_PREFIX,
+    KEY_SAMPLE_APPLY,
     KEY_SEED,
     KEY_TEMPERATURE,
     MAX_GROUP_SIZE,
@@ -321,6 +322,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
 
     form.form_submit_button(
         "Sample",
+        key=KEY_SAMPLE_APPLY,
         type="primary",
         icon=":material/casino:",
         help="Apply the edits above (prompts, G, temperature, max tokens, seed, policy) and "

@@ -36,6 +36,8 @@ KEY_MAX_TOKENS = "T"
 KEY_SEED = "seed"
 KEY_POLICY = "policy"
 KEY_FAST = "fast"  # live sampling: answers drawn by the int8 decode copy
+#: the live sidebar form's "Sample" button (prompts, G, T, seed, policy apply on it)
+KEY_SAMPLE_APPLY = "sample_apply"
 KEY_INSTRUCTION = "instr"
 KEY_REWARD = "reward"
 KEY_REWARD_PARAM_PREFIX = "rp_"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from roll_viz import nav
 from roll_viz.bench import browser
+from roll_viz.ui.state import KEY_SAMPLE_APPLY
 
 # the run-state selectors, the observer and the waits are the benchmark's (one copy)
 APP, CONNECTED, IDLE = browser.APP, browser.CONNECTED, browser.IDLE
@@ -86,6 +87,14 @@ def press_slider(page, key: str, keys: str = "ArrowRight") -> None:
     thumb = page.locator(f".st-key-{key} input[type='range']").first
     thumb.focus()
     after_rerun(page, lambda: page.keyboard.press(keys))
+
+
+def press_form_slider(page, key: str, keys: str = "ArrowRight") -> None:
+    """Move a slider of the live sidebar's Sample form, then press Sample (one rerun)."""
+    thumb = page.locator(f".st-key-{key} input[type='range']").first
+    thumb.focus()
+    page.keyboard.press(keys)
+    after_rerun(page, lambda: page.locator(f".st-key-{KEY_SAMPLE_APPLY} button").first.click())
 
 
 def slider_value(page, key: str) -> str:

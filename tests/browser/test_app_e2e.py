@@ -160,7 +160,7 @@ def test_knobs_change_the_url_and_the_numbers(server, page):
         after = _numbers(page)
         assert after != before, f"moving {key} did not change the sweep"
         before = after
-    sp.press_slider(page, "G", "ArrowLeft")  # live data: resamples 8 prompts x 7
+    sp.press_form_slider(page, "G", "ArrowLeft")  # live: G applies on Sample (8 prompts x 7)
     assert sp.exceptions(page) == []
     assert sp.query(page.url)["G"] == MOVED["G"]
     assert _numbers(page) != before

@@ -9,7 +9,8 @@ Both are the same widget key: the URL's ``G=`` and the instant knobs' release dr
 from __future__ import annotations
 
 from roll_viz import ui
-from roll_viz.ui import resources
+from roll_viz.bench import classroom
+from roll_viz.ui import resources, state
 from tests.ui.apptest import open_page
 
 
@@ -57,3 +58,9 @@ def test_preset_g_subsets_at_once_and_keeps_the_url_binding():
     assert not at.exception, [e.message for e in at.exception]
     assert _rows_per_prompt(at) == 3
     assert at.session_state[ui.KEY_G] == 3  # the bound key (the browser writes G= to the URL)
+
+
+def test_the_classroom_benchmark_presses_the_forms_sample_button():
+    """bench may not import ui: its copy of the button key must stay the sidebar's."""
+    assert classroom.SAMPLE_APPLY == state.KEY_SAMPLE_APPLY
+    assert state.KEY_G in classroom.FORM_KNOBS
