@@ -17,8 +17,14 @@ with ui.page_guard("Update"):
     mask = rollout.response_mask
 
     main, side = st.columns([3, 1], gap="large")
+    with main:  # first: its field check reads the link before any bound select rewrites it
+        lr, epochs, minibatches = upd.controls()
     with side:
         health_ui.batch_health(state, key="upd_health", era="update", below=main)
+        # beside the step, not above it: the step's first figure stays in a projector's screen
+        with ui.folded("Loss option and behaviour policy mu"):
+            option_label, loss_keys = upd.loss_option(state.framework)
+            mu_source = upd.mu_control(rollout, upd.needs(state, loss_keys))
         ui.explainer(
             "Press the button and the app takes **one real optimizer step** on the model with the "
             "advantages of the Advantages page, through a small **LoRA adapter** that belongs to "
@@ -34,9 +40,6 @@ with ui.page_guard("Update"):
     bundle = ui.ensure_model(state.model)  # says so on the model's first use
     problem = upd.model_problem(rollout, bundle)
     with main:
-        lr, epochs, minibatches = upd.controls()
-        option_label, loss_keys = upd.loss_option(state.framework)
-        mu_source = upd.mu_control(rollout, upd.needs(state, loss_keys))
         if problem:
             st.info(problem + " Sample a live batch with the loaded model to take a step.")
             st.button("Use the live model", key="upd_go_live", on_click=ui.go_live)

@@ -2,6 +2,7 @@
 
 import re
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from roll_viz.lm import update
@@ -9,6 +10,15 @@ from roll_viz.ui import update_page as upd
 from tests.ui import apptest
 
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
+
+
+@pytest.fixture(autouse=True)
+def _reset_adapter_after():
+    """AppTests share one session id, so the session-scoped adapter would outlive the test:
+    press the page's Reset afterwards, as the next test expects a fresh adapter."""
+    yield
+    at = apptest.open_page("update", **LIVE)
+    at.button(key=upd.KEY_RESET).click().run()
 
 
 def open_page(**params: str) -> AppTest:
