@@ -188,7 +188,9 @@ def test_server_gone_mid_request(bundle, server, engine):
     worker = threading.Thread(target=long_request)
     worker.start()
     time.sleep(3.0)
-    os.kill(pid, signal.SIGTERM)
+    # gone, not shut down: SIGTERM lets vLLM drain the request (it may then succeed); the server
+    # leads its own process group (start_new_session), so this kills it with its engine core
+    os.killpg(pid, signal.SIGKILL)
     worker.join(120)
     if own:
         own.stop()
