@@ -7,11 +7,7 @@ import re
 
 import pytest
 
-from roll_viz.lm.engine import LocalEngine
 from roll_viz.ui import mismatch_page as mp
-from roll_viz.ui import rollout_engine
-from roll_viz.ui.resources import cached_models
-from tests.lm.engine_stub import Stub
 from tests.ui.apptest import open_page, router
 
 
@@ -131,18 +127,6 @@ def test_engine_source_without_an_engine_batch_says_why():
     ):
         assert not at.exception, [e.message for e in at.exception]
         assert any("rollout engine" in i.value for i in at.info)
-
-
-@pytest.fixture
-def stub_engine(monkeypatch):
-    """An OpenAI-compatible stub over the tiny model (fp32), configured as the operator's engine."""
-    stub = Stub(LocalEngine(cached_models("tiny")))
-    monkeypatch.setenv("ROLL_VIZ_ENGINE", stub.url)
-    monkeypatch.setenv("ROLL_VIZ_ENGINE_SPEC", "tiny")
-    rollout_engine._probe.clear()
-    yield stub
-    stub.close()
-    rollout_engine._probe.clear()
 
 
 def test_engine_mu_against_the_float32_trainer(stub_engine):

@@ -8,10 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from roll_viz.lm.engine import LocalEngine
 from roll_viz.ui import rollout_engine
-from roll_viz.ui.resources import cached_models
-from tests.lm.engine_stub import Stub
 from tests.ui.apptest import open_page
 
 
@@ -52,18 +49,6 @@ def test_no_engine_configured_shows_nothing(monkeypatch):
     monkeypatch.delenv("ROLL_VIZ_ENGINE", raising=False)
     at = open_page("kl")
     assert not any("answers from" in c.value for c in at.sidebar.caption)
-
-
-@pytest.fixture
-def stub_engine(monkeypatch):
-    """An OpenAI-compatible stub over the tiny model, configured as the operator's engine."""
-    stub = Stub(LocalEngine(cached_models("tiny")))
-    monkeypatch.setenv("ROLL_VIZ_ENGINE", stub.url)
-    monkeypatch.setenv("ROLL_VIZ_ENGINE_SPEC", "tiny")
-    rollout_engine._probe.clear()
-    yield stub
-    stub.close()
-    rollout_engine._probe.clear()
 
 
 def test_live_page_answers_from_the_engine(stub_engine):
