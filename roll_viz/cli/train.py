@@ -20,6 +20,8 @@ import sys
 from typing import Any
 
 from roll_viz.core import pipeline
+from roll_viz.core.pipeline.eras import ERAS
+from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, SAMPLERS
 from roll_viz.lm.models import ModelNotFoundError, load_models
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import Trainer
@@ -88,6 +90,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clip-eps", type=float, default=0.2)
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--sample-every", type=int, default=5, help="write samples every k steps")
+    p.add_argument(
+        "--era",
+        choices=tuple(ERAS),
+        default=None,
+        help="start from an era preset's config for the framework (core.pipeline.eras; "
+        "defaults_2026 also drops zero-variance groups); --config and --adv-estimator override",
+    )
+    p.add_argument(
+        "--filter-zero-variance",
+        action="store_true",
+        help="drop the groups whose rewards are all equal before the advantages",
+    )
+    p.add_argument(
+        "--loss-option",
+        default=DEFAULT_OPTION,
+        help=f"a loss option of the framework (lm.loss_options): {', '.join(OPTION_IDS)}",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default="fp32",
+        help="who draws the tokens (the behaviour policy mu); fp32 = the trainer itself",
+    )
     p.add_argument("--label", default="")
     p.add_argument("--model", default=None, help="model spec (default: ROLL_VIZ_MODEL/bundled)")
     p.add_argument("--device", default=None)
@@ -98,8 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, model: str) -> Any:
     """TrainSettings from parsed arguments (ValueError on a bad combination)."""
-    config = _pairs(args.config, "--config")
-    config[pipeline.ESTIMATOR_KEY[args.framework]] = args.adv_estimator
+    era = ERAS[args.era] if args.era else None
+    config = era.config(args.framework) if era else {}
+    config.update(_pairs(args.config, "--config"))
+    est_key = pipeline.ESTIMATOR_KEY[args.framework]
+    if era is None or args.adv_estimator != build_parser().get_default("adv_estimator"):
+        config[est_key] = args.adv_estimator
     reward = RewardChoice.single(args.reward, **_pairs(args.reward_param, "--reward-param"))
     return TrainSettings(
         prompts=tuple(args.prompt),
@@ -125,6 +154,9 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
         sample_every=args.sample_every,
         model=model,
         label=args.label,
+        loss_option=args.loss_option,
+        sampler=args.sampler,
+        filter_zero_variance=args.filter_zero_variance or bool(era and era.filter_zero_variance),
     )
 
 

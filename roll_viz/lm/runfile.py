@@ -15,7 +15,8 @@ runs made elsewhere reads the same lines). UTF-8, one JSON object per line:
   ``settings`` keys: prompts [str], group_size, max_new_tokens, temperature, top_p, seed, steps,
   reward {"terms": [[name, weight, {param: value}]], "noise_sigma", "noise_seed"}, framework,
   config {dialect key: value}, beta_mode ("fixed" | "adaptive"), beta, target_kl, horizon, lr,
-  lora_rank, lora_alpha, clip_eps, ppo_epochs, sample_every, model, label.
+  lora_rank, lora_alpha, clip_eps, ppo_epochs, minibatches, sample_every, model, label, pods_m,
+  loss_option, sampler, filter_zero_variance (a file without one of these reads its default).
 
 - then one line per step, in order, ``step`` counting from 0::
 
@@ -66,6 +67,7 @@ from torch import Tensor
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.core.records import Rollout
+from roll_viz.lm.loss_options import DEFAULT_OPTION, SAMPLERS, option_keys, options_for
 from roll_viz.rewards import (
     EXTRA_PARAMS,
     EXTRA_REWARDS,
@@ -210,6 +212,14 @@ class TrainSettings:
         label: a short name for charts.
         pods_m: PODS: sample ``group_size`` = n per prompt, train on the m with the largest
             reward variance (0 = train on all n). Advantages are then normalized over the kept m.
+        loss_option: a loss option of ``lm.loss_options.LOSS_OPTIONS`` for this framework (its
+            keys are set on the loss config; ``DEFAULT_OPTION``: the shipped defaults).
+        sampler: who draws the tokens (``lm.loss_options.SAMPLERS``): "fp32" is the trainer
+            itself (mu = pi_old); the others are the behaviour policy mu whose log-probs reach
+            the update as ``rollout_logprobs``.
+        filter_zero_variance: drop the groups whose rewards are all exactly equal before the
+            advantages (dynamic sampling without the refill); a step where every group is flat
+            makes no update.
     """
 
     prompts: tuple[str, ...]
@@ -236,6 +246,9 @@ class TrainSettings:
     model: str = "smollm2"
     label: str = ""
     pods_m: int = 0
+    loss_option: str = DEFAULT_OPTION
+    sampler: str = "fp32"
+    filter_zero_variance: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.prompts, str):
@@ -273,9 +286,17 @@ class TrainSettings:
             problems.append("sample_every must be >= 1")
         if self.ppo_epochs < 1:
             problems.append("ppo_epochs must be >= 1")
+        if self.sampler not in SAMPLERS:
+            problems.append(f"sampler must be one of {SAMPLERS}")
+        if dialect is not None and self.loss_option not in options_for(self.framework):
+            problems.append(
+                f"loss_option must be one of {sorted(options_for(self.framework))} "
+                f"for {dialect.LABEL}"
+            )
         if problems:
             raise ValueError("invalid TrainSettings: " + "; ".join(problems))
         pipeline.resolve_config(self.framework, self.dialect_config())  # raises on a bad key
+        pipeline.resolve_config(self.framework, loss_config(self, self.beta))
 
     def dialect_config(self, beta: float | None = None) -> dict[str, Any]:
         """The dialect config of one step: ``config`` plus beta and the controller keys.
@@ -338,10 +359,17 @@ class TrainSettings:
             if self.beta_mode == "adaptive"
             else f"beta {self.beta:g}"
         )
+        extras = []
+        if self.loss_option != DEFAULT_OPTION:
+            extras.append(f", {self.loss_option}")
+        if self.sampler != "fp32":
+            extras.append(f", sampler {self.sampler}")
+        if self.filter_zero_variance:
+            extras.append(", zero-variance groups dropped")
         return (
             f"{self.framework} / {self.estimator}, {beta}, reward {self.reward.label()}, "
             f"lr {self.lr:g}, LoRA r{self.lora_rank}, {len(self.prompts)} prompts x "
-            f"{self.group_size} x {self.max_new_tokens} tokens"
+            f"{self.group_size} x {self.max_new_tokens} tokens" + "".join(extras)
         )
 
 
@@ -349,10 +377,12 @@ def loss_config(settings: TrainSettings, beta: float) -> dict[str, Any]:
     """The dialect keys the loss reads (``core.pipeline.losses``) for one update.
 
     The step's dialect config (beta included: TRL's loss KL, OpenRLHF's KL loss when
-    ``use_loss``) plus the clip range ``clip_eps`` under the framework's own key(s) (unless the
-    config sets them); every other loss key keeps the framework's shipped default.
+    ``use_loss``), the keys of the run's ``loss_option``, plus the clip range ``clip_eps`` under
+    the framework's own key(s) (unless the config sets them); every other loss key keeps the
+    framework's shipped default.
     """
     cfg = settings.dialect_config(beta)
+    cfg.update(option_keys(settings.framework, settings.loss_option))
     for key in dialects.get(settings.framework).CLIP_KEYS:
         cfg.setdefault(key, settings.clip_eps)
     return cfg

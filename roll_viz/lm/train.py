@@ -37,13 +37,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roll_viz.core import pipeline
-from roll_viz.core.ops import masked_mean
+from roll_viz.core.ops import group_stats, masked_mean
 from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.lora import LoraPolicy
@@ -69,12 +70,54 @@ def _seq_mean(x: Tensor, mask: Tensor) -> float:
     return float(masked_mean(x.double(), mask.double(), dim=-1).mean())
 
 
+def zero_variance_rows(scores: Tensor, group_ids: Tensor) -> Tensor:
+    """(B,) bool: rows of groups of two or more whose rewards are all exactly equal."""
+    stats = group_stats(scores.double(), group_ids.long(), ddof=1)
+    return (stats.count > 1) & (stats.std == 0)
+
+
+def drop_groups(rollout: Rollout, scores: Tensor, keep: Tensor) -> tuple[Rollout, Tensor, Tensor]:
+    """The rows ``keep`` (B,) bool of whole groups, prompts and group ids renumbered 0..P'-1.
+
+    Returns:
+        (the rollout of the kept rows, their scores, (B',) their indices in ``rollout``).
+    """
+    rows = torch.nonzero(keep).flatten()
+    sub = select_rows(rollout, rows)
+    uniq, inverse = torch.unique(sub.group_ids, return_inverse=True)
+    kept = uniq.tolist()
+    greedy = rollout.greedy_responses
+    sub = replace(
+        sub,
+        prompts=tuple(rollout.prompts[g] for g in kept),
+        group_ids=inverse.to(rollout.group_ids.dtype),
+        greedy_responses=tuple(greedy[g] for g in kept) if greedy else greedy,
+    )
+    return sub, scores[rows], rows
+
+
+def _seen_advantages(seen: Rollout, rows: Tensor | None, trace: Trace | None) -> Tensor:
+    """(B, T) advantages of every sample of the step: 0 on the rows a filter dropped.
+
+    ``rows``: the indices into ``seen`` of the trace's rows (None: all of them).
+    """
+    if trace is None:
+        return torch.zeros_like(seen.response_mask, dtype=torch.float64)
+    if rows is None:
+        return trace.advantages.double()
+    out = torch.zeros_like(seen.response_mask, dtype=torch.float64)
+    out[rows] = trace.advantages.double()
+    return out
+
+
 def step_metrics(
     settings: TrainSettings,
     rollout: Rollout,
     scores: Tensor,
-    trace: Trace,
+    trace: Trace | None,
     update_metrics: Mapping[str, Any],
+    trained: Rollout | None = None,
+    beta: float | None = None,
 ) -> dict:
     """The metric dict of one step (see the module docstring).
 
@@ -82,14 +125,18 @@ def step_metrics(
         settings: the run's settings.
         rollout: the step's samples (B rows).
         scores: (B,) raw rewards.
-        trace: the pipeline's trace of this step.
+        trace: the pipeline's trace of this step (None: every group was dropped, no update).
         update_metrics: numbers the update reported (clip_frac, loss, grad_norm, ...).
+        trained: the rows the advantages and the update were computed on, when a filter
+            dropped some (None: all of ``rollout``).
+        beta: the step's KL coefficient when there is no trace (None: ``settings.beta``).
 
     Returns:
         Plain-number dict.
     """
     mask = rollout.response_mask.double()
     valid = mask.bool()
+    trained = rollout if trained is None else trained
     P = len(rollout.prompts)
     gids = rollout.group_ids
     per_prompt = [float(scores[gids == p].mean()) for p in range(P)]
@@ -99,18 +146,25 @@ def step_metrics(
     ]
     est = settings.kl_estimator
     # the trace's KL is the dialect's own estimator with its clamps: what its controller saw
-    kl_est = trace.kl.double()
-    adv = trace.advantages[valid].double()
+    if trace is None:
+        beta = settings.beta if beta is None else beta
+        kl_value, next_beta = 0.0, beta
+        adv = torch.zeros(0, dtype=torch.float64)
+    else:
+        trained_mask = trained.response_mask.double()
+        kl_value = _seq_mean(trace.kl.double(), trained_mask)
+        beta, next_beta = float(trace.kl_coef), float(trace.next_kl_coef)
+        adv = trace.advantages[trained_mask.bool()].double()
     upd = {k: float(v) for k, v in update_metrics.items() if isinstance(v, int | float)}
     return {
         "reward_mean": float(scores.mean()),
         "reward_std": float(scores.std(unbiased=False)) if scores.numel() > 1 else 0.0,
         "reward_per_prompt": [round(v, 6) for v in per_prompt],
         "kl_exact": _seq_mean(rollout.exact_kl, mask),
-        "kl_est": _seq_mean(kl_est, mask),
+        "kl_est": kl_value,
         "kl_estimator": est,
-        "beta": float(trace.kl_coef),
-        "next_beta": float(trace.next_kl_coef),
+        "beta": beta,
+        "next_beta": next_beta,
         "entropy": float(rollout.entropy.double()[valid].mean()) if bool(valid.any()) else 0.0,
         "response_length": float(mask.sum(-1).mean()),
         "eos_share": sum(f == "eos" for f in rollout.finish_reasons) / len(rollout.finish_reasons),
@@ -250,14 +304,27 @@ class Trainer:
             }
             rollout, scores = select_rows(rollout, rows), scores[rows]
         t2 = time.perf_counter()
-        batch = batch_from_rollout(rollout, scores, values=torch.zeros_like(rollout.response_mask))
-        trace = pipeline.run(batch, s.framework, s.dialect_config(self.beta), self.running)
+        seen, seen_scores = rollout, scores  # the step's samples, before any group is dropped
+        filter_stats, kept_rows = {}, None
+        if s.filter_zero_variance:
+            flat = zero_variance_rows(scores, rollout.group_ids)
+            filter_stats = {"filtered_share": float(flat.float().mean())}
+            rollout, scores, kept_rows = drop_groups(rollout, scores, ~flat)
+        upd: dict[str, float] = {}
+        trace = None
+        if rollout.group_ids.numel():
+            batch = batch_from_rollout(
+                rollout, scores, values=torch.zeros_like(rollout.response_mask)
+            )
+            trace = pipeline.run(batch, s.framework, s.dialect_config(self.beta), self.running)
         t3 = time.perf_counter()
         self.policy.check()
-        upd = self._update(rollout, trace)
+        if trace is not None:
+            upd = self._update(rollout, trace)
         t4 = time.perf_counter()
-        metrics = step_metrics(s, rollout, scores, trace, upd)
+        metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
         metrics.update(pods_stats)
+        metrics.update(filter_stats)
         metrics["seconds"] = {
             "sample": t1 - t0,
             "score": t2 - t1,
@@ -265,13 +332,15 @@ class Trainer:
             "update": t4 - t3,
             "total": t4 - t0,
         }
-        samples = (
-            StepSamples.from_rollout(rollout, scores, trace.advantages) if keep_samples else None
-        )
+        samples = None
+        if keep_samples:
+            advantages = _seen_advantages(seen, kept_rows, trace)
+            samples = StepSamples.from_rollout(seen, seen_scores, advantages)
         record = StepRecord(step=self.step, metrics=_round_metrics(metrics), samples=samples)
-        self.running = trace.running
-        if s.beta_mode == "adaptive":
-            self.beta = float(trace.next_kl_coef)
+        if trace is not None:  # a step with every group dropped leaves the controller as it was
+            self.running = trace.running
+            if s.beta_mode == "adaptive":
+                self.beta = float(trace.next_kl_coef)
         self.step += 1
         return record
 

@@ -21,6 +21,7 @@ import torch
 from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.behaviour import SOURCE_LABELS
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
+from roll_viz.lm.loss_options import DEFAULT_OPTION, LOSS_OPTIONS, OPTION_IDS
 from roll_viz.lm.update import (
     UpdateConfig,
     behaviour_mu,
@@ -50,27 +51,6 @@ LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
 MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
 
-#: loss options per framework that read more than log-probs: option (shown and in the URL) ->
-#: the loss keys it sets (ROLL topr reads the scores, difficulty_loss_weight each sample's
-#: difficulty, the corrections the sampler's log-probs mu)
-LOSS_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "roll": {
-        "pg_variant: topr": {"pg_variant": "topr"},
-        "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
-    },
-    "openrlhf": {
-        "is_correction_level: token": {"is_correction_level": "token"},
-        "is_correction_level: seq": {"is_correction_level": "seq"},
-    },
-    "trl": {
-        "vllm_importance_sampling_mode: token_truncate": {
-            "vllm_importance_sampling_mode": "token_truncate"
-        },
-    },
-}
-DEFAULT_OPTION = "shipped defaults"
-#: every option a link may carry (the ones of another framework fall back to the default)
-OPTION_IDS = (DEFAULT_OPTION, *sorted({k for opts in LOSS_OPTIONS.values() for k in opts}))
 #: the behaviour sources offered for mu (lm.behaviour), the trainer's own path first
 MU_SOURCES = ("fp32", "bf16", "fp16", "int8", "top_p", "top_k")
 MU_LABELS = {

@@ -1,0 +1,70 @@
+"""The loss options and behaviour samplers the Update and Training pages offer, in one table.
+
+``LOSS_OPTIONS``: per framework, the loss options that read more than log-probs, under the name
+shown and put in links (the framework's own key and value), mapped to the loss keys they set.
+ROLL ``topr`` reads the scores, ``difficulty_loss_weight`` each sample's difficulty, the
+corrections (OpenRLHF ``is_correction_*``, TRL ``vllm_importance_sampling_*``) the sampler's
+log-probs mu. ``DEFAULT_OPTION`` keeps every loss key at the framework's shipped default.
+
+``SAMPLERS``: who draws the training tokens (the behaviour policy mu). ``fp32`` is the trainer's
+own float32 path (mu = pi_old exactly); ``bf16`` / ``int8`` decode with those weights (the
+adapter merged in); ``top_p`` / ``top_k`` draw from the truncated distribution and report its
+processed log-probs. ``lm.train.Trainer`` samples with them; the Update page scores an existing
+batch with the ``lm.behaviour`` sources of the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll_viz.core.pipeline import dialects
+
+LOSS_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "roll": {
+        "pg_variant: topr": {"pg_variant": "topr"},
+        "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
+    },
+    "openrlhf": {
+        "is_correction_level: token": {"is_correction_level": "token"},
+        "is_correction_level: seq": {"is_correction_level": "seq"},
+    },
+    "trl": {
+        "vllm_importance_sampling_mode: token_truncate": {
+            "vllm_importance_sampling_mode": "token_truncate"
+        },
+    },
+}
+DEFAULT_OPTION = "shipped defaults"
+#: every option a link may carry (the ones of another framework fall back to the default)
+OPTION_IDS = (DEFAULT_OPTION, *sorted({k for opts in LOSS_OPTIONS.values() for k in opts}))
+
+#: the samplers a training run may draw its tokens with, the trainer's own path first
+SAMPLERS = ("fp32", "bf16", "int8", "top_p", "top_k")
+SAMPLER_LABELS = {
+    "fp32": "fp32 = the trainer (mu = pi_old)",
+    "bf16": "bf16 decode (adapter merged)",
+    "int8": "int8 decode (adapter merged, CPU)",
+    "top_p": "top-p 0.9, processed log-probs",
+    "top_k": "top-k 50, processed log-probs",
+}
+#: the truncation of the processed samplers
+SAMPLER_TOP_P = 0.9
+SAMPLER_TOP_K = 50
+
+
+def options_for(framework: str) -> dict[str, dict[str, Any]]:
+    """The loss options offered for one framework, the shipped defaults first."""
+    return {DEFAULT_OPTION: {}, **LOSS_OPTIONS.get(framework, {})}
+
+
+def option_keys(framework: str, option: str) -> dict[str, Any]:
+    """The loss keys ``option`` sets for ``framework`` (a copy; {} for the defaults).
+
+    Raises:
+        ValueError: the option is not offered for that framework.
+    """
+    offered = options_for(framework)
+    if option not in offered:
+        label = dialects.get(framework).LABEL if framework in dialects.DIALECTS else framework
+        raise ValueError(f"loss option {option!r} is not one of {label}'s: {sorted(offered)}")
+    return dict(offered[option])
