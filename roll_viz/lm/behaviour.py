@@ -154,15 +154,32 @@ def _token_logprobs(
 def _replay_int8(
     bundle: ModelBundle, contexts: list[list[int]], ids: Tensor, mask: Tensor, temperature: float
 ) -> tuple[Tensor, Tensor] | None:
-    """The int8 decode loop's log mu of every forced token, and whether it was that step's argmax.
+    """The int8 decode loop's log mu of every forced token (``replay_lean`` with int8)."""
+    return replay_lean(bundle, "int8", contexts, ids, mask, temperature)
 
-    None when the lean step does not support the model.
+
+def replay_lean(
+    bundle: ModelBundle,
+    weights: str,
+    contexts: list[list[int]],
+    ids: Tensor,
+    mask: Tensor,
+    temperature: float,
+) -> tuple[Tensor, Tensor] | None:
+    """A lean decode step's log mu of every forced token, and whether it was that step's argmax.
+
+    None when the lean step does not support the model. Caller holds ``bundle.lock`` inside
+    ``torch.inference_mode()``.
 
     The decode loop's own steps with the sampled token forced at each one: float prefill of the
-    left-padded contexts, its cache moved into the lean step's buffers, then one int8 step per
-    token (finished rows feed the pad token, as in ``decode_batch``).
+    left-padded contexts, its cache moved into the lean step's buffers, then one step per token
+    with the ``weights`` ("int8", "bf16") copy (finished rows feed the pad token, as in
+    ``decode_batch``). These are the log-probs the decode drew each token with.
+
+    Returns:
+        ((B, T) log-probs, (B, T) bool argmax) on the bundle's device, or None.
     """
-    lean = _lean_decoder(bundle, "int8")
+    lean = _lean_decoder(bundle, weights)
     if lean is None:
         return None
     device, pad = bundle.device, bundle.pad_id

@@ -8,9 +8,11 @@ log-probs mu. ``DEFAULT_OPTION`` keeps every loss key at the framework's shipped
 
 ``SAMPLERS``: who draws the training tokens (the behaviour policy mu). ``fp32`` is the trainer's
 own float32 path (mu = pi_old exactly); ``bf16`` / ``int8`` decode with those weights (the
-adapter merged in); ``top_p`` / ``top_k`` draw from the truncated distribution and report its
-processed log-probs. ``lm.train.Trainer`` samples with them; the Update page scores an existing
-batch with the ``lm.behaviour`` sources of the same names.
+adapter merged in); ``top_p`` draws from the nucleus and reports its processed log-probs. A
+top-k sampler is not offered for training: the decode loop draws with top-p only (the Update
+page scores top-k processed log-probs on an existing batch). ``lm.behaviour_sampler`` draws a
+training step with them; the Update page scores an existing batch with the ``lm.behaviour``
+sources of the same names.
 """
 
 from __future__ import annotations
@@ -39,17 +41,15 @@ DEFAULT_OPTION = "shipped defaults"
 OPTION_IDS = (DEFAULT_OPTION, *sorted({k for opts in LOSS_OPTIONS.values() for k in opts}))
 
 #: the samplers a training run may draw its tokens with, the trainer's own path first
-SAMPLERS = ("fp32", "bf16", "int8", "top_p", "top_k")
+SAMPLERS = ("fp32", "bf16", "int8", "top_p")
 SAMPLER_LABELS = {
     "fp32": "fp32 = the trainer (mu = pi_old)",
     "bf16": "bf16 decode (adapter merged)",
     "int8": "int8 decode (adapter merged, CPU)",
-    "top_p": "top-p 0.9, processed log-probs",
-    "top_k": "top-k 50, processed log-probs",
+    "top_p": "top-p 0.9 draws, processed log-probs",
 }
-#: the truncation of the processed samplers
+#: the nucleus of the processed sampler (the run's own top_p when smaller)
 SAMPLER_TOP_P = 0.9
-SAMPLER_TOP_K = 50
 
 
 def options_for(framework: str) -> dict[str, dict[str, Any]]:

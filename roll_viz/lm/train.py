@@ -37,21 +37,21 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roll_viz.core import pipeline
-from roll_viz.core.ops import group_stats, masked_mean
+from roll_viz.core.ops import masked_mean
 from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
+from roll_viz.lm import train_batch
+from roll_viz.lm.behaviour_sampler import draw
 from roll_viz.lm.lora import LoraPolicy
 from roll_viz.lm.reaper import Cancelled, release_later
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import StepRecord, StepSamples, TrainRun, TrainSettings, loss_config
-from roll_viz.lm.sampling import sample
 from roll_viz.lm.step_queue import TRAIN_QUEUE, StepQueue
 from roll_viz.lm.threads import lower_priority
 from roll_viz.lm.update import UpdateConfig, group_difficulty, update_step
@@ -68,46 +68,6 @@ def _seq_mean(x: Tensor, mask: Tensor) -> float:
     if x.shape[0] == 0:
         return 0.0
     return float(masked_mean(x.double(), mask.double(), dim=-1).mean())
-
-
-def zero_variance_rows(scores: Tensor, group_ids: Tensor) -> Tensor:
-    """(B,) bool: rows of groups of two or more whose rewards are all exactly equal."""
-    stats = group_stats(scores.double(), group_ids.long(), ddof=1)
-    return (stats.count > 1) & (stats.std == 0)
-
-
-def drop_groups(rollout: Rollout, scores: Tensor, keep: Tensor) -> tuple[Rollout, Tensor, Tensor]:
-    """The rows ``keep`` (B,) bool of whole groups, prompts and group ids renumbered 0..P'-1.
-
-    Returns:
-        (the rollout of the kept rows, their scores, (B',) their indices in ``rollout``).
-    """
-    rows = torch.nonzero(keep).flatten()
-    sub = select_rows(rollout, rows)
-    uniq, inverse = torch.unique(sub.group_ids, return_inverse=True)
-    kept = uniq.tolist()
-    greedy = rollout.greedy_responses
-    sub = replace(
-        sub,
-        prompts=tuple(rollout.prompts[g] for g in kept),
-        group_ids=inverse.to(rollout.group_ids.dtype),
-        greedy_responses=tuple(greedy[g] for g in kept) if greedy else greedy,
-    )
-    return sub, scores[rows], rows
-
-
-def _seen_advantages(seen: Rollout, rows: Tensor | None, trace: Trace | None) -> Tensor:
-    """(B, T) advantages of every sample of the step: 0 on the rows a filter dropped.
-
-    ``rows``: the indices into ``seen`` of the trace's rows (None: all of them).
-    """
-    if trace is None:
-        return torch.zeros_like(seen.response_mask, dtype=torch.float64)
-    if rows is None:
-        return trace.advantages.double()
-    out = torch.zeros_like(seen.response_mask, dtype=torch.float64)
-    out[rows] = trace.advantages.double()
-    return out
 
 
 def step_metrics(
@@ -208,7 +168,8 @@ class Trainer:
         self.beta = float(settings.beta)
         self.running = None
         self.step = 0
-        # (cfg, policy, step) -> Rollout; None: in-process ``sample`` (an engine sets its own)
+        self._step_mu: Tensor | None = None  # (B, T) log mu of the rows being trained
+        # (cfg, policy, step) -> Rollout; None: ``behaviour_sampler.draw`` (an engine sets its own)
         self.sampler: Callable[[SamplingConfig, LoraPolicy, int], Rollout] | None = None
 
     def close(self) -> None:
@@ -238,10 +199,11 @@ class Trainer:
             framework=s.framework,
             loss_config=loss_config(s, self.beta),
             cfg=cfg,
-            # read only by the loss options that need them (ROLL topr, difficulty_loss_weight);
-            # no rollout_logprobs: the in-process sampler is the trainer's model, mu = pi_old
+            # read only by the loss options that need them (ROLL topr, difficulty_loss_weight,
+            # a train/rollout correction: mu of the run's sampler, run_step's ``_step_mu``)
             scores=trace.scores,
             difficulty=group_difficulty(trace.scores, rollout.group_ids),
+            rollout_logprobs=self._step_mu,
         )
         last = result.epochs[-1]
         clip = [
@@ -286,10 +248,12 @@ class Trainer:
             topk=1,
             feature_dim=1,
         )
+        mu: Tensor | None = None  # the sampler's log-probs of the tokens (None: an engine's)
         if self.sampler is not None:
             rollout = self.sampler(cfg, self.policy, self.step)
         else:
-            rollout = sample(self.bundle, cfg, source=self.policy)
+            drawn = draw(self.policy, cfg, s.sampler)
+            rollout, mu = drawn.rollout, drawn.mu
         t1 = time.perf_counter()
         prompts = [rollout.prompts[int(g)] for g in rollout.group_ids]
         scores = s.reward.score(prompts, rollout.responses, step=self.step)
@@ -303,13 +267,15 @@ class Trainer:
                 "pods_std_kept": float(torch.gather(groups, 1, kept).std(dim=1).mean()),
             }
             rollout, scores = select_rows(rollout, rows), scores[rows]
+            mu = None if mu is None else mu[rows]
         t2 = time.perf_counter()
         seen, seen_scores = rollout, scores  # the step's samples, before any group is dropped
         filter_stats, kept_rows = {}, None
         if s.filter_zero_variance:
-            flat = zero_variance_rows(scores, rollout.group_ids)
+            flat = train_batch.zero_variance_rows(scores, rollout.group_ids)
             filter_stats = {"filtered_share": float(flat.float().mean())}
-            rollout, scores, kept_rows = drop_groups(rollout, scores, ~flat)
+            rollout, scores, kept_rows = train_batch.drop_groups(rollout, scores, ~flat)
+        self._step_mu = mu if mu is None or kept_rows is None else mu[kept_rows]
         upd: dict[str, float] = {}
         trace = None
         if rollout.group_ids.numel():
@@ -325,6 +291,8 @@ class Trainer:
         metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
         metrics.update(pods_stats)
         metrics.update(filter_stats)
+        if mu is not None:
+            metrics.update(train_batch.mismatch_metrics(s, seen, mu, self.beta))
         metrics["seconds"] = {
             "sample": t1 - t0,
             "score": t2 - t1,
@@ -334,7 +302,7 @@ class Trainer:
         }
         samples = None
         if keep_samples:
-            advantages = _seen_advantages(seen, kept_rows, trace)
+            advantages = train_batch.seen_advantages(seen, kept_rows, trace)
             samples = StepSamples.from_rollout(seen, seen_scores, advantages)
         record = StepRecord(step=self.step, metrics=_round_metrics(metrics), samples=samples)
         if trace is not None:  # a step with every group dropped leaves the controller as it was
