@@ -508,6 +508,7 @@ def loss_from_spec(
         dl_dlogp = -weight * adv
         clipped_high = (~positive) & (r > 1.0) & mask
         extra["topr_positive"] = positive & mask
+        extra["topr_positive_unit"] = positive[:, :1]  # (B, 1), empty rows included: for metrics
     elif spec.kind == "kimi":
         pg = -adv * lp + 0.5 * spec.kimi_tau * (lp - old) ** 2
         dl_dlogp = -adv + spec.kimi_tau * d
@@ -686,6 +687,8 @@ def loss_from_spec(
         extra=extra,
         row_weights=row_w[:, 0],
         metric_notes={},
+        logp=lp.detach(),
+        ref=ref,
     )
     metric_values = metrics(ctx)
     return LossResult(
@@ -784,6 +787,8 @@ class MetricContext:
     extra: dict | None = None  # kind-specific (B, T) pieces (dppo valid mask, vespo phi, ...)
     row_weights: Tensor | None = None  # (B,) ROLL per-sample weights (ones when off)
     metric_notes: dict | None = None  # filled by the metric function: name -> note
+    logp: Tensor | None = None  # (B, T) current log-probs (detached), for logged-only metrics
+    ref: Tensor | None = None  # (B, T) reference log-probs when given (KL logged with it off)
 
     def token_mean(self, x: Tensor) -> float:
         """Token-mean of a (B, T) quantity over the valid tokens."""

@@ -38,6 +38,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     make_trace,
     num,
 )
+from roll_viz.core.pipeline.kl import token_kl
 from roll_viz.core.pipeline.losses import F64, LossSpec, MetricContext, aggregate
 from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
@@ -586,6 +587,13 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     }
     if ctx.kl_tok is not None:
         out["actor/kl_loss"] = ctx.item("kl")
+    elif ctx.ref is not None:  # both workers compute and log the k3 KL loss every step
+        kl = token_kl(ctx.logp, ctx.ref, m, "k3", 10.0, None)
+        out["actor/kl_loss"] = ctx.agg(kl, "kl")
+        notes["actor/kl_loss"] = (
+            "logged with use_kl_loss off: ROLL computes the k3 KL loss every step and adds it to "
+            "the loss only with use_kl_loss"
+        )
     if spec.length_weights or spec.difficulty_weights:
         w = ctx.row_weights
         out["actor/sample_weights_mean"] = w.mean().item()
@@ -617,10 +625,12 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
                     f"tokens; over the valid tokens only it is {masked_value:.6g}"
                 )
         out["actor/clipfrac"] = ctx.agg(surr2 < surr1)
-        out["actor/ratio_mean"] = aggregate(ctx.r, m, "seq-mean-token-mean").item()
-        out["actor/ratio_max"] = (ctx.r * m).max().item()
-        out["actor/ratio_min"] = (ctx.r * m + (1.0 - m) * 1e10).min().item()
-    elif variant in ("cispo", "tis"):
+    # ActorPGWorker logs the token ratio for every variant (ActorWorker: the ratio of its loss)
+    ratio = ctx.r if variant == "ppo" else torch.where(ctx.mask, torch.exp(ctx.d), 0.0)
+    out["actor/ratio_mean"] = aggregate(ratio, m, "seq-mean-token-mean").item()
+    out["actor/ratio_max"] = (ratio * m).max().item()
+    out["actor/ratio_min"] = (ratio * m + (1.0 - m) * 1e10).min().item()
+    if variant in ("cispo", "tis"):
         lower = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item()
         upper = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item()
         prefix = "actor/cispo_cispo_" if variant == "cispo" else "actor/tis_"
@@ -640,6 +650,18 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             out["actor/cispo_cispo_clip_lower"] = spec.cispo_low
             out["actor/cispo_cispo_clip_upper"] = spec.cispo_high
             out["actor/cispo_cispo_use_unified_mask"] = float(spec.unified_mask)
+            if spec.unified_mask:  # .mean() over all (B, T) positions, like the clip fractions
+                pos = (ctx.adv > 0) & (ctx.r > spec.cispo_high) & ctx.mask
+                neg = (ctx.adv < 0) & (ctx.r < spec.cispo_low) & ctx.mask
+                n_pos, n_neg = float(pos.sum()), float(neg.sum())
+                out["actor/cispo_cispo_masked_positive_tokens"] = n_pos / numel
+                out["actor/cispo_cispo_masked_negative_tokens"] = n_neg / numel
+                out["actor/cispo_cispo_kept_tokens"] = 1.0 - (n_pos + n_neg) / numel
+                notes["actor/cispo_cispo_kept_tokens"] = (
+                    f".mean() over all {numel:g} (B x T) positions: padding counts as kept; "
+                    f"over the {n_valid:g} valid tokens it is "
+                    f"{1.0 - (n_pos + n_neg) / n_valid:.6g}"
+                )
             out["actor/cispo_clipped_ratio_mean"] = aggregate(
                 weight, m, "seq-mean-token-mean-all-rows"
             ).item()
@@ -648,7 +670,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             out["actor/tis_lower_bound"] = spec.cispo_low
             out["actor/tis_upper_bound"] = spec.cispo_high
     elif variant == "topr":
-        positive = ctx.extra["topr_positive"].any(-1)
+        positive = ctx.extra["topr_positive_unit"][:, 0]  # by score, empty rows counted
         n_pos = float(positive.sum())
         B = m.shape[0]
         pos_rows = positive.to(F64)[:, None]

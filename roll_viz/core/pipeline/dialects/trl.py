@@ -484,6 +484,8 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     if spec.entropy_coef != 0:  # TRL logs policy_loss (incl. beta * KL) with the entropy bonus
         kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
         out["policy_loss"] = ctx.item("policy") + kl_part
+        # logged on each optimizer step while the bonus is on (static coefficient here)
+        out["entropy_coef"] = spec.entropy_coef
     if spec.kl_on:
         out["kl"] = ctx.token_mean(ctx.kl_tok)
     if ctx.entropy is not None:

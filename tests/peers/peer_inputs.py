@@ -1,0 +1,378 @@
+"""The fixed batch the peer vectors are computed on, and the option grid of each framework.
+
+Five responses of up to five tokens (one of them empty), chosen so that every branch fires:
+ratios above 1 + eps with A > 0 (clip high), below 1 - eps with A < 0 (clip low), above the dual
+clip bound 3 with A < 0, a response whose sampler log-probs mu sit far from pi_old (rollout
+corrections), and padding that holds a non-zero filler (equal in every log-prob tensor, as a
+recompute of the same pad token gives; advantages 0 there, as every framework masks them).
+Two cases: ``row`` (one advantage per response, the outcome-reward setting) and ``token``
+(seeded token-level advantages). Values are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+F64 = torch.float64
+PAD = -0.5  # filler on padded positions of every log-prob tensor
+
+MASK = torch.tensor(
+    [
+        [1, 1, 1, 1, 1],
+        [1, 1, 1, 0, 0],
+        [0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 1, 0, 0, 0],
+    ],
+    dtype=F64,
+)
+# log(pi_theta / pi_old) per token: clip-high, clip-low and dual-clip positions on purpose
+DELTA = torch.tensor(
+    [
+        [0.35, 0.10, -0.05, 0.25, -0.30],
+        [1.30, -0.40, 0.05, 0.0, 0.0],
+        [0.0, 0.0, 0.0, 0.0, 0.0],
+        [-0.30, 0.15, 0.30, -0.02, 0.0],
+        [-0.25, 0.02, 0.0, 0.0, 0.0],
+    ],
+    dtype=F64,
+)
+ROW_ADV = torch.tensor([1.2, -0.8, 0.0, -0.3, 0.7], dtype=F64)
+SCORES = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0], dtype=F64)
+DIFFICULTY = torch.tensor([0.1, 0.9, 0.5, 0.3, 1.2], dtype=F64)
+GROUPS = torch.tensor([0, 0, 0, 1, 1])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input batch: (B, T) tensors, float64, padding as described in the module docstring."""
+
+    name: str
+    mask: torch.Tensor
+    old: torch.Tensor
+    lp: torch.Tensor
+    ref: torch.Tensor
+    mu: torch.Tensor
+    adv: torch.Tensor
+    entropy: torch.Tensor
+    scores: torch.Tensor
+    difficulty: torch.Tensor
+    groups: torch.Tensor
+
+    @property
+    def B(self) -> int:
+        """Number of responses."""
+        return int(self.mask.shape[0])
+
+
+def _cases() -> list[Case]:
+    g = torch.Generator().manual_seed(20)
+    m = MASK
+    on = m > 0
+    old = torch.where(on, -0.2 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64), PAD)
+    lp = torch.where(on, old + DELTA, PAD)
+    ref = torch.where(on, old + 0.3 * torch.randn(m.shape, generator=g, dtype=F64), PAD)
+    mu_shift = 0.25 * torch.randn(m.shape, generator=g, dtype=F64)
+    mu_shift[0, 2], mu_shift[3, 1] = 1.2, -1.0  # ratio pi_old/mu of 0.30 and 2.7
+    mu = torch.where(on, old + mu_shift, PAD)
+    entropy = torch.where(on, 0.2 + 1.8 * torch.rand(m.shape, generator=g, dtype=F64), 0.9)
+    row_adv = ROW_ADV[:, None] * m
+    tok_adv = torch.randn(m.shape, generator=g, dtype=F64) * m
+    common = dict(
+        mask=m,
+        old=old,
+        lp=lp,
+        ref=ref,
+        mu=mu,
+        entropy=entropy,
+        scores=SCORES,
+        difficulty=DIFFICULTY,
+        groups=GROUPS,
+    )
+    return [Case("row", adv=row_adv, **common), Case("token", adv=tok_adv, **common)]
+
+
+CASES = _cases()
+
+
+def dump_inputs() -> dict:
+    """Every case's tensors as lists (the test rebuilds them from the JSON)."""
+    out = {}
+    for c in CASES:
+        out[c.name] = {
+            k: getattr(c, k).tolist()
+            for k in ("mask", "old", "lp", "ref", "mu", "adv", "entropy", "scores", "difficulty")
+        }
+        out[c.name]["groups"] = c.groups.tolist()
+    return out
+
+
+# ----------------------------------------------------------------------------- option grids
+
+VERL_MODES = (
+    "vanilla",
+    "gspo",
+    "sapo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "geo_mean",
+    "dro",
+    "cispo",
+    "dppo_tv",
+    "dppo_kl",
+)
+VERL_AGG = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+VERL_KL = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+def verl_loss_options() -> list[dict]:
+    """verl option sets under verl's config paths (``actor.*``)."""
+    out: list[dict] = []
+    for mode in VERL_MODES:
+        aggs = (
+            VERL_AGG
+            if mode in ("vanilla", "gspo", "gpg")
+            else ("token-mean", "seq-mean-token-mean")
+        )
+        for agg in aggs:
+            o = {"actor.policy_loss.loss_mode": mode, "actor.loss_agg_mode": agg}
+            if mode == "clip_cov":  # every candidate token drawn: no dependence on the RNG
+                o.update(
+                    {
+                        "actor.policy_loss.clip_cov_ratio": 1.0,
+                        "actor.policy_loss.clip_cov_lb": 0.0,
+                        "actor.policy_loss.clip_cov_ub": 5.0,
+                    }
+                )
+            if mode == "kl_cov":
+                o.update(
+                    {"actor.policy_loss.kl_cov_ratio": 0.3, "actor.policy_loss.ppo_kl_coef": 0.5}
+                )
+            if mode == "dro":
+                o["actor.policy_loss.dro_beta"] = 0.05
+            out.append(o)
+    out.append(
+        {
+            "actor.policy_loss.loss_mode": "vanilla",
+            "actor.clip_ratio_low": 0.2,
+            "actor.clip_ratio_high": 0.28,
+            "actor.clip_ratio_c": 3.0,
+        }
+    )
+    out.append({"actor.policy_loss.loss_mode": "vanilla", "actor.clip_ratio_c": 1.5})
+    out.append(
+        {
+            "actor.policy_loss.loss_mode": "vanilla",
+            "actor.loss_agg_mode": "seq-mean-token-sum-norm",
+            "actor.loss_scale_factor": 8,
+        }
+    )
+    out.append({"actor.policy_loss.loss_mode": "sapo", "actor.tau_pos": 0.8, "actor.tau_neg": 1.3})
+    out.append(
+        {
+            "actor.policy_loss.loss_mode": "cispo",
+            "actor.clip_ratio_low": 0.1,
+            "actor.clip_ratio_high": 0.15,
+        }
+    )
+    out.append({"actor.policy_loss.loss_mode": "vanilla", "actor.entropy_coeff": 0.01})
+    for kl in VERL_KL:
+        for plus in ("", "+"):
+            out.append(
+                {
+                    "actor.policy_loss.loss_mode": "vanilla",
+                    "actor.use_kl_loss": True,
+                    "actor.kl_loss_coef": 0.1,
+                    "actor.kl_loss_type": kl + plus,
+                }
+            )
+    out.append(
+        {
+            "actor.policy_loss.loss_mode": "vanilla",
+            "actor.use_kl_loss": True,
+            "actor.kl_loss_coef": 0.1,
+            "actor.kl_loss_type": "low_var_kl",
+            "actor.loss_agg_mode": "seq-mean-token-mean",
+        }
+    )
+    return out
+
+
+def verl_estimators(case: Case) -> list[dict]:
+    """verl advantage estimators (``algorithm.*``) run on the scores of the row case."""
+    if case.name != "row":
+        return []
+    return [
+        {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": True},
+        {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
+        {"algorithm.adv_estimator": "rloo"},
+        {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.gamma": 1.0},
+        {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.gamma": 0.9},
+        {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"},
+        {"algorithm.adv_estimator": "opo"},
+        {"algorithm.adv_estimator": "gpg"},
+        {"algorithm.adv_estimator": "grpo_passk"},
+        {"algorithm.adv_estimator": "remax"},
+    ]
+
+
+def verl_rollout_corrections() -> list[dict]:
+    """verl ``algorithm.rollout_correction`` settings (weights and rejection)."""
+    rc = "algorithm.rollout_correction."
+    return [
+        {rc + "rollout_is": "token", rc + "rollout_is_threshold": 2.0},
+        {rc + "rollout_is": "sequence", rc + "rollout_is_threshold": 2.0},
+        {
+            rc + "rollout_is": "token",
+            rc + "rollout_is_threshold": 2.0,
+            rc + "rollout_is_batch_normalize": True,
+        },
+    ]
+
+
+def roll_loss_options() -> list[tuple[str, dict]]:
+    """(worker, ROLL yaml keys) pairs: ActorWorker for ppo, ActorPGWorker for every pg_variant."""
+    out: list[tuple[str, dict]] = []
+    aggs = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+    for agg in aggs:
+        out.append(("actor_worker", {"loss_agg_mode": agg}))
+    out.append(("actor_worker", {"importance_sampling": "seq"}))
+    out.append(("actor_worker", {"dual_clip_loss": True}))
+    out.append(
+        ("actor_worker", {"use_pg_clip_range": True, "pg_clip_low": 0.2, "pg_clip_high": 0.28})
+    )
+    out.append(("actor_worker", {"use_kl_loss": True, "kl_loss_coef": 0.1}))
+    out.append(("actor_worker", {"entropy_loss_coef": 0.01, "rl_loss_coef": 0.5}))
+    out.append(("actor_worker", {"length_loss_weight": True}))
+    out.append(("actor_worker", {"difficulty_loss_weight": True, "loss_agg_mode": "token-mean"}))
+    for variant in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
+        for agg in ("seq-mean-token-mean", "token-mean"):
+            out.append(("actor_pg_worker", {"pg_variant": variant, "loss_agg_mode": agg}))
+    out.append(("actor_pg_worker", {"pg_variant": "cispo", "cispo_use_unified_mask": True}))
+    out.append(
+        (
+            "actor_pg_worker",
+            {"pg_variant": "cispo", "cispo_epsilon_low": 0.3, "cispo_epsilon_high": 0.2},
+        )
+    )
+    out.append(
+        ("actor_pg_worker", {"pg_variant": "tis", "tis_lower_bound": 0.9, "tis_upper_bound": 1.2})
+    )
+    out.append(
+        (
+            "actor_pg_worker",
+            {"pg_variant": "topr", "topr_positive_weight": 0.5, "topr_negative_weight": 2.0},
+        )
+    )
+    out.append(("actor_pg_worker", {"pg_variant": "kimi15", "kimi15_tau": 0.3}))
+    out.append(
+        (
+            "actor_pg_worker",
+            {"pg_variant": "ppo", "dual_clip_loss": True, "use_kl_loss": True, "kl_loss_coef": 0.1},
+        )
+    )
+    return out
+
+
+def openrlhf_loss_options() -> list[dict]:
+    """OpenRLHF 0.11.2 CLI flags."""
+    out: list[dict] = []
+    for ptype in ("ppo", "gspo"):
+        for agg in ("token-mean", "seq-mean-token-mean"):
+            out.append({"--actor.policy_loss_type": ptype, "--actor.loss_agg_mode": agg})
+    out.append({"--actor.eps_clip_low_high": [0.2, 0.28]})
+    out.append({"--actor.dual_clip": 3.0})
+    out.append({"--actor.entropy_coef": 0.01})
+    for est in ("k1", "k2", "k3"):
+        out.append(
+            {"--algo.kl.use_loss": True, "--algo.kl.init_coef": 0.1, "--algo.kl.estimator": est}
+        )
+    ic = "--algo.advantage.is_correction_"
+    for level in ("token", "seq"):
+        out.append(
+            {
+                ic + "level": level,
+                ic + "mode": "mask",
+                ic + "gating": "ratio",
+                ic + "threshold": [0.5, 2.0],
+            }
+        )
+    out.append(
+        {
+            ic + "level": "token",
+            ic + "mode": "clip",
+            ic + "gating": "ratio",
+            ic + "threshold": [0.5, 2.0],
+        }
+    )
+    for gating in ("binary_kl", "tv"):
+        for level in ("token", "seq"):
+            out.append(
+                {
+                    ic + "level": level,
+                    ic + "mode": "mask",
+                    ic + "gating": gating,
+                    ic + "threshold": [0.0, 0.05],
+                }
+            )
+    out.append(
+        {
+            "--actor.policy_loss_type": "gspo",
+            ic + "level": "token",
+            ic + "mode": "mask",
+            ic + "gating": "ratio",
+            ic + "threshold": [0.5, 2.0],
+        }
+    )
+    return out
+
+
+def trl_loss_options() -> list[dict]:
+    """TRL GRPOConfig fields (``GRPOConfig.*``)."""
+    c = "GRPOConfig."
+    out: list[dict] = []
+    for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"):
+        out.append({c + "loss_type": lt})
+    for lt in ("grpo", "dapo", "luspo", "cispo"):
+        out.append({c + "loss_type": lt, c + "importance_sampling_level": "sequence"})
+    out.append({c + "loss_type": "dapo", c + "epsilon_high": 0.28})
+    out.append({c + "loss_type": "cispo", c + "epsilon_high": 1.3})
+    out.append({c + "loss_type": "dapo", c + "delta": 1.5})
+    out.append({c + "loss_type": "dr_grpo", c + "max_completion_length": 8})
+    out.append({c + "loss_type": "dapo", c + "beta": 0.1})
+    out.append({c + "loss_type": "dapo", c + "beta": 0.1, c + "use_bias_correction_kl": False})
+    out.append({c + "loss_type": "dapo", c + "entropy_coef": 0.01})
+    out.append({c + "loss_type": "dapo", c + "top_entropy_quantile": 0.5})
+    out.append({c + "loss_type": "dapo", c + "off_policy_mask_threshold": 0.05})
+    out.append(
+        {c + "loss_type": "sapo", c + "sapo_temperature_pos": 0.8, c + "sapo_temperature_neg": 1.3}
+    )
+    out.append({c + "loss_type": "vespo", c + "vespo_k_pos": 1.5, c + "vespo_lambda_neg": 1.0})
+    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        out.append(
+            {
+                c + "loss_type": "dapo",
+                c + "use_vllm": True,
+                c + "vllm_importance_sampling_mode": mode,
+                c + "vllm_importance_sampling_clip_min": 0.5,
+                c + "vllm_importance_sampling_clip_max": 2.0,
+            }
+        )
+    out.append(
+        {
+            c + "loss_type": "vespo",
+            c + "use_vllm": True,
+            c + "vllm_importance_sampling_mode": "token_truncate",
+            c + "vllm_importance_sampling_clip_max": 2.0,
+        }
+    )
+    return out

@@ -1,0 +1,435 @@
+"""Stand-ins for the frameworks' heavy imports, and the calls into their loss code.
+
+Only what the extracted files import at module level is stubbed (ray, megatron, deepspeed,
+tensordict, omegaconf, transformers, the config dataclasses, the data containers); the loss,
+KL, aggregation and advantage functions themselves are the frameworks' own, imported from the
+extracted source. Each ``run_*`` builds the arguments the framework's trainer would pass (the
+batch-size and token-count normalisers included) and returns (loss, metrics).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+_MADE: list[str] = []
+F64 = torch.float64
+
+
+def reset() -> None:
+    """Forget every stubbed or extracted module (the next framework starts clean)."""
+    for name in reversed(_MADE):
+        sys.modules.pop(name, None)
+    _MADE.clear()
+
+
+def mod(name: str, path: Path | None = None, **attrs) -> types.ModuleType:
+    """Register a stand-in module (a package when ``path`` is given)."""
+    m = types.ModuleType(name)
+    if path is not None:
+        m.__path__ = [str(path)]
+    m.__dict__.update(attrs)
+    sys.modules[name] = m
+    _MADE.append(name)
+    return m
+
+
+def real(name: str, file: Path) -> types.ModuleType:
+    """Import a framework source file under its own module name."""
+    spec = importlib.util.spec_from_file_location(name, file)
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[name] = m
+    _MADE.append(name)
+    spec.loader.exec_module(m)
+    return m
+
+
+class Cfg(SimpleNamespace):
+    """Attribute config with the ``.get`` of omegaconf / verl's BaseConfig."""
+
+    def get(self, key, default=None):
+        """Attribute or default."""
+        return getattr(self, key, default)
+
+    def __contains__(self, key):
+        return hasattr(self, key)
+
+
+class AlgoConfig(Cfg):
+    """verl ``AlgoConfig`` stand-in (the losses assert they did not get one)."""
+
+
+class TensorDictLike(dict):
+    """The parts of a TensorDict that ``verl/workers/utils/losses.py::ppo_loss`` uses."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+
+    def select(self, *keys):
+        """Same data (the test batch is already padded)."""
+        return self
+
+    def to_padded_tensor(self):
+        """Same data."""
+        return self
+
+
+class Metric:
+    """verl ``Metric`` stand-in: like ``verl.utils.metric.Metric.append``, a float snapshot
+    (``.detach().item()``) taken when the metric is made."""
+
+    def __new__(cls, value=None, aggregation=None):
+        return value.detach().item() if isinstance(value, torch.Tensor) else value
+
+    @staticmethod
+    def from_dict(d, aggregation=None):
+        """The dict itself."""
+        return d
+
+
+class DataProtoStub:
+    """verl ``DataProto`` stand-in holding tensors."""
+
+    def __init__(self, tensors):
+        self.batch = dict(tensors)
+
+    @classmethod
+    def from_dict(cls, tensors=None, **kw):
+        """A holder of ``tensors``."""
+        return cls(tensors or {})
+
+
+# --------------------------------------------------------------------------------------- verl
+
+
+def load_verl(tmp: Path) -> dict:
+    """Import verl's core_algos, workers/utils/losses, rollout_corr_helper (and the trainer's
+    ``rename_dict``) from ``tmp``."""
+    v = tmp / "verl"
+    mod("tensordict", TensorDict=dict)
+    mod("transformers", PreTrainedTokenizer=object)
+    mod("omegaconf", DictConfig=dict)
+    mod("verl", v)
+    mod("verl.trainer", v / "trainer")
+    mod("verl.trainer.ppo", v / "trainer" / "ppo")
+    mod("verl.trainer.config", v / "trainer" / "config", AlgoConfig=AlgoConfig)
+    mod("verl.trainer.config.algorithm", RolloutCorrectionConfig=Cfg)
+    utils = mod("verl.utils", v / "utils")
+    mod(
+        "verl.utils.device",
+        get_device_name=lambda: "cpu",
+        get_torch_device=lambda: torch.cpu,
+        is_npu_available=False,
+        is_cuda_available=False,
+    )
+    groupwise = real("verl.utils.groupwise", v / "utils" / "groupwise.py")
+    utils.as_torch_index = groupwise.as_torch_index
+    utils.group_mean_std = groupwise.group_mean_std
+    real("verl.utils.import_utils", v / "utils" / "import_utils.py")
+    utils.torch_functional = real(
+        "verl.utils.torch_functional", v / "utils" / "torch_functional.py"
+    )
+    mod("verl.workers", v / "workers")
+    mod("verl.workers.config", ActorConfig=Cfg, CriticConfig=Cfg)
+    mod("verl.workers.config.actor", PolicyLossConfig=Cfg)
+    mod("verl.protocol", DataProto=DataProtoStub)
+    core = real("verl.trainer.ppo.core_algos", v / "trainer" / "ppo" / "core_algos.py")
+    mod("verl.utils.tensordict_utils")
+    mod("verl.utils.dataset")
+    mod("verl.utils.dataset.dataset_utils", DatasetPadMode=SimpleNamespace(NO_PADDING="no_pad"))
+    mod("verl.utils.metric", AggregationType=SimpleNamespace(SUM="sum", MEAN="mean"), Metric=Metric)
+    mod("verl.workers.utils", v / "workers" / "utils")
+    mod("verl.workers.utils.padding", no_padding_2_padding=lambda x, data: x)
+    losses = real("verl.workers.utils.losses", v / "workers" / "utils" / "losses.py")
+    rc = real(
+        "verl.trainer.ppo.rollout_corr_helper", v / "trainer" / "ppo" / "rollout_corr_helper.py"
+    )
+    pyf = real("verl.utils.py_functional", v / "utils" / "py_functional.py")
+    return {
+        "core_algos": core,
+        "losses": losses,
+        "rollout_corr": rc,
+        "rename_dict": pyf.rename_dict,
+    }
+
+
+def verl_actor_config(opts: dict) -> Cfg:
+    """verl's actor config (``trainer/config/actor/actor.yaml`` defaults) with ``opts`` set."""
+    policy = Cfg(
+        loss_mode="vanilla",
+        clip_cov_ratio=0.0002,
+        clip_cov_lb=1.0,
+        clip_cov_ub=5.0,
+        kl_cov_ratio=0.0002,
+        ppo_kl_coef=0.1,
+        dro_beta=None,
+        rollout_correction=None,
+    )
+    cfg = Cfg(
+        clip_ratio=0.2,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        clip_ratio_c=3.0,
+        tau_pos=1.0,
+        tau_neg=1.05,
+        loss_agg_mode="token-mean",
+        loss_scale_factor=None,
+        entropy_coeff=0,
+        use_kl_loss=False,
+        kl_loss_coef=0.001,
+        kl_loss_type="low_var_kl",
+        policy_loss=policy,
+        global_batch_info={},
+    )
+    for path, value in opts.items():
+        parts = path.split(".")
+        assert parts[0] == "actor", path
+        target = cfg
+        for p in parts[1:-1]:
+            target = getattr(target, p)
+        setattr(target, parts[-1], value)
+    return cfg
+
+
+EST_MASK = torch.tensor(
+    [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 0, 0, 0]],
+    dtype=F64,
+)
+EST_SCORES = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9], dtype=F64)
+EST_BASELINES = torch.tensor([0.4, 0.1, 0.6, 0.3, 0.2], dtype=F64)
+
+
+def run_verl_estimator(core, case, opts: dict) -> dict:
+    """One verl advantage estimator on the outcome scores (reward on each last token)."""
+    m = EST_MASK
+    last = m.sum(-1).long() - 1
+    tlr = torch.zeros_like(m)
+    tlr[torch.arange(m.shape[0]), last] = EST_SCORES
+    index = np.array([str(int(g)) for g in case.groups])
+    name = opts["algorithm.adv_estimator"]
+    cfg = AlgoConfig(
+        gamma=opts.get("algorithm.gamma", 1.0),
+        lam=1.0,
+        norm_adv_by_std_in_grpo=opts.get("algorithm.norm_adv_by_std_in_grpo", True),
+    )
+    fn = core.get_adv_estimator_fn(name)
+    kwargs = {"token_level_rewards": tlr, "response_mask": m, "config": cfg}
+    if name == "remax":
+        kwargs["reward_baselines"] = EST_BASELINES
+    else:
+        kwargs["index"] = index
+    if name in ("grpo",):
+        kwargs["norm_adv_by_std_in_grpo"] = cfg.norm_adv_by_std_in_grpo
+    adv, ret = fn(**kwargs)
+    return {
+        "case": "estimator",
+        "options": opts,
+        "mask": m.tolist(),
+        "scores": EST_SCORES.tolist(),
+        "baseline_scores": EST_BASELINES.tolist(),
+        "advantages": [[float(f"{x:.12g}") for x in r] for r in adv.tolist()],
+        "returns": [[float(f"{x:.12g}") for x in r] for r in ret.tolist()],
+    }
+
+
+def run_verl_rollout_correction(rc, case, opts: dict) -> dict:
+    """verl ``compute_rollout_correction_and_rejection_mask``: IS weights and the new mask."""
+    p = "algorithm.rollout_correction."
+    kw = {k[len(p) :]: v for k, v in opts.items()}
+    proto, new_mask, _metrics = rc.compute_rollout_correction_and_rejection_mask(
+        old_log_prob=case.old, rollout_log_prob=case.mu, response_mask=case.mask, **kw
+    )
+    weights = proto.batch["rollout_is_weights"] if proto is not None else torch.ones_like(case.mask)
+    return {
+        "case": "rollout_correction",
+        "options": opts,
+        "weights": [[float(f"{x:.12g}") for x in r] for r in weights.tolist()],
+        "response_mask": new_mask.tolist(),
+    }
+
+
+# ---------------------------------------------------------------------------------------- ROLL
+
+
+def load_roll(tmp: Path) -> dict[str, type]:
+    """Import ROLL's functionals and the two rlvr actor workers from ``tmp``."""
+    r = tmp / "roll"
+    mod("tensordict", TensorDict=dict)
+    mod("roll", r)
+    mod("roll.configs", r / "configs")
+    mod("roll.configs.base_config", PPOConfig=object, TrainInferCorrectionConfig=object)
+    mod("roll.pipeline", r / "pipeline")
+    mod("roll.pipeline.rlvr", r / "pipeline" / "rlvr")
+    mod("roll.pipeline.rlvr.rlvr_config", RLVRConfig=object)
+    mod("roll.pipeline.base_worker", ActorWorker=object)
+    mod("roll.platforms", current_platform=None)
+    mod("roll.utils", r / "utils")
+    mod("roll.utils.kl_controller", AdaptiveKLController=object)
+    mod("roll.utils.logging", get_logger=lambda *a, **k: logging.getLogger("roll"))
+    mod("roll.utils.train_infer_corrections", compute_train_infer_correction=None)
+    mod("roll.distributed")
+    mod("roll.distributed.scheduler")
+    mod("roll.distributed.scheduler.protocol", DataProto=object)
+    real("roll.utils.functionals", r / "utils" / "functionals.py")
+    aw = real("roll.pipeline.rlvr.actor_worker", r / "pipeline" / "rlvr" / "actor_worker.py")
+    pg = real("roll.pipeline.rlvr.actor_pg_worker", r / "pipeline" / "rlvr" / "actor_pg_worker.py")
+    return {"actor_worker": aw.ActorWorker, "actor_pg_worker": pg.ActorPGWorker}
+
+
+ROLL_PG_KEYS = (
+    "pg_variant",
+    "cispo_epsilon_low",
+    "cispo_epsilon_high",
+    "cispo_use_unified_mask",
+    "tis_lower_bound",
+    "tis_upper_bound",
+    "kimi15_tau",
+    "topr_positive_weight",
+    "topr_negative_weight",
+)
+
+
+def run_roll_loss(cls, case, lp, opts: dict):
+    """A ROLL worker's ``loss_func`` with the batch the strategy would build (one rank).
+
+    ``batch_num_tokens`` and ``global_valid_samples`` are what ``strategy.py`` computes
+    (valid tokens; rows with a token; both at least 1). The old log-probs are the cached
+    recompute (``enable_old_logprobs_recompute``), so no train/infer correction runs.
+    """
+    cfg = dict(
+        pg_clip=0.2,
+        use_pg_clip_range=False,
+        pg_clip_low=0.2,
+        pg_clip_high=0.2,
+        dual_clip_loss=False,
+        loss_agg_mode="seq-mean-token-mean",
+        importance_sampling="token",
+        entropy_loss_coef=0.0,
+        rl_loss_coef=1.0,
+        use_kl_loss=False,
+        kl_loss_coef=0.0,
+        length_loss_weight=False,
+        difficulty_loss_weight=False,
+        enable_old_logprobs_recompute=True,
+    )
+    pg = {k: v for k, v in opts.items() if k in ROLL_PG_KEYS}
+    cfg.update({k: v for k, v in opts.items() if k not in ROLL_PG_KEYS})
+    pc = SimpleNamespace(
+        **cfg,
+        actor_train=SimpleNamespace(**pg),
+        train_infer_correction=SimpleNamespace(is_weight=SimpleNamespace(enabled=False)),
+    )
+    w = cls.__new__(cls)
+    w.pipeline_config = pc
+    w.logger = logging.getLogger("roll")
+    w._pg_config_cache = {}
+    w._pg_variant_logged = w._topr_sample_logged = True
+    w._cispo_config_logged = w._kimi15_config_logged = True
+    w.strategy = SimpleNamespace(
+        op_compute_log_probs=lambda **k: lp, op_compute_entropy=lambda **k: case.entropy
+    )
+    w.get_old_log_probs_with_cache = lambda data, log_probs: case.old
+    m = case.mask
+    B = m.shape[0]
+    full_mask = torch.cat([torch.ones(B, 1, dtype=F64), m], dim=1)  # loss_func drops column 0
+    n_tok = torch.clamp(m.sum(), min=1)
+    n_rows = torch.clamp((m.sum(-1) > 0).sum(), min=1)
+    data = SimpleNamespace(
+        batch={
+            "response_mask": full_mask,
+            "ref_log_probs": case.ref,
+            "advantages": case.adv,
+            "input_ids": None,
+            "scores": case.scores,
+            "train_infer_is_weight": torch.ones_like(m),
+        },
+        meta_info={
+            "batch_num_tokens": {"response_mask": n_tok},
+            "global_valid_samples": {"response_mask": n_rows},
+        },
+        non_tensor_batch={"difficulty": case.difficulty.numpy()},
+    )
+    return cls.loss_func(w, data, None)
+
+
+# ------------------------------------------------------------------------------------ OpenRLHF
+
+
+def load_openrlhf(pkg: Path) -> dict[str, types.ModuleType]:
+    """Import OpenRLHF's models/utils.py and models/loss.py from an unpacked wheel."""
+    o = pkg / "openrlhf"
+    mod("deepspeed")
+    mod("openrlhf", o)
+    mod("openrlhf.models", o / "models")
+    utils = real("openrlhf.models.utils", o / "models" / "utils.py")
+    loss = real("openrlhf.models.loss", o / "models" / "loss.py")
+    return {"utils": utils, "loss": loss}
+
+
+def run_openrlhf_loss(mods, case, lp, opts: dict):
+    """``PPOActor.training_step``'s loss on one rank: PolicyLoss + KL loss * coef - entropy."""
+    a = {
+        "--actor.eps_clip": 0.2,
+        "--actor.eps_clip_low_high": None,
+        "--actor.dual_clip": None,
+        "--actor.loss_agg_mode": "token-mean",
+        "--actor.policy_loss_type": "ppo",
+        "--actor.entropy_coef": None,
+        "--algo.kl.use_loss": False,
+        "--algo.kl.init_coef": 0.01,
+        "--algo.kl.estimator": "k1",
+        "--algo.advantage.is_correction_level": "off",
+        "--algo.advantage.is_correction_mode": "mask",
+        "--algo.advantage.is_correction_gating": "ratio",
+        "--algo.advantage.is_correction_threshold": [0.5, 5.0],
+    }
+    a.update(opts)
+    low_high = a["--actor.eps_clip_low_high"] or [a["--actor.eps_clip"]] * 2
+    ic = "--algo.advantage.is_correction_"
+    fn = mods["loss"].PolicyLoss(
+        clip_eps_low=low_high[0],
+        clip_eps_high=low_high[1],
+        dual_clip=a["--actor.dual_clip"],
+        token_level_loss=a["--actor.loss_agg_mode"] == "token-mean",
+        policy_loss_type=a["--actor.policy_loss_type"],
+        is_correction_level=a[ic + "level"],
+        is_correction_mode=a[ic + "mode"],
+        is_correction_gating=a[ic + "gating"],
+        is_correction_threshold=a[ic + "threshold"],
+    )
+    mask = case.mask.bool()
+    info = {
+        "dp_size": 1,
+        "batch_num_tokens": mask.sum().to(torch.float32),
+        "global_batch_size": (mask.sum(-1) > 0).sum().to(torch.float32),
+    }
+    actor_loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = fn(
+        lp, case.old, case.adv, action_mask=mask, rollout_log_probs=case.mu, **info
+    )
+    metrics = {"policy_loss": actor_loss, "ppo_clip_ratio": clip_ratio, "ppo_kl": ppo_kl}
+    if vllm_kl is not None:
+        metrics["vllm_kl"] = vllm_kl
+        metrics["is_filter_ratio"] = is_filter_ratio
+    loss = actor_loss
+    if a["--algo.kl.use_loss"]:
+        coef = a["--algo.kl.init_coef"]
+        kl = mods["utils"].compute_approx_kl(
+            lp, case.ref, log_probs_old=case.old, kl_estimator=a["--algo.kl.estimator"]
+        )
+        kl_loss = mods["loss"].aggregate_loss(kl, mask, **info)
+        metrics["kl"] = kl_loss
+        metrics["logprobs_diff"] = mods["utils"].masked_mean(lp - case.ref, mask)
+        loss = loss + kl_loss * coef
+    if a["--actor.entropy_coef"] is not None:
+        entropy_loss = mods["loss"].aggregate_loss(case.entropy, mask, **info)
+        metrics["entropy_loss"] = entropy_loss
+        if a["--actor.entropy_coef"] != 0:
+            loss = loss - entropy_loss * a["--actor.entropy_coef"]
+    return loss, {k: v.detach() for k, v in metrics.items()}
