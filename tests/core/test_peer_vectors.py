@@ -275,3 +275,110 @@ def test_trl_live_loss_matches_calculator_and_vectors(trl_live):
         if msgs:
             failures.append(f"{vector_id(vector)}: {'; '.join(msgs)}")
     assert not failures, "\n".join(failures)
+
+
+# --------------------------------------- regressions: what the vectors found, by hand numbers
+
+
+def _t(rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=F64)
+
+
+def test_roll_logs_kl_loss_with_the_kl_loss_off():
+    """ROLL logs the k3 KL loss every step; it enters the loss only with use_kl_loss.
+
+    logp = [-1, -2], ref = [-1.5, -1.5]: k3 = exp(ref - logp) - (ref - logp) - 1 =
+    e^-0.5 + 0.5 - 1 = 0.1065307 and e^0.5 - 0.5 - 1 = 0.1487213, token-mean 0.1276260.
+    """
+    lp = _t([[-1.0, -2.0]])
+    cfg = {"loss_agg_mode": "token-mean"}
+    kw = dict(logprobs=lp, old_logprobs=lp, advantages=_t([[1.0, 1.0]]), response_mask=_t([[1, 1]]))
+    off = policy_loss("roll", cfg, ref_logprobs=_t([[-1.5, -1.5]]), **kw)
+    assert off.metrics["actor/kl_loss"] == pytest.approx(0.1276260, abs=1e-7)
+    assert off.total.item() == pytest.approx(-1.0)  # -r * A with r = 1: no KL in the loss
+    assert "use_kl_loss off" in off.metric_notes["actor/kl_loss"]
+    on = policy_loss("roll", {**cfg, "use_kl_loss": True, "kl_loss_coef": 0.5},
+                     ref_logprobs=_t([[-1.5, -1.5]]), **kw)  # fmt: skip
+    assert on.total.item() == pytest.approx(-1.0 + 0.5 * 0.1276260, abs=1e-7)
+    assert "actor/kl_loss" not in policy_loss("roll", cfg, **kw).metrics  # no reference given
+
+
+def test_roll_pg_worker_logs_the_ratio_for_every_variant():
+    """ActorPGWorker logs ratio_mean / max / min whatever the pg_variant.
+
+    Ratios [2, 1] and [0.5, pad]: seq-mean-token-mean ((2 + 1) / 2 + 0.5) / 2 = 1.0, max 2,
+    min 0.5 (padding is pushed to 1e10 before the min).
+    """
+    old = _t([[-1.0, -1.0], [-1.0, -0.3]])
+    lp = old + _t([[math.log(2.0), 0.0], [math.log(0.5), 0.0]])
+    for variant in ("vanilla", "tis", "cispo", "kimi15", "topr"):
+        res = policy_loss(
+            "roll",
+            {"pg_variant": variant},
+            logprobs=lp,
+            old_logprobs=old,
+            advantages=_t([[1.0, 1.0], [-1.0, 0.0]]),
+            response_mask=_t([[1, 1], [1, 0]]),
+            scores=_t([1.0, 0.0]),
+        )
+        assert res.metrics["actor/ratio_mean"] == pytest.approx(1.0), variant
+        assert res.metrics["actor/ratio_max"] == pytest.approx(2.0), variant
+        assert res.metrics["actor/ratio_min"] == pytest.approx(0.5), variant
+
+
+def test_roll_topr_counts_samples_by_score_empty_rows_included():
+    """topr sample counts come from ``scores > 0`` over every row, an empty response included.
+
+    Scores [1, 0, 2], row 2 empty: 2 positive, 1 negative, ratios 2/3 and 1/3 (ROLL adds 1e-8).
+    """
+    mask = _t([[1, 1], [1, 0], [0, 0]])
+    res = policy_loss(
+        "roll",
+        {"pg_variant": "topr"},
+        logprobs=_t([[-1.0, -1.0]] * 3),
+        old_logprobs=_t([[-1.0, -1.0]] * 3),
+        advantages=_t([[1.0, 1.0], [-1.0, 0.0], [0.0, 0.0]]),
+        response_mask=mask,
+        scores=_t([1.0, 0.0, 2.0]),
+    )
+    assert res.metrics["actor/topr_positive_samples"] == 2.0
+    assert res.metrics["actor/topr_negative_samples"] == 1.0
+    assert res.metrics["actor/topr_positive_ratio"] == pytest.approx(2 / 3)
+    assert res.metrics["actor/topr_negative_ratio"] == pytest.approx(1 / 3)
+
+
+def test_roll_cispo_unified_mask_token_fractions():
+    """cispo_use_unified_mask logs the masked and kept token fractions over all B x T positions.
+
+    Bounds [0.9, 1.1]; A = [1, 1, -1, -1, pad], r = [1.2, 1.0, 0.8, 1.05]: one token masked on
+    each side; over 5 positions 0.2, 0.2 and kept 0.6 (the padded one counts as kept).
+    """
+    old = _t([[-1.0] * 5])
+    lp = old + torch.log(_t([[1.2, 1.0, 0.8, 1.05, 1.0]]))
+    res = policy_loss(
+        "roll",
+        {"pg_variant": "cispo", "cispo_use_unified_mask": True},
+        logprobs=lp,
+        old_logprobs=old,
+        advantages=_t([[1.0, 1.0, -1.0, -1.0, 0.0]]),
+        response_mask=_t([[1, 1, 1, 1, 0]]),
+    )
+    assert res.metrics["actor/cispo_cispo_masked_positive_tokens"] == pytest.approx(0.2)
+    assert res.metrics["actor/cispo_cispo_masked_negative_tokens"] == pytest.approx(0.2)
+    assert res.metrics["actor/cispo_cispo_kept_tokens"] == pytest.approx(0.6)
+    assert "0.5" in res.metric_notes["actor/cispo_cispo_kept_tokens"]  # 2 of 4 valid kept
+
+
+def test_trl_logs_entropy_coef_with_the_bonus_on():
+    """TRL logs ``entropy_coef`` on each optimizer step while the entropy bonus is on."""
+    kw = dict(
+        logprobs=_t([[-1.0, -2.0]]),
+        old_logprobs=_t([[-1.0, -2.0]]),
+        advantages=_t([1.0]),
+        response_mask=_t([[1, 1]]),
+        entropy=_t([[0.5, 1.5]]),
+    )
+    res = policy_loss("trl", {"entropy_coef": 0.01}, **kw)
+    assert res.metrics["entropy_coef"] == 0.01
+    assert res.total.item() == pytest.approx(-1.0 - 0.01 * 1.0)  # dapo: -A; bonus 0.01 * mean H
+    assert "entropy_coef" not in policy_loss("trl", {}, **kw).metrics
