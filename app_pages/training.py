@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.ui import run_files
+from roll_viz.ui import run_files, training_mu
 from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
 from roll_viz.views import training_charts
@@ -106,6 +106,7 @@ with ui.page_guard("Training"):
         with tabs[1]:
             st.caption(tr.CAPS_TEXT)
             tr.controls()
+            training_mu.controls(state.framework, dict(state.config))
             settings, notes = None, []
             try:
                 settings, notes = tr.base_settings(state, state.model)

@@ -26,7 +26,7 @@ from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import adapters, reconnect, rollout_engine
+from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
@@ -289,6 +289,8 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         noise_seed=state.reward.noise_seed,
     )
     config = {k: v for k, v in state.config.items() if k not in _OWN_KEYS}
+    option, sampler, mu_notes = training_mu.chosen(state.framework)
+    notes += mu_notes
     mode = _field(KEY_BETA_MODE)
     if mode == "adaptive" and not dialects.get(state.framework).ADAPTIVE_BETA:
         notes.append("TRL has no adaptive KL controller: fixed beta.")
@@ -310,6 +312,8 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         horizon=float(_field(KEY_HORIZON)),
         lr=float(_field(KEY_LR)),
         model=model,
+        loss_option=option,
+        sampler=sampler,
     )
     return settings, notes
 
@@ -337,6 +341,7 @@ def field_specs() -> dict[str, Field]:
         KEY_TARGET: Field(0.05, 0.001, 10.0),
         KEY_HORIZON: Field(100.0, 1.0, 100_000.0),
         KEY_SLOT: Field("A", options=SLOTS),
+        **training_mu.FIELDS,
     }
 
 
@@ -488,11 +493,14 @@ def curves(
             "No steps yet: the curves appear after the first step.", icon=":material/hourglass:"
         )
         return
-    plot(training_charts.training_curves(runs, current_step=current_step, faint=faint), key=key)
+    panels = training_charts.DEFAULT_PANELS
+    if any(r.metrics.get("sampler", "fp32") != "fp32" for run in runs for r in run.steps[:1]):
+        panels = (*panels, *training_mu.MISMATCH_PANELS)  # the sampler's gap to the trainer
+    fig = training_charts.training_curves(runs, panels, current_step=current_step, faint=faint)
+    plot(fig, key=key)
     with st.expander("What each curve means"):
-        st.markdown(
-            "\n".join(f"- **{title}**: {text}" for title, text in training_charts.METRICS.values())
-        )
+        shown = [training_charts.METRICS[p] for p in panels if p in training_charts.METRICS]
+        st.markdown("\n".join(f"- **{title}**: {text}" for title, text in shown))
 
 
 def scrubber(run: TrainRun, key: str) -> int | None:

@@ -21,7 +21,7 @@ import torch
 from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.behaviour import SOURCE_LABELS
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
-from roll_viz.lm.loss_options import DEFAULT_OPTION, LOSS_OPTIONS, OPTION_IDS
+from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, options_for
 from roll_viz.lm.update import (
     UpdateConfig,
     behaviour_mu,
@@ -198,7 +198,7 @@ def loss_option(framework: str) -> tuple[str, dict[str, Any]]:
     corrections), each under the framework's own key. A link's option of another framework falls
     back to the shipped defaults.
     """
-    options = {DEFAULT_OPTION: {}, **LOSS_OPTIONS.get(framework, {})}
+    options = options_for(framework)
     current = st.session_state.get(KEY_LOSS_OPTION, st.query_params.get(KEY_LOSS_OPTION))
     if current is not None and current not in options:
         st.session_state[KEY_LOSS_OPTION] = DEFAULT_OPTION

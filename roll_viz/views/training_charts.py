@@ -54,6 +54,23 @@ METRICS: dict[str, tuple[str, str]] = {
         "advantage |A| mean",
         "Mean size of the advantages over all valid tokens: how hard the step pushes.",
     ),
+    "delta_abs_mean": (
+        "sampler gap: mean |log pi_old - log mu|",
+        "Mean over the step's tokens of |delta|, delta = log pi_old - log mu: how far the "
+        "sampler that drew the tokens (mu) is from the trainer's recompute (pi_old). 0 exactly "
+        "when the trainer samples itself (fp32).",
+    ),
+    "is_ess": (
+        "ESS of pi_old / mu (1 = no mismatch)",
+        "Effective sample size of the importance weights w = pi_old / mu over the step's "
+        "tokens, (sum w)^2 / (n sum w^2): 1 when mu = pi_old, smaller as a few tokens dominate.",
+    ),
+    "correction_frac": (
+        "share truncated / masked by the correction",
+        "Share of the tokens (or sequences) the loss's train/rollout correction truncates or "
+        "masks: OpenRLHF is_correction, TRL vllm_importance_sampling_mode. Empty when the loss "
+        "has no correction.",
+    ),
 }
 
 #: the panels of local (group) against global (batch) scale over steps
