@@ -41,6 +41,7 @@ import torch
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm.engine import EngineError, EngineSample, EngineScore, RolloutEngine
+from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import ModelBundle, apply_chat_template
 from roll_viz.lm.request import PolicySource, SamplingConfig, policy_source
 from roll_viz.lm.sampling import sample
@@ -303,15 +304,7 @@ def _meta(
 # One run for identical concurrent requests
 
 
-class _Flight:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Rollout | None = None
-        self.error: BaseException | None = None
-
-
-_FLIGHTS: dict[tuple, _Flight] = {}
-_FLIGHTS_LOCK = threading.Lock()
+_SHARED = SingleFlight()
 
 
 def shared_engine_sample(
@@ -326,29 +319,8 @@ def shared_engine_sample(
     followers get the leader's Rollout (read-only) or its error. Nothing is kept after the run.
     """
     key = (id(bundle), getattr(engine, "url", id(engine)), getattr(engine, "model", ""), cfg)
-    with _FLIGHTS_LOCK:
-        flight = _FLIGHTS.get(key)
-        leader = flight is None
-        if leader:
-            flight = _FLIGHTS[key] = _Flight()
-    if leader:
-        try:
-            flight.result = engine_sample(bundle, engine, cfg, progress=progress)
-        except BaseException as err:
-            flight.error = err
-            raise
-        finally:
-            with _FLIGHTS_LOCK:
-                _FLIGHTS.pop(key, None)
-            flight.done.set()
-        return flight.result
-    if progress is not None:
-        progress(0.05, f"Sampling on {engine.label} (shared with an identical request)")
-    flight.done.wait()
-    if flight.error is not None:
-        raise flight.error
-    assert flight.result is not None
-    return flight.result
+    work = lambda report: engine_sample(bundle, engine, cfg, progress=report)  # noqa: E731
+    return _SHARED.run(key, work, progress, wrap_error=False)
 
 
 def training_sampler(bundle: ModelBundle, engine: RolloutEngine, sync: Any) -> Any:

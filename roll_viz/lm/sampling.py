@@ -54,7 +54,6 @@ Simplifications against real RL stacks (verl, ROLL, OpenRLHF):
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -65,7 +64,14 @@ from torch import Tensor
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
-from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, weights_kind
+from roll_viz.lm.decode import (
+    DECODE_LOGITS_BYTES,
+    DecodeOptions,
+    decode_batch,
+    pad_right,
+    weights_kind,
+)
+from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import (
     IdenticalPolicy,
@@ -157,7 +163,7 @@ def sample(
     decode = decode or DecodeOptions()
     source = source or policy_source(cfg)
     num_rows = cfg.num_sequences
-    decode_rows = num_rows + (len(cfg.prompts) if cfg.greedy else 0)
+    decode_rows = _decode_rows(cfg)
     kind = weights_kind(bundle, decode, source)
     est_decode, est_score = estimates(bundle, cfg, decode, source)
     run = RunProgress(decode_rows * cfg.max_new_tokens, est_decode, est_score)
@@ -222,6 +228,8 @@ class _Drawn:
         finish: (B,) "eos" or "length".
         timings: the decode loop's timings (``decode_batch``).
         hidden: (B, T, H) the decode loop's own final hidden states, or None (not kept).
+        logits: (N, V) the decode loop's own logits at the N valid response positions (row-major
+            over ``mask``), or None (not kept: ``DecodeOptions.reuse_decode_logits``).
     """
 
     sampled: list[list[int]]
@@ -231,6 +239,7 @@ class _Drawn:
     finish: tuple[str, ...]
     timings: dict
     hidden: Tensor | None
+    logits: Tensor | None = None
 
 
 def _decode(
@@ -256,6 +265,13 @@ def _decode(
     timings: dict = {}
     reuse = decode.reuse_decode_hidden and kind not in ("int8", "bf16")  # float states only
     capture: dict | None = {} if reuse else None
+    head = bundle.model.get_output_embeddings()
+    keep_logits = (  # a LoRA-adapted head: the scores come from peft's own head
+        reuse
+        and decode.reuse_decode_logits
+        and not hasattr(head, "lora_A")
+        and _decode_rows(cfg) * cfg.max_new_tokens * head.weight.shape[0] * 4 <= DECODE_LOGITS_BYTES
+    )
     run.phase, run.decode_started = "decode", time.monotonic()
     with source.activate(bundle):
         generated = decode_batch(
@@ -274,14 +290,41 @@ def _decode(
             counter=count,
             timings=timings,
             capture=capture,
+            keep_logits=keep_logits,
         )
     sampled, greedy_rows = generated[:num_rows], generated[num_rows:]
     token_ids, response_mask = pad_right(sampled)  # (B, T)
     finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
-    hidden = None
+    hidden = logits = None
     if capture and "hidden" in capture:  # the decode loop's own states predict each token
         hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
-    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden)
+    if capture and "logits" in capture:
+        logits = _valid_logits(capture.pop("logits"), response_mask)
+    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden, logits)
+
+
+def _decode_rows(cfg: SamplingConfig) -> int:
+    """Rows a request decodes: P*G sampled rows, plus P greedy rows when asked."""
+    return cfg.num_sequences + (len(cfg.prompts) if cfg.greedy else 0)
+
+
+def _valid_logits(steps: list[Tensor], mask: Tensor) -> Tensor:
+    """(N, V) logits of the valid positions of ``mask`` (row-major), from per-step (rows, V).
+
+    One copy; each step's tensor is let go once copied, so the peak stays about one set.
+    """
+    rows_total, width = mask.shape
+    vocab = steps[0].shape[-1] if steps else 0
+    index = (mask.flatten().cumsum(0) - 1).view(rows_total, width)  # position of (b, t) in N
+    out = torch.empty(int(mask.sum()), vocab, dtype=steps[0].dtype if steps else torch.float32)
+    pending = steps[::-1]  # pop() hands out step 0 first and lets it go once copied
+    steps.clear()
+    for t in range(width):
+        step = pending.pop()
+        rows = mask[:, t].nonzero().squeeze(1)
+        out[index[rows, t]] = step.index_select(0, rows.to(step.device)).cpu()
+    pending.clear()
+    return out
 
 
 @dataclass(frozen=True)
@@ -352,6 +395,7 @@ def _score(
         token_ids.to(bundle.device)[valid],
         temperature=lp_temperature,
         k=cfg.topk,
+        policy_logits=None if drawn.logits is None else drawn.logits.to(bundle.device),
     )
     features = probe_features(policy_hidden if ref_hidden is None else ref_hidden, cfg.feature_dim)
     features = features * response_mask[..., None]
@@ -496,27 +540,13 @@ def calibrate(bundle: ModelBundle, decode: DecodeOptions | None = None) -> float
 
 MAX_FLIGHTS = 64  # at most this many distinct runs tracked at once; beyond, requests run alone
 
-
-class _Flight:
-    """One in-flight run that identical requests wait on."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.result: Rollout | None = None
-        self.error: BaseException | None = None
-        self.fraction = 0.0
-        self.message = "Waiting for the model"
-        self.followers = 0
-
-
-_FLIGHTS: dict[tuple, _Flight] = {}
-_FLIGHTS_LOCK = threading.Lock()
+_SHARED = SingleFlight(MAX_FLIGHTS)
+_FLIGHTS = _SHARED.flights  # key -> the run in progress
 
 
 def in_flight() -> int:
     """How many distinct shared runs are in progress (entries are dropped when a run ends)."""
-    with _FLIGHTS_LOCK:
-        return len(_FLIGHTS)
+    return _SHARED.in_flight()
 
 
 def shared_sample(
@@ -552,41 +582,4 @@ def shared_sample(
     if not isinstance(effective, (IdenticalPolicy, SteeredPolicy)):
         return sample(bundle, cfg, progress, decode, source)
     key = (bundle, cfg, decode, effective)
-    with _FLIGHTS_LOCK:
-        flight = _FLIGHTS.get(key)
-        leader = flight is None
-        if leader:
-            if len(_FLIGHTS) >= MAX_FLIGHTS:
-                flight = None
-            else:
-                flight = _FLIGHTS[key] = _Flight()
-        else:
-            flight.followers += 1
-    if flight is None:
-        return sample(bundle, cfg, progress, decode, source)
-    if leader:
-
-        def relay(fraction: float, message: str) -> None:
-            flight.fraction, flight.message = fraction, message
-            if progress is not None:
-                progress(fraction, message)
-
-        try:
-            flight.result = sample(bundle, cfg, relay, decode, source)
-        except BaseException as err:
-            flight.error = err
-            raise
-        finally:
-            with _FLIGHTS_LOCK:
-                _FLIGHTS.pop(key, None)
-            flight.done.set()
-        return flight.result
-    while not flight.done.wait(0.25):
-        if progress is not None:
-            progress(flight.fraction, flight.message + " (shared with an identical request)")
-    if flight.error is not None:
-        raise RuntimeError("the shared sampling run failed") from flight.error
-    if progress is not None:
-        progress(1.0, "Done (shared with an identical request)")
-    assert flight.result is not None
-    return flight.result
+    return _SHARED.run(key, lambda report: sample(bundle, cfg, report, decode, source), progress)
