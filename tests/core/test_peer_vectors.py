@@ -211,11 +211,18 @@ def test_verl_advantage_estimators_match_core_algos():
         if vector["case"] != "estimator":
             continue
         mask = torch.tensor(vector["mask"], dtype=F64)
+        old = torch.tensor(vector["old_log_probs"], dtype=F64)
+        components = vector["components"]
         batch = Batch(
             scores=torch.tensor(vector["scores"], dtype=F64),
             response_mask=mask,
             group_ids=torch.tensor(load("verl")["inputs"]["row"]["groups"]),
             baseline_scores=torch.tensor(vector["baseline_scores"], dtype=F64),
+            values=torch.tensor(vector["values"], dtype=F64),
+            logprobs=old,
+            ref_logprobs=old,
+            sum_pi_squared=torch.tensor(vector["sum_pi_squared"], dtype=F64),
+            reward_components={k: torch.tensor(v, dtype=F64) for k, v in components.items()},
         )
         trace = run(batch, "verl", to_config("verl", vector["options"]))
         for name in ("advantages", "returns"):
@@ -237,11 +244,12 @@ def test_verl_rollout_correction_matches_rollout_corr_helper():
         prefix = "algorithm.rollout_correction."
         kw = {k[len(prefix) :]: v for k, v in vector["options"].items()}
         corr = verl_correction(case.old, case.mu, case.mask, **kw)
-        want = torch.tensor(vector["weights"], dtype=F64)
-        assert torch.allclose(corr.weights * case.mask, want * case.mask, atol=ATOL), kw
-        assert torch.equal(corr.counted, torch.tensor(vector["response_mask"]).bool()), kw
+        kept = torch.tensor(vector["response_mask"], dtype=F64)  # rejected tokens leave the mask
+        want = torch.tensor(vector["weights"], dtype=F64) * kept
+        assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), kw
+        assert torch.equal(corr.counted, kept.bool()), kw
         n += 1
-    assert n >= 3
+    assert n >= 14
 
 
 # ----------------------------------------------------------------------------- TRL, live
@@ -382,3 +390,30 @@ def test_trl_logs_entropy_coef_with_the_bonus_on():
     assert res.metrics["entropy_coef"] == 0.01
     assert res.total.item() == pytest.approx(-1.0 - 0.01 * 1.0)  # dapo: -A; bonus 0.01 * mean H
     assert "entropy_coef" not in policy_loss("trl", {}, **kw).metrics
+
+
+def test_verl_gdpo_divides_by_the_group_std_whatever_norm_adv_by_std_in_grpo_says():
+    """verl's trainer does not pass ``norm_adv_by_std_in_grpo`` to gdpo: each component is
+    always divided by its group std.
+
+    One group of 3, acc = [1, 0, 0] (centred [2, -1, -1] / 3, std 1/sqrt 3) and fmt = [0, 0, 3]
+    (centred [-1, -1, 2], std sqrt 3): both normalise to [2, -1, -1] / sqrt 3 and [-1, -1, 2] /
+    sqrt 3, sum [1, -2, 1] / sqrt 3, whitened (unbiased var 1) the same. Without the std the sum
+    would be [-1, -4, 5] / 3 and the whitened result [-0.218, -0.873, 1.091].
+    """
+    batch = Batch(
+        scores=_t([1.0, 0.0, 3.0]),
+        response_mask=_t([[1], [1], [1]]),
+        group_ids=torch.tensor([0, 0, 0]),
+        reward_components={"acc": _t([1.0, 0.0, 0.0]), "fmt": _t([0.0, 0.0, 3.0])},
+    )
+    want = _t([1.0, -2.0, 1.0]) / math.sqrt(3.0)
+    for by_std in (True, False):
+        cfg = {
+            "adv_estimator": "gdpo",
+            "gdpo_reward_keys": ("acc", "fmt"),
+            "norm_adv_by_std_in_grpo": by_std,
+        }
+        trace = run(batch, "verl", cfg)
+        assert torch.allclose(trace.advantages[:, 0], want, atol=1e-5), by_std
+    assert any("does not pass that key" in n for n in trace.notes)

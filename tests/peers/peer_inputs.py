@@ -222,6 +222,20 @@ def verl_estimators(case: Case) -> list[dict]:
         {"algorithm.adv_estimator": "gpg"},
         {"algorithm.adv_estimator": "grpo_passk"},
         {"algorithm.adv_estimator": "remax"},
+        {"algorithm.adv_estimator": "gae", "algorithm.gamma": 1.0, "algorithm.lam": 1.0},
+        {"algorithm.adv_estimator": "gae", "algorithm.gamma": 0.9, "algorithm.lam": 0.8},
+        {"algorithm.adv_estimator": "optimal_token_baseline"},
+        {"algorithm.adv_estimator": "gdpo", "algorithm.gdpo_reward_keys": ["acc", "fmt"]},
+        {
+            "algorithm.adv_estimator": "gdpo",
+            "algorithm.gdpo_reward_keys": ["acc", "fmt"],
+            "algorithm.gdpo_reward_weights": [1.0, 0.5],
+        },
+        {
+            "algorithm.adv_estimator": "gdpo",
+            "algorithm.gdpo_reward_keys": ["acc", "fmt"],
+            "algorithm.norm_adv_by_std_in_grpo": False,
+        },
     ]
 
 
@@ -235,6 +249,26 @@ def verl_rollout_corrections() -> list[dict]:
             rc + "rollout_is": "token",
             rc + "rollout_is_threshold": 2.0,
             rc + "rollout_is_batch_normalize": True,
+        },
+        {
+            rc + "rollout_is": "sequence",
+            rc + "rollout_is_threshold": 2.0,
+            rc + "rollout_is_batch_normalize": True,
+        },
+        {rc + "rollout_is": "token", rc + "rollout_is_threshold": "0.5_2.0"},  # IcePop
+        {rc + "rollout_is": "sequence", rc + "rollout_is_threshold": "0.5_2.0"},
+        {rc + "rollout_rs": "token_k1", rc + "rollout_rs_threshold": "0.5_2.0"},
+        {rc + "rollout_rs": "token_k2", rc + "rollout_rs_threshold": 0.1},
+        {rc + "rollout_rs": "token_k3", rc + "rollout_rs_threshold": 0.1},
+        {rc + "rollout_rs": "seq_sum_k1", rc + "rollout_rs_threshold": "0.5_2.0"},
+        {rc + "rollout_rs": "seq_mean_k3", rc + "rollout_rs_threshold": 0.05},
+        {rc + "rollout_rs": "seq_max_k2", rc + "rollout_rs_threshold": 0.2},
+        {rc + "rollout_rs": "token_k1,seq_mean_k3", rc + "rollout_rs_threshold": "0.5_2.0,0.05"},
+        {
+            rc + "rollout_is": "token",
+            rc + "rollout_is_threshold": 2.0,
+            rc + "rollout_rs": "seq_mean_k2",
+            rc + "rollout_rs_threshold": 0.02,
         },
     ]
 

@@ -206,36 +206,72 @@ EST_SCORES = torch.tensor([1.0, 0.0, 0.5, 0.2, 0.9], dtype=F64)
 EST_BASELINES = torch.tensor([0.4, 0.1, 0.6, 0.3, 0.2], dtype=F64)
 
 
+def _r12(t: torch.Tensor) -> list:
+    """Nested lists of floats rounded to 12 significant digits."""
+    if t.dim() == 1:
+        return [float(f"{x:.12g}") for x in t.tolist()]
+    return [_r12(r) for r in t]
+
+
 def run_verl_estimator(core, case, opts: dict) -> dict:
-    """One verl advantage estimator on the outcome scores (reward on each last token)."""
+    """One verl advantage estimator as ``ray_trainer.compute_advantage`` calls it (reward on each
+    response's last token; values, old log-probs, sum_pi_squared and reward components from a
+    seeded generator)."""
+    g = torch.Generator().manual_seed(7)
     m = EST_MASK
+    B = m.shape[0]
     last = m.sum(-1).long() - 1
     tlr = torch.zeros_like(m)
-    tlr[torch.arange(m.shape[0]), last] = EST_SCORES
-    index = np.array([str(int(g)) for g in case.groups])
+    tlr[torch.arange(B), last] = EST_SCORES
+    values = torch.randn(m.shape, generator=g, dtype=F64) * 0.5 * m
+    old = (-0.1 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64)) * m
+    pi2 = torch.exp(old) ** 2 + (1 - torch.exp(old) ** 2) * torch.rand(
+        m.shape, generator=g, dtype=F64
+    )
+    components = {"acc": [1.0, 0.0, 1.0, 0.0, 1.0], "fmt": [0.5, 1.0, 0.0, 1.0, 1.0]}
+    index = np.array([str(int(x)) for x in case.groups])
     name = opts["algorithm.adv_estimator"]
     cfg = AlgoConfig(
         gamma=opts.get("algorithm.gamma", 1.0),
-        lam=1.0,
+        lam=opts.get("algorithm.lam", 1.0),
         norm_adv_by_std_in_grpo=opts.get("algorithm.norm_adv_by_std_in_grpo", True),
+        gdpo_reward_keys=opts.get("algorithm.gdpo_reward_keys"),
+        gdpo_reward_weights=opts.get("algorithm.gdpo_reward_weights"),
     )
-    fn = core.get_adv_estimator_fn(name)
-    kwargs = {"token_level_rewards": tlr, "response_mask": m, "config": cfg}
-    if name == "remax":
-        kwargs["reward_baselines"] = EST_BASELINES
+    if name == "gae":
+        adv, ret = core.compute_gae_advantage_return(
+            token_level_rewards=tlr, values=values, response_mask=m, gamma=cfg.gamma, lam=cfg.lam
+        )
+    elif name == "grpo":
+        adv, ret = core.compute_grpo_outcome_advantage(
+            token_level_rewards=tlr, response_mask=m, index=index,
+            norm_adv_by_std_in_grpo=cfg.norm_adv_by_std_in_grpo,
+        )  # fmt: skip
     else:
-        kwargs["index"] = index
-    if name in ("grpo",):
-        kwargs["norm_adv_by_std_in_grpo"] = cfg.norm_adv_by_std_in_grpo
-    adv, ret = fn(**kwargs)
+        kw = {"token_level_rewards": tlr, "response_mask": m, "config": cfg, "index": index}
+        if name == "remax":
+            kw["reward_baselines"] = EST_BASELINES
+        if name == "gdpo":
+            kw["non_tensor_batch"] = {k: np.array(v) for k, v in components.items()}
+            kw["batch"] = {
+                "prompts": torch.zeros(B, 1),
+                "attention_mask": torch.cat([torch.ones(B, 1), m], 1).long(),
+            }
+        if name == "optimal_token_baseline":
+            kw.update(sum_pi_squared=pi2, old_log_probs=old, rollout_is_weights=None)
+        adv, ret = core.get_adv_estimator_fn(name)(**kw)
     return {
         "case": "estimator",
         "options": opts,
         "mask": m.tolist(),
         "scores": EST_SCORES.tolist(),
         "baseline_scores": EST_BASELINES.tolist(),
-        "advantages": [[float(f"{x:.12g}") for x in r] for r in adv.tolist()],
-        "returns": [[float(f"{x:.12g}") for x in r] for r in ret.tolist()],
+        "values": _r12(values),
+        "old_log_probs": _r12(old),
+        "sum_pi_squared": _r12(pi2),
+        "components": components,
+        "advantages": _r12(adv),
+        "returns": _r12(ret),
     }
 
 
@@ -250,7 +286,7 @@ def run_verl_rollout_correction(rc, case, opts: dict) -> dict:
     return {
         "case": "rollout_correction",
         "options": opts,
-        "weights": [[float(f"{x:.12g}") for x in r] for r in weights.tolist()],
+        "weights": _r12(weights),
         "response_mask": new_mask.tolist(),
     }
 

@@ -452,14 +452,15 @@ def _gdpo(batch: Batch, cfg: dict[str, Any], mask: Tensor, params: EstimatorPara
 
     Each of ``gdpo_reward_keys`` names one of ``batch.reward_components``. Without keys the
     function's fallback runs on the combined reward (one component: GRPO, then whitening);
-    verl's trainer would assert that the keys are set.
+    verl's trainer would assert that the keys are set. Every component is divided by its group
+    std whatever ``norm_adv_by_std_in_grpo`` says: ``ray_trainer.compute_advantage`` (which the
+    v1 trainer calls too) does not pass that key to gdpo, so the function's default True holds.
     """
     keys = cfg["gdpo_reward_keys"]
     if not keys:  # compute_gdpo_outcome_advantage's fallback: the combined reward, one component
         seq = params.seq_rewards[None, :]
         return decoupled_norm_advantages(
-            seq, torch.ones(1, dtype=seq.dtype), mask, batch.group_ids, params,
-            by_std=cfg["norm_adv_by_std_in_grpo"],
+            seq, torch.ones(1, dtype=seq.dtype), mask, batch.group_ids, params, by_std=True,
         )  # fmt: skip
     have = batch.reward_components or {}
     missing = [k for k in keys if k not in have]
@@ -480,7 +481,7 @@ def _gdpo(batch: Batch, cfg: dict[str, Any], mask: Tensor, params: EstimatorPara
         mask,
         batch.group_ids,
         params,
-        by_std=cfg["norm_adv_by_std_in_grpo"],
+        by_std=True,
     )
 
 
@@ -535,6 +536,8 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> l
             if cfg["gdpo_reward_keys"]
             else "GDPO without gdpo_reward_keys: the combined reward as its only component "
             "(verl's trainer asserts the keys are set)",
+            "each component divided by its group std (+1e-6) even with "
+            "norm_adv_by_std_in_grpo=False: the trainer does not pass that key to gdpo",
             whiten,
             "returns = advantages",
         ],
