@@ -196,41 +196,67 @@ def test_every_native_option_name_reaches_a_dialect_key():
         for vector in loss_vectors(framework):
             options = {k: v for k, v in vector["options"].items() if k != "GRPOConfig.use_vllm"}
             to_config(framework, options)
-    for vector in load("verl")["vectors"]:
-        if vector["case"] == "estimator":
-            to_config("verl", vector["options"])
+        for vector in load(framework)["vectors"]:
+            if vector["case"] == "estimator":
+                to_config(framework, vector["options"])
 
 
 # --------------------------------------------------------------------------- verl estimators
 
 
-def test_verl_advantage_estimators_match_core_algos():
-    """verl's advantage estimators (core_algos) against ``run(batch, "verl", ...)``."""
+def estimator_batch(framework: str, vector: dict) -> Batch:
+    """The Batch of an estimator vector (the fields its framework's estimators read)."""
+
+    def t(name):
+        return torch.tensor(vector[name], dtype=F64) if name in vector else None
+
+    if framework == "verl":
+        groups = load("verl")["inputs"]["row"]["groups"]
+        old = t("old_log_probs")
+        return Batch(
+            scores=t("scores"),
+            response_mask=t("mask"),
+            group_ids=torch.tensor(groups),
+            baseline_scores=t("baseline_scores"),
+            values=t("values"),
+            logprobs=old,
+            ref_logprobs=old,
+            sum_pi_squared=t("sum_pi_squared"),
+            reward_components={
+                k: torch.tensor(v, dtype=F64) for k, v in vector["components"].items()
+            },
+        )
+    return Batch(
+        scores=t("scores"),
+        response_mask=t("mask"),
+        group_ids=torch.tensor(vector["groups"]),
+        values=t("values"),
+        logprobs=t("logprobs"),
+        ref_logprobs=t("ref_logprobs"),
+    )
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+def test_advantage_estimators_match_framework_code(framework):
+    """verl's core_algos estimators and OpenRLHF's ``compute_advantages_and_returns`` against
+    ``run(batch, framework, ...)``: advantages and returns."""
     failures = []
-    for vector in load("verl")["vectors"]:
+    n = 0
+    for vector in load(framework)["vectors"]:
         if vector["case"] != "estimator":
             continue
         mask = torch.tensor(vector["mask"], dtype=F64)
-        old = torch.tensor(vector["old_log_probs"], dtype=F64)
-        components = vector["components"]
-        batch = Batch(
-            scores=torch.tensor(vector["scores"], dtype=F64),
-            response_mask=mask,
-            group_ids=torch.tensor(load("verl")["inputs"]["row"]["groups"]),
-            baseline_scores=torch.tensor(vector["baseline_scores"], dtype=F64),
-            values=torch.tensor(vector["values"], dtype=F64),
-            logprobs=old,
-            ref_logprobs=old,
-            sum_pi_squared=torch.tensor(vector["sum_pi_squared"], dtype=F64),
-            reward_components={k: torch.tensor(v, dtype=F64) for k, v in components.items()},
+        trace = run(
+            estimator_batch(framework, vector), framework, to_config(framework, vector["options"])
         )
-        trace = run(batch, "verl", to_config("verl", vector["options"]))
         for name in ("advantages", "returns"):
             want = torch.tensor(vector[name], dtype=F64) * mask
             got = getattr(trace, name)
             if not torch.allclose(got, want, atol=ATOL, rtol=RTOL):
                 diff = (got - want).abs().max().item()
                 failures.append(f"{vector['options']}: {name} max diff {diff:.3g}")
+        n += 1
+    assert n >= 15
     assert not failures, "\n".join(failures)
 
 

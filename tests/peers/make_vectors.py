@@ -269,6 +269,9 @@ def run_openrlhf(tmp: Path) -> None:
                     "metrics": scalar_metrics(metrics),
                 }
             )
+    maker = stubs.load_openrlhf_experience(pkg)
+    for opts in pin.openrlhf_estimators():
+        vectors.append(stubs.run_openrlhf_estimator(mods, maker, opts))
     header = {
         "framework": "openrlhf",
         "source": f"https://pypi.org/project/openrlhf/{version}/ (wheel {wheel.name})",
@@ -277,6 +280,7 @@ def run_openrlhf(tmp: Path) -> None:
             "openrlhf/models/loss.py::PolicyLoss",
             "openrlhf/models/utils.py::compute_approx_kl",
             "openrlhf/trainer/ray/ppo_actor.py::training_step (KL and entropy terms)",
+            "openrlhf/trainer/ppo_utils/experience_maker.py::compute_advantages_and_returns",
         ],
     }
     write("openrlhf", header, vectors, pin.dump_inputs())

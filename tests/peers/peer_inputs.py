@@ -410,3 +410,21 @@ def trl_loss_options() -> list[dict]:
         }
     )
     return out
+
+
+def openrlhf_estimators() -> list[dict]:
+    """OpenRLHF 0.11.2 advantage estimators and reward-stage flags."""
+    a, k = "--algo.advantage.", "--algo.kl."
+    out: list[dict] = []
+    for est in ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo"):
+        out.append({a + "estimator": est})
+    out.append({a + "estimator": "gae", a + "gamma": 0.9, a + "lambd": 0.8})
+    out.append({a + "estimator": "reinforce", a + "gamma": 0.9})
+    out.append({a + "estimator": "rloo", a + "gamma": 0.9})  # forced to 1
+    out.append({a + "estimator": "reinforce", a + "no_std_norm": True})
+    out.append({a + "estimator": "group_norm", "--reward.clip_range": [-1.0, 1.0]})
+    for est in ("k1", "k2", "k3"):
+        out.append({a + "estimator": "reinforce_baseline", k + "estimator": est,
+                    k + "init_coef": 0.05})  # fmt: skip
+    out.append({a + "estimator": "rloo", k + "use_loss": True, k + "init_coef": 0.05})
+    return out

@@ -469,3 +469,79 @@ def run_openrlhf_loss(mods, case, lp, opts: dict):
         if a["--actor.entropy_coef"] != 0:
             loss = loss - entropy_loss * a["--actor.entropy_coef"]
     return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+OR_MASK = torch.tensor(
+    [[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]],
+    dtype=F64,
+)
+OR_SCORES = torch.tensor([1.0, 0.0, 0.5, 12.0, -0.4, 0.9], dtype=F64)
+OR_GROUPS = [0, 0, 0, 1, 1, 1]
+
+
+def load_openrlhf_experience(pkg: Path) -> type:
+    """``trainer/ppo_utils/experience_maker.py::RemoteExperienceMaker`` (ray etc. stubbed)."""
+    o = pkg / "openrlhf"
+    mod("ray")
+    mod("openrlhf.trainer", o / "trainer")
+    mod("openrlhf.trainer.ppo_utils", o / "trainer" / "ppo_utils")
+    mod("openrlhf.trainer.ppo_utils.experience", Experience=object)
+    mod("openrlhf.trainer.ray", o / "trainer" / "ray")
+    mod("openrlhf.trainer.ray.launcher", RayActorGroup=object)
+    mod("openrlhf.utils", o / "utils")
+    mod("openrlhf.utils.logging_utils", init_logger=lambda name: logging.getLogger(name))
+    mod("openrlhf.utils.seqlen_balancing", get_minimum_num_micro_batch_size=None,
+        get_seqlen_balanced_partitions=None)  # fmt: skip
+    em = o / "trainer" / "ppo_utils"
+    real("openrlhf.trainer.ppo_utils.length_penalty", em / "length_penalty.py")
+    return real("openrlhf.trainer.ppo_utils.experience_maker", em / "experience_maker.py")
+
+
+def run_openrlhf_estimator(mods, maker_mod, opts: dict) -> dict:
+    """``RemoteExperienceMaker.compute_advantages_and_returns`` on one experience of two prompt
+    groups of 3 (the KL in the reward as ``make_experience`` computes it)."""
+    g = torch.Generator().manual_seed(11)
+    m = OR_MASK
+    lp = (-0.1 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64)) * m
+    ref = (lp + 0.3 * torch.randn(m.shape, generator=g, dtype=F64)) * m
+    values = torch.randn(m.shape, generator=g, dtype=F64) * 0.5 * m
+    a = {"--algo.advantage.estimator": "gae", "--algo.advantage.gamma": 1.0,
+         "--algo.advantage.lambd": 1.0, "--algo.kl.estimator": "k1", "--algo.kl.init_coef": 0.01,
+         "--algo.kl.use_loss": False, "--reward.clip_range": [-10.0, 10.0],
+         "--algo.advantage.no_std_norm": False}  # fmt: skip
+    a.update(opts)
+    args = SimpleNamespace(
+        algo=SimpleNamespace(
+            advantage=SimpleNamespace(estimator=a["--algo.advantage.estimator"],
+                                      gamma=a["--algo.advantage.gamma"],
+                                      lambd=a["--algo.advantage.lambd"],
+                                      no_std_norm=a["--algo.advantage.no_std_norm"]),
+            kl=SimpleNamespace(use_loss=a["--algo.kl.use_loss"]),
+        ),
+        rollout=SimpleNamespace(n_samples_per_prompt=3),
+        reward=SimpleNamespace(clip_range=a["--reward.clip_range"]),
+    )  # fmt: skip
+    if a["--algo.kl.use_loss"]:
+        kl = torch.zeros_like(lp)
+    else:
+        kl = mods["utils"].compute_approx_kl(lp, ref, kl_estimator=a["--algo.kl.estimator"])
+    exp = SimpleNamespace(rewards=OR_SCORES.clone(), index=list(range(6)), action_mask=m.bool(),
+                          kl=kl, values=values, info={})  # fmt: skip
+    maker = maker_mod.RemoteExperienceMaker.__new__(maker_mod.RemoteExperienceMaker)
+    maker.strategy = SimpleNamespace(args=args)
+    maker.args = args
+    maker.advantage_estimator = args.algo.advantage.estimator
+    maker.kl_ctl = SimpleNamespace(value=a["--algo.kl.init_coef"])
+    (exp,) = maker.compute_advantages_and_returns([exp])
+    return {
+        "case": "estimator",
+        "options": opts,
+        "mask": m.tolist(),
+        "scores": OR_SCORES.tolist(),
+        "groups": OR_GROUPS,
+        "logprobs": _r12(lp),
+        "ref_logprobs": _r12(ref),
+        "values": _r12(values),
+        "advantages": _r12(exp.advantages),
+        "returns": _r12(exp.returns),
+    }
