@@ -291,7 +291,7 @@ class Trainer:
         metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
         metrics.update(pods_stats)
         metrics.update(filter_stats)
-        if mu is not None:
+        if mu is not None and train_batch.records_mismatch(s, self.beta):
             metrics.update(train_batch.mismatch_metrics(s, seen, mu, self.beta))
         metrics["seconds"] = {
             "sample": t1 - t0,

@@ -24,6 +24,7 @@ from roll_viz.core.ops import group_stats
 from roll_viz.core.pipeline import dialects, loss_variants
 from roll_viz.core.records import Rollout, Trace, select_rows
 from roll_viz.lm.runfile import TrainSettings, loss_config
+from roll_viz.lm.update import loss_inputs
 
 
 def zero_variance_rows(scores: Tensor, group_ids: Tensor) -> Tensor:
@@ -64,6 +65,17 @@ def seen_advantages(seen: Rollout, rows: Tensor | None, trace: Trace | None) -> 
     out = torch.zeros_like(seen.response_mask, dtype=torch.float64)
     out[rows] = trace.advantages.double()
     return out
+
+
+def records_mismatch(settings: TrainSettings, beta: float) -> bool:
+    """Whether a step records ``mismatch_metrics``: a sampler other than the trainer, or mu read.
+
+    With the fp32 sampler and a loss that does not read mu, mu = pi_old by construction: the
+    run file keeps the keys it had before samplers existed.
+    """
+    if settings.sampler != "fp32":
+        return True
+    return "rollout_logprobs" in loss_inputs(settings.framework, loss_config(settings, beta))
 
 
 def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta: float) -> dict:

@@ -96,21 +96,19 @@ def controls(framework: str, config: dict[str, Any], disabled: bool = False) -> 
             "(renormalised) log-probs. mu reaches the loss as rollout_logprobs.",
         )
     acts = reads_mu(framework, config, str(option))
-    st.caption(f"Sampler: {SAMPLER_LABELS.get(str(sampler), str(sampler))}.")
+    label = f"Sampler: {SAMPLER_LABELS.get(str(sampler), str(sampler))}."
     if sampler == "fp32":
         st.caption(
-            "mu = pi_old: the trainer samples itself, delta = log pi_old - log mu is 0 on every "
-            "token and a correction has nothing to do. Pick bf16, int8 or top-p to see a gap."
+            f"{label} mu = pi_old, so delta = log pi_old - log mu is 0 on every token and a "
+            "correction has nothing to do. Pick bf16, int8 or top-p to see a gap."
         )
     elif acts:
         st.caption(
-            f"The tokens come from the {SAMPLER_LABELS[str(sampler)]} sampler and "
-            f"'{option}' corrects for it: watch mean |delta|, the ESS of pi_old / mu and the "
-            "share the correction truncates or masks, under the curves."
+            f"{label} '{option}' corrects for the gap: watch mean |delta|, the ESS of "
+            "pi_old / mu and the share the correction truncates or masks, under the curves."
         )
     else:
         st.caption(
-            f"The tokens come from the {SAMPLER_LABELS[str(sampler)]} sampler; this loss does not "
-            "read mu, so the gap is recorded (mean |delta|, ESS) but not corrected. OpenRLHF "
-            "is_correction or TRL's token_truncate correct it."
+            f"{label} This loss does not read mu: the gap is recorded (mean |delta|, ESS) but "
+            "not corrected. OpenRLHF is_correction or TRL's token_truncate correct it."
         )

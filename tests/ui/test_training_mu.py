@@ -51,7 +51,7 @@ def test_the_choice_reaches_the_run_settings():
         fw="openrlhf", tr_steps="1", tr_loss="is_correction_level: token", tr_sampler="int8"
     )
     assert not at.exception, [e.message for e in at.exception]
-    assert any("corrects for it" in c.value for c in at.caption)
+    assert any("corrects for the gap" in c.value for c in at.caption)
     button(at, "tr_start").click()
     at.run()
     assert not at.exception, [e.message for e in at.exception]
