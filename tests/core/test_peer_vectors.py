@@ -290,6 +290,15 @@ def trl_live():
     return trl_loss
 
 
+@pytest.fixture(scope="module")
+def trl_live_advantages():
+    """TRL's live advantage block."""
+    pytest.importorskip("trl")
+    from peers.trl_live import trl_advantages
+
+    return trl_advantages
+
+
 def test_trl_live_loss_matches_calculator_and_vectors(trl_live):
     """TRL's installed ``GRPOTrainer._compute_loss``, live, for every TRL vector's options."""
     import trl
@@ -443,3 +452,57 @@ def test_verl_gdpo_divides_by_the_group_std_whatever_norm_adv_by_std_in_grpo_say
         trace = run(batch, "verl", cfg)
         assert torch.allclose(trace.advantages[:, 0], want, atol=1e-5), by_std
     assert any("does not pass that key" in n for n in trace.notes)
+
+
+def test_trl_advantages_match_generate_and_score_completions(trl_live_advantages):
+    """TRL's advantage block (stored and live) against ``run(batch, "trl", ...)``.
+
+    The Batch carries each reward function's output as a reward component and their plain sum
+    as the score (what the app's reward stage gives).
+    """
+    failures = []
+    n = 0
+    for vector in load("trl")["vectors"]:
+        if vector["case"] != "estimator":
+            continue
+        per_func = torch.tensor(vector["rewards_per_func"], dtype=F64)
+        live = trl_live_advantages(per_func, vector["num_generations"], vector["options"])
+        stored = torch.tensor(vector["advantages"], dtype=F64)
+        B = per_func.shape[0]
+        batch = Batch(
+            scores=per_func.sum(-1),
+            response_mask=torch.ones(B, 2, dtype=F64),
+            group_ids=torch.arange(B) // vector["num_generations"],
+            reward_components={f"f{k}": per_func[:, k] for k in range(per_func.shape[1])},
+        )
+        got = run(batch, "trl", to_config("trl", vector["options"])).advantages[:, 0]
+        for name, want in (("stored", stored), ("live", live)):
+            if not torch.allclose(got, want, atol=ATOL, rtol=RTOL):
+                diff = (got - want).abs().max().item()
+                failures.append(f"{vector['options']} {per_func[:, 0].tolist()}: {name} {diff:.3g}")
+        n += 1
+    assert n >= 16
+    assert not failures, "\n".join(failures)
+
+
+def test_trl_sum_then_normalize_weights_the_reward_functions():
+    """``reward_weights`` weight the reward functions before the group baseline
+    (``rewards_per_func * reward_weights``, summed).
+
+    f0 = [1, 0], f1 = [0, 1], weights [1, 0.5]: rewards [1, 0.5], group mean 0.75, advantages
+    [0.25, -0.25] (scale_rewards none); / (std 0.353553 + 1e-4) = [0.706907, -0.706907] (group).
+    The unweighted sum [1, 1] would give 0 and 0.
+    """
+    batch = Batch(
+        scores=_t([1.0, 1.0]),
+        response_mask=_t([[1], [1]]),
+        group_ids=torch.tensor([0, 0]),
+        reward_components={"f0": _t([1.0, 0.0]), "f1": _t([0.0, 1.0])},
+    )
+    cfg = {"reward_weights": (1.0, 0.5)}
+    none = run(batch, "trl", {**cfg, "scale_rewards": "none"})
+    assert none.advantages[:, 0].tolist() == pytest.approx([0.25, -0.25])
+    assert none.rewards.tolist() == pytest.approx([1.0, 0.5])
+    group = run(batch, "trl", cfg)
+    assert group.advantages[:, 0].tolist() == pytest.approx([0.706907, -0.706907], abs=1e-6)
+    assert run(batch, "trl", {}).advantages.abs().max().item() == 0.0

@@ -292,7 +292,7 @@ def run_openrlhf(tmp: Path) -> None:
 def run_trl(tmp: Path) -> None:
     """TRL: ``GRPOTrainer._compute_loss`` of the installed trl for every loss_type and option."""
     import trl
-    from trl_live import trl_loss
+    from trl_live import trl_advantages, trl_loss
 
     vectors = []
     for case in pin.CASES[:1]:
@@ -308,11 +308,26 @@ def run_trl(tmp: Path) -> None:
                     "metrics": scalar_metrics(metrics),
                 }
             )
+    for rewards in (pin.TRL_REWARDS, pin.TRL_REWARDS_FLAT):
+        per_func = torch.tensor(rewards, dtype=F64)
+        for opts in pin.trl_estimators():
+            vectors.append(
+                {
+                    "case": "estimator",
+                    "options": opts,
+                    "rewards_per_func": rewards,
+                    "num_generations": 3,
+                    "advantages": [rnd(x) for x in trl_advantages(per_func, 3, opts).tolist()],
+                }
+            )
     header = {
         "framework": "trl",
         "source": "https://github.com/huggingface/trl",
         "commit": f"pypi trl=={trl.__version__}",
-        "code": ["trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss"],
+        "code": [
+            "trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss",
+            "trl/trainer/grpo_trainer.py::GRPOTrainer._generate_and_score_completions (advantages)",
+        ],
     }
     write("trl", header, vectors, pin.dump_inputs())
 

@@ -428,3 +428,19 @@ def openrlhf_estimators() -> list[dict]:
                     k + "init_coef": 0.05})  # fmt: skip
     out.append({a + "estimator": "rloo", k + "use_loss": True, k + "init_coef": 0.05})
     return out
+
+
+#: Two reward functions on six completions (two prompts x 3 generations, groups consecutive).
+TRL_REWARDS = [[1.0, 0.5], [0.0, 1.0], [1.0, 0.0], [0.0, 0.2], [0.0, 0.9], [1.0, 1.0]]
+TRL_REWARDS_FLAT = [[1.0, 0.5], [1.0, 0.5], [1.0, 0.5], [0.0, 0.2], [0.0, 0.9], [1.0, 1.0]]
+
+
+def trl_estimators() -> list[dict]:
+    """TRL GRPOConfig reward-stage fields."""
+    c = "GRPOConfig."
+    out: list[dict] = []
+    for agg in ("sum_then_normalize", "normalize_then_sum"):
+        for scale in ("group", "batch", "none"):
+            out.append({c + "multi_objective_aggregation": agg, c + "scale_rewards": scale})
+        out.append({c + "multi_objective_aggregation": agg, c + "reward_weights": [1.0, 0.5]})
+    return out

@@ -170,3 +170,48 @@ def trl_loss(case, lp: torch.Tensor, opts: dict):
     loss = GRPOTrainer._compute_loss(s, None, inputs)
     metrics = {k: v[-1] for k, v in s._metrics["train"].items() if v}
     return loss, metrics
+
+
+@cache
+def _advantage_source() -> str:
+    """The advantage block of ``_generate_and_score_completions`` (aggregation, baseline,
+    scaling, NaN handling), dedented."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    lines = inspect.getsource(GRPOTrainer._generate_and_score_completions).splitlines()
+    start = next(
+        i
+        for i, line in enumerate(lines)
+        if 'if self.multi_objective_aggregation == "sum_then_normalize":' in line
+    )
+    end = next(
+        i
+        for i in range(start, len(lines))
+        if "advantages = torch.nan_to_num(advantages" in lines[i]
+    )
+    return textwrap.dedent("\n".join(lines[start : end + 1]))
+
+
+def trl_advantages(rewards_per_func: torch.Tensor, num_generations: int, opts: dict):
+    """TRL's (B,) advantages for (B, K) rewards of K reward functions, groups consecutive."""
+    import trl.trainer.grpo_trainer as grpo
+
+    args = config(opts)
+    K = rewards_per_func.shape[1]
+    weights = args.reward_weights if args.reward_weights is not None else [1.0] * K
+    s = SimpleNamespace(
+        multi_objective_aggregation=args.multi_objective_aggregation,
+        scale_rewards=args.scale_rewards,
+        reward_weights=torch.tensor(weights, dtype=rewards_per_func.dtype),
+        reward_funcs=[None] * K,
+    )
+    scope = dict(vars(grpo))
+    scope.update(
+        self=s,
+        rewards_per_func=rewards_per_func,
+        num_generations=num_generations,
+        unscorable_mask=torch.isnan(rewards_per_func).all(dim=1),
+        device="cpu",
+    )
+    exec(compile(_advantage_source(), "grpo_trainer.py(advantage block)", "exec"), scope)
+    return scope["advantages"]

@@ -279,6 +279,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     require_group_size(batch.group_ids, batch.group_labels, "trl GRPO (num_generations)")
     if cfg["multi_objective_aggregation"] == "normalize_then_sum":
         return _normalize_then_sum(batch, cfg, conv, notes, running)
+    if cfg["reward_weights"] is not None:
+        scores = _weighted_sum(batch, cfg["reward_weights"])
+        notes.append(
+            f"sum_then_normalize: reward = weighted sum of the reward functions (weights "
+            f"{list(cfg['reward_weights'])}), then normalised"
+        )
     stats = group_stats(scores, batch.group_ids, ddof=conv.std_ddof)
     baseline = stats.mean
     notes.append("advantage = reward - group mean")
@@ -323,6 +329,23 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         running=running,
         notes=notes,
     )
+
+
+def _weighted_sum(batch: Batch, weights) -> Tensor:
+    """TRL's combined reward ``sum_k w_k r_k`` (``rewards_per_func * reward_weights``).
+
+    The reward functions are ``batch.reward_components`` in order; without components the
+    combined score is the only function (one weight).
+    """
+    components = dict(batch.reward_components or {"reward": batch.scores})
+    if len(weights) != len(components):
+        raise ValueError(
+            f"reward_weights has {len(weights)} weights for {len(components)} reward functions"
+        )
+    total = torch.zeros_like(batch.scores)
+    for weight, values in zip(weights, components.values(), strict=True):
+        total = total + weight * values
+    return total
 
 
 def _normalize_then_sum(
