@@ -33,7 +33,11 @@ runs made elsewhere reads the same lines). UTF-8, one JSON object per line:
   clipped in the update, as the update reports it), zero_spread_share (share of groups whose
   rewards are all equal: advantages 0, no signal), adv_std (population std of the advantages over
   valid tokens), adv_abs_mean, loss, grad_norm, update (dict of every number the update
-  reported), seconds {"sample", "score", "advantage", "update", "total"}.
+  reported), seconds {"sample", "score", "advantage", "update", "total"}. With
+  ``filter_zero_variance``: filtered_share (share of samples in dropped groups; a step where
+  all are dropped has loss, grad_norm null and update {}). With a sampler other than fp32 or a
+  loss that reads mu (``lm.train_batch.mismatch_metrics``): sampler, delta_abs_mean, delta_mean
+  (delta = log pi_old - log mu per token), is_ess, correction, correction_frac.
 
   ``samples`` (a few steps only, every ``sample_every`` and the last): prompts [P], group_ids
   [B], responses [B] (untrusted model text), rewards [B], finish [B] ("eos" | "length"),
