@@ -236,9 +236,10 @@ def estimator_batch(framework: str, vector: dict) -> Batch:
     )
 
 
-@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "roll"])
 def test_advantage_estimators_match_framework_code(framework):
-    """verl's core_algos estimators and OpenRLHF's ``compute_advantages_and_returns`` against
+    """verl's core_algos estimators, OpenRLHF's ``compute_advantages_and_returns`` and ROLL's
+    reward_postprocess -> compute_token_reward -> compute_advantage against
     ``run(batch, framework, ...)``: advantages and returns."""
     failures = []
     n = 0

@@ -444,3 +444,25 @@ def trl_estimators() -> list[dict]:
             out.append({c + "multi_objective_aggregation": agg, c + "scale_rewards": scale})
         out.append({c + "multi_objective_aggregation": agg, c + "reward_weights": [1.0, 0.5]})
     return out
+
+
+def roll_estimators() -> list[dict]:
+    """ROLL reward-stage and estimator yaml keys."""
+    out: list[dict] = [
+        {"adv_estimator": "reinforce"},
+        {"adv_estimator": "grpo"},
+        {"adv_estimator": "gae", "gamma": 0.9, "lambd": 0.8},
+        {"adv_estimator": "reinforce", "gamma": 0.9},
+        {"adv_estimator": "reinforce", "norm_mean_type": "batch", "norm_std_type": "batch"},
+        {"adv_estimator": "reinforce", "norm_mean_type": "group", "norm_std_type": "group"},
+        {"adv_estimator": "reinforce", "norm_mean_type": "group"},
+        {"adv_estimator": "reinforce", "norm_mean_type": "batch"},
+        {"adv_estimator": "grpo", "reward_clip": 0.5},
+        {"adv_estimator": "reinforce", "whiten_rewards": True},
+        {"adv_estimator": "gae", "whiten_advantages": True},
+        {"adv_estimator": "grpo", "advantage_clip": 0.5},
+    ]
+    for kl in ("kl", "abs", "mse", "k3"):
+        out.append({"adv_estimator": "reinforce", "add_token_level_kl": True,
+                    "init_kl_coef": 0.05, "kl_penalty": kl})  # fmt: skip
+    return out

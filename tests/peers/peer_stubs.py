@@ -207,9 +207,9 @@ EST_BASELINES = torch.tensor([0.4, 0.1, 0.6, 0.3, 0.2], dtype=F64)
 
 
 def _r12(t: torch.Tensor) -> list:
-    """Nested lists of floats rounded to 12 significant digits."""
+    """Nested lists of floats rounded to 10 significant digits."""
     if t.dim() == 1:
-        return [float(f"{x:.12g}") for x in t.tolist()]
+        return [float(f"{x:.10g}") for x in t.tolist()]
     return [_r12(r) for r in t]
 
 
@@ -544,4 +544,84 @@ def run_openrlhf_estimator(mods, maker_mod, opts: dict) -> dict:
         "values": _r12(values),
         "advantages": _r12(exp.advantages),
         "returns": _r12(exp.returns),
+    }
+
+
+class _RollBatch(dict):
+    """The TensorDict surface ROLL's functionals use (``batch_size``, ``keys``)."""
+
+    @property
+    def batch_size(self):
+        """(B,)"""
+        return (next(iter(self.values())).shape[0],)
+
+
+class _RollData(SimpleNamespace):
+    """ROLL ``DataProto`` stand-in (``batch``, ``meta_info``, ``rename``)."""
+
+    def rename(self, old_keys, new_keys):
+        """Rename one batch key."""
+        self.batch[new_keys] = self.batch.pop(old_keys)
+        return self
+
+
+def run_roll_estimator(opts: dict) -> dict:
+    """ROLL's reward -> advantage chain as ``rlvr_pipeline.py`` runs it on one domain:
+    ``reward_postprocess`` -> ``compute_token_reward`` -> ``compute_advantage`` (response mask as
+    the final mask, prompts of one token, groups of 3 consecutive)."""
+    import roll.utils.functionals as fn
+
+    g = torch.Generator().manual_seed(13)
+    m = OR_MASK
+    B = m.shape[0]
+    old = (-0.1 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64)) * m
+    ref = (old + 0.3 * torch.randn(m.shape, generator=g, dtype=F64)) * m
+    values = torch.randn(m.shape, generator=g, dtype=F64) * 0.5 * m
+    attention = torch.cat([torch.ones(B, 1, dtype=F64), m], 1)
+    cfg = dict(adv_estimator="reinforce", gamma=1.0, lambd=0.95, norm_mean_type=None,
+               norm_std_type=None, reward_clip=None, whiten_rewards=False,
+               whiten_advantages=False, advantage_clip=None, add_token_level_kl=False,
+               init_kl_coef=0.2, kl_penalty="kl")  # fmt: skip
+    cfg.update(opts)
+    pc = SimpleNamespace(
+        **cfg,
+        actor_infer=SimpleNamespace(generating_args=SimpleNamespace(num_return_sequences=3)),
+    )
+    data = _RollData(
+        batch=_RollBatch(
+            response_level_rewards=OR_SCORES.clone(),
+            scores=OR_SCORES.clone(),
+            attention_mask=attention,
+            position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+            response_mask=attention.clone(),
+            old_log_probs=old,
+            ref_log_probs=ref,
+            values=values,
+        ),
+        meta_info={},
+    )
+    kl_ctrl = SimpleNamespace(value=cfg["init_kl_coef"], update=lambda **k: None)
+    data, _ = fn.reward_postprocess(data, pc, running_ctrl={})
+    data, _ = fn.compute_token_reward(data, pc, kl_ctrl)
+    data = fn.compute_advantage(
+        data,
+        gamma=pc.gamma,
+        lambd=pc.lambd,
+        adv_estimator=pc.adv_estimator,
+        advantage_clip=pc.advantage_clip,
+        whiten_advantages=pc.whiten_advantages,
+        whiten_rewards=pc.whiten_rewards,
+        response_mask=data.batch["response_mask"][:, 1:],
+    )
+    return {
+        "case": "estimator",
+        "options": opts,
+        "mask": m.tolist(),
+        "scores": OR_SCORES.tolist(),
+        "groups": OR_GROUPS,
+        "logprobs": _r12(old),
+        "ref_logprobs": _r12(ref),
+        "values": _r12(values),
+        "advantages": _r12(data.batch["advantages"]),
+        "returns": _r12(data.batch["returns"]),
     }
