@@ -20,11 +20,20 @@ What happens (every student is one websocket session, ``bench.st_client.Session`
    ``update_close_s`` after pressing, before the step's page came back);
 4. after the last close, the driver waits ``settle_s`` seconds and reads ``rss_mib_after``.
 
+Closed sessions keep their runs and adapters ``reconnect_grace_s`` seconds for a reconnect (120 s
+in the app, Streamlit keeps the session's state as long), so an ``rss_mib_after`` read sooner
+says nothing about memory coming back. ``--grace G`` starts the server with both graces set to
+G seconds (``ROLL_VIZ_RECONNECT_GRACE_S``, ``server.disconnectedSessionTTL``) and settles G + 25 s
+by default, so the freeing (reaper thread, ``malloc_trim``) happens inside the measurement; the
+line states ``reconnect_grace_s`` and ``rss_after_past_grace``.
+
 Throughout, a thread asks ``/_stcore/health`` every ``HEALTH_PERIOD_S`` (each request bounded by
 ``HEALTH_TIMEOUT_S``) and a sampler reads the server's RSS (psutil). The health latency is the
 figure of the defect: closing a tab mid-step froze the event loop for 10-41 s; the bound is
-1 s. ``progress`` is the steps each training student saw done before it left (fairness: turns are
-first come first served, so with N runs the spread is small).
+1 s. ``health_*`` cover the whole run; ``warmup_health_*`` the warm-up (the process's first page
+runs import torch and transformers) and ``churn_health_*`` what follows (students, closes,
+settling and freeing). ``progress`` is the steps each training student saw done before it left
+(fairness: turns are first come first served, so with N runs the spread is small).
 """
 
 from __future__ import annotations
@@ -55,6 +64,10 @@ START_KEY, STEP_KEY = "tr_start", "upd_step"
 TRAIN_QUERY = "tab=Train+live"  # the Training page runs only its open tab
 _STEP_RE = re.compile(r"step (\d+) / (\d+)")
 _LINE_RE = re.compile(r"number (\d+) in line")
+#: the app's reconnect grace and its variable (``ui.reconnect``, which bench may not import)
+APP_GRACE_S = 120.0
+GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
+GRACE_MARGIN_S = 25.0  # settle past the grace: the timers fire, the reaper frees and trims
 
 
 @dataclasses.dataclass
@@ -64,6 +77,7 @@ class ChurnResult:
     students: int
     health_ms: list[float]
     health_failures: int
+    churn_t0: float  # time.monotonic() when the students started (after the warm-up)
     rss_before: float
     rss_samples: list[float]
     rss_after: float
@@ -73,10 +87,16 @@ class ChurnResult:
     errors: list[str]
     exceptions: list[str]
     wall_s: float
+    health_at: list[float] = dataclasses.field(default_factory=list)  # when each was sent
+    grace_s: float = 120.0
+    settle_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         """The benchmark line (JSON-ready)."""
         ms = sorted(self.health_ms)
+        pairs = list(zip(self.health_ms, self.health_at, strict=True))
+        warm = sorted(m for m, t in pairs if t < self.churn_t0)
+        churn = sorted(m for m, t in pairs if t >= self.churn_t0)
         return {
             "name": "churn_load",
             "students": self.students,
@@ -85,6 +105,12 @@ class ChurnResult:
             "health_p99_ms": _pct(ms, 0.99),
             "health_max_ms": _pct(ms, 1.0),
             "health_over_1s": sum(1 for x in ms if x > 1000.0) + self.health_failures,
+            "warmup_health_max_ms": _pct(warm, 1.0),
+            "churn_health_p99_ms": _pct(churn, 0.99),
+            "churn_health_max_ms": _pct(churn, 1.0),
+            "reconnect_grace_s": self.grace_s,
+            "settle_s": self.settle_s,
+            "rss_after_past_grace": self.settle_s > self.grace_s,
             "rss_mib_before": round(self.rss_before, 1),
             "rss_mib_peak": round(max(self.rss_samples, default=self.rss_before), 1),
             "rss_mib_after": round(self.rss_after, 1),
@@ -229,6 +255,7 @@ async def churn(
     hold_s: float = 6.0,
     update_close_s: float = 1.0,
     settle_s: float = 10.0,
+    grace_s: float = 120.0,
 ) -> ChurnResult:
     """Run the churn against the server at ``base`` (see the module docstring).
 
@@ -240,6 +267,7 @@ async def churn(
         hold_s: a training student keeps its tab open 1 to ``hold_s`` seconds after Start.
         update_close_s: an updating student closes 0.05 to this many seconds after pressing.
         settle_s: how long after the last close ``rss_mib_after`` is read.
+        grace_s: the server's reconnect grace (only reported: the server is started with it).
 
     Returns:
         The ChurnResult.
@@ -260,7 +288,7 @@ async def churn(
     samples: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_sampler(server_pid, samples, stop))
-    t0 = time.monotonic()
+    t0 = t0_mono = time.monotonic()
     n_train = (students + 1) // 2
     b_train = asyncio.Barrier(max(n_train, 1))
     b_update = asyncio.Barrier(max(students - n_train, 1))
@@ -280,6 +308,7 @@ async def churn(
         students=students,
         health_ms=[],
         health_failures=0,
+        churn_t0=t0_mono,
         rss_before=before,
         rss_samples=samples,
         rss_after=after,
@@ -289,6 +318,8 @@ async def churn(
         errors=out["errors"],
         exceptions=out["exceptions"],
         wall_s=time.monotonic() - t0,
+        grace_s=grace_s,
+        settle_s=settle_s,
     )
 
 
@@ -296,7 +327,7 @@ def run_churn(base: str, students: int, **kwargs: Any) -> ChurnResult:
     """``churn`` with the health probe running throughout (a fresh event loop)."""
     with HealthProbe(base) as probe:
         res = run_coroutine(churn(base, students, **kwargs))
-    res.health_ms, res.health_failures = probe.ms, probe.failures
+    res.health_ms, res.health_at, res.health_failures = probe.ms, probe.at, probe.failures
     return res
 
 
@@ -305,20 +336,47 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.churn_load", description=__doc__)
     ap.add_argument("--students", type=int, default=12)
     ap.add_argument("--hold", type=float, default=6.0, help="training tabs stay 1-HOLD s")
-    ap.add_argument("--settle", type=float, default=10.0, help="seconds before RSS after")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds after the last close before RSS after (default 10, or GRACE + 25)",
+    )
+    ap.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        help="start the server with this reconnect grace in s (default: the app's 120 s)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default="tiny")
     args = ap.parse_args(argv)
-    if not 0 < args.students <= 60 or not 1.0 <= args.hold <= 120 or not 0 <= args.settle <= 300:
-        ap.error("--students in [1, 60], --hold in [1, 120], --settle in [0, 300]")
-    with streamlit_server(model=args.model) as srv:
+    settle = args.settle
+    if settle is None:
+        settle = 10.0 if args.grace is None else args.grace + GRACE_MARGIN_S
+    if (
+        not 0 < args.students <= 60
+        or not 1.0 <= args.hold <= 120
+        or not 0 <= settle <= 400
+        or (args.grace is not None and not 1.0 <= args.grace <= 300)
+    ):
+        ap.error("--students in [1, 60], --hold in [1, 120], --settle in [0, 400], --grace 1-300")
+    env = {}
+    if args.grace is not None:
+        env = {
+            GRACE_ENV: f"{args.grace:g}",
+            "STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(max(1, round(args.grace))),
+        }
+    grace = args.grace if args.grace is not None else APP_GRACE_S
+    with streamlit_server(model=args.model, extra_env=env) as srv:
         res = run_churn(
             srv.base,
             args.students,
             seed=args.seed,
             server_pid=srv.pid,
             hold_s=args.hold,
-            settle_s=args.settle,
+            settle_s=settle,
+            grace_s=grace,
         )
         line = res.summary()
         line["health_after"] = health(srv.base)

@@ -12,6 +12,11 @@ content element - markdown, plots, tables, metrics, html - in delta-path order; 
 progress bars, download buttons and invisible ``<script>`` html left out, so a run that sampled
 and one that hit a cache, and a session's first run and its later ones, read the same).
 
+Uploads go as the frontend sends them: ``Session.file_urls`` asks the server for upload URLs
+(the ``FileURLsRequest`` a file uploader sends when a file is picked), ``put_file`` PUTs the
+bytes there as multipart form data with the XSRF cookie and header (``xsrf_cookie``), and
+``Session.run(files=...)`` reruns with the uploader's state naming the uploaded files.
+
 Traffic goes only to 127.0.0.1; every read is bounded in time (``RUN_TIMEOUT_S``).
 """
 
@@ -22,8 +27,12 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
+import http.cookies
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
+import uuid
 from typing import Any
 
 import websockets
@@ -53,6 +62,9 @@ CONTENT_KINDS = frozenset(
 )
 #: Widget kinds whose id and value the client tracks (the ones it may change or press).
 SLIDER, CHECKBOX, BUTTON, NUMBER = "slider", "checkbox", "button", "number_input"
+UPLOADER = "file_uploader"
+XSRF_COOKIE = "_streamlit_xsrf"
+HTTP_TIMEOUT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +202,7 @@ class Session:
         query: str | None = None,
         keep: dict[str, Any] | None = None,
         crafted: dict[str, float] | None = None,
+        files: dict[str, list[UploadedFile]] | None = None,
     ) -> RunResult:
         """Send one rerun and read the page until its ``script_finished``.
 
@@ -207,6 +220,8 @@ class Session:
             keep: user key -> current value of other widgets of the last run to resend.
             crafted: user key -> a raw double to send for a number input of the last run,
                 whatever its bounds or type (NaN, 1e9: what a hostile client can send).
+            files: uploader key -> the files uploaded to it (``put_file``), as the frontend
+                reports them after an upload.
 
         Returns:
             The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
@@ -248,9 +263,42 @@ class Session:
             state = cs.widget_states.widgets.add()
             state.id = widgets[key].id
             state.double_value = float(value)
+        for key, uploaded in (files or {}).items():
+            state = cs.widget_states.widgets.add()
+            state.id = widgets[key].id
+            infos = state.file_uploader_state_value.uploaded_file_info
+            for f in uploaded:
+                info = infos.add()
+                info.file_id, info.name, info.size = f.file_id, f.name, f.size
+                info.file_urls.file_id = f.file_id
+                info.file_urls.upload_url = f.upload_url
+                info.file_urls.delete_url = f.upload_url
         t0 = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
         return await self._read_run(t0)
+
+    async def file_urls(self, names: list[str]) -> list[tuple[str, str]]:
+        """Ask for upload URLs as a file uploader does; (file id, upload URL) per name given.
+
+        The server may give fewer (none: it refused); messages of other kinds are skipped.
+        """
+        msg = BackMsg()
+        req = msg.file_urls_request
+        req.request_id = uuid.uuid4().hex
+        req.session_id = self.session_id
+        req.file_names.extend(names)
+        await self.ws.send(msg.SerializeToString())
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while (left := deadline - time.monotonic()) > 0:
+            fm = ForwardMsg()
+            fm.ParseFromString(await asyncio.wait_for(self.ws.recv(), left))
+            if fm.WhichOneof("type") == "file_urls_response":
+                resp = fm.file_urls_response
+                if resp.response_id == req.request_id:
+                    return [(u.file_id, u.upload_url) for u in resp.file_urls]
+            else:
+                self._track(fm)
+        raise TimeoutError("no file_urls_response")
 
     async def _read_run(self, t0: float) -> RunResult:
         elements: dict[tuple[int, ...], tuple[str, bytes, str]] = {}
@@ -369,6 +417,11 @@ class Session:
             key = _user_key(body.id)
             if key:
                 result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, False)
+        elif ek == UPLOADER:
+            key = _user_key(body.id)
+            if key:
+                mb = float(body.max_upload_size_mb)
+                result.widgets[key] = Widget(body.id, ek, 0.0, mb, 1.0, False)
         elif ek in (SLIDER, CHECKBOX):
             key = _user_key(body.id)
             if key:
@@ -379,6 +432,67 @@ class Session:
                     )
                 else:
                     result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, bool(body.default))
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadedFile:
+    """A file PUT to the server, as an uploader's state names it."""
+
+    file_id: str
+    name: str
+    size: int
+    upload_url: str
+
+
+def xsrf_cookie(base: str) -> str:
+    """The XSRF cookie the server sets with its health answer ("" when XSRF protection is off).
+
+    The frontend gets it the same way: it asks ``/_stcore/health`` before opening the websocket.
+    """
+    with urllib.request.urlopen(f"{base}/_stcore/health", timeout=HTTP_TIMEOUT_S) as resp:
+        headers = resp.headers.get_all("Set-Cookie") or []
+    for header in headers:
+        jar = http.cookies.SimpleCookie()
+        jar.load(header)
+        if XSRF_COOKIE in jar:
+            return jar[XSRF_COOKIE].value
+    return ""
+
+
+def put_file(base: str, upload_url: str, name: str, data: bytes, xsrf: str = "") -> tuple[int, str]:
+    """PUT ``data`` as the frontend uploads a file; returns (HTTP status, response body).
+
+    Args:
+        base: server base URL (127.0.0.1 only).
+        upload_url: the path the server gave (``/_stcore/upload_file/<session>/<file id>``),
+            or any path a hostile client makes up.
+        name: the file name in the form.
+        data: the bytes.
+        xsrf: the XSRF cookie (``xsrf_cookie``), sent as cookie and header.
+    """
+    if urllib.parse.urlparse(base).hostname != "127.0.0.1":
+        raise ValueError(f"uploads only go to 127.0.0.1, not {base!r}")
+    boundary = uuid.uuid4().hex
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+            f'filename="{urllib.parse.quote(name)}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    if xsrf:
+        headers["X-Xsrftoken"] = xsrf
+        headers["Cookie"] = f"{XSRF_COOKIE}={xsrf}"
+    path = upload_url if upload_url.startswith("/") else f"/{upload_url}"
+    req = urllib.request.Request(f"{base}{path}", data=body, headers=headers, method="PUT")
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
 
 
 def url_value(v: Any) -> str:

@@ -4,19 +4,64 @@ Every page runs inside ``with ui.page_guard("Title"):``. Field-level problems ar
 are typed (the sidebar shows a message under the field and keeps the last valid value); this is
 the net under them: anything unforeseen is logged with its traceback on the server and the
 page shows one friendly message with what to change, never server paths or code.
+
+``install_server_guards()`` (the router calls it on every run; it acts once per server process)
+sets up what protects every session of the process: the guard on Streamlit's upload endpoint
+(``upload_guard``) and the frozen start-up heap (``lm.reaper.freeze_heap``: garbage collection
+passes no longer walk the ~455,000 objects of torch, transformers and Streamlit while every
+other student waits).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 
 import streamlit as st
+from streamlit.runtime import Runtime
 
+from roll_viz.lm import reaper
+from roll_viz.ui import upload_guard
 from roll_viz.views import text
 
 LOG = logging.getLogger("roll_viz.pages")
+_INSTALLED: list[bool] = []
+_INSTALL_LOCK = threading.Lock()
+
+
+def real_server() -> Runtime | None:
+    """The running server's Runtime, or None (bare mode, or an AppTest's stand-in)."""
+    if not Runtime.exists():
+        return None
+    runtime = Runtime.instance()
+    return runtime if type(runtime) is Runtime else None
+
+
+def install_server_guards() -> bool:
+    """Once per server process: the upload guard and the frozen start-up heap.
+
+    The model stack (transformers, peft) is imported first, so the freeze covers it. Does
+    nothing outside a real server (AppTests, bare runs) and on every later call.
+
+    Returns:
+        True on the call that installed them.
+    """
+    runtime = real_server()
+    if runtime is None or _INSTALLED:
+        return False
+    with _INSTALL_LOCK:
+        if _INSTALLED:
+            return False
+        upload_guard.install(runtime)
+        import peft  # noqa: F401  (imported before the freeze: they live as long as the process)
+        import transformers  # noqa: F401
+
+        frozen = reaper.freeze_heap()
+        _INSTALLED.append(True)
+    LOG.info("server guards installed; %d start-up objects frozen out of collection", frozen)
+    return True
 
 
 def failure_hint(err: Exception) -> str:

@@ -21,11 +21,15 @@ does not. Two tabs of one browser are one student.
 The grace (``RECONNECT_GRACE_S``, 120 s) covers a wifi drop, a reload or a tab closed and opened
 again; it is bounded because a parked run keeps its adapter and AdamW state in memory (tens of MB
 per student) and its run paused: after the grace the memory returns to the server.
+``ROLL_VIZ_RECONNECT_GRACE_S`` (1 to 3600 s) sets another grace; the churn benchmark shortens it
+to measure memory after the sessions are freed (it says so in its output), together with
+Streamlit's own ``server.disconnectedSessionTTL`` (how long a closed session's state is kept).
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 import secrets
 import threading
@@ -35,8 +39,21 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+DEFAULT_GRACE_S = 120.0
+GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
+
+
+def grace_from_env(default: float = DEFAULT_GRACE_S) -> float:
+    """``ROLL_VIZ_RECONNECT_GRACE_S`` when it is a number of seconds in [1, 3600], else 120."""
+    try:
+        value = float(os.environ.get(GRACE_ENV, ""))
+    except ValueError:
+        return default
+    return value if 1.0 <= value <= 3600.0 else default
+
+
 #: how long a closed session's runs and adapters wait for the same student to come back
-RECONNECT_GRACE_S = 120.0
+RECONNECT_GRACE_S = grace_from_env()
 #: the cookie that carries the student key across page reloads
 STUDENT_COOKIE = "roll_viz_student"
 #: how long the browser keeps the cookie (a day: a class; the runs themselves wait the grace)
