@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from roll_viz.core.pipeline import dialects, policy_loss, run
-from roll_viz.core.pipeline.rollout_correction import verl_correction
+from roll_viz.core.pipeline.rollout_correction import RollFilter, roll_correction, verl_correction
 from roll_viz.core.records import Batch
 
 F64 = torch.float64
@@ -277,6 +277,33 @@ def test_verl_rollout_correction_matches_rollout_corr_helper():
         assert torch.equal(corr.counted, kept.bool()), kw
         n += 1
     assert n >= 14
+
+
+def test_roll_train_infer_correction_matches_compute_train_infer_correction():
+    """ROLL's train_infer IS weight and filter mask against ``roll_correction``."""
+    case = case_tensors("roll", "row")
+    n = 0
+    for vector in load("roll")["vectors"]:
+        if vector["case"] != "rollout_correction":
+            continue
+        opts = vector["options"]
+        w = opts.get("train_infer_correction.is_weight", {})
+        filters = tuple(RollFilter(**f) for f in opts.get("train_infer_correction.filters", []))
+        corr = roll_correction(
+            case.old,
+            case.mu,
+            case.mask,
+            is_weight_enabled=w.get("enabled", False),
+            weight_type=w.get("weight_type", "token"),
+            upper_bound=w.get("upper_bound", 1.2),
+            filters=filters,
+        )
+        kept = torch.tensor(vector["response_mask"], dtype=F64)
+        want = torch.tensor(vector["weights"], dtype=F64) * kept
+        assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), opts
+        assert torch.equal(~corr.masked & case.mask.bool(), kept.bool()), opts
+        n += 1
+    assert n >= 11
 
 
 # ----------------------------------------------------------------------------- TRL, live

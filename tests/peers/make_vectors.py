@@ -210,6 +210,8 @@ def run_roll(tmp: Path) -> None:
             "roll/pipeline/rlvr/actor_worker.py",
             "roll/pipeline/rlvr/actor_pg_worker.py",
             "roll/utils/functionals.py",
+            "roll/utils/train_infer_corrections.py",
+            "roll/pipeline/agentic/utils.py",
         ],
         tmp,
     )
@@ -217,6 +219,8 @@ def run_roll(tmp: Path) -> None:
     vectors = []
     for case in pin.CASES:
         for worker, opts in pin.roll_loss_options():
+            if case.name == "token" and worker == "actor_pg_worker" and len(opts) > 1:
+                continue  # file size: each variant once on token advantages
             lp = case.lp.clone().requires_grad_(True)
             loss, metrics = stubs.run_roll_loss(mods[worker], case, lp, opts)
             vectors.append(
@@ -231,6 +235,8 @@ def run_roll(tmp: Path) -> None:
             )
     for opts in pin.roll_estimators():
         vectors.append(stubs.run_roll_estimator(opts))
+    for opts in pin.roll_corrections():
+        vectors.append(stubs.run_roll_correction(pin.CASES[0], opts))
     header = {
         "framework": "roll",
         "source": "https://github.com/alibaba/ROLL",
@@ -240,6 +246,7 @@ def run_roll(tmp: Path) -> None:
             "roll/pipeline/rlvr/actor_pg_worker.py::ActorPGWorker.loss_func",
             "roll/utils/functionals.py (reward_postprocess, compute_token_reward, "
             "compute_advantage)",
+            "roll/utils/train_infer_corrections.py::compute_train_infer_correction",
         ],
     }
     write("roll", header, vectors, pin.dump_inputs())

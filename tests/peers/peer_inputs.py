@@ -409,6 +409,13 @@ def trl_loss_options() -> list[dict]:
             c + "vllm_importance_sampling_clip_max": 2.0,
         }
     )
+    out.append({c + "loss_type": "dapo", c + "use_vllm": True})  # defaults: sequence_mask, max 3
+    out.append({c + "loss_type": "grpo", c + "use_vllm": True,
+                c + "vllm_importance_sampling_mode": "token_truncate"})  # fmt: skip
+    out.append({c + "loss_type": "dapo", c + "use_vllm": True,
+                c + "vllm_importance_sampling_correction": False})  # fmt: skip
+    out.append({c + "loss_type": "dapo", c + "use_vllm": True,
+                c + "off_policy_mask_threshold": 0.05})  # fmt: skip
     return out
 
 
@@ -465,4 +472,22 @@ def roll_estimators() -> list[dict]:
     for kl in ("kl", "abs", "mse", "k3"):
         out.append({"adv_estimator": "reinforce", "add_token_level_kl": True,
                     "init_kl_coef": 0.05, "kl_penalty": kl})  # fmt: skip
+    return out
+
+
+def roll_corrections() -> list[dict]:
+    """ROLL ``train_infer_correction`` settings (IS weight, filters)."""
+    w, f = "train_infer_correction.is_weight", "train_infer_correction.filters"
+    out: list[dict] = []
+    for wt in ("token", "geometric", "sequence", "segment"):
+        out.append({w: {"enabled": True, "weight_type": wt, "upper_bound": 1.2}})
+    out.append({w: {"enabled": True, "weight_type": "token", "upper_bound": None}})
+    for agg in ("token", "geometric", "sequence", "segment"):
+        out.append({f: [{"agg_type": agg, "ratio_low": 0.8, "ratio_high": 1.2}]})
+    out.append({f: [{"agg_type": "token", "ratio_enabled": False, "diff_enabled": True,
+                     "diff_low": -0.05, "diff_high": 0.05}]})  # fmt: skip
+    out.append({w: {"enabled": True, "weight_type": "geometric", "upper_bound": 2.0},
+                f: [{"agg_type": "token", "ratio_low": 0.5, "ratio_high": 2.0},
+                    {"agg_type": "sequence", "ratio_enabled": False, "diff_enabled": True,
+                     "diff_low": -0.3, "diff_high": 0.3}]})  # fmt: skip
     return out

@@ -9,6 +9,7 @@ batch-size and token-count normalisers included) and returns (loss, metrics).
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import logging
 import sys
@@ -49,6 +50,17 @@ def real(name: str, file: Path) -> types.ModuleType:
     _MADE.append(name)
     spec.loader.exec_module(m)
     return m
+
+
+def function_from(file: Path, name: str):
+    """One top-level function of a source file, compiled alone (its module's imports are heavy;
+    the function needs only torch)."""
+    source = file.read_text()
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    scope = {"torch": torch, "Tensor": torch.Tensor}
+    exec(compile(ast.Module([node], []), str(file), "exec"), scope)
+    return scope[name]
 
 
 class Cfg(SimpleNamespace):
@@ -309,11 +321,15 @@ def load_roll(tmp: Path) -> dict[str, type]:
     mod("roll.utils", r / "utils")
     mod("roll.utils.kl_controller", AdaptiveKLController=object)
     mod("roll.utils.logging", get_logger=lambda *a, **k: logging.getLogger("roll"))
-    mod("roll.utils.train_infer_corrections", compute_train_infer_correction=None)
     mod("roll.distributed")
     mod("roll.distributed.scheduler")
     mod("roll.distributed.scheduler.protocol", DataProto=object)
     real("roll.utils.functionals", r / "utils" / "functionals.py")
+    mod("roll.pipeline.agentic", r / "pipeline" / "agentic")
+    mod("roll.pipeline.agentic.utils",
+        compute_segment_masked_mean=function_from(r / "pipeline" / "agentic" / "utils.py",
+                                                  "compute_segment_masked_mean"))  # fmt: skip
+    real("roll.utils.train_infer_corrections", r / "utils" / "train_infer_corrections.py")
     aw = real("roll.pipeline.rlvr.actor_worker", r / "pipeline" / "rlvr" / "actor_worker.py")
     pg = real("roll.pipeline.rlvr.actor_pg_worker", r / "pipeline" / "rlvr" / "actor_pg_worker.py")
     return {"actor_worker": aw.ActorWorker, "actor_pg_worker": pg.ActorPGWorker}
@@ -624,4 +640,34 @@ def run_roll_estimator(opts: dict) -> dict:
         "values": _r12(values),
         "advantages": _r12(data.batch["advantages"]),
         "returns": _r12(data.batch["returns"]),
+    }
+
+
+def run_roll_correction(case, opts: dict) -> dict:
+    """ROLL ``compute_train_infer_correction`` (``utils/train_infer_corrections.py``): the IS
+    weight and the filter mask for sampler log-probs ``mu``."""
+    import roll.utils.train_infer_corrections as tic
+
+    w = opts.get("train_infer_correction.is_weight", {})
+    is_weight = SimpleNamespace(enabled=w.get("enabled", False),
+                                weight_type=w.get("weight_type", "token"),
+                                upper_bound=w.get("upper_bound", 1.2), detach=True)  # fmt: skip
+    filters = []
+    for f in opts.get("train_infer_correction.filters", []):
+        d = dict(enabled=True, agg_type="token", ratio_enabled=True, ratio_low=0.8,
+                 ratio_high=1.2, diff_enabled=False, diff_low=-0.2, diff_high=0.2)  # fmt: skip
+        d.update(f)
+        filters.append(SimpleNamespace(**d))
+    cfg = SimpleNamespace(is_weight=is_weight, filters=filters)
+    m = case.mask
+    weight, keep, _metrics = tic.compute_train_infer_correction(
+        cfg=cfg, response_mask=m, old_log_probs=case.old, infer_log_probs=case.mu,
+        global_valid_samples=max(float((m.sum(-1) > 0).sum()), 1.0),
+        global_valid_tokens=max(float(m.sum()), 1.0),
+    )  # fmt: skip
+    return {
+        "case": "rollout_correction",
+        "options": opts,
+        "weights": _r12(weight * m),
+        "response_mask": (keep * m).tolist(),
     }
