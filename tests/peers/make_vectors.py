@@ -219,7 +219,8 @@ def run_roll(tmp: Path) -> None:
     vectors = []
     for case in pin.CASES:
         for worker, opts in pin.roll_loss_options():
-            if case.name == "token" and worker == "actor_pg_worker" and len(opts) > 1:
+            default_agg = opts.get("loss_agg_mode") == "seq-mean-token-mean" and len(opts) == 2
+            if case.name == "token" and worker == "actor_pg_worker" and not default_agg:
                 continue  # file size: each variant once on token advantages
             lp = case.lp.clone().requires_grad_(True)
             loss, metrics = stubs.run_roll_loss(mods[worker], case, lp, opts)
