@@ -18,7 +18,8 @@ slows them alike; ``loadavg`` records how busy it was.
   ``bandwidth_floor_s`` = the model's weight bytes x 64 decode steps / the read bandwidth
   measured in the same run (``memory_bandwidth``: the best of a few ``sum`` passes over 1 GiB at
   one thread and at every core). A decode step reads every weight once, so no float decode of
-  64 steps can beat that floor on this machine.
+  64 steps can beat that floor on this machine. ``phase_s`` / ``phase_cpu_s`` split each run
+  (``PhaseMarks``: template, decode, policy pass, reference pass with the per-token scores, text).
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
   while a second process runs a single-threaded matmul loop (a competing student).
 - CUDA (when present): 8 x 128 in bfloat16, plain generate vs our loop with a dynamic cache vs our
@@ -262,6 +263,41 @@ def memory_bandwidth(gib: float = 1.0, repeats: int = 3) -> dict:
     }
 
 
+class PhaseMarks:
+    """A ``sample()`` progress callback that notes when each phase starts (wall and CPU clocks).
+
+    The phases follow ``sample``'s messages: the chat template, the decode loop ("Sampling"),
+    the policy's teacher-forced pass (skipped when the decode's own states are reused), the
+    reference's pass together with the per-token scores, and the text decoding.
+    """
+
+    PHASES = ("template", "decode", "policy_pass", "reference_pass_and_scores", "text")
+    STARTS = (  # message prefix -> the phase it starts
+        ("Applying the chat template", "template"),
+        ("Sampling responses", "decode"),
+        ("Scoring the responses under the policy", "policy_pass"),
+        ("Scoring the same tokens under the reference", "reference_pass_and_scores"),
+        ("Decoding text", "text"),
+    )
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, float, float]] = []
+
+    def __call__(self, fraction: float, message: str) -> None:
+        """Note the start of the phase ``message`` names (repeats of a phase are ignored)."""
+        phase = next((p for m, p in self.STARTS if message.startswith(m)), None)
+        if phase is not None and (not self.marks or self.marks[-1][0] != phase):
+            self.marks.append((phase, time.perf_counter(), time.process_time()))
+
+    def split(self) -> dict[str, tuple[float, float]]:
+        """Phase -> (wall s, CPU s); the last phase ends now; a phase not seen took 0."""
+        ends = [*self.marks[1:], ("end", time.perf_counter(), time.process_time())]
+        out = dict.fromkeys(self.PHASES, (0.0, 0.0))
+        for (phase, wall, cpu), (_, wall_end, cpu_end) in zip(self.marks, ends, strict=True):
+            out[phase] = (wall_end - wall, cpu_end - cpu)
+        return out
+
+
 def weight_bytes(bundle: ModelBundle) -> int:
     """Bytes of the model's weights (a tied embedding / LM head counted once)."""
     return sum(p.numel() * p.element_size() for p in bundle.model.parameters())
@@ -280,13 +316,16 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
     }
     estimates: dict[str, list[float]] = {name: [] for name in variants}
     cpu: dict[str, list[float]] = {name: [] for name in variants}
+    phases: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in variants}
 
     def run(name: str) -> Callable[[], None]:
         def go() -> None:
             estimates[name].append(estimate_seconds(no_eos, cfg, variants[name]))
+            marks = PhaseMarks()
             start = time.process_time()
-            sample(no_eos, cfg, decode=variants[name])
+            sample(no_eos, cfg, progress=marks, decode=variants[name])
             cpu[name].append(time.process_time() - start)
+            phases[name].append(marks.split())
 
         return go
 
@@ -299,6 +338,12 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
         line["estimate_s_before_run"] = [round(e, 2) for e in estimates[name][1:]]
         # CPU seconds of this process (all its threads): what the run costs on an idle machine
         line["cpu_s_median"] = round(statistics.median(cpu[name][1:]), 2)
+        # where the time went (wall s, CPU s of this process), median over the timed runs
+        for key, index in (("phase_s", 0), ("phase_cpu_s", 1)):
+            line[key] = {
+                phase: round(statistics.median(run[phase][index] for run in phases[name][1:]), 2)
+                for phase in PhaseMarks.PHASES
+            }
         line["target_s"] = 5.0
         # the float weights' floor; int8 reads a quarter of the bytes, bf16 half
         share = {"int8_decode": 4, "bf16_decode": 2}.get(name, 1)

@@ -32,6 +32,10 @@ def test_lecture_lines_carry_the_estimate_target_and_bandwidth_floor(tiny):
         assert line["cpu_s_median"] > 0
         assert len(line["estimate_s_before_run"]) == 1
         assert line["bandwidth_floor_s"] >= 0
+        assert set(line["phase_s"]) == set(bench.PhaseMarks.PHASES)
+        assert line["phase_s"]["decode"] > 0
+        assert line["phase_cpu_s"]["reference_pass_and_scores"] > 0  # steered: a reference pass
+        assert sum(line["phase_s"].values()) <= line["median_s"] * 1.5 + 0.05
     assert lines[0]["bandwidth_floor_s"] >= lines[2]["bandwidth_floor_s"]
 
 
