@@ -11,6 +11,9 @@
 - ours: ``LoraPolicy`` + ``update_step`` (verl loss, 1 epoch, 1 minibatch, lr 2e-4, r8/alpha16,
   the two-phase memory-bounded backward, each prompt's context run once and shared, the
   re-score for the page's delta log pi included), phases as the step reports them.
+- ours bf16: the same step with ``UpdateConfig(precision="bf16")`` (the frozen base's matmuls in
+  bfloat16), run after the pair; the ``bf16_effect`` line gives its log-prob gap to ours (every
+  row is full length: the means are over all tokens).
 - peer: the same step written plainly with transformers + peft: ``get_peft_model``, a loop of
   micro-batches with gradient accumulation (token-mean PPO loss divided by the batch's token
   count, which is exact for token-mean), ``model(...).logits`` over the full sequence, AdamW,
@@ -109,18 +112,20 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def run_ours(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[dict, Any]:
-    """Our step; returns (timings line, (B, T) delta)."""
+def run_ours(
+    bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor, precision: str = "float32"
+) -> tuple[dict, Any]:
+    """Our step; returns (timings line, {"delta": (B, T), "before": (B, T) log-probs})."""
     with lora.LoraPolicy(bundle, seed=SEED) as policy:
         cpu = time.process_time()
-        result = update.update_step(
-            policy, rollout, adv, framework="verl", cfg=update.UpdateConfig(lr=LR, seed=SEED)
-        )
+        cfg = update.UpdateConfig(lr=LR, seed=SEED, precision=precision)
+        result = update.update_step(policy, rollout, adv, framework="verl", cfg=cfg)
         cpu = time.process_time() - cpu
         sizes = policy.nbytes()
     mask = result.response_mask.bool()
     line = {
-        "impl": "ours",
+        "impl": "ours" if precision == "float32" else f"ours {precision}",
+        "precision": precision,
         "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
         "cpu_s": round(cpu, 3),
         "target_s": 5.0,
@@ -130,7 +135,7 @@ def run_ours(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
         "adapter_mb": round(sizes["adapter"] / 2**20, 2),
         "optimizer_mb": round(sizes["optimizer"] / 2**20, 2),
     }
-    return line, result.delta
+    return line, {"delta": result.delta, "before": result.logprobs_before}
 
 
 def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[dict, Any]:
@@ -224,16 +229,23 @@ def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
         "grad_norm": round(float(norm), 6),
         "mean_abs_delta_logp": round(float(delta.abs().mean()), 6),
     }
-    return line, delta
+    return line, {"delta": delta}
 
 
-def one_case(model: str, shape: tuple[int, int, int], impl: str) -> tuple[torch.Tensor, dict]:
-    """One (model, shape, implementation) measurement in this process: (delta (B, T), line)."""
+def one_case(model: str, shape: tuple[int, int, int], impl: str) -> tuple[dict, dict]:
+    """One (model, shape, implementation) measurement in this process: ((B, T) tensors, line).
+
+    ``impl``: "ours", "ours_bf16" (``UpdateConfig.precision="bf16"``) or "peer".
+    """
     bundle = load_models(model, device="cpu", dtype="float32")
     rollout = synthetic_rollout(bundle, *shape)
     adv = advantages_for(rollout)
-    line, delta = (run_ours if impl == "ours" else run_peer)(bundle, rollout, adv)
-    return delta, {
+    if impl == "peer":
+        line, tensors = run_peer(bundle, rollout, adv)
+    else:
+        precision = "bf16" if impl == "ours_bf16" else "float32"
+        line, tensors = run_ours(bundle, rollout, adv, precision)
+    return tensors, {
         "what": "update_step",
         "model": bundle.name,
         "shape": {"prompts": shape[0], "group": shape[1], "tokens": shape[2]},
@@ -304,39 +316,68 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one:
         model, shape, impl = args.one
-        delta, line = one_case(model, tuple(int(x) for x in shape.split("x")), impl)
+        tensors, line = one_case(model, tuple(int(x) for x in shape.split("x")), impl)
         print(json.dumps(line))
-        print(json.dumps({"delta": delta.tolist()}))  # read back by the parent for the oracle
+        # read back by the parent for the oracle and the bf16 effect
+        print(json.dumps({k: v.tolist() for k, v in tensors.items()}))
         return 0
     print(json.dumps(context()), flush=True)
     env = {**os.environ, "ROLL_VIZ_THREADS": "1"}
     for model in args.models.split(","):
         for shape in args.shapes.split(","):
-            deltas = {}
-            procs = {  # both at once: the same machine noise for ours and the peer
-                impl: subprocess.Popen(
-                    [sys.executable, "-m", "roll_viz.bench.update", "--one", model, shape, impl],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                )
-                for impl in ("ours", "peer")
-            }
-            for impl, proc in procs.items():
-                stdout, stderr = proc.communicate()
-                lines = stdout.strip().splitlines()
-                if proc.returncode != 0 or len(lines) < 2:
-                    error = {"what": "update_step", "model": model, "shape": shape, "impl": impl}
-                    print(json.dumps({**error, "error": stderr.strip()[-600:]}), flush=True)
-                    continue
-                print(lines[-2], flush=True)
-                deltas[impl] = torch.tensor(json.loads(lines[-1])["delta"])
-            if len(deltas) == 2:
-                diff = float((deltas["ours"] - deltas["peer"]).abs().max())
-                oracle = {"what": "oracle", "model": model, "shape": shape}
-                print(json.dumps({**oracle, "max_abs_delta_diff": diff}), flush=True)
+            out: dict[str, dict] = {}
+            # ours and the peer at once (the same machine noise), then ours in bf16 alone
+            for batch in (("ours", "peer"), ("ours_bf16",)):
+                out.update(_run_cases(model, shape, batch, env))
+            _oracle_lines(model, shape, out)
     return 0
+
+
+def _run_cases(model: str, shape: str, impls: tuple[str, ...], env: dict) -> dict[str, dict]:
+    """Run ``impls`` as subprocesses started together; print their lines, return their tensors."""
+    procs = {
+        impl: subprocess.Popen(
+            [sys.executable, "-m", "roll_viz.bench.update", "--one", model, shape, impl],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for impl in impls
+    }
+    out = {}
+    for impl, proc in procs.items():
+        stdout, stderr = proc.communicate()
+        lines = stdout.strip().splitlines()
+        if proc.returncode != 0 or len(lines) < 2:
+            error = {"what": "update_step", "model": model, "shape": shape, "impl": impl}
+            print(json.dumps({**error, "error": stderr.strip()[-600:]}), flush=True)
+            continue
+        print(lines[-2], flush=True)
+        out[impl] = {k: torch.tensor(v) for k, v in json.loads(lines[-1]).items()}
+    return out
+
+
+def _oracle_lines(model: str, shape: str, out: dict[str, dict]) -> None:
+    """Ours against the peer (the same step), and what bf16 did to the log-probs and the step."""
+    if "ours" in out and "peer" in out:
+        diff = float((out["ours"]["delta"] - out["peer"]["delta"]).abs().max())
+        oracle = {"what": "oracle", "model": model, "shape": shape}
+        print(json.dumps({**oracle, "max_abs_delta_diff": diff}), flush=True)
+    if "ours" in out and "ours_bf16" in out:
+        exact, bf16 = out["ours"], out["ours_bf16"]
+        gap = (bf16["before"] - exact["before"]).abs()
+        delta_gap = (bf16["delta"] - exact["delta"]).abs()
+        line = {"what": "bf16_effect", "model": model, "shape": shape}
+        line.update(
+            {
+                "max_abs_logprob_gap": round(float(gap.max()), 5),
+                "mean_abs_logprob_gap": round(float(gap.mean()), 5),
+                "mean_abs_delta_gap": round(float(delta_gap.mean()), 5),
+                "mean_abs_delta_fp32": round(float(exact["delta"].abs().mean()), 5),
+            }
+        )
+        print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,6 +27,13 @@ Design (why peft layers injected into the shared model, kept disabled):
 - Per-user memory: rank r adapter on all 7 linear maps of each layer (q, k, v, o, gate, up, down);
   SmolLM2-135M at r=8 has 2.44 M adapter parameters (9.8 MB fp32), AdamW keeps two more copies
   (19.5 MB): about 29 MB per user (``LoraPolicy.nbytes()``), freed by ``close()``.
+- Fused forward (``LoraPolicy.fused``, what ``lm.update`` trains through): inside it each adapted
+  layer computes ``base(x)`` and adds ``scaling * (x A^T) B^T`` with one in-place ``addmm`` (peft's
+  forward does a matmul, a scaling multiply and an add as three passes over the output), the same
+  numbers up to float rounding. With ``base_dtype=torch.bfloat16`` the frozen base matmul runs in
+  bfloat16 (AMX-BF16 / AVX-512 BF16 on this CPU; weights cast once per context and shared by every
+  pass inside it) and its output goes back to float32; the adapter's A and B, their matmuls and
+  gradients, the residual stream, norms, attention and the head stay float32.
 - Randomness: LoRA A is drawn from a ``torch.Generator`` seeded by ``seed`` (uniform in
   +-1/sqrt(fan_in), peft's kaiming-uniform(a=sqrt(5)) bound), B is zero, so a fresh adapter IS the
   base model and the same seed gives the same adapter. peft's own init draws from the global RNG,
@@ -36,6 +43,7 @@ Design (why peft layers injected into the shared model, kept disabled):
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import threading
@@ -141,6 +149,61 @@ def _remove(bundle: ModelBundle, name: str) -> None:
         hub.layers = []
 
 
+def _fusable(layer: Any, name: str) -> bool:
+    """Whether the fused forward computes exactly what peft's forward would for ``name``."""
+    base = getattr(layer, "base_layer", None)
+    return (
+        isinstance(base, torch.nn.Linear)
+        and name in layer.lora_A
+        and isinstance(layer.lora_dropout[name], torch.nn.Identity)
+        and not getattr(layer, "lora_variant", {}).get(name)
+        and not layer.merged
+        and not layer.lora_bias.get(name, False)
+    )
+
+
+class _Casts:
+    """The base weights cast for one ``fused`` context, and the last input's cast.
+
+    q, k and v read the same input, as do gate and up: it is cast once.
+    """
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self.weights: dict[int, Tensor] = {}
+        self.last: tuple[Tensor, Tensor, int] | None = None  # (input, its cast, input version)
+
+    def weight(self, weight: Tensor) -> Tensor:
+        key = id(weight)
+        if key not in self.weights:
+            self.weights[key] = weight.detach().to(self.dtype)
+        return self.weights[key]
+
+    def input(self, x: Tensor) -> Tensor:
+        if self.last is None or self.last[0] is not x or self.last[0]._version != self.last[2]:
+            self.last = (x, x.to(self.dtype), x._version)
+        return self.last[1]
+
+
+def _fused_forward(layer: Any, name: str, casts: _Casts, x: Tensor) -> Tensor:
+    """``base(x) + scaling * (x A^T) B^T``: the adapter added by one in-place addmm."""
+    base = layer.base_layer
+    if layer.disable_adapters or casts.dtype == x.dtype:
+        out = torch.nn.functional.linear(x, base.weight, base.bias)
+        if layer.disable_adapters:
+            return out
+    else:
+        bias = None if base.bias is None else base.bias.to(casts.dtype)
+        out = torch.nn.functional.linear(casts.input(x), casts.weight(base.weight), bias)
+        out = out.to(x.dtype)
+    a_weight = layer.lora_A[name].weight
+    b_weight = layer.lora_B[name].weight
+    low = torch.nn.functional.linear(x, a_weight)  # (..., r)
+    flat = out.view(-1, out.shape[-1])
+    flat.addmm_(low.reshape(-1, low.shape[-1]), b_weight.t(), alpha=layer.scaling[name])
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The policy source
 
@@ -224,6 +287,34 @@ class LoraPolicy:
         finally:
             for _, layer in layers:
                 layer.enable_adapters(False)
+
+    @contextlib.contextmanager
+    def fused(self, bundle: ModelBundle, base_dtype: torch.dtype = torch.float32) -> Iterator[None]:
+        """The fused LoRA forward on every adapted layer (inside ``activate``, lock held).
+
+        Same numbers as peft's forward up to float rounding with ``base_dtype`` float32; with
+        bfloat16 the frozen base matmuls run in bfloat16 (weights cast once for the context) and
+        the adapter stays float32 (module docstring). Layers the fused path cannot reproduce
+        (dropout, DoRA, merged weights, bias) keep peft's forward.
+
+        Raises:
+            RuntimeError: the lock is not held.
+        """
+        if not bundle.lock.locked():
+            raise RuntimeError("hold bundle.lock around LoraPolicy.fused")
+        casts = _Casts(base_dtype)
+        patched = []
+        try:
+            for _, layer in _hub(bundle).layers:
+                if _fusable(layer, self.name):
+                    layer.forward = functools.partial(_fused_forward, layer, self.name, casts)
+                    patched.append(layer)
+            yield
+        finally:
+            for layer in patched:
+                del layer.forward
+            casts.weights.clear()
+            casts.last = None
 
     # Parameters, memory, lifetime -------------------------------------------------------------
 
