@@ -200,12 +200,15 @@ def next_tokens(
     """
     if num_sampled == 0 or temperature <= 0:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits[:num_sampled] / temperature, dim=-1)  # (n, V)
+    scaled = logits[:num_sampled]
+    if temperature != 1.0:  # x / 1 == x bit for bit: skip the pass
+        scaled = scaled / temperature
+    probs = torch.softmax(scaled, dim=-1)  # (n, V)
 
-    def draw(weights: Tensor) -> Tensor:  # (n, V) -> (n, 1)
+    def draw(weights: Tensor) -> Tensor:  # (n, V) of this call's own -> (n, 1)
         if noise is None:
             return torch.multinomial(weights, 1, generator=generator)
-        return (weights / noise).argmax(dim=-1, keepdim=True)
+        return weights.div_(noise).argmax(dim=-1, keepdim=True)  # in place: the same quotients
 
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
