@@ -79,7 +79,7 @@ def contexts_of(bundle, prompts, group):
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
-@pytest.mark.parametrize(("temperature", "top_p"), [(0.9, 1.0), (1.3, 0.7)])
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.9, 1.0), (1.0, 1.0), (1.3, 0.7)])
 def test_fast_loop_draws_the_plain_loops_tokens(tiny, num_threads, temperature, top_p):
     rows = contexts_of(tiny, PROMPTS, 3)
     with threads(num_threads), torch.inference_mode():
