@@ -388,9 +388,10 @@ def verl_outcome_2026(name, seq, mask, gids, norm_by_std=True, eps=1e-6):
                 out[i] = seq[i] - b
             elif name == "gpg":
                 out[i] = alpha * (seq[i] - (mean(xs) if len(idx) > 1 else 0.0))
-            else:  # gdpo with one component: grpo (singleton mean 0, std 1)
+            else:  # gdpo with one component: grpo (singleton mean 0, std 1); always by std:
+                # ray_trainer.compute_advantage does not pass norm_adv_by_std_in_grpo to gdpo
                 mu, sd = (0.0, 1.0) if len(idx) == 1 else (mean(xs), std(xs))
-                out[i] = (seq[i] - mu) / (sd + eps) if norm_by_std else seq[i] - mu
+                out[i] = (seq[i] - mu) / (sd + eps)
     return out
 
 
@@ -423,6 +424,8 @@ def openrlhf(
             shaped.append(scores[i] - mean(xs))
         elif est == "group_norm":
             shaped.append((scores[i] - mean(xs)) / (std(xs) + 1e-9))
+        elif est == "flash_reinforce":  # the whole batch's mean, no group
+            shaped.append(scores[i] - mean(scores))
         else:
             shaped.append(scores[i])
     rewards = [max(clip[0], min(clip[1], r)) for r in shaped]

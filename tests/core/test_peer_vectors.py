@@ -534,3 +534,43 @@ def test_trl_sum_then_normalize_weights_the_reward_functions():
     group = run(batch, "trl", cfg)
     assert group.advantages[:, 0].tolist() == pytest.approx([0.706907, -0.706907], abs=1e-6)
     assert run(batch, "trl", {}).advantages.abs().max().item() == 0.0
+
+
+def test_openrlhf_flash_reinforce_subtracts_the_batch_mean():
+    """``flash_reinforce``: reward minus the mean over the whole batch (no group), gamma forced
+    to 1, no whitening. Scores [1, 0, 0.5, 0.5] -> [0.5, -0.5, 0, 0] on every token."""
+    batch = Batch(
+        scores=_t([1.0, 0.0, 0.5, 0.5]),
+        response_mask=_t([[1, 1], [1, 0], [1, 1], [1, 0]]),
+        group_ids=torch.tensor([0, 0, 1, 2]),  # groups of one are fine: no group statistics
+    )
+    trace = run(batch, "openrlhf", {"advantage_estimator": "flash_reinforce", "gamma": 0.9})
+    want = _t([[0.5, 0.5], [-0.5, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert torch.allclose(trace.advantages, want)
+    assert torch.allclose(trace.returns, want)
+    assert any("gamma forced to 1.0" in n for n in trace.notes)
+
+
+def test_openrlhf_unbiased_gradient_kl_loss():
+    """``--algo.kl.unbiased_gradient``: the KL loss keeps k1's value, its gradient per token is
+    w * (logp - ref) with w = min(pi / pi_old, 10).
+
+    logp - ref = [2, -1], pi / pi_old = [2, 20 -> 10], A = 0, coef 0.1, token mean over 2:
+    value 0.1 * (2 - 1) / 2 = 0.05; gradient 0.1 / 2 * [2 * 2, 10 * -1] = [0.2, -0.5]
+    (plain k1: 0.1 / 2 * [1, 1] = [0.05, 0.05]).
+    """
+    lp = _t([[-1.0, -1.0]]).requires_grad_(True)
+    kw = dict(
+        old_logprobs=_t([[-1.0 - math.log(2.0), -1.0 - math.log(20.0)]]),
+        advantages=_t([[0.0, 0.0]]),
+        response_mask=_t([[1, 1]]),
+        ref_logprobs=_t([[-3.0, 0.0]]),
+    )
+    cfg = {"use_loss": True, "init_coef": 0.1, "kl_estimator": "k1"}
+    for unbiased, grad in ((True, [0.2, -0.5]), (False, [0.05, 0.05])):
+        res = policy_loss("openrlhf", {**cfg, "unbiased_gradient": unbiased}, logprobs=lp, **kw)
+        assert res.total.item() == pytest.approx(0.05)
+        assert res.metrics["kl"] == pytest.approx(0.5)
+        (g,) = torch.autograd.grad(res.total, lp)
+        assert g[0].tolist() == pytest.approx(grad)
+        assert res.per_token["grad_coef"][0].tolist() == pytest.approx(grad)

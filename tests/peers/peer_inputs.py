@@ -330,6 +330,8 @@ def openrlhf_loss_options() -> list[dict]:
         out.append(
             {"--algo.kl.use_loss": True, "--algo.kl.init_coef": 0.1, "--algo.kl.estimator": est}
         )
+        out.append({"--algo.kl.use_loss": True, "--algo.kl.init_coef": 0.1,
+                    "--algo.kl.estimator": est, "--algo.kl.unbiased_gradient": True})  # fmt: skip
     ic = "--algo.advantage.is_correction_"
     for level in ("token", "seq"):
         out.append(
@@ -423,8 +425,10 @@ def openrlhf_estimators() -> list[dict]:
     """OpenRLHF 0.11.2 advantage estimators and reward-stage flags."""
     a, k = "--algo.advantage.", "--algo.kl."
     out: list[dict] = []
-    for est in ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo"):
+    for est in ("gae", "reinforce", "rloo", "reinforce_baseline", "group_norm", "dr_grpo",
+                "flash_reinforce"):  # fmt: skip
         out.append({a + "estimator": est})
+    out.append({a + "estimator": "flash_reinforce", a + "gamma": 0.9})  # forced to 1
     out.append({a + "estimator": "gae", a + "gamma": 0.9, a + "lambd": 0.8})
     out.append({a + "estimator": "reinforce", a + "gamma": 0.9})
     out.append({a + "estimator": "rloo", a + "gamma": 0.9})  # forced to 1

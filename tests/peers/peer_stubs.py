@@ -437,6 +437,7 @@ def run_openrlhf_loss(mods, case, lp, opts: dict):
         "--algo.kl.use_loss": False,
         "--algo.kl.init_coef": 0.01,
         "--algo.kl.estimator": "k1",
+        "--algo.kl.unbiased_gradient": False,
         "--algo.advantage.is_correction_level": "off",
         "--algo.advantage.is_correction_mode": "mask",
         "--algo.advantage.is_correction_gating": "ratio",
@@ -473,7 +474,11 @@ def run_openrlhf_loss(mods, case, lp, opts: dict):
     if a["--algo.kl.use_loss"]:
         coef = a["--algo.kl.init_coef"]
         kl = mods["utils"].compute_approx_kl(
-            lp, case.ref, log_probs_old=case.old, kl_estimator=a["--algo.kl.estimator"]
+            lp,
+            case.ref,
+            log_probs_old=case.old,
+            kl_estimator=a["--algo.kl.estimator"],
+            unbiased_gradient=a["--algo.kl.unbiased_gradient"],
         )
         kl_loss = mods["loss"].aggregate_loss(kl, mask, **info)
         metrics["kl"] = kl_loss

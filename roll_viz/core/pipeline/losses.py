@@ -333,6 +333,9 @@ class LossSpec:
     has_critic: bool = True
     kl_straight_through: bool = False  # verl "k3+": value of the estimator, gradient of k2
     kl_ratio_correction: bool = False  # TRL use_bias_correction_kl: KL * ratio
+    # OpenRLHF unbiased_gradient: value of the estimator, gradient w * (logp - ref) with
+    # w = min(pi / pi_old, this clip), detached (KL_IS_WEIGHT_CLIP)
+    kl_is_weight_clip: float | None = None
     trunc_c: float = 3.0  # verl dppo: sg(min(r, clip_ratio_c))
     kimi_tau: float = 0.1  # ROLL kimi15_tau / verl dro_beta: + tau/2 (logp - old)^2
     kl_cov_ratio: float = 0.0002  # verl kl_cov: share of tokens with the KL penalty
@@ -620,6 +623,12 @@ def loss_from_spec(
                 k2 = 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
                 kl_tok = k2 - k2.detach() + kl_tok.detach()
                 slope = torch.where(mask, lp.detach() - ref, 0.0)
+            elif spec.kl_is_weight_clip is not None:  # OpenRLHF unbiased_gradient
+                w = torch.exp(torch.where(mask, lp.detach() - old, 0.0))
+                w = w.clamp(max=spec.kl_is_weight_clip)
+                k2 = w * 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
+                kl_tok = k2 - k2.detach() + kl_tok.detach()
+                slope = torch.where(mask, w * (lp.detach() - ref), 0.0)
             if spec.kl_ratio_correction:  # TRL use_bias_correction_kl: k3 * pi/pi_old
                 value = kl_tok.detach()
                 kl_tok = kl_tok * ratio

@@ -70,20 +70,22 @@ DEFAULTS: dict[str, Any] = {
     "target": None,
     "horizon": 10000,
     "use_loss": False,
+    "unbiased_gradient": False,
     "clip_range": (-10.0, 10.0),
     "no_std_norm": False,
     **shared.VIZ_DEFAULTS,
 }
 
 CHOICES: dict[str, tuple] = {
-    "advantage_estimator": ("gae", "reinforce", *GROUP_ESTIMATORS),
+    "advantage_estimator": ("gae", "reinforce", *GROUP_ESTIMATORS, "flash_reinforce"),
     "kl_estimator": tuple(KL_CANON),
     **shared.VIZ_CHOICES,
 }
 
 HELP: dict[str, str] = {
     "advantage_estimator": "--algo.advantage.estimator: gae, reinforce, rloo, "
-    "reinforce_baseline, group_norm or dr_grpo.",
+    "reinforce_baseline, group_norm, dr_grpo or flash_reinforce (reward minus the batch mean, "
+    "no group, no whitening).",
     "gamma": "--algo.advantage.gamma (forced to 1 for rloo, reinforce_baseline, group_norm, "
     "dr_grpo).",
     "lambd": "--algo.advantage.lambd: GAE lambda.",
@@ -92,6 +94,8 @@ HELP: dict[str, str] = {
     "target": "--algo.kl.target: target KL of the adaptive controller (None = fixed).",
     "horizon": "--algo.kl.horizon: horizon of the adaptive controller.",
     "use_loss": "--algo.kl.use_loss: put the KL in the loss instead of the reward.",
+    "unbiased_gradient": "--algo.kl.unbiased_gradient: with use_loss, keep the estimator's "
+    "value but backprop w * (logp - ref), w = min(pi / pi_old, 10) (the reverse-KL gradient).",
     "clip_range": "--reward.clip_range: clamp of the shaped reward (after baseline shaping); "
     "a number c means (-c, c).",
     "no_std_norm": "--algo.advantage.no_std_norm: global advantage normalization only "
@@ -165,7 +169,13 @@ LOSS_HELP: dict[str, str] = {
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
-LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_loss", "init_coef", "kl_estimator")
+LOSS_KEYS: tuple[str, ...] = (
+    *LOSS_DEFAULTS,
+    "use_loss",
+    "init_coef",
+    "kl_estimator",
+    "unbiased_gradient",
+)
 
 # -------------------------------------------------------------- what the other layers ask
 
@@ -182,7 +192,7 @@ KL_IN_LOSS_ONLY = False
 #: eps added to the group std.
 STD_EPS = 1e-9
 #: Estimators whose advantage is the discounted reward-to-go of the token rewards.
-RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", *GROUP_ESTIMATORS)
+RETURN_ESTIMATORS: tuple[str, ...] = ("reinforce", *GROUP_ESTIMATORS, "flash_reinforce")
 #: GAE multiplies values by the mask: 0 after the last token.
 GAE_PADDING: str | None = "masked"
 
@@ -305,6 +315,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         if est == "group_norm":
             scale = stats.std + conv.eps
             notes.append(f"group std {conv.ddof_word(conv.std_ddof)}, eps {num(conv.eps)} added")
+    elif est == "flash_reinforce":
+        if gamma != 1.0:
+            notes.append(f"gamma forced to 1.0 for {est} (configured {num(gamma)})")
+        gamma = 1.0
+        baseline = zeros + scores.mean()
+        notes.append("flash_reinforce shaping: r - mean over the whole batch (no group)")
     shaped = (scores - baseline) / scale
     low, high = cfg["clip_range"] or (None, None)
     rewards, clip_frac = clip_rewards(shaped, low, high)
@@ -432,10 +448,17 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         ("gspo: sequence ratio, no clamp, per-sample aggregation" if gspo else "ppo: d +-20")
         + (f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else "")
     )
+    unbiased = cfg["use_loss"] and cfg["unbiased_gradient"] and not kl_zero
+    if unbiased:
+        notes.append(
+            "unbiased_gradient: KL value of the estimator, gradient w * (logp - ref) with "
+            "w = min(pi / pi_old, 10), detached (straight-through)"
+        )
     return LossSpec(
         kind="ppo",
         level="sequence" if gspo else "token",
         clamp=None if gspo else 20.0,
+        kl_is_weight_clip=10.0 if unbiased else None,
         eps_low=eps_low,
         eps_high=eps_high,
         dual_clip=cfg["dual_clip"],
