@@ -23,7 +23,12 @@ import pytest
 import torch
 
 from roll_viz.core.pipeline import dialects, policy_loss, run
-from roll_viz.core.pipeline.rollout_correction import RollFilter, roll_correction, verl_correction
+from roll_viz.core.pipeline.rollout_correction import (
+    RollFilter,
+    lab_loss,
+    roll_correction,
+    verl_correction,
+)
 from roll_viz.core.records import Batch
 
 F64 = torch.float64
@@ -154,7 +159,8 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
 
 def loss_vectors(framework: str) -> list[dict]:
     """The policy-loss vectors of a file."""
-    return [v for v in load(framework)["vectors"] if "loss" in v]
+    cases = load(framework)["inputs"]
+    return [v for v in load(framework)["vectors"] if v["case"] in cases]
 
 
 def vector_id(v: dict) -> str:
@@ -262,7 +268,8 @@ def test_advantage_estimators_match_framework_code(framework):
 
 
 def test_verl_rollout_correction_matches_rollout_corr_helper():
-    """verl's rollout IS weights and rejection mask against ``verl_correction``."""
+    """verl's rollout IS weights and rejection mask against ``verl_correction``, and verl's
+    ``ppo_loss`` with them against the lab's ``lab_loss``."""
     case = case_tensors("verl", "row")
     n = 0
     for vector in load("verl")["vectors"]:
@@ -275,6 +282,9 @@ def test_verl_rollout_correction_matches_rollout_corr_helper():
         want = torch.tensor(vector["weights"], dtype=F64) * kept
         assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), kw
         assert torch.equal(corr.counted, kept.bool()), kw
+        lab = lab_loss(case.lp, case.old, case.adv, case.mask, corr, eps=0.2)
+        assert close(lab.loss, vector["loss"]), (kw, lab.loss, vector["loss"])
+        assert torch.allclose(lab.grad, torch.tensor(vector["grad"], dtype=F64), atol=ATOL), kw
         n += 1
     assert n >= 14
 

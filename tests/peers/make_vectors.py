@@ -183,7 +183,7 @@ def run_verl(tmp: Path) -> None:
             vectors.append(stubs.run_verl_estimator(core, case, est))
     for case in pin.CASES[:1]:
         for rc in pin.verl_rollout_corrections():
-            vectors.append(stubs.run_verl_rollout_correction(mods["rollout_corr"], case, rc))
+            vectors.append(stubs.run_verl_rollout_correction(mods, case, rc))
     header = {
         "framework": "verl",
         "source": f"https://pypi.org/project/verl/{version}/ (wheel {wheel.name})",

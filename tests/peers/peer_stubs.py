@@ -287,19 +287,37 @@ def run_verl_estimator(core, case, opts: dict) -> dict:
     }
 
 
-def run_verl_rollout_correction(rc, case, opts: dict) -> dict:
-    """verl ``compute_rollout_correction_and_rejection_mask``: IS weights and the new mask."""
+def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
+    """verl ``compute_rollout_correction_and_rejection_mask``: IS weights and the new mask; and
+    ``ppo_loss`` (vanilla, token-mean, dual clip out of reach: clip_ratio_c 100) on them, the
+    rejected tokens gone from ``response_mask`` and from ``batch_num_tokens``."""
     p = "algorithm.rollout_correction."
     kw = {k[len(p) :]: v for k, v in opts.items()}
-    proto, new_mask, _metrics = rc.compute_rollout_correction_and_rejection_mask(
+    proto, new_mask, _metrics = mods["rollout_corr"].compute_rollout_correction_and_rejection_mask(
         old_log_prob=case.old, rollout_log_prob=case.mu, response_mask=case.mask, **kw
     )
     weights = proto.batch["rollout_is_weights"] if proto is not None else torch.ones_like(case.mask)
+    lp = case.lp.clone().requires_grad_(True)
+    data = TensorDictLike(
+        dp_size=1,
+        batch_num_tokens=new_mask.sum(),
+        global_batch_size=case.B,
+        response_mask=new_mask,
+        old_log_probs=case.old,
+        advantages=case.adv,
+    )
+    if proto is not None:
+        data["rollout_is_weights"] = weights
+    cfg = verl_actor_config({"actor.clip_ratio_c": 100.0})
+    loss, _ = mods["losses"].ppo_loss(cfg, {"log_probs": lp}, data)
+    (grad,) = torch.autograd.grad(loss, lp)
     return {
         "case": "rollout_correction",
         "options": opts,
         "weights": _r12(weights),
         "response_mask": new_mask.tolist(),
+        "loss": float(f"{loss.item():.10g}"),
+        "grad": _r12(grad),
     }
 
 
