@@ -56,6 +56,7 @@ with ui.page_guard("Training"):
             "Reward hacking",
             "Adaptive beta",
             "GRPO vs REINFORCE++",
+            "2024 vs 2026",
         ],
         key="tab",
         bind="query-params",
@@ -278,3 +279,8 @@ with ui.page_guard("Training"):
     if tabs[5].open:
         with tabs[5]:
             demos.local_global_tab(state, refresh)
+
+    # ---------------------------------------------------------------- the two eras over steps
+    if tabs[6].open:
+        with tabs[6]:
+            demos.era_tab(state, refresh)

@@ -103,6 +103,29 @@ RECORDED: dict[str, RecordedRun] = {
         command=_SHARED + " --framework verl --adv-estimator reinforce_plus_plus --beta 0 "
         '--label "REINFORCE++ (batch scale)"',
     ),
+    "era_2024": RecordedRun(
+        name="era_2024",
+        title="GRPO as published (2024)",
+        description="The Eras page's 'GRPO as published' in ROLL: group mean and "
+        "std, a k3 KL loss with beta 0.04, seq-mean-token-mean, clip 0.2. Steps where one group "
+        "scores all-equal keep its answers at advantage 0 (steps 0 and 4: |A| mean 0.375); the "
+        "KL loss is small beside the advantages: KL reaches 1.97 at step 16, the reward takes "
+        "off at step 24 (2.7) and ends at 7.3, entropy 0.37.",
+        command=_SHARED + " --framework roll --beta 0 --era grpo_2024 "
+        '--label "GRPO as published (2024)"',
+    ),
+    "era_2026": RecordedRun(
+        name="era_2026",
+        title="Defaults of 2026",
+        description="The Eras page's 'defaults of 2026' in ROLL, same seed: no KL, "
+        "token-mean, clip 0.2 / 0.28, zero-variance groups dropped, group mean with the batch's "
+        "std. A flat group is dropped (step 0: the update sees the other group only, |A| mean "
+        "0.75); the advantage std moves with the batch (0.56 to 0.97) instead of GRPO's fixed "
+        "0.87; the reward takes off three steps sooner (3.8 at step 21, 7.4 by step 26) and at "
+        "step 26 every group is flat: no update. KL 1.88, entropy 0.06 at the end.",
+        command=_SHARED + " --framework roll --beta 0 --era defaults_2026 "
+        '--label "defaults of 2026"',
+    ),
 }
 
 #: the reward-hacking demonstration: (beta = 0, beta > 0)
@@ -111,6 +134,8 @@ HACKING_PAIR = ("hack_beta0", "hack_beta1")
 ADAPTIVE = "adaptive_beta"
 #: local (group) against global (batch) advantage scale over steps: (GRPO, REINFORCE++)
 LOCAL_GLOBAL_PAIR = ("grpo_local", "rpp_global")
+#: the era presets of ``core.pipeline.eras`` trained in ROLL: (GRPO 2024, defaults of 2026)
+ERA_PAIR = ("era_2024", "era_2026")
 
 
 def available() -> list[str]:

@@ -1,19 +1,23 @@
-"""The Training page's instant demos beyond reward hacking: adaptive beta, local vs global scale.
+"""The Training page's instant demos beyond reward hacking: adaptive beta, local vs global, eras.
 
 Each demo plays its recorded run (``roll_viz.data.recorded_runs``) at once, with no model; its
 "Train live" button starts the same settings on the sidebar's prompts in this session's slots
-(adaptive beta in slot C, GRPO and REINFORCE++ in slots A and B). Once live runs of a demo exist
+(adaptive beta in slot C, GRPO and REINFORCE++ in slots A and B, the two era presets in slots A
+and B). Once live runs of a demo exist
 the tab shows them with step k / N, seconds per step and the time left, and the recording only as
 a faint overlay (off unless asked for). A tab finds its live runs by their labels
-(``ADAPTIVE_LIVE``, ``LOCAL_GLOBAL_LIVE``).
+(``ADAPTIVE_LIVE``, ``LOCAL_GLOBAL_LIVE``, ``ERA_LIVE``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import streamlit as st
 
+from roll_viz.core.pipeline.eras import DEFAULTS_2026, GRPO_2024
+from roll_viz.lm.loss_options import DEFAULT_OPTION
 from roll_viz.lm.runfile import TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import training_page as tr
@@ -27,8 +31,38 @@ DEMO_STEPS = 30
 #: labels of the live demo runs (a tab shows the live runs that carry its labels)
 ADAPTIVE_LIVE = "adaptive beta, target KL 0.1 (live)"
 LOCAL_GLOBAL_LIVE = ("GRPO, group scale (live)", "REINFORCE++, batch scale (live)")
+ERA_LIVE = ("GRPO as published (2024) (live)", "defaults of 2026 (live)")
 ADAPTIVE_SLOT = "C"
 LOCAL_GLOBAL_SLOTS = ("A", "B")
+ERA_SLOTS = ("A", "B")
+#: what to look at in the era tab (the recorded pair's numbers)
+ERA_CAPTION = (
+    "The Eras page's two presets trained in ROLL on the same prompts, reward (positive words, "
+    "one the policy can game) and seed: step 0 draws the same answers. **Zero-variance "
+    "filter** (share of groups, all rewards equal; advantage |A| mean): at step 0 one prompt's "
+    "four answers score the same; GRPO 2024 keeps them at advantage 0 (|A| mean 0.375), the "
+    "2026 run drops them and trains on the other group (0.75). Late in the 2026 run the answers "
+    "converge: at step 26 every group is flat and the step makes no update, at 27 and 28 half "
+    "the groups are dropped. **Batch std**: with the group's std GRPO's advantages have std "
+    "0.87 whenever both groups have spread (G = 4); divided by the batch's std they move (0.56 "
+    "to 0.97). **No KL**: the 2024 run pays a k3 KL loss at beta 0.04, small beside the "
+    "advantages (its KL still reaches 1.97 at step 16); without it the 2026 run games the "
+    "reward three steps sooner (3.8 at step 21 and 6.2 at 22, where 2024 is at 1.06) and ends "
+    "with less entropy (0.06 against 0.37). **Clip-higher** cannot show here: one update per "
+    "batch, so the ratio is exactly 1 and nothing clips; it acts from a second minibatch or "
+    "epoch. Token mean against seq-mean-token-mean weigh tokens alike while every answer has "
+    "32 tokens; they part where lengths differ (steps 11 to 19 of the 2024 run)."
+)
+#: the era tab's panels: reward, KL, the share of flat groups (the 2026 run drops them), the
+#: push per token, entropy and length (one update per batch: the ratio is 1, nothing clips)
+ERA_PANELS = (
+    "reward_mean",
+    "kl",
+    "zero_spread_share",
+    "adv_abs_mean",
+    "entropy",
+    "response_length",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +108,27 @@ def local_global_demo_settings(base: TrainSettings) -> list[TrainSettings]:
     ]
 
 
+def era_demo_settings(base: TrainSettings) -> list[TrainSettings]:
+    """The two era presets as recorded (ROLL, beta 0 in the reward, the trainer as sampler).
+
+    Each era's whole native config: the sidebar's keys do not mix in.
+    """
+    return [
+        replace(
+            _demo_base(base),
+            label=label,
+            framework="roll",
+            config=era.config("roll"),
+            filter_zero_variance=era.filter_zero_variance,
+            beta=0.0,
+            beta_mode="fixed",
+            loss_option=DEFAULT_OPTION,
+            sampler="fp32",
+        )
+        for label, era in zip(ERA_LIVE, (GRPO_2024, DEFAULTS_2026), strict=True)
+    ]
+
+
 def demo_runners(labels: Sequence[str]) -> list[tuple[str, TrainRunner]]:
     """(slot, runner) of this session's runs started by a demo (matched by their labels)."""
     return [(s, r) for s, r in sorted(tr.runners().items()) if r.settings.label in labels]
@@ -94,6 +149,14 @@ def start_local_global(state: AppState) -> None:
         tr.start_run(bundle, slot, settings)
 
 
+def start_eras(state: AppState) -> None:
+    """Button callback: GRPO 2024 in slot A and the 2026 defaults in slot B, live."""
+    bundle = cached_models(state.model)
+    base, _ = tr.base_settings(state, bundle.spec)
+    for slot, settings in zip(ERA_SLOTS, era_demo_settings(base), strict=True):
+        tr.start_run(bundle, slot, settings)
+
+
 # ---------------------------------------------------------------------------------------------
 # Recordings
 
@@ -108,6 +171,12 @@ def local_global_recordings() -> list[TrainRun]:
     """The recorded GRPO and REINFORCE++ runs that are installed (in that order)."""
     installed = tr.recorded_names()
     return [tr.recorded_run(n) for n in tr.recorded.LOCAL_GLOBAL_PAIR if n in installed]
+
+
+def era_recordings() -> list[TrainRun]:
+    """The recorded era pair that is installed (2024 first)."""
+    installed = tr.recorded_names()
+    return [tr.recorded_run(n) for n in tr.recorded.ERA_PAIR if n in installed]
 
 
 def adaptive_loop_chart(run: TrainRun, key: str, overlay: TrainRun | None = None) -> None:
@@ -247,3 +316,47 @@ def local_global_tab(state: AppState, refresh: float | None) -> None:
         title="GRPO vs REINFORCE++: what to look for",
     )
     _recording_note(tr.recorded.LOCAL_GLOBAL_PAIR)
+
+
+def era_tab(state: AppState, refresh: float | None) -> None:
+    """Tab: "GRPO as published (2024)" against the "defaults of 2026", same prompts and seed."""
+    live = bool(demo_runners(ERA_LIVE))
+    recordings = era_recordings()
+    c1, c2 = st.columns(2)
+    with c1:
+        show = _overlay_toggle(live, bool(recordings), "tr_era_recorded")
+    with c2:
+        st.button(
+            "Train both live on the sidebar's prompts (slots A and B)",
+            key="tr_era_start",
+            on_click=start_eras,
+            args=(state,),
+            icon=":material/science:",
+            help=f"ROLL, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: GRPO as "
+            "published in slot A, the 2026 defaults in slot B (the Eras page's presets).",
+        )
+
+    @st.fragment(run_every=refresh)
+    def era_panel() -> None:
+        table = demo_runners(ERA_LIVE)
+        for slot, runner in table:
+            tr.status_line(runner, slot)
+        runs = [runner.run() for _, runner in table]
+        faint: tuple[int, ...] = ()
+        if show and recordings:
+            if runs:
+                faint = tuple(range(len(runs), len(runs) + len(recordings)))
+            runs += recordings
+        if not runs:
+            st.info("Train them live or show the recorded pair.", icon=":material/info:")
+            return
+        if not any(r.steps for r in runs):
+            st.info("No steps yet: the curves appear after the first step.",
+                    icon=":material/hourglass:")  # fmt: skip
+            return
+        fig = training_charts.training_curves(runs, ERA_PANELS, per_prompt=False, faint=faint)
+        plot(fig, key="tr_era_curves")
+
+    era_panel()
+    explainer(ERA_CAPTION, title="2024 vs 2026: what to look at")
+    _recording_note(tr.recorded.ERA_PAIR)

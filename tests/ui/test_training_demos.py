@@ -112,3 +112,29 @@ def test_token_kl_adaptive_shows_the_recorded_closed_loop_and_titles_follow_the_
     assert any(t["name"] == "target KL 0.1" for t in loop["data"])
     # the open-loop replay of this batch is still there, labelled so
     assert _title(figs["beta_plot"]).startswith("Adaptive beta, open loop")
+
+
+def test_era_tab_overlays_the_two_recorded_presets():
+    at = apptest.open_page("training", tab="2024 vs 2026")
+    assert not at.exception, [e.message for e in at.exception]
+    fig = charts(at)["tr_era_curves"]
+    names = {t.get("name") for t in fig["data"]}
+    for name in recorded.ERA_PAIR:
+        assert f"{recorded.load_recorded(name).label} (recorded)" in names, names
+    titles = [a["text"] for a in fig["layout"]["annotations"]]
+    assert titles == [training_charts.METRICS[k][0] for k in demos.ERA_PANELS]
+    texts = [m.value for m in at.markdown]
+    assert "**2024 vs 2026: what to look at**" in texts
+    assert demos.ERA_CAPTION in texts
+
+
+def test_the_live_era_runs_are_the_recorded_settings():
+    """The tab's live pair trains what was recorded (apart from the prompts and the model)."""
+    old, new = (recorded.load_recorded(n).settings for n in recorded.ERA_PAIR)
+    live = demos.era_demo_settings(old)
+    for run, rec in zip(live, (old, new), strict=True):
+        assert run.framework == rec.framework == "roll"
+        assert run.config == rec.config
+        assert run.filter_zero_variance == rec.filter_zero_variance
+        assert (run.beta, run.reward, run.lr) == (rec.beta, rec.reward, rec.lr)
+    assert [r.filter_zero_variance for r in live] == [False, True]
