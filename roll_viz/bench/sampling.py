@@ -19,7 +19,8 @@ slows them alike; ``loadavg`` records how busy it was.
   measured in the same run (``memory_bandwidth``: the best of a few ``sum`` passes over 1 GiB at
   one thread and at every core). A decode step reads every weight once, so no float decode of
   64 steps can beat that floor on this machine. ``phase_s`` / ``phase_cpu_s`` split each run
-  (``PhaseMarks``: template, decode, policy pass, reference pass with the per-token scores, text).
+  (``PhaseMarks``: template and prefill, decode, policy pass, reference pass with the per-token
+  scores, text).
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
   while a second process runs a single-threaded matmul loop (a competing student).
 - CUDA (when present): 8 x 128 in bfloat16, plain generate vs our loop with a dynamic cache vs our
@@ -266,14 +267,15 @@ def memory_bandwidth(gib: float = 1.0, repeats: int = 3) -> dict:
 class PhaseMarks:
     """A ``sample()`` progress callback that notes when each phase starts (wall and CPU clocks).
 
-    The phases follow ``sample``'s messages: the chat template, the decode loop ("Sampling"),
-    the policy's teacher-forced pass (skipped when the decode's own states are reused), the
-    reference's pass together with the per-token scores, and the text decoding.
+    The phases follow ``sample``'s messages: the chat template with the decode's prefill (the
+    first "Sampling" message comes after the first token), the decode loop, the policy's
+    teacher-forced pass (skipped when the decode's own states are reused), the reference's pass
+    together with the per-token scores, and the text decoding.
     """
 
-    PHASES = ("template", "decode", "policy_pass", "reference_pass_and_scores", "text")
+    PHASES = ("template_and_prefill", "decode", "policy_pass", "reference_pass_and_scores", "text")
     STARTS = (  # message prefix -> the phase it starts
-        ("Applying the chat template", "template"),
+        ("Applying the chat template", "template_and_prefill"),
         ("Sampling responses", "decode"),
         ("Scoring the responses under the policy", "policy_pass"),
         ("Scoring the same tokens under the reference", "reference_pass_and_scores"),
