@@ -8,7 +8,10 @@ framework's own names (``actor.policy_loss.loss_mode``, ``--algo.kl.estimator``,
 ``GRPOConfig.loss_type``, ROLL's yaml keys); they reach roll-viz only through the dialect's
 public tables: a native name maps to the dialect key whose ``HELP`` / ``LOSS_HELP`` entry names
 it, or to the key spelled like its last component. TRL is installed, so its
-``GRPOTrainer._compute_loss`` is also called live for every TRL vector.
+``GRPOTrainer._compute_loss`` and its advantage block are also called live for every TRL vector.
+
+Where a vector and the calculator disagreed, the framework's code was taken as right; each fix
+has a hand-number regression test at the end of this module.
 """
 
 from __future__ import annotations

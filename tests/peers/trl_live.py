@@ -16,6 +16,7 @@ import inspect
 import math
 import tempfile
 import textwrap
+import warnings
 from collections import defaultdict
 from functools import cache
 from types import SimpleNamespace
@@ -46,7 +47,9 @@ def _base_config():
     """The installed trl's GRPOConfig defaults (built once; 4 CPU s of imports)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(output_dir=tempfile.gettempdir(), report_to=[], use_cpu=True)
+    with warnings.catch_warnings():  # transformers' deprecation notes about unused fields
+        warnings.simplefilter("ignore", FutureWarning)
+        return GRPOConfig(output_dir=tempfile.gettempdir(), report_to=[], use_cpu=True)
 
 
 class _Accelerator:
