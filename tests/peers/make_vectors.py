@@ -19,6 +19,9 @@ Sources (never copied into this repository; Apache-2.0, see each file's ``licenc
   installed). The mirror's HEAD is the older 0.11.0 API (``is_correction_enable`` / ``_type``);
   roll-viz follows 0.11.2 (``is_correction_level`` / ``_mode`` / ``_gating``).
 
+Helpers: ``peer_inputs`` (the batch and the option grids), ``peer_stubs`` (stand-ins, verl and
+OpenRLHF calls), ``peer_roll`` (ROLL calls), ``trl_live`` (TRL calls).
+
 All are imported with small stand-ins for the heavy imports (ray, megatron, deepspeed,
 tensordict, omegaconf, transformers, their config classes, their data containers).
 * TRL: the installed ``trl`` (1.16.0, in requirements-dev.txt), called through
@@ -45,6 +48,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import peer_inputs as pin  # noqa: E402
+import peer_roll  # noqa: E402
 import peer_stubs as stubs  # noqa: E402
 
 OUT = HERE.parent / "fixtures" / "peers"
@@ -215,7 +219,7 @@ def run_roll(tmp: Path) -> None:
         ],
         tmp,
     )
-    mods = stubs.load_roll(tmp)
+    mods = peer_roll.load_roll(tmp)
     vectors = []
     for case in pin.CASES:
         for worker, opts in pin.roll_loss_options():
@@ -223,7 +227,7 @@ def run_roll(tmp: Path) -> None:
             if case.name == "token" and worker == "actor_pg_worker" and not default_agg:
                 continue  # file size: each variant once on token advantages
             lp = case.lp.clone().requires_grad_(True)
-            loss, metrics = stubs.run_roll_loss(mods[worker], case, lp, opts)
+            loss, metrics = peer_roll.run_roll_loss(mods[worker], case, lp, opts)
             vectors.append(
                 {
                     "case": case.name,
@@ -235,9 +239,9 @@ def run_roll(tmp: Path) -> None:
                 }
             )
     for opts in pin.roll_estimators():
-        vectors.append(stubs.run_roll_estimator(opts))
+        vectors.append(peer_roll.run_roll_estimator(opts))
     for opts in pin.roll_corrections():
-        vectors.append(stubs.run_roll_correction(pin.CASES[0], opts))
+        vectors.append(peer_roll.run_roll_correction(pin.CASES[0], opts))
     header = {
         "framework": "roll",
         "source": "https://github.com/alibaba/ROLL",
