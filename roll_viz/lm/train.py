@@ -289,8 +289,11 @@ class Trainer:
             upd = self._update(rollout, trace)
         t4 = time.perf_counter()
         metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
-        metrics.update(pods_stats)
-        metrics.update(filter_stats)
+        metrics.update(pods_stats | filter_stats)
+        if s.filter_zero_variance:  # the estimate over every sample, as kl_exact
+            metrics["kl_est"] = train_batch.seen_kl_est(
+                s, seen, seen_scores, self.beta, self.running
+            )
         if mu is not None and train_batch.records_mismatch(s, self.beta):
             metrics.update(train_batch.mismatch_metrics(s, seen, mu, self.beta))
         metrics["seconds"] = {

@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from roll_viz.core import pipeline
-from roll_viz.core.ops import group_stats
+from roll_viz.core.ops import group_stats, masked_mean
 from roll_viz.core.pipeline import dialects, loss_variants
-from roll_viz.core.records import Rollout, Trace, select_rows
+from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.runfile import TrainSettings, loss_config
 from roll_viz.lm.update import loss_inputs
 
@@ -127,3 +127,20 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
         out["correction"] = f"vllm_importance_sampling_mode {mode}"
         out["correction_frac"] = float(outside.sum() / units.sum().clamp_min(1))
     return out
+
+
+def seen_kl_est(
+    settings: TrainSettings, seen: Rollout, scores: Tensor, beta: float, running: Any
+) -> float:
+    """The dialect's KL estimate over every sample of a step, dropped groups included.
+
+    With the zero-variance filter the update sees only the kept rows, but the KL to the
+    reference is a property of all the samples (as ``kl_exact``), also on a step where every
+    group was dropped. The dialect's own pipeline gives its estimator with its clamps.
+    """
+    batch = batch_from_rollout(seen, scores, values=torch.zeros_like(seen.response_mask))
+    trace = pipeline.run(batch, settings.framework, settings.dialect_config(beta), running)
+    mask = seen.response_mask.double()
+    if seen.token_ids.shape[0] == 0:
+        return 0.0
+    return float(masked_mean(trace.kl.double(), mask, dim=-1).mean())

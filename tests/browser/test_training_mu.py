@@ -34,3 +34,13 @@ def test_training_page_sampler_and_loss_option(page, server, shots):
     assert sp.exceptions(page) == []
     assert page.get_by_text("sampler gap: mean |log pi_old - log mu|").count() >= 1
     sp.full_page_screenshot(page, str(shots / "10_training_mu.png"))
+
+
+@pytest.mark.browser
+def test_training_era_tab_plays_the_recorded_pair(page, server, shots):
+    sp.goto(page, f"{server}/{nav.url_path('training')}?tab={quote('2024 vs 2026')}", 240_000)
+    assert sp.exceptions(page) == []
+    page.locator(PLOTS).first.wait_for()
+    assert page.get_by_text("2024 vs 2026: what to look at").count() == 1
+    assert page.get_by_text("GRPO as published (2024) (recorded)").count() >= 1
+    sp.full_page_screenshot(page, str(shots / "10_training_eras.png"))

@@ -139,12 +139,16 @@ def test_trl_cap_counts_what_it_truncates(tiny):
 
 def test_zero_variance_filter_drops_flat_groups(tiny):
     zero = RewardChoice(terms=(("target_length", 0.0, ()),))  # every reward 0: all groups flat
-    records = run(tiny, settings(reward=zero, filter_zero_variance=True), steps=1)
+    records = run(tiny, settings(reward=zero, beta=0.1, filter_zero_variance=True), steps=1)
     m = records[0].metrics
     assert m["filtered_share"] == 1.0
     assert m["loss"] is None
     assert m["update"] == {}
     assert records[0].samples is not None  # the samples are still in the record
+    # the KL estimate still covers every sample: the same as without the filter
+    unfiltered = run(tiny, settings(reward=zero, beta=0.1), steps=1)[0].metrics
+    assert m["kl_est"] == unfiltered["kl_est"]
+    assert m["kl_exact"] == unfiltered["kl_exact"]
     noisy = run(tiny, settings(filter_zero_variance=True), steps=1)[0].metrics
     assert noisy["filtered_share"] == 0.0
     assert noisy["loss"] is not None
