@@ -67,6 +67,7 @@ _LINE_RE = re.compile(r"number (\d+) in line")
 #: the app's reconnect grace and its variable (``ui.reconnect``, which bench may not import)
 APP_GRACE_S = 120.0
 GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
+STALL_MS = 300.0  # a health answer slower than this is listed with its time in ``stalls``
 GRACE_MARGIN_S = 25.0  # settle past the grace: the timers fire, the reaper frees and trims
 
 
@@ -90,6 +91,7 @@ class ChurnResult:
     health_at: list[float] = dataclasses.field(default_factory=list)  # when each was sent
     grace_s: float = 120.0
     settle_s: float = 0.0
+    last_close_s: float = 0.0  # seconds after the students started
 
     def summary(self) -> dict[str, Any]:
         """The benchmark line (JSON-ready)."""
@@ -108,9 +110,11 @@ class ChurnResult:
             "warmup_health_max_ms": _pct(warm, 1.0),
             "churn_health_p99_ms": _pct(churn, 0.99),
             "churn_health_max_ms": _pct(churn, 1.0),
+            "stalls": self.stalls(),
             "reconnect_grace_s": self.grace_s,
             "settle_s": self.settle_s,
             "rss_after_past_grace": self.settle_s > self.grace_s,
+            "last_close_s": round(self.last_close_s, 1),
             "rss_mib_before": round(self.rss_before, 1),
             "rss_mib_peak": round(max(self.rss_samples, default=self.rss_before), 1),
             "rss_mib_after": round(self.rss_after, 1),
@@ -121,6 +125,18 @@ class ChurnResult:
             "exceptions": len(self.exceptions),
             "wall_s": round(self.wall_s, 1),
         }
+
+    def stalls(self, over_ms: float = STALL_MS) -> list[list[float]]:
+        """[seconds after the students started, ms] of each health answer slower than over_ms.
+
+        Negative times fall in the warm-up; the students start at 0, the last tab closes at
+        ``last_close_s``, the reconnect grace ends ``grace_s`` later (reaping, ``malloc_trim``).
+        """
+        return [
+            [round(t - self.churn_t0, 2), round(m)]
+            for m, t in zip(self.health_ms, self.health_at, strict=True)
+            if m > over_ms
+        ]
 
 
 def _pct(sorted_ms: list[float], q: float) -> float | None:
@@ -300,6 +316,7 @@ async def churn(
         else:
             jobs.append(_updater(i, base, rng, b_update, update_close_s, out))
     await asyncio.gather(*jobs)
+    last_close = time.monotonic() - t0
     await asyncio.sleep(settle_s)
     after = rss_mib(server_pid)
     stop.set()
@@ -320,6 +337,7 @@ async def churn(
         wall_s=time.monotonic() - t0,
         grace_s=grace_s,
         settle_s=settle_s,
+        last_close_s=last_close,
     )
 
 
