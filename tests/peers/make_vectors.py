@@ -87,14 +87,19 @@ def scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def extract(git_dir: Path, paths: list[str], dest: Path) -> str:
-    """``git archive HEAD paths`` into dest; returns the HEAD commit hash."""
-    commit = subprocess.run(
+def head_commit(git_dir: Path) -> str:
+    """The HEAD commit hash of a bare mirror."""
+    return subprocess.run(
         ["git", "--git-dir", str(git_dir), "rev-parse", "HEAD"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
+
+
+def extract(git_dir: Path, paths: list[str], dest: Path) -> str:
+    """``git archive HEAD paths`` into dest; returns the HEAD commit hash."""
+    commit = head_commit(git_dir)
     archive = subprocess.run(
         ["git", "--git-dir", str(git_dir), "archive", "HEAD", *paths],
         check=True,
@@ -192,6 +197,9 @@ def run_verl(tmp: Path) -> None:
         "framework": "verl",
         "source": f"https://pypi.org/project/verl/{version}/ (wheel {wheel.name})",
         "commit": f"pypi verl=={version}",
+        "mirror_commit": head_commit(MIRRORS / "verl-project+verl" / "repo"),
+        "mirror_note": "the mirror's HEAD (0.10.0.dev) forces seq-mean-token-mean in "
+        "compute_policy_loss_gspo; 0.9.1, the release roll-viz follows, uses loss_agg_mode",
         "code": [
             "verl/workers/utils/losses.py::ppo_loss",
             "verl/trainer/ppo/core_algos.py",
@@ -291,6 +299,9 @@ def run_openrlhf(tmp: Path) -> None:
         "framework": "openrlhf",
         "source": f"https://pypi.org/project/openrlhf/{version}/ (wheel {wheel.name})",
         "commit": f"pypi openrlhf=={version}",
+        "mirror_commit": head_commit(MIRRORS / "OpenRLHF+OpenRLHF" / "repo"),
+        "mirror_note": "the mirror's HEAD is 0.11.0 (is_correction_enable / is_correction_type); "
+        "0.11.2, the release roll-viz follows, has is_correction_level / mode / gating",
         "code": [
             "openrlhf/models/loss.py::PolicyLoss",
             "openrlhf/models/utils.py::compute_approx_kl",
