@@ -87,8 +87,7 @@ def step_metrics(
         scores: (B,) raw rewards.
         trace: the pipeline's trace of this step (None: every group was dropped, no update).
         update_metrics: numbers the update reported (clip_frac, loss, grad_norm, ...).
-        trained: the rows the advantages and the update were computed on, when a filter
-            dropped some (None: all of ``rollout``).
+        trained: the rows of the advantages and the update when a filter dropped some.
         beta: the step's KL coefficient when there is no trace (None: ``settings.beta``).
 
     Returns:
@@ -252,8 +251,7 @@ class Trainer:
         if self.sampler is not None:
             rollout = self.sampler(cfg, self.policy, self.step)
         else:
-            drawn = draw(self.policy, cfg, s.sampler)
-            rollout, mu = drawn.rollout, drawn.mu
+            rollout, mu = (drawn := draw(self.policy, cfg, s.sampler)).rollout, drawn.mu
         t1 = time.perf_counter()
         prompts = [rollout.prompts[int(g)] for g in rollout.group_ids]
         scores = s.reward.score(prompts, rollout.responses, step=self.step)
