@@ -133,7 +133,6 @@ TO_NATIVE = {
     "openrlhf": {  # grpo is not an OpenRLHF estimator name: gae stays; clip 2 -> (-2, 2)
         "advantage_estimator": "gae", "gamma": 0.9, "lambd": 0.8, "kl_estimator": "k3",
         "init_coef": 0.1, "target": None, "horizon": 10000, "use_loss": False,
-        "unbiased_gradient": False,
         "clip_range": (-2.0, 2.0), "no_std_norm": False, **VIZ,
     },
     "trl": {

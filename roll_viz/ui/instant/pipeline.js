@@ -683,8 +683,8 @@ const VERL_ESTIMATORS = {
   gdpo: "gdpo",
 };
 
-/** verl gdpo without gdpo_reward_keys: the combined reward as its one component (GRPO or
- *  Dr.GRPO per norm_adv_by_std_in_grpo), then token-weighted whitening over the batch. */
+/** verl gdpo without gdpo_reward_keys: the combined reward as its one component (GRPO: the
+ *  trainer does not pass norm_adv_by_std_in_grpo to gdpo), then token-weighted whitening. */
 function verlGdpo(mask, groupIds, params, byStd) {
   const zeros = mask.map((m) => new Float64Array(m.length));
   const part = ADVANTAGE_ESTIMATORS[byStd ? "grpo" : "dr_grpo"](zeros, mask, groupIds, params);
@@ -733,7 +733,7 @@ export function verlPipeline(batch, cfg, running = null) {
   try {
     estimate =
       name === "gdpo"
-        ? verlGdpo(mask, batch.group_ids, params, cfg.norm_adv_by_std_in_grpo)
+        ? verlGdpo(mask, batch.group_ids, params, true)
         : ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params);
     advantages = estimate.advantages;
     if (name === "gae") advantages = maskedWhiten(advantages, mask, conv.whiten_ddof, 1e-8, "add");
@@ -765,6 +765,10 @@ export function openrlhfPipeline(batch, cfg, running = null) {
     const stats = groupStats(scores, batch.group_ids, conv.std_ddof);
     baseline = est === "rloo" ? leaveOneOutBaseline(scores, batch.group_ids) : stats.mean;
     if (est === "group_norm") scale = stats.std.map((s) => s + conv.eps);
+  } else if (est === "flash_reinforce") {
+    gamma = 1.0; // reward minus the whole batch's mean, no group, no whitening
+    const mean = scores.reduce((a, s) => a + s, 0) / B;
+    baseline = baseline.map(() => mean);
   }
   const shaped = scores.map((s, b) => (s - baseline[b]) / scale[b]);
   const [low, high] = cfg.clip_range ?? [null, null];
@@ -874,7 +878,7 @@ const COVERED = {
     gdpo_reward_weights: [null],
   },
   openrlhf: {
-    advantage_estimator: ["gae", "reinforce", ...OPENRLHF_GROUP_ESTIMATORS],
+    advantage_estimator: ["gae", "reinforce", ...OPENRLHF_GROUP_ESTIMATORS, "flash_reinforce"],
     kl_estimator: ["k1", "k2", "k3"],
   },
   trl: {

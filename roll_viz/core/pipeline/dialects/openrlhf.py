@@ -70,7 +70,6 @@ DEFAULTS: dict[str, Any] = {
     "target": None,
     "horizon": 10000,
     "use_loss": False,
-    "unbiased_gradient": False,
     "clip_range": (-10.0, 10.0),
     "no_std_norm": False,
     **shared.VIZ_DEFAULTS,
@@ -94,8 +93,6 @@ HELP: dict[str, str] = {
     "target": "--algo.kl.target: target KL of the adaptive controller (None = fixed).",
     "horizon": "--algo.kl.horizon: horizon of the adaptive controller.",
     "use_loss": "--algo.kl.use_loss: put the KL in the loss instead of the reward.",
-    "unbiased_gradient": "--algo.kl.unbiased_gradient: with use_loss, keep the estimator's "
-    "value but backprop w * (logp - ref), w = min(pi / pi_old, 10) (the reverse-KL gradient).",
     "clip_range": "--reward.clip_range: clamp of the shaped reward (after baseline shaping); "
     "a number c means (-c, c).",
     "no_std_norm": "--algo.advantage.no_std_norm: global advantage normalization only "
@@ -135,6 +132,7 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "is_correction_mode": "mask",
     "is_correction_gating": "ratio",
     "is_correction_threshold": (0.5, 5.0),
+    "unbiased_gradient": False,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
@@ -166,16 +164,12 @@ LOSS_HELP: dict[str, str] = {
     "(pi_old/mu), binary_kl or tv of the sampled token (upper bound only).",
     "is_correction_threshold": "--algo.advantage.is_correction_threshold: LOW HIGH bounds, or "
     "one HIGH (LOW = 0).",
+    "unbiased_gradient": "--algo.kl.unbiased_gradient: with use_loss, keep the estimator's "
+    "value but backprop w * (logp - ref), w = min(pi / pi_old, 10) (the reverse-KL gradient).",
 }
 
 #: Every key the policy update reads (loss table plus the reward-stage KL-loss keys).
-LOSS_KEYS: tuple[str, ...] = (
-    *LOSS_DEFAULTS,
-    "use_loss",
-    "init_coef",
-    "kl_estimator",
-    "unbiased_gradient",
-)
+LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_loss", "init_coef", "kl_estimator")
 
 # -------------------------------------------------------------- what the other layers ask
 
