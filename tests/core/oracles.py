@@ -309,12 +309,17 @@ def verl(
     }.get(est, est)
     if name == "grpo" and not norm_by_std:
         name = "dr_grpo"
+    if name == "grpo_vectorized":  # the trainer never passes norm_adv_by_std_in_grpo to it
+        name = "grpo"
     # a zero-length response's score has no token but still counts as its sequence reward
     seq = [
         s if any(m) else scores[b]
         for b, (s, m) in enumerate(zip(seq_sums(tok, mask), mask, strict=False))
     ]
-    if name == "optimal_token_baseline":
+    if name == "rloo_vectorized":
+        adv = broadcast(rloo_vectorized(seq, gids), mask)
+        ret = adv
+    elif name == "optimal_token_baseline":
         adv, ret = verl_otb(tok, mask, gids, lp, sum_pi2)
     elif name in ("opo", "gpg", "grpo_passk", "gdpo"):
         adv = broadcast(verl_outcome_2026(name, seq, mask, gids, norm_by_std), mask)
@@ -332,6 +337,18 @@ def verl(
         "advantages": adv,
         "returns": ret,
     }
+
+
+def rloo_vectorized(seq, gids):
+    """verl rloo_vectorized per sample: s_i - mean of the others; a group of one gets 0."""
+    out = [0.0] * len(seq)
+    for idx in groups_of(gids).values():
+        if len(idx) == 1:
+            continue
+        total = sum(seq[i] for i in idx)
+        for i in idx:
+            out[i] = seq[i] - (total - seq[i]) / (len(idx) - 1)
+    return out
 
 
 def verl_otb(tok, mask, gids, lp, sum_pi2):

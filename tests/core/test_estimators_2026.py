@@ -153,3 +153,29 @@ def test_optimal_token_baseline_by_hand():
     no_pi2 = Batch(**{**batch.__dict__, "sum_pi_squared": None})
     with pytest.raises(ValueError, match="sum_pi_squared"):
         run(no_pi2, "verl", {"adv_estimator": "optimal_token_baseline"})
+
+
+def test_verl_grpo_vectorized_always_divides_by_std_by_hand():
+    """grpo_vectorized: grpo's numbers, but the std flag never reaches it (verl's trainer passes
+    only rewards, mask, index and config); a group of one: mean 0, std 1."""
+    batch = _batch([1.0, 0.0, 0.5, 0.2, 0.9, 0.7], [2, 1, 3, 1, 2, 1], [0, 0, 0, 1, 1, 2])
+    sd1 = 0.5  # std([1, 0, 0.5], ddof 1)
+    sd2 = 0.7 / math.sqrt(2)  # std([0.2, 0.9], ddof 1)
+    want = [0.5 / (sd1 + 1e-6), -0.5 / (sd1 + 1e-6), 0.0]
+    want += [-0.35 / (sd2 + 1e-6), 0.35 / (sd2 + 1e-6), 0.7 / (1 + 1e-6)]
+    for by_std in (True, False):
+        cfg = {"adv_estimator": "grpo_vectorized", "norm_adv_by_std_in_grpo": by_std}
+        close(_seq(run(batch, "verl", cfg)), want, 1e-14)
+    dr = run(batch, "verl", {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False})
+    close(_seq(dr), [0.5, -0.5, 0.0, -0.35, 0.35, 0.7], 1e-15)  # plain grpo honours the flag
+
+
+def test_verl_rloo_vectorized_group_of_one_is_zero_by_hand():
+    """rloo_vectorized: (c s - sum) / (c - 1) * (c > 1); rloo keeps a singleton's raw score."""
+    batch = _batch([1.0, 0.0, 0.5, 0.2, 0.9, 0.7], [2, 1, 3, 1, 2, 1], [0, 0, 0, 1, 1, 2])
+    vec = run(batch, "verl", {"adv_estimator": "rloo_vectorized"})
+    close(_seq(vec), [0.75, -0.75, 0.0, -0.7, 0.7, 0.0], 1e-15)
+    close(vec.advantages[2], [0.0] * 3, 1e-15)
+    plain = run(batch, "verl", {"adv_estimator": "rloo"})
+    close(_seq(plain), [0.75, -0.75, 0.0, -0.7, 0.7, 0.7], 1e-15)
+    assert any("advantage 0" in n for n in vec.notes)

@@ -220,7 +220,7 @@ def estimator_batch(framework: str, vector: dict) -> Batch:
         return torch.tensor(vector[name], dtype=F64) if name in vector else None
 
     if framework == "verl":
-        groups = load("verl")["inputs"]["row"]["groups"]
+        groups = vector.get("groups", load("verl")["inputs"]["row"]["groups"])
         old = t("old_log_probs")
         return Batch(
             scores=t("scores"),

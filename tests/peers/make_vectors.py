@@ -190,6 +190,9 @@ def run_verl(tmp: Path) -> None:
             )
         for est in pin.verl_estimators(case):
             vectors.append(stubs.run_verl_estimator(core, case, est))
+    for est in pin.verl_singleton_estimators():
+        groups = pin.SINGLETON_GROUPS
+        vectors.append(stubs.run_verl_estimator(core, pin.CASES[0], est, groups=groups))
     for case in pin.CASES[:1]:
         for rc in pin.verl_rollout_corrections():
             vectors.append(stubs.run_verl_rollout_correction(mods, case, rc))

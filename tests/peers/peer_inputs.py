@@ -214,7 +214,11 @@ def verl_estimators(case: Case) -> list[dict]:
     return [
         {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": True},
         {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
+        {"algorithm.adv_estimator": "grpo_vectorized"},
+        # the trainer does not pass the key to grpo_vectorized: this one still divides by std
+        {"algorithm.adv_estimator": "grpo_vectorized", "algorithm.norm_adv_by_std_in_grpo": False},
         {"algorithm.adv_estimator": "rloo"},
+        {"algorithm.adv_estimator": "rloo_vectorized"},
         {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.gamma": 1.0},
         {"algorithm.adv_estimator": "reinforce_plus_plus", "algorithm.gamma": 0.9},
         {"algorithm.adv_estimator": "reinforce_plus_plus_baseline"},
@@ -237,6 +241,16 @@ def verl_estimators(case: Case) -> list[dict]:
             "algorithm.norm_adv_by_std_in_grpo": False,
         },
     ]
+
+
+#: Prompt ids with a group of one (the last two rows alone), for the singleton rules.
+SINGLETON_GROUPS = [0, 0, 0, 1, 2]
+
+
+def verl_singleton_estimators() -> list[dict]:
+    """verl estimators whose group-of-one rule differs, run on ``SINGLETON_GROUPS``."""
+    return [{"algorithm.adv_estimator": name} for name in ("grpo", "grpo_vectorized", "rloo",
+                                                          "rloo_vectorized")]  # fmt: skip
 
 
 def verl_rollout_corrections() -> list[dict]:

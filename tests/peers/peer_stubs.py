@@ -225,10 +225,10 @@ def _r12(t: torch.Tensor) -> list:
     return [_r12(r) for r in t]
 
 
-def run_verl_estimator(core, case, opts: dict) -> dict:
+def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) -> dict:
     """One verl advantage estimator as ``ray_trainer.compute_advantage`` calls it (reward on each
     response's last token; values, old log-probs, sum_pi_squared and reward components from a
-    seeded generator)."""
+    seeded generator); ``groups`` replaces the case's prompt ids (stored in the vector)."""
     g = torch.Generator().manual_seed(7)
     m = EST_MASK
     B = m.shape[0]
@@ -241,7 +241,7 @@ def run_verl_estimator(core, case, opts: dict) -> dict:
         m.shape, generator=g, dtype=F64
     )
     components = {"acc": [1.0, 0.0, 1.0, 0.0, 1.0], "fmt": [0.5, 1.0, 0.0, 1.0, 1.0]}
-    index = np.array([str(int(x)) for x in case.groups])
+    index = np.array([str(int(x)) for x in (case.groups.tolist() if groups is None else groups)])
     name = opts["algorithm.adv_estimator"]
     cfg = AlgoConfig(
         gamma=opts.get("algorithm.gamma", 1.0),
@@ -272,9 +272,11 @@ def run_verl_estimator(core, case, opts: dict) -> dict:
         if name == "optimal_token_baseline":
             kw.update(sum_pi_squared=pi2, old_log_probs=old, rollout_is_weights=None)
         adv, ret = core.get_adv_estimator_fn(name)(**kw)
+    extra = {} if groups is None else {"groups": groups}
     return {
         "case": "estimator",
         "options": opts,
+        **extra,
         "mask": m.tolist(),
         "scores": EST_SCORES.tolist(),
         "baseline_scores": EST_BASELINES.tolist(),

@@ -489,6 +489,13 @@ export const ADVANTAGE_ESTIMATORS = {
   rloo(tokens, mask, groupIds, p) {
     const seq = seqRewards(tokens, mask, p);
     const baseline = leaveOneOutBaseline(seq, groupIds);
+    if (p.singleton === "zero") {
+      // a group of one gets advantage 0 (verl rloo_vectorized): its baseline is its own score
+      const single = new Set(singletonGroups(groupIds));
+      groupIds.forEach((g, b) => {
+        if (single.has(g)) baseline[b] = seq[b];
+      });
+    }
     const adv = broadcast(seq.map((s, b) => s - baseline[b]), mask);
     return { advantages: adv, returns: adv, baseline, scale: ones(seq.length) };
   },
@@ -673,7 +680,9 @@ const VERL_KL = { kl: "k1", k1: "k1", abs: "abs", mse: "k2", k2: "k2", low_var_k
 const VERL_ESTIMATORS = {
   gae: "gae",
   grpo: "grpo",
+  grpo_vectorized: "grpo",
   rloo: "rloo",
+  rloo_vectorized: "rloo",
   reinforce_plus_plus: "reinforce_pp",
   reinforce_plus_plus_baseline: "reinforce_pp_baseline",
   remax: "remax",
@@ -724,7 +733,8 @@ export function verlPipeline(batch, cfg, running = null) {
   const noStd = est === "grpo_passk" && !cfg.norm_adv_by_std_in_grpo;
   const params = {
     gamma: cfg.gamma, lam: cfg.lam, values: batch.values, baseline_scores: batch.baseline_scores,
-    seq_rewards: seq, std_eps: noStd ? null : conv.eps, std_ddof: conv.std_ddof, singleton: "raw",
+    seq_rewards: seq, std_eps: noStd ? null : conv.eps, std_ddof: conv.std_ddof,
+    singleton: est === "rloo_vectorized" ? "zero" : "raw",
     carry_through: true, whiten_ddof: conv.whiten_ddof, whiten_eps: 1e-8, whiten_eps_mode: "add",
     group_labels: batch.group_labels,
   };

@@ -75,7 +75,9 @@ KL_ESTIMATOR_KEY: str | None = "kl_penalty"
 ESTIMATORS = {
     "gae": "gae",
     "grpo": "grpo",
+    "grpo_vectorized": "grpo",
     "rloo": "rloo",
+    "rloo_vectorized": "rloo",
     "reinforce_plus_plus": "reinforce_pp",
     "reinforce_plus_plus_baseline": "reinforce_pp_baseline",
     "remax": "remax",
@@ -116,7 +118,9 @@ CHOICES: dict[str, tuple] = {
 }
 
 HELP: dict[str, str] = {
-    "adv_estimator": "algorithm.adv_estimator: gae, grpo, rloo, reinforce_plus_plus, "
+    "adv_estimator": "algorithm.adv_estimator: gae, grpo, grpo_vectorized (grpo, always divided "
+    "by the group std: the trainer does not pass norm_adv_by_std_in_grpo to it), rloo, "
+    "rloo_vectorized (rloo, a group of one gets advantage 0), reinforce_plus_plus, "
     "reinforce_plus_plus_baseline, remax, opo (length-weighted baseline), gpg (batch factor "
     "B / #nonzero), grpo_passk (only the best sample learns), gdpo (normalise each reward "
     "component, sum, whiten) or optimal_token_baseline (a baseline per position, weighted by "
@@ -388,7 +392,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         seq_rewards=seq,
         std_eps=None if est == "grpo_passk" and not cfg["norm_adv_by_std_in_grpo"] else conv.eps,
         std_ddof=conv.std_ddof,
-        singleton="raw",
+        singleton="zero" if est == "rloo_vectorized" else "raw",
         carry_through=True,
         whiten_ddof=conv.whiten_ddof,
         group_labels=batch.group_labels,
@@ -547,7 +551,16 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> l
     if singles and name in ("length_weighted", "gpg"):
         notes.append("singleton group: baseline 0 (the raw reward passes through)")
     if singles and name == "rloo":
-        notes.append("singleton group keeps its raw score (verl rloo; rloo_vectorized gives 0)")
+        if cfg["adv_estimator"] == "rloo_vectorized":
+            notes.append("singleton group: advantage 0 (rloo_vectorized multiplies by count > 1)")
+        else:
+            notes.append("singleton group keeps its raw score (verl rloo; rloo_vectorized gives 0)")
+    if cfg["adv_estimator"] == "grpo_vectorized":
+        notes.append(
+            "grpo_vectorized always divides by the group std: ray_trainer.compute_advantage does "
+            "not pass norm_adv_by_std_in_grpo to it (verl computes its group mean and std in "
+            "float32; roll-viz in float64)"
+        )
     return notes
 
 
