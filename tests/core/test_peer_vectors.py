@@ -256,9 +256,12 @@ def test_advantage_estimators_match_framework_code(framework):
         if vector["case"] != "estimator":
             continue
         mask = torch.tensor(vector["mask"], dtype=F64)
-        trace = run(
-            estimator_batch(framework, vector), framework, to_config(framework, vector["options"])
-        )
+        cfg = to_config(framework, vector["options"])
+        running = None
+        if "prior_scores" in vector:  # ROLL running statistics: one earlier step first
+            before = {**vector, "scores": vector["prior_scores"]}
+            running = run(estimator_batch(framework, before), framework, cfg).running
+        trace = run(estimator_batch(framework, vector), framework, cfg, running)
         for name in ("advantages", "returns"):
             want = torch.tensor(vector[name], dtype=F64) * mask
             got = getattr(trace, name)

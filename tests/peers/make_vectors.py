@@ -251,6 +251,8 @@ def run_roll(tmp: Path) -> None:
             )
     for opts in pin.roll_estimators():
         vectors.append(peer_roll.run_roll_estimator(opts))
+    for opts, prior in pin.roll_running_estimators():
+        vectors.append(peer_roll.run_roll_estimator(opts, prior))
     for opts in pin.roll_corrections():
         vectors.append(peer_roll.run_roll_correction(pin.CASES[0], opts))
     header = {

@@ -493,6 +493,23 @@ def roll_estimators() -> list[dict]:
     return out
 
 
+#: Scores of one earlier step that the running reward statistics see first.
+ROLL_PRIOR_SCORES = [0.3, 0.8, -1.0, 2.0, 0.0, 0.6]
+
+
+def roll_running_estimators() -> list[tuple[dict, list[float] | None]]:
+    """ROLL "running" norm types: (options, the earlier step's scores or None)."""
+    out: list[tuple[dict, list[float] | None]] = []
+    both = {"adv_estimator": "reinforce", "norm_mean_type": "running", "norm_std_type": "running"}
+    out.append((both, None))
+    out.append((both, ROLL_PRIOR_SCORES))
+    out.append(({"adv_estimator": "reinforce", "norm_mean_type": "running"}, ROLL_PRIOR_SCORES))
+    out.append(({"adv_estimator": "reinforce", "norm_std_type": "running"}, ROLL_PRIOR_SCORES))
+    out.append(({"adv_estimator": "reinforce", "norm_mean_type": "group",
+                 "norm_std_type": "running"}, ROLL_PRIOR_SCORES))  # fmt: skip
+    return out
+
+
 def roll_corrections() -> list[dict]:
     """ROLL ``train_infer_correction`` settings (IS weight, filters)."""
     w, f = "train_infer_correction.is_weight", "train_infer_correction.filters"

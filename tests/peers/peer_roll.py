@@ -135,10 +135,15 @@ class _RollData(SimpleNamespace):
         return self
 
 
-def run_roll_estimator(opts: dict) -> dict:
+def run_roll_estimator(opts: dict, prior: list[float] | None = None) -> dict:
     """ROLL's reward -> advantage chain as ``rlvr_pipeline.py`` runs it on one domain:
     ``reward_postprocess`` -> ``compute_token_reward`` -> ``compute_advantage`` (response mask as
-    the final mask, prompts of one token, groups of 3 consecutive)."""
+    the final mask, prompts of one token, groups of 3 consecutive).
+
+    A "running" norm type reads ``running_ctrl["domain"]`` (the literal key ``reward_norm``
+    looks up; the pipeline's dict is keyed by domain name, so this is the domain named
+    "domain"): a fresh ``RunningMoments``, first updated by ``reward_postprocess`` on the
+    ``prior`` scores (one earlier step) when given, then by this batch."""
     import roll.utils.functionals as fn
 
     g = torch.Generator().manual_seed(13)
@@ -157,6 +162,15 @@ def run_roll_estimator(opts: dict) -> dict:
         **cfg,
         actor_infer=SimpleNamespace(generating_args=SimpleNamespace(num_return_sequences=3)),
     )
+    running_ctrl = {}
+    if "running" in (cfg["norm_mean_type"], cfg["norm_std_type"]):
+        running_ctrl = {"domain": fn.RunningMoments()}
+        if prior is not None:
+            before = _RollData(
+                batch=_RollBatch(response_level_rewards=torch.tensor(prior, dtype=F64)),
+                meta_info={},
+            )
+            fn.reward_postprocess(before, pc, running_ctrl=running_ctrl)
     data = _RollData(
         batch=_RollBatch(
             response_level_rewards=OR_SCORES.clone(),
@@ -171,7 +185,7 @@ def run_roll_estimator(opts: dict) -> dict:
         meta_info={},
     )
     kl_ctrl = SimpleNamespace(value=cfg["init_kl_coef"], update=lambda **k: None)
-    data, _ = fn.reward_postprocess(data, pc, running_ctrl={})
+    data, _ = fn.reward_postprocess(data, pc, running_ctrl=running_ctrl)
     data, _ = fn.compute_token_reward(data, pc, kl_ctrl)
     data = fn.compute_advantage(
         data,
@@ -183,9 +197,11 @@ def run_roll_estimator(opts: dict) -> dict:
         whiten_rewards=pc.whiten_rewards,
         response_mask=data.batch["response_mask"][:, 1:],
     )
+    extra = {} if prior is None else {"prior_scores": prior}
     return {
         "case": "estimator",
         "options": opts,
+        **extra,
         "mask": m.tolist(),
         "scores": OR_SCORES.tolist(),
         "groups": OR_GROUPS,

@@ -354,8 +354,9 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     if "running" in (mean_type, std_type):
         running = update_running_moments(running or RunningMoments(), scores)
         notes.append(
-            "running statistics updated with this batch before normalizing (intended behaviour; "
-            "ROLL's reward_norm reads running_ctrl['domain'], a KeyError in the framework)"
+            "running statistics updated with this batch before normalizing, as ROLL's "
+            "RunningMoments does (ROLL's reward_norm reads running_ctrl['domain'], the literal "
+            "key: a KeyError in the framework unless a reward domain is named 'domain')"
         )
     if std_type == "group" and conv.std_ddof > 0 and singleton_groups(batch.group_ids):
         label = singleton_groups(batch.group_ids, batch.group_labels)[0]
