@@ -120,7 +120,7 @@ RECORDED: dict[str, RecordedRun] = {
         description="The Eras page's 'defaults of 2026' in ROLL, same seed: no KL, "
         "token-mean, clip 0.2 / 0.28, zero-variance groups dropped, group mean with the batch's "
         "std. A flat group is dropped (step 0: the update sees the other group only, |A| mean "
-        "0.75); the advantage std moves with the batch (0.56 to 0.97) instead of GRPO's fixed "
+        "0.75); the advantage std moves with the batch (0.31 to 0.97) instead of GRPO's fixed "
         "0.87; the reward takes off three steps sooner (3.8 at step 21, 7.4 by step 26) and at "
         "step 26 every group is flat: no update. KL 1.88, entropy 0.06 at the end.",
         command=_SHARED + " --framework roll --beta 0 --era defaults_2026 "

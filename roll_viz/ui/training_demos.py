@@ -44,7 +44,7 @@ ERA_CAPTION = (
     "2026 run drops them and trains on the other group (0.75). Late in the 2026 run the answers "
     "converge: at step 26 every group is flat and the step makes no update, at 27 and 28 half "
     "the groups are dropped. **Batch std**: with the group's std GRPO's advantages have std "
-    "0.87 whenever both groups have spread (G = 4); divided by the batch's std they move (0.56 "
+    "0.87 whenever both groups have spread (G = 4); divided by the batch's std they move (0.31 "
     "to 0.97). **No KL**: the 2024 run pays a k3 KL loss at beta 0.04, small beside the "
     "advantages (its KL still reaches 1.97 at step 16); without it the 2026 run games the "
     "reward three steps sooner (3.8 at step 21 and 6.2 at 22, where 2024 is at 1.06) and ends "
