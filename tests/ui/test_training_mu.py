@@ -55,14 +55,19 @@ def test_the_choice_reaches_the_run_settings():
     button(at, "tr_start").click()
     at.run()
     assert not at.exception, [e.message for e in at.exception]
-    runner = at.session_state[tr.KEY_RUNNERS]["A"]
-    assert runner.settings.loss_option == "is_correction_level: token"
-    assert runner.settings.sampler == "int8"
-    wait_done(at, ("A",))
-    metrics = runner.records()[0].metrics
-    assert metrics["sampler"] == "int8"
-    assert metrics["delta_abs_mean"] > 0
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    fig = next(el for el in at.get("plotly_chart") if el.proto.id.endswith("tr_live_curves"))
-    assert "sampler gap" in fig.proto.spec  # the mismatch curves are drawn for this run
+    table = at.session_state[tr.KEY_RUNNERS]  # this student's runners (shared by AppTests)
+    runner = table["A"]
+    try:
+        assert runner.settings.loss_option == "is_correction_level: token"
+        assert runner.settings.sampler == "int8"
+        wait_done(at, ("A",))
+        metrics = runner.records()[0].metrics
+        assert metrics["sampler"] == "int8"
+        assert metrics["delta_abs_mean"] > 0
+        at.run()
+        assert not at.exception, [e.message for e in at.exception]
+        fig = next(el for el in at.get("plotly_chart") if el.proto.id.endswith("tr_live_curves"))
+        assert "sampler gap" in fig.proto.spec  # the mismatch curves are drawn for this run
+    finally:  # later page tests start without this run
+        table.pop("A", None)
+        runner.close()
