@@ -121,7 +121,10 @@ TO_NATIVE = {
         "norm_std_type": None, "reward_clip": 2.0, "whiten_rewards": False,
         "whiten_advantages": True, "advantage_clip": None, "add_token_level_kl": True,
         "init_kl_coef": 0.1, "kl_penalty": "k3", "target_kl": None, "kl_horizon": 10000,
-        "use_kl_loss": False, "kl_loss_coef": 0.0, **VIZ,
+        "use_kl_loss": False, "kl_loss_coef": 0.0, "max_len_mask": False,
+        "difficulty_mask": False, "difficulty_low_threshold": 0.0,
+        "difficulty_high_threshold": 1.0, "error_max_len_clip": False,
+        "error_max_len_threshold": 9999999999, **VIZ,
     },
     "verl": {
         "adv_estimator": "grpo", "gamma": 0.9, "lam": 0.8, "norm_adv_by_std_in_grpo": True,

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from roll_viz.core.pipeline import dialects, policy_loss, run
+from roll_viz.core.pipeline import dialects, policy_loss, resolve_config, run
 from roll_viz.core.pipeline.rollout_correction import (
     RollFilter,
     lab_loss,
@@ -59,6 +59,20 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     },
     "trl": {},
 }
+
+#: With a ROLL sample-level mask on, these are logged over the un-masked ``response_mask`` (or
+#: sum every token over the final mask's token count); roll-viz computes every metric on the
+#: mask it is given (the final one). Not reproduced: the loss and gradient agree; these differ.
+SAMPLE_MASK_LOGGED_UNMASKED = {
+    "actor/approxkl",
+    "actor/policykl",
+    "actor/ratio_mean",
+    "actor/ppo_ratio_high_clipfrac",
+    "actor/ppo_ratio_low_clipfrac",
+    "actor/ppo_ratio_clipfrac",
+    "actor/clipfrac",
+}
+SAMPLE_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
 
 
 @cache
@@ -114,6 +128,11 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         options.get("--algo.advantage.is_correction_level", "off") != "off"
     )
     cfg = to_config(framework, options)
+    mask, adv = case.mask, case.adv
+    if framework == "roll":  # the loss runs on ROLL's final_response_mask, where A = 0 outside
+        batch = Batch(scores=case.scores, response_mask=case.mask, group_ids=case.groups)
+        keep, _ = dialects.get("roll").sample_level_mask(batch, resolve_config("roll", cfg))
+        mask, adv = case.mask * keep[:, None], case.adv * keep[:, None]
     lp = case.lp.clone().requires_grad_(True)
     # TRL always computes the entropies (and logs their mean); the others only with a coefficient
     wants_entropy = framework == "trl" or any("entropy" in k for k in options)
@@ -122,8 +141,8 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         cfg,
         logprobs=lp,
         old_logprobs=case.old,
-        advantages=case.adv,
-        response_mask=case.mask,
+        advantages=adv,
+        response_mask=mask,
         ref_logprobs=case.ref,
         entropy=case.entropy if wants_entropy else None,
         scores=case.scores if framework == "roll" else None,
@@ -149,9 +168,14 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
         msgs.append(f"loss {result.total.item():.10g} != {loss:.10g}")
     if not torch.allclose(grad, want_grad, atol=ATOL, rtol=RTOL):
         msgs.append(f"grad max diff {(grad - want_grad).abs().max().item():.3g}")
+    sample_masked = framework == "roll" and any(
+        vector["options"].get(k) for k in SAMPLE_MASK_KEYS
+    )
     for name, value in metrics.items():
         name = untagged(name)
         if name in NOT_PRINTED[framework]:
+            continue
+        if sample_masked and name in SAMPLE_MASK_LOGGED_UNMASKED:
             continue
         if name not in result.metrics:
             msgs.append(f"metric {name} not printed")
@@ -271,6 +295,20 @@ def test_advantage_estimators_match_framework_code(framework):
         n += 1
     assert n >= 15
     assert not failures, "\n".join(failures)
+
+
+def test_roll_sample_level_masks_match_get_sample_level_mask():
+    """ROLL's ``get_sample_level_mask`` ratios (max_len_mask, difficulty_mask,
+    error_max_len_clip) against ``roll.sample_level_mask`` under ROLL's metric names."""
+    n = 0
+    for vector in load("roll")["vectors"]:
+        if vector["case"] != "estimator" or "metrics" not in vector:
+            continue
+        cfg = resolve_config("roll", to_config("roll", vector["options"]))
+        _, got = dialects.get("roll").sample_level_mask(estimator_batch("roll", vector), cfg)
+        assert got == pytest.approx(vector["metrics"], abs=1e-6), vector["options"]
+        n += 1
+    assert n >= 5
 
 
 def test_verl_rollout_correction_matches_rollout_corr_helper():

@@ -302,6 +302,11 @@ def roll_loss_options() -> list[tuple[str, dict]]:
     out.append(("actor_worker", {"entropy_loss_coef": 0.01, "rl_loss_coef": 0.5}))
     out.append(("actor_worker", {"length_loss_weight": True}))
     out.append(("actor_worker", {"difficulty_loss_weight": True, "loss_agg_mode": "token-mean"}))
+    # sample-level masks: the loss on final_response_mask (rows 0 and 3 dropped here)
+    out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "token-mean",
+                                 "use_kl_loss": True, "kl_loss_coef": 0.1}))  # fmt: skip
+    out.append(("actor_worker", {"max_len_mask": True, "error_max_len_clip": True,
+                                 "error_max_len_threshold": 4}))  # fmt: skip
     for variant in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
         for agg in ("seq-mean-token-mean", "token-mean"):
             out.append(("actor_pg_worker", {"pg_variant": variant, "loss_agg_mode": agg}))
@@ -490,6 +495,19 @@ def roll_estimators() -> list[dict]:
     for kl in ("kl", "abs", "mse", "k3"):
         out.append({"adv_estimator": "reinforce", "add_token_level_kl": True,
                     "init_kl_coef": 0.05, "kl_penalty": kl})  # fmt: skip
+    # sample-level masks (get_sample_level_mask -> final_response_mask)
+    out += [
+        {"adv_estimator": "reinforce", "max_len_mask": True},
+        {"adv_estimator": "gae", "max_len_mask": True, "whiten_advantages": True},
+        {"adv_estimator": "grpo", "difficulty_mask": True, "difficulty_low_threshold": 0.1,
+         "difficulty_high_threshold": 0.95},
+        {"adv_estimator": "reinforce", "whiten_rewards": True, "difficulty_mask": True,
+         "difficulty_high_threshold": 0.95},
+        {"adv_estimator": "reinforce", "error_max_len_clip": True, "error_max_len_threshold": 3},
+        {"adv_estimator": "reinforce", "max_len_mask": True, "error_max_len_clip": True,
+         "error_max_len_threshold": 3, "norm_mean_type": "batch", "norm_std_type": "batch",
+         "gamma": 0.9},
+    ]  # fmt: skip
     return out
 
 

@@ -54,6 +54,10 @@ ROLL_PG_KEYS = (
 )
 
 
+#: ROLL's sample-level mask switches (``get_sample_level_mask``), pipeline keys.
+SAMPLE_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
+
+
 def run_roll_loss(cls, case, lp, opts: dict):
     """A ROLL worker's ``loss_func`` with the batch the strategy would build (one rank).
 
@@ -99,6 +103,30 @@ def run_roll_loss(cls, case, lp, opts: dict):
     full_mask = torch.cat([torch.ones(B, 1, dtype=F64), m], dim=1)  # loss_func drops column 0
     n_tok = torch.clamp(m.sum(), min=1)
     n_rows = torch.clamp((m.sum(-1) > 0).sum(), min=1)
+    final = {}
+    if any(opts.get(k) for k in SAMPLE_MASK_KEYS):  # rlvr_pipeline: get_sample_level_mask
+        import roll.utils.functionals as fn
+
+        flags = {k: False for k in SAMPLE_MASK_KEYS}
+        flags.update(error_max_len_threshold=9999999999)
+        flags.update({k: v for k, v in opts.items() if k in flags})
+        masked = _RollData(
+            batch=_RollBatch(response_mask=full_mask, responses=torch.zeros(m.shape),
+                             scores=case.scores),
+            meta_info={},
+        )  # fmt: skip
+        masked, _ = fn.get_sample_level_mask(masked, SimpleNamespace(**flags))
+        fm = masked.batch["final_response_mask"]
+        # compute_advantage(response_mask=final_response_mask) zeroes the dropped rows
+        final = {"final_response_mask": fm, "advantages": case.adv * fm}
+        # strategy.py: both loss_mask_keys counted (tokens; rows with a token; at least 1)
+        n_tok = {"response_mask": n_tok, "final_response_mask": torch.clamp(fm.sum(), min=1)}
+        n_rows = {
+            "response_mask": n_rows,
+            "final_response_mask": torch.clamp((fm.sum(-1) > 0).sum(), min=1),
+        }
+    else:
+        n_tok, n_rows = {"response_mask": n_tok}, {"response_mask": n_rows}
     data = SimpleNamespace(
         batch={
             "response_mask": full_mask,
@@ -107,11 +135,9 @@ def run_roll_loss(cls, case, lp, opts: dict):
             "input_ids": None,
             "scores": case.scores,
             "train_infer_is_weight": torch.ones_like(m),
+            **final,
         },
-        meta_info={
-            "batch_num_tokens": {"response_mask": n_tok},
-            "global_valid_samples": {"response_mask": n_rows},
-        },
+        meta_info={"batch_num_tokens": n_tok, "global_valid_samples": n_rows},
         non_tensor_batch={"difficulty": case.difficulty.numpy()},
     )
     return cls.loss_func(w, data, None)
@@ -156,7 +182,9 @@ def run_roll_estimator(opts: dict, prior: list[float] | None = None) -> dict:
     cfg = dict(adv_estimator="reinforce", gamma=1.0, lambd=0.95, norm_mean_type=None,
                norm_std_type=None, reward_clip=None, whiten_rewards=False,
                whiten_advantages=False, advantage_clip=None, add_token_level_kl=False,
-               init_kl_coef=0.2, kl_penalty="kl")  # fmt: skip
+               init_kl_coef=0.2, kl_penalty="kl", max_len_mask=False, difficulty_mask=False,
+               difficulty_low_threshold=0.0, difficulty_high_threshold=1.0,
+               error_max_len_clip=False, error_max_len_threshold=9999999999)  # fmt: skip
     cfg.update(opts)
     pc = SimpleNamespace(
         **cfg,
@@ -181,9 +209,11 @@ def run_roll_estimator(opts: dict, prior: list[float] | None = None) -> dict:
             old_log_probs=old,
             ref_log_probs=ref,
             values=values,
+            responses=torch.zeros(m.shape, dtype=torch.long),
         ),
         meta_info={},
     )
+    data, mask_metrics = fn.get_sample_level_mask(data, pc)  # rlvr_pipeline step 1
     kl_ctrl = SimpleNamespace(value=cfg["init_kl_coef"], update=lambda **k: None)
     data, _ = fn.reward_postprocess(data, pc, running_ctrl=running_ctrl)
     data, _ = fn.compute_token_reward(data, pc, kl_ctrl)
@@ -195,9 +225,11 @@ def run_roll_estimator(opts: dict, prior: list[float] | None = None) -> dict:
         advantage_clip=pc.advantage_clip,
         whiten_advantages=pc.whiten_advantages,
         whiten_rewards=pc.whiten_rewards,
-        response_mask=data.batch["response_mask"][:, 1:],
+        response_mask=data.batch["final_response_mask"].clone(),
     )
     extra = {} if prior is None else {"prior_scores": prior}
+    if any(cfg[k] for k in ("max_len_mask", "difficulty_mask", "error_max_len_clip")):
+        extra["metrics"] = {k: float(v) for k, v in mask_metrics.items()}
     return {
         "case": "estimator",
         "options": opts,

@@ -878,6 +878,10 @@ const COVERED = {
     norm_mean_type: NORM,
     norm_std_type: NORM,
     kl_penalty: ["kl", "abs", "mse", "k3"],
+    // sample-level masks: off here; switched on, the server path computes them
+    max_len_mask: [false],
+    difficulty_mask: [false],
+    error_max_len_clip: [false],
   },
   verl: {
     adv_estimator: Object.keys(VERL_ESTIMATORS),
@@ -901,6 +905,7 @@ const KEYS = {
   roll: [
     "gamma", "lambd", "reward_clip", "whiten_rewards", "whiten_advantages", "advantage_clip",
     "add_token_level_kl", "init_kl_coef", "target_kl", "kl_horizon", "use_kl_loss", "kl_loss_coef",
+    "difficulty_low_threshold", "difficulty_high_threshold", "error_max_len_threshold",
   ],
   verl: [
     "gamma", "lam", "norm_adv_by_std_in_grpo", "use_kl_in_reward", "kl_coef", "target_kl",

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.core.ops import masked_whiten
+from roll_viz.core.ops import group_stats, masked_whiten
 from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.shared import (
@@ -81,6 +81,12 @@ DEFAULTS: dict[str, Any] = {
     "kl_horizon": 10000,
     "use_kl_loss": False,
     "kl_loss_coef": 0.0,
+    "max_len_mask": False,
+    "difficulty_mask": False,
+    "difficulty_low_threshold": 0.0,
+    "difficulty_high_threshold": 1.0,
+    "error_max_len_clip": False,
+    "error_max_len_threshold": 9999999999,
     **shared.VIZ_DEFAULTS,
 }
 
@@ -114,8 +120,20 @@ HELP: dict[str, str] = {
     "kl_horizon": "Horizon of the adaptive KL controller.",
     "use_kl_loss": "Add a k3 KL term to the policy loss (reported as kl_loss, not in rewards).",
     "kl_loss_coef": "Coefficient of the KL loss term.",
+    "max_len_mask": "Sample-level mask: drop responses as long as the response width (ROLL: "
+    "responses.shape[-1]; here the batch width T) from the advantages and the loss.",
+    "difficulty_mask": "Sample-level mask: keep a prompt's samples only when its mean raw "
+    "score is strictly between difficulty_low_threshold and difficulty_high_threshold.",
+    "difficulty_low_threshold": "Lower (exclusive) bound of difficulty_mask's group mean score.",
+    "difficulty_high_threshold": "Upper (exclusive) bound of difficulty_mask's group mean score.",
+    "error_max_len_clip": "Sample-level mask: keep responses with score 1, and those with "
+    "score 0 shorter than error_max_len_threshold tokens; drop the rest.",
+    "error_max_len_threshold": "Length bound of error_max_len_clip (tokens).",
     **shared.VIZ_HELP,
 }
+
+#: ROLL's sample-level mask switches (``get_sample_level_mask``).
+SAMPLE_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
 
 #: The key that selects the advantage estimator.
 ESTIMATOR_KEY = "adv_estimator"
@@ -347,6 +365,14 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     mask, scores, est = batch.response_mask, batch.scores, cfg["adv_estimator"]
     conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
     notes = base_notes(batch) + conv.notes
+    keep, mask_metrics = sample_level_mask(batch, cfg)
+    final = mask * keep[:, None]  # ROLL's final_response_mask
+    if any(cfg[k] for k in SAMPLE_MASK_KEYS):
+        notes.append(
+            "sample-level masks: "
+            + ", ".join(f"{k} {num(v)}" for k, v in mask_metrics.items())
+            + "; rewards normalised over every sample, advantages and the loss on the kept ones"
+        )
     mean_type, std_type = cfg["norm_mean_type"], cfg["norm_std_type"]
     if est == "grpo":
         mean_type = std_type = "group"
@@ -405,7 +431,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         tokens, token_frac = clip_rewards(tokens, -clip, clip, mask)
         notes.append(f"token rewards clipped to +-{num(clip)} again ({token_frac:.0%} of tokens)")
     if cfg["whiten_rewards"]:
-        tokens = _whiten(tokens, mask, conv, notes, "token rewards")
+        tokens = _whiten(tokens, final, conv, notes, "token rewards")
+    tokens = tokens * final  # compute_advantage(response_mask=final_response_mask)
 
     params = EstimatorParams(
         gamma=cfg["gamma"], lam=cfg["lambd"], values=batch.values, carry_through=False
@@ -418,7 +445,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         estimate = ADVANTAGE_ESTIMATORS["reinforce"](tokens, mask, batch.group_ids, params)
     advantages = estimate.advantages
     if cfg["whiten_advantages"]:
-        advantages = _whiten(advantages, mask, conv, notes, "advantages")
+        advantages = _whiten(advantages, final, conv, notes, "advantages")
+    advantages = advantages * final
     if cfg["advantage_clip"]:
         c = cfg["advantage_clip"]
         advantages, adv_frac = clip_rewards(advantages, -c, c, mask)
@@ -427,7 +455,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     kl_loss = None
     if cfg["use_kl_loss"]:
         mode, factor = loss_agg_modes(cfg)["kl"]
-        kl_loss = aggregate(batch_kl(batch, "k3", clamp=10.0), mask, mode, factor).item()
+        kl_loss = aggregate(batch_kl(batch, "k3", clamp=10.0), final, mode, factor).item()
         notes.append(
             "KL loss is always k3 (clamped +-10), independent of kl_penalty; aggregated with "
             f"loss_agg_mode {cfg['loss_agg_mode']}"
@@ -451,6 +479,49 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         running=running,
         notes=notes,
     )
+
+
+def sample_level_mask(batch: Batch, cfg: Mapping[str, Any]) -> tuple[Tensor, dict[str, float]]:
+    """ROLL ``get_sample_level_mask``: the (B,) 0/1 keep mask and ROLL's logged ratios.
+
+    The product of the switched-on masks: ``max_len_mask`` (length != the response width T),
+    ``difficulty_mask`` (the prompt's mean raw score strictly inside the thresholds; all kept
+    when every group has one sample, ROLL's n_sample <= 1) and ``error_max_len_clip`` ((score
+    == 0 and length < threshold) or score == 1). A ratio is 1.0 when its switch is off. The
+    loss then runs on ``response_mask * keep[:, None]`` (ROLL's ``final_response_mask``, also
+    the token count of token-mean).
+    """
+    mask, scores = batch.response_mask, batch.scores
+    B, T = mask.shape
+    length = mask.sum(-1)
+    keep = torch.ones(B, dtype=F64)
+    metrics: dict[str, float] = {}
+    for key, name in (
+        ("max_len_mask", "actor/max_len_mask_ratio"),
+        ("difficulty_mask", "actor/difficulty_mask_ratio"),
+        ("error_max_len_clip", "actor/error_len_mask_ratio"),
+    ):
+        if not cfg.get(key, False):
+            metrics[name] = 1.0
+            continue
+        if key == "max_len_mask":
+            part = (length != T).to(F64)
+        elif key == "difficulty_mask":
+            stats = group_stats(scores, batch.group_ids)
+            if bool((stats.count <= 1).all()):
+                part = torch.ones(B, dtype=F64)
+            else:
+                low, high = cfg["difficulty_low_threshold"], cfg["difficulty_high_threshold"]
+                part = ((stats.mean > low) & (stats.mean < high)).to(F64)
+        else:
+            short = length < cfg["error_max_len_threshold"]
+            part = (((scores == 0) & short) | (scores == 1)).to(F64)
+        keep = keep * part
+        metrics[name] = part.mean().item()
+    metrics["actor/final_mask_ratio"] = keep.mean().item()
+    metrics["actor/samples_used"] = keep.sum().item()
+    metrics["actor/samples_total"] = float(B)
+    return keep, metrics
 
 
 def _std_word(std_type: str, conv: Conventions) -> str:
