@@ -46,6 +46,7 @@ log-probs they share, and the records it returns) kept together so it reads top 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -362,6 +363,57 @@ def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) ->
                 False,
             )
     return lp
+
+
+def rescore(policy: LoraPolicy, rollout: Rollout, result: UpdateResult) -> UpdateResult:
+    """Score ``rollout`` again under the adapter as ``result``'s step left it (delta log pi).
+
+    The re-score ``update_step`` does when ``cfg.rescore`` is on, as its own no-grad pass: a page
+    can take the step with ``rescore=False``, draw it, and fill in delta log pi afterwards. Same
+    precision, micro-batches and shared contexts as the step's config; ``bundle.lock`` is held
+    for this pass only.
+
+    Args:
+        policy: the LoraPolicy that took the step (not stepped again since).
+        rollout: the batch the step was taken on.
+        result: that step's UpdateResult (returned as is when it already has ``delta``).
+
+    Returns:
+        ``result`` with ``logprobs_after``, ``delta`` and ``seconds["rescore"]`` filled in
+        (``seconds["total"]`` grows by the re-score).
+
+    Raises:
+        ValueError: the policy was closed, or it took another step since ``result``.
+        Cancelled: the policy was released (its session closed).
+    """
+    if result.delta is not None:
+        return result
+    if policy.closed:
+        raise ValueError("this LoRA policy was closed")
+    policy.check()
+    if policy.steps != result.step:
+        raise ValueError(
+            f"the adapter is at step {policy.steps}, the result is of step {result.step}: "
+            "re-score right after the step"
+        )
+    cfg = result.config
+    mask_f = result.response_mask
+    timer = _Timer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
+    bundle = policy.bundle
+    all_rows = torch.arange(rollout.token_ids.shape[0])
+    with bundle.lock, policy.activate(bundle), policy.fused(bundle, PRECISIONS[cfg.precision]):
+        contexts = _row_contexts(bundle, rollout)
+        with timer.phase("rescore"):
+            after = _score_rows(
+                policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
+            )[0]
+    seconds = dict(result.seconds)
+    seconds["rescore"] = timer.seconds["rescore"]
+    seconds["total"] = seconds.get("total", 0.0) + seconds["rescore"]
+    after = after * mask_f
+    return dataclasses.replace(
+        result, logprobs_after=after, delta=after - result.logprobs_before, seconds=seconds
+    )
 
 
 # ---------------------------------------------------------------------------------------------
