@@ -136,7 +136,9 @@ TO_NATIVE = {
     "openrlhf": {  # grpo is not an OpenRLHF estimator name: gae stays; clip 2 -> (-2, 2)
         "advantage_estimator": "gae", "gamma": 0.9, "lambd": 0.8, "kl_estimator": "k3",
         "init_coef": 0.1, "target": None, "horizon": 10000, "use_loss": False,
-        "clip_range": (-2.0, 2.0), "no_std_norm": False, **VIZ,
+        "clip_range": (-2.0, 2.0), "no_std_norm": False, "overlong_buffer_len": None,
+        "overlong_penalty_factor": 1.0, "stop_properly_penalty_coef": None,
+        "max_new_tokens": None, **VIZ,
     },
     "trl": {
         "scale_rewards": "group", "beta": 0.1,

@@ -457,6 +457,17 @@ def openrlhf_estimators() -> list[dict]:
         out.append({a + "estimator": "reinforce_baseline", k + "estimator": est,
                     k + "init_coef": 0.05})  # fmt: skip
     out.append({a + "estimator": "rloo", k + "use_loss": True, k + "init_coef": 0.05})
+    # length penalties (apply_length_penalties, before the shaping); response width 4
+    r, cap = "--reward.", "--rollout.max_new_tokens"
+    out += [
+        {a + "estimator": "group_norm", r + "overlong_buffer_len": 2.0, cap: 4},
+        {a + "estimator": "reinforce", r + "overlong_buffer_len": 2.0,
+         r + "overlong_penalty_factor": 0.5, cap: 5},
+        {a + "estimator": "rloo", r + "stop_properly_penalty_coef": 0.5, cap: 4},
+        {a + "estimator": "group_norm", r + "stop_properly_penalty_coef": -0.5, cap: 4},
+        {a + "estimator": "reinforce_baseline", r + "overlong_buffer_len": 3.0,
+         r + "stop_properly_penalty_coef": 0.0, cap: 4},
+    ]  # fmt: skip
     return out
 
 

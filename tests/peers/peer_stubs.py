@@ -441,7 +441,9 @@ def run_openrlhf_estimator(mods, maker_mod, opts: dict) -> dict:
     a = {"--algo.advantage.estimator": "gae", "--algo.advantage.gamma": 1.0,
          "--algo.advantage.lambd": 1.0, "--algo.kl.estimator": "k1", "--algo.kl.init_coef": 0.01,
          "--algo.kl.use_loss": False, "--reward.clip_range": [-10.0, 10.0],
-         "--algo.advantage.no_std_norm": False}  # fmt: skip
+         "--algo.advantage.no_std_norm": False, "--reward.overlong_buffer_len": None,
+         "--reward.overlong_penalty_factor": 1.0, "--reward.stop_properly_penalty_coef": None,
+         "--rollout.max_new_tokens": m.shape[1]}  # fmt: skip
     a.update(opts)
     args = SimpleNamespace(
         algo=SimpleNamespace(
@@ -451,21 +453,31 @@ def run_openrlhf_estimator(mods, maker_mod, opts: dict) -> dict:
                                       no_std_norm=a["--algo.advantage.no_std_norm"]),
             kl=SimpleNamespace(use_loss=a["--algo.kl.use_loss"]),
         ),
-        rollout=SimpleNamespace(n_samples_per_prompt=3),
-        reward=SimpleNamespace(clip_range=a["--reward.clip_range"]),
+        rollout=SimpleNamespace(n_samples_per_prompt=3,
+                                max_new_tokens=a["--rollout.max_new_tokens"]),
+        reward=SimpleNamespace(clip_range=a["--reward.clip_range"],
+                               overlong_buffer_len=a["--reward.overlong_buffer_len"],
+                               overlong_penalty_factor=a["--reward.overlong_penalty_factor"],
+                               stop_properly_penalty_coef=a["--reward.stop_properly_penalty_coef"]),
     )  # fmt: skip
     if a["--algo.kl.use_loss"]:
         kl = torch.zeros_like(lp)
     else:
         kl = mods["utils"].compute_approx_kl(lp, ref, kl_estimator=a["--algo.kl.estimator"])
+    # truncated (vLLM finish_reason "length"): here a response as long as max_new_tokens
+    lengths = m.sum(-1)
+    truncated = lengths == a["--rollout.max_new_tokens"]
     exp = SimpleNamespace(rewards=OR_SCORES.clone(), index=list(range(6)), action_mask=m.bool(),
-                          kl=kl, values=values, info={})  # fmt: skip
+                          kl=kl, values=values, info={}, response_length=lengths,
+                          truncated=truncated)  # fmt: skip
     maker = maker_mod.RemoteExperienceMaker.__new__(maker_mod.RemoteExperienceMaker)
     maker.strategy = SimpleNamespace(args=args)
     maker.args = args
     maker.advantage_estimator = args.algo.advantage.estimator
     maker.kl_ctl = SimpleNamespace(value=a["--algo.kl.init_coef"])
     (exp,) = maker.compute_advantages_and_returns([exp])
+    stop = a["--reward.stop_properly_penalty_coef"] is not None
+    extra = {"truncated": truncated.tolist()} if stop else {}
     return {
         "case": "estimator",
         "options": opts,
@@ -477,4 +489,5 @@ def run_openrlhf_estimator(mods, maker_mod, opts: dict) -> dict:
         "values": _r12(values),
         "advantages": _r12(exp.advantages),
         "returns": _r12(exp.returns),
+        **extra,
     }

@@ -894,6 +894,9 @@ const COVERED = {
   openrlhf: {
     advantage_estimator: ["gae", "reinforce", ...OPENRLHF_GROUP_ESTIMATORS, "flash_reinforce"],
     kl_estimator: ["k1", "k2", "k3"],
+    // length penalties: off here; switched on, the server path computes them
+    overlong_buffer_len: [null],
+    stop_properly_penalty_coef: [null],
   },
   trl: {
     scale_rewards: ["group", "batch", "none"],
@@ -913,6 +916,7 @@ const KEYS = {
   ],
   openrlhf: [
     "gamma", "lambd", "init_coef", "target", "horizon", "use_loss", "clip_range", "no_std_norm",
+    "overlong_penalty_factor", "max_new_tokens",
   ],
   trl: ["beta"],
 };

@@ -36,7 +36,9 @@ _POSITIVE |= {"clip_cov_ratio"}
 _ABOVE_ONE = {"clip_ratio_c", "dual_clip"}  # dual-clip constants: both frameworks assert c > 1
 _NULLABLE = {"clip_ratio_low", "clip_ratio_high", "value_clip"}  # verl: null -> clip_ratio
 _NULLABLE |= {"vllm_importance_sampling_clip_max"}  # TRL: None = no upper bound
-_INTEGER = {"max_completion_length"}
+_INTEGER = {"max_completion_length", "max_new_tokens"}
+_POSITIVE |= {"overlong_buffer_len"}
+_NONNEG |= {"overlong_penalty_factor"}
 
 
 def _default(dialect: ModuleType, key: str) -> Any:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_whiten
 from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
@@ -72,6 +73,10 @@ DEFAULTS: dict[str, Any] = {
     "use_loss": False,
     "clip_range": (-10.0, 10.0),
     "no_std_norm": False,
+    "overlong_buffer_len": None,
+    "overlong_penalty_factor": 1.0,
+    "stop_properly_penalty_coef": None,
+    "max_new_tokens": None,
     **shared.VIZ_DEFAULTS,
 }
 
@@ -97,6 +102,15 @@ HELP: dict[str, str] = {
     "a number c means (-c, c).",
     "no_std_norm": "--algo.advantage.no_std_norm: global advantage normalization only "
     "subtracts the mean.",
+    "overlong_buffer_len": "--reward.overlong_buffer_len: DAPO overlong penalty, before any "
+    "shaping: a response longer than max_new_tokens - buffer gets -min(excess, buffer) / buffer "
+    "* overlong_penalty_factor added (None = off).",
+    "overlong_penalty_factor": "--reward.overlong_penalty_factor: the largest overlong penalty.",
+    "stop_properly_penalty_coef": "--reward.stop_properly_penalty_coef: ProRL penalty of a "
+    "truncated response (vLLM finish_reason 'length'; here: as long as max_new_tokens): in "
+    "[0, 1] its reward is multiplied by it, below 0 replaced by it (None = off).",
+    "max_new_tokens": "--rollout.max_new_tokens: the generation cap the two length penalties "
+    "read (None = the batch width T).",
     **shared.VIZ_HELP,
 }
 
@@ -277,6 +291,51 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
 # ------------------------------------------------------------------------------ the pipeline
 
 
+def length_penalties(batch: Batch, cfg: Mapping[str, Any], notes: list[str]) -> Tensor:
+    """OpenRLHF ``apply_length_penalties``: the (B,) rewards after the two length penalties.
+
+    DAPO overlong (``overlong_buffer_len`` set): with L the response length and
+    ``expected = max_new_tokens - buffer``, ``e = min(L - expected, buffer)``; ``e > 0`` adds
+    ``-e / buffer * overlong_penalty_factor``. ProRL stop-properly (``stop_properly_penalty_coef``
+    set), after it: a truncated response's reward is multiplied by a coefficient in [0, 1] or
+    replaced by a negative one. OpenRLHF reads truncation from vLLM's finish_reason "length";
+    the batch has none, so a response as long as ``max_new_tokens`` counts as truncated.
+
+    Raises:
+        ValueError: max_new_tokens < overlong_buffer_len, or a coefficient above 1.
+    """
+    scores = batch.scores
+    lengths = batch.response_mask.sum(-1)
+    cap = cfg["max_new_tokens"] or batch.response_mask.shape[1]
+    buffer, coef = cfg["overlong_buffer_len"], cfg["stop_properly_penalty_coef"]
+    if buffer is not None:
+        if cap < buffer:
+            raise ValueError(
+                f"openrlhf: max_new_tokens ({cap}) must be >= overlong_buffer_len ({num(buffer)})"
+            )
+        excess = torch.clamp(lengths - (cap - buffer), max=buffer)
+        hit = excess > 0
+        penalty = torch.where(hit, -excess / buffer * cfg["overlong_penalty_factor"], 0.0)
+        scores = scores + penalty
+        notes.append(
+            f"DAPO overlong penalty: {int(hit.sum())}/{len(scores)} responses longer than "
+            f"{num(cap - buffer)} tokens (max_new_tokens {cap} - buffer {num(buffer)})"
+        )
+    if coef is not None:
+        if coef > 1:
+            raise ValueError(
+                f"openrlhf: stop_properly_penalty_coef must be in [0, 1] or negative, got {coef}"
+            )
+        truncated = lengths == cap
+        scores = torch.where(truncated, scores * coef if coef >= 0 else coef + 0 * scores, scores)
+        notes.append(
+            f"stop-properly penalty: {int(truncated.sum())}/{len(scores)} responses as long as "
+            f"max_new_tokens {cap} (truncated) "
+            + (f"multiplied by {num(coef)}" if coef >= 0 else f"set to {num(coef)}")
+        )
+    return scores
+
+
 def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
     """OpenRLHF: compute_advantages_and_returns (shaping -> clamp -> compute_reward -> returns).
 
@@ -288,9 +347,10 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     Returns:
         Trace with rewards = shaped and clamped response rewards.
     """
-    mask, scores, est = batch.response_mask, batch.scores, cfg["advantage_estimator"]
+    mask, est = batch.response_mask, cfg["advantage_estimator"]
     conv = Conventions(cfg, std_ddof=1, eps=1e-9, whiten_ddof=0)
     notes = base_notes(batch) + conv.notes
+    scores = length_penalties(batch, cfg, notes)
     gamma = cfg["gamma"]
     zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
     baseline, scale = zeros, ones
