@@ -40,7 +40,6 @@ from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import prompt_only
 
 STATIC_CACHE_STEP = 128  # static KV cache lengths are multiples of this
-DECODE_LOGITS_BYTES = 512 * 2**20  # most bytes of per-step logits a request keeps for scoring
 
 DecodeWeights = Literal["model", "int8", "bf16"]
 
@@ -83,12 +82,6 @@ class DecodeOptions:
             already computed (the float model, under the policy's ``activate``), instead of a
             second teacher-forced policy pass; the same numbers up to float rounding (about
             1e-6). Not with int8 weights or a static cache (then the policy pass runs).
-        reuse_decode_logits: with ``reuse_decode_hidden``, also keep the logits the decode loop
-            computed at each step and score the policy from them, so the scoring runs the LM
-            head on the reference only (one (B*T, H) x (H, V) matmul less; about 0.6 CPU s for
-            the 2 x 8 x 64 lecture request on SmolLM2). Kept only while all steps' logits fit
-            in ``DECODE_LOGITS_BYTES``; the same numbers up to float rounding (about 1e-6: the
-            head's matmul runs on a different number of rows).
         lean_step: on the CPU, decode with ``lean_step.LeanDecoder`` (preallocated KV
             buffers; the float step gives bitwise the transformers step's logits, the int8 step
             reads a fused int8 copy) for Llama-shaped models; the prefill stays the model's own
@@ -115,7 +108,6 @@ class DecodeOptions:
     share_prompt_prefill: bool = True
     prefetch_noise: bool = True
     reuse_decode_hidden: bool = True
-    reuse_decode_logits: bool = True
     lean_step: bool = True
     merge_adapter: bool = True
     adapt_threads: bool = True
@@ -127,7 +119,6 @@ PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two sc
     share_prompt_prefill=False,
     prefetch_noise=False,
     reuse_decode_hidden=False,
-    reuse_decode_logits=False,
     lean_step=False,
     merge_adapter=False,
     adapt_threads=False,
@@ -294,7 +285,6 @@ def decode_batch(
     counter: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
     capture: dict | None = None,
-    keep_logits: bool = False,
 ) -> list[list[int]]:
     """Autoregressive decode of all rows in one batch with a KV cache.
 
@@ -324,8 +314,6 @@ def decode_batch(
             seconds per decode step after the prefill).
         capture: optional dict; with a dynamic cache it gets "hidden", the (N, steps, H) final
             hidden states from which each step's token was drawn (column t predicts token t).
-        keep_logits: with ``capture`` and a dynamic cache, also put there "logits": the list of
-            each step's (N, V) logits (item t predicts token t; the loop's own tensors, no copy).
 
     Returns:
         (N,) lists of generated ids, each ending with an EOS id or of length max_new_tokens.
@@ -399,7 +387,6 @@ def decode_batch(
         lean.load_cache(buffers, cache, width)
         cache = None
     hiddens = []
-    step_logits: list[Tensor] = []
     eos = torch.tensor(bundle.eos_ids, device=device)
     done = torch.zeros(num_rows, dtype=torch.bool, device=device)
     next_pos = positions[:, -1:] + 1
@@ -425,8 +412,6 @@ def decode_batch(
             q = noise.next() if noise is not None else None
             if hidden is not None:
                 hiddens.append(hidden)
-                if keep_logits:
-                    step_logits.append(logits)
             token = next_tokens(logits.float(), num_sampled, temperature, top_p, generator, q)
             produced += num_rows - int(done.sum())
             token = torch.where(done, bundle.pad_id, token)
@@ -476,8 +461,6 @@ def decode_batch(
         timings["step_s"] = (time.perf_counter() - clock - prefill_s) / max(steps, 1)
     if keep_hidden and capture is not None:
         capture["hidden"] = torch.stack(hiddens, dim=1)  # (N, steps, H)
-        if keep_logits:
-            capture["logits"] = step_logits
     table = torch.stack(columns, dim=1).cpu()  # (N, steps)
     rows_out = []
     eos_set = set(bundle.eos_ids)

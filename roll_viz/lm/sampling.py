@@ -64,13 +64,7 @@ from torch import Tensor
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
-from roll_viz.lm.decode import (
-    DECODE_LOGITS_BYTES,
-    DecodeOptions,
-    decode_batch,
-    pad_right,
-    weights_kind,
-)
+from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, weights_kind
 from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import (
@@ -163,7 +157,7 @@ def sample(
     decode = decode or DecodeOptions()
     source = source or policy_source(cfg)
     num_rows = cfg.num_sequences
-    decode_rows = _decode_rows(cfg)
+    decode_rows = num_rows + (len(cfg.prompts) if cfg.greedy else 0)
     kind = weights_kind(bundle, decode, source)
     est_decode, est_score = estimates(bundle, cfg, decode, source)
     run = RunProgress(decode_rows * cfg.max_new_tokens, est_decode, est_score)
@@ -228,8 +222,6 @@ class _Drawn:
         finish: (B,) "eos" or "length".
         timings: the decode loop's timings (``decode_batch``).
         hidden: (B, T, H) the decode loop's own final hidden states, or None (not kept).
-        logits: (N, V) the decode loop's own logits at the N valid response positions (row-major
-            over ``mask``), or None (not kept: ``DecodeOptions.reuse_decode_logits``).
     """
 
     sampled: list[list[int]]
@@ -239,7 +231,6 @@ class _Drawn:
     finish: tuple[str, ...]
     timings: dict
     hidden: Tensor | None
-    logits: Tensor | None = None
 
 
 def _decode(
@@ -265,13 +256,6 @@ def _decode(
     timings: dict = {}
     reuse = decode.reuse_decode_hidden and kind not in ("int8", "bf16")  # float states only
     capture: dict | None = {} if reuse else None
-    head = bundle.model.get_output_embeddings()
-    keep_logits = (  # a LoRA-adapted head: the scores come from peft's own head
-        reuse
-        and decode.reuse_decode_logits
-        and not hasattr(head, "lora_A")
-        and _decode_rows(cfg) * cfg.max_new_tokens * head.weight.shape[0] * 4 <= DECODE_LOGITS_BYTES
-    )
     run.phase, run.decode_started = "decode", time.monotonic()
     with source.activate(bundle):
         generated = decode_batch(
@@ -290,41 +274,14 @@ def _decode(
             counter=count,
             timings=timings,
             capture=capture,
-            keep_logits=keep_logits,
         )
     sampled, greedy_rows = generated[:num_rows], generated[num_rows:]
     token_ids, response_mask = pad_right(sampled)  # (B, T)
     finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
-    hidden = logits = None
+    hidden = None
     if capture and "hidden" in capture:  # the decode loop's own states predict each token
         hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
-    if capture and "logits" in capture:
-        logits = _valid_logits(capture.pop("logits"), response_mask)
-    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden, logits)
-
-
-def _decode_rows(cfg: SamplingConfig) -> int:
-    """Rows a request decodes: P*G sampled rows, plus P greedy rows when asked."""
-    return cfg.num_sequences + (len(cfg.prompts) if cfg.greedy else 0)
-
-
-def _valid_logits(steps: list[Tensor], mask: Tensor) -> Tensor:
-    """(N, V) logits of the valid positions of ``mask`` (row-major), from per-step (rows, V).
-
-    One copy; each step's tensor is let go once copied, so the peak stays about one set.
-    """
-    rows_total, width = mask.shape
-    vocab = steps[0].shape[-1] if steps else 0
-    index = (mask.flatten().cumsum(0) - 1).view(rows_total, width)  # position of (b, t) in N
-    out = torch.empty(int(mask.sum()), vocab, dtype=steps[0].dtype if steps else torch.float32)
-    pending = steps[::-1]  # pop() hands out step 0 first and lets it go once copied
-    steps.clear()
-    for t in range(width):
-        step = pending.pop()
-        rows = mask[:, t].nonzero().squeeze(1)
-        out[index[rows, t]] = step.index_select(0, rows.to(step.device)).cpu()
-    pending.clear()
-    return out
+    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden)
 
 
 @dataclass(frozen=True)
@@ -395,7 +352,6 @@ def _score(
         token_ids.to(bundle.device)[valid],
         temperature=lp_temperature,
         k=cfg.topk,
-        policy_logits=None if drawn.logits is None else drawn.logits.to(bundle.device),
     )
     features = probe_features(policy_hidden if ref_hidden is None else ref_hidden, cfg.feature_dim)
     features = features * response_mask[..., None]

@@ -120,7 +120,6 @@ def score_positions(
     temperature: float = 1.0,
     k: int = 5,
     block_rows: int | None = None,
-    policy_logits: Tensor | None = None,
 ) -> TokenScores:
     """Score N positions under policy and reference, a bounded block of rows at a time.
 
@@ -139,8 +138,6 @@ def score_positions(
         temperature: logits are divided by it under both models.
         k: number of top alternatives.
         block_rows: rows per block; None picks ``default_block_rows(V)``.
-        policy_logits: optional (N, V) policy logits already computed (the decode loop's own,
-            ``decode_batch(keep_logits=True)``); then ``head`` runs on the reference only.
 
     Returns:
         TokenScores with float32 tensors on the CPU.
@@ -150,18 +147,9 @@ def score_positions(
     start = 0
     while start < n:
         if block_rows is None:  # size blocks from the vocabulary, known after one head call
-            vocab = (
-                policy_logits.shape[-1]
-                if policy_logits is not None
-                else head(policy_hidden[:1]).shape[-1]
-            )
-            block_rows = default_block_rows(vocab)
+            block_rows = default_block_rows(head(policy_hidden[:1]).shape[-1])
         stop = min(n, start + block_rows)
-        logits_p = (
-            policy_logits[start:stop]
-            if policy_logits is not None
-            else head(policy_hidden[start:stop])
-        )
+        logits_p = head(policy_hidden[start:stop])
         logits_q = None if ref_hidden is None else head(ref_hidden[start:stop])
         for sub in range(0, stop - start, SUB_ROWS):
             rows = slice(sub, sub + SUB_ROWS)
