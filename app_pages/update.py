@@ -22,15 +22,17 @@ with ui.page_guard("Update"):
     with side:
         health_ui.batch_health(state, key="upd_health", era="update", below=main)
         # beside the step, not above it: the step's first figure stays in a projector's screen
-        with ui.folded("Loss option and behaviour policy mu"):
+        with ui.folded("Loss option, behaviour policy mu, precision"):
             option_label, loss_keys = upd.loss_option(state.framework)
             mu_source = upd.mu_control(rollout, upd.needs(state, loss_keys))
+            precision = upd.precision_control()
         ui.explainer(
             "Press the button and the app takes **one real optimizer step** on the model with the "
             "advantages of the Advantages page, through a small **LoRA adapter** that belongs to "
             "your browser session only (the shared model itself never changes; the reference is "
             "the model with your adapter switched off).\n\n"
-            "Then it re-scores the same tokens: **blue** tokens became more likely, **red** less. "
+            "Its figures come first; then it re-scores the same tokens for delta log pi: "
+            "**blue** tokens became more likely, **red** less. "
             "Tokens with a positive advantage should mostly turn blue, negative ones red. Not all "
             "of them do: every token shares the same weights.\n\n"
             "**Try:** K = 2 epochs with a large learning rate and watch the clip fraction of "
@@ -58,7 +60,7 @@ with ui.page_guard("Update"):
         if clicked:
             with st.spinner(f"Forward, backward and optimizer step on {bundle.name}..."):
                 refused = upd.take_step(
-                    state, rollout, trace, lr, epochs, minibatches, loss_keys, mu_source
+                    state, rollout, trace, lr, epochs, minibatches, loss_keys, mu_source, precision
                 )
             if refused:
                 st.warning(refused, icon=":material/block:")
@@ -71,6 +73,10 @@ with ui.page_guard("Update"):
 
     with main:
         st.markdown(upd.summary_markdown(result))
+        st.markdown(upd.timing_markdown(result))
+        bf16_line = upd.precision_markdown(result)
+        if bf16_line:
+            st.info(bf16_line, icon=":material/speed:")
         mu_line = upd.mu_markdown(result)
         if mu_line:
             st.markdown(mu_line)
@@ -80,7 +86,7 @@ with ui.page_guard("Update"):
         st.button(
             "Use the updated policy on every page",
             key="upd_use_policy",
-            on_click=lambda: st.session_state.__setitem__("_policy_view", "updated"),
+            on_click=upd.use_updated_policy,
             icon=":material/swap_horiz:",
             help="The pages then sample the same prompts from your updated policy and compare it "
             "with the reference (the base model): Token KL shows the KL this update produced. "
@@ -91,9 +97,15 @@ with ui.page_guard("Update"):
                 "This batch was sampled by the steered policy (hidden instruction), the adapter sees "
                 "the plain prompt: the ratio starts away from 1."
             )
-        ui.plot(update_charts.delta_heatmap(result, rollout), key="upd_delta_heatmap")
-        ui.plot(update_charts.delta_scatter(result, rollout), key="upd_delta_scatter")
+        # the step's own figure first; delta log pi (a re-score after the step) under it
         ui.plot(update_charts.grad_coef_heatmap(result, rollout), key="upd_grad_heatmap")
+        if result.delta is None:
+            rescoring = st.status(
+                "Delta log pi: re-scoring the batch under the updated adapter...", expanded=False
+            )
+        else:
+            ui.plot(update_charts.delta_heatmap(result, rollout), key="upd_delta_heatmap")
+            ui.plot(update_charts.delta_scatter(result, rollout), key="upd_delta_scatter")
 
     c1, c2 = st.columns(2)
     with c1:
@@ -126,7 +138,10 @@ with ui.page_guard("Update"):
             ui.chips(a_chips)
         with k2:
             st.caption("The same answer, coloured by delta log pi (what the step did)")
-            ui.chips(delta_chips)
+            if delta_chips:
+                ui.chips(delta_chips)
+            else:
+                st.caption("(after the re-score)")
         for line in upd.token_formula(result, b, t):
             st.latex(line)
 
@@ -136,3 +151,7 @@ with ui.page_guard("Update"):
         + f" Adapter {result.adapter_bytes / 2**20:.1f} MB, AdamW state "
         f"{result.optimizer_bytes / 2**20:.1f} MB."
     )
+
+    if result.delta is None:  # last: the step's figures are on screen while this runs
+        why = upd.finish_rescore(state, rollout, result)  # reruns the page when done
+        rescoring.update(state="error", label=why)

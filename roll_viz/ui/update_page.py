@@ -7,6 +7,13 @@ at most) never outlive the session. ``on_release`` runs on Streamlit's event loo
 only cancels (a step in progress stops at its next minibatch) and the adapter is freed on the
 reaper thread. The step's UpdateResult (a few (B, T) tensors) is kept in ``st.session_state``
 next to the key of the batch it was taken on, so a result is never drawn over another batch.
+
+The step first, delta log pi second: ``take_step`` runs ``update_step`` with ``rescore=False``, so
+the page draws the step's figures (loss, ratio, clip fractions, gradient, timing) as soon as the
+optimizer is done; at the end of that run ``finish_rescore`` scores the batch again under the
+moved adapter (``lm.update.rescore``, the model lock held for that pass only), stores the filled
+result and reruns the page, which then draws delta log pi. A rerun in between (a student moves a
+widget) keeps the step and only repeats the re-score.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from roll_viz.lm.update import (
     behaviour_mu,
     group_difficulty,
     loss_inputs,
+    rescore,
     update_step,
 )
 from roll_viz.ui import adapters, reconnect
@@ -45,6 +53,7 @@ KEY_SAMPLE = "upd_sample"
 KEY_POSITION = "upd_pos"
 KEY_LOSS_OPTION = "upd_loss"
 KEY_MU = "upd_mu"
+KEY_PRECISION = "upd_precision"
 
 #: the learning rates offered (LoRA r8, alpha 16): 1e-5 barely moves, 1e-3 and up clip a lot
 LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
@@ -52,6 +61,13 @@ MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
 
 #: the behaviour sources offered for mu (lm.behaviour), the trainer's own path first
+#: the base model's matmul precisions offered (UpdateConfig.precision), the exact one first
+PRECISIONS = ("float32", "bf16")
+#: |log pi_bf16 - log pi_fp32| per token, measured on SmolLM2-135M, 2 x 8 x 32
+#: (``python -m roll_viz.bench.update``; ``tests/lm/test_update_precision.py`` bounds the tiny
+#: model's): max, mean
+BF16_GAP = (0.207, 0.033)
+
 MU_SOURCES = ("fp32", "bf16", "fp16", "int8", "top_p", "top_k")
 MU_LABELS = {
     **SOURCE_LABELS,
@@ -138,6 +154,7 @@ FIELDS = {
     KEY_MINIBATCHES: Field(1.0, 1, MAX_MINIBATCHES, integer=True),
     KEY_LOSS_OPTION: Field(DEFAULT_OPTION, options=OPTION_IDS),
     KEY_MU: Field("fp32", options=MU_SOURCES),
+    KEY_PRECISION: Field("float32", options=PRECISIONS),
 }
 
 
@@ -253,6 +270,45 @@ def mu_control(rollout: Rollout, needs: frozenset[str]) -> str | None:
     return str(source)
 
 
+def precision_control() -> str:
+    """The base model's matmul precision select (bound to the URL): "float32" or "bf16"."""
+    choice = st.selectbox(  # plain option names: the link carries them as they read
+        "Base matmuls: float32 (exact) / bf16 (faster, approximate)",
+        list(PRECISIONS),
+        key=KEY_PRECISION,
+        bind="query-params",
+        help="bf16 runs the frozen base model's matrix products in bfloat16 (faster on a CPU "
+        "with AVX-512 BF16 or AMX); the adapter, its gradients, the optimizer and the head stay "
+        "in float32. The log-probs move by a few hundredths, so the epoch-1 ratio is no longer "
+        "exactly 1 and delta log pi carries that noise.",
+    )
+    return str(choice)
+
+
+def precision_markdown(result: Any) -> str:
+    """What the bf16 base did to the step's numbers ("" for a float32 step)."""
+    if result.config.precision != "bf16":
+        return ""
+    worst, mean = BF16_GAP
+    ratio = result.epochs[0].ratio_min, result.epochs[0].ratio_max
+    return (
+        "**Base matmuls in bf16** for this step (approximate): log pi differs from float32 by "
+        f"up to {worst:g} per token (mean {mean:g}; measured on SmolLM2-135M, 2 x 8 x 32). "
+        f"Epoch 1's ratio ranges {ratio[0]:.4f} to {ratio[1]:.4f} instead of exactly 1, and "
+        "delta log pi carries the same noise."
+    )
+
+
+def _policy(state: AppState) -> Any:
+    """This session's LoraPolicy for the state's model (a fresh one if it was released)."""
+    seed = int(state.sampling.seed) if state.sampling is not None else 0
+    policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
+    if policy.closed or policy.cancelled:  # released under us (cache cleared): make a new one
+        session_policy.clear()
+        policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
+    return policy
+
+
 def take_step(
     state: AppState,
     rollout: Rollout,
@@ -262,27 +318,28 @@ def take_step(
     minibatches: int,
     loss_keys: dict[str, Any] | None = None,
     mu_source: str | None = None,
+    precision: str = "float32",
 ) -> str:
-    """One update step with this session's adapter; stores the UpdateResult.
+    """One update step with this session's adapter; stores the UpdateResult (delta log pi to come).
 
     The adapter is then registered as this session's "updated" policy (``adapters``), so the
     sidebar can offer it to every page. The batch's scores go to a loss that reads them (ROLL
     topr), its groups' failure rates as each sample's difficulty, and mu from ``mu_source``
-    (None or "fp32": mu = pi_old).
+    (None or "fp32": mu = pi_old). The step skips its re-score (``finish_rescore`` fills delta
+    log pi after the page has drawn the step); ``precision`` is the base's matmul dtype.
 
     Returns:
         "" when the step ran, else one sentence why this option cannot run on this batch.
     """
     seed = int(state.sampling.seed) if state.sampling is not None else 0
-    policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
-    if policy.closed or policy.cancelled:  # released under us (cache cleared): make a new one
-        session_policy.clear()
-        policy = session_policy(state.model, DEFAULT_RANK, DEFAULT_ALPHA, seed)
+    policy = _policy(state)
     cfg = UpdateConfig(
         lr=lr,
         epochs=epochs,
         minibatches=min(minibatches, int(rollout.token_ids.shape[0])),
         seed=seed,
+        rescore=False,
+        precision=precision if precision in PRECISIONS else "float32",
     )
     try:
         mu = None
@@ -307,6 +364,37 @@ def take_step(
     return ""
 
 
+def finish_rescore(state: AppState, rollout: Rollout, result: Any) -> str:
+    """Fill in the stored step's delta log pi (one no-grad pass), then rerun the page.
+
+    Call at the end of the page's run, after the step's figures are drawn. The filled result is
+    stored before anything else is drawn, so a rerun a student triggers meanwhile keeps it.
+
+    Returns:
+        Why the re-score could not run; on success the page reruns and this does not return.
+    """
+    try:
+        filled = rescore(_policy(state), rollout, result)
+    except ValueError as exc:
+        return f"Delta log pi could not be re-scored: {exc}."
+    st.session_state[KEY_RESULT] = (batch_key(state), filled)
+    st.rerun()
+    return ""
+
+
+def timing_markdown(result: Any) -> str:
+    """Where the time went: the step's phases, then the delta log pi re-score (or that it runs)."""
+    sec = result.seconds
+    step = sec.get("forward", 0.0) + sec.get("backward", 0.0) + sec.get("optimizer", 0.0)
+    head = (
+        f"Step {step:.1f} s (forward {sec.get('forward', 0.0):.1f}, backward "
+        f"{sec.get('backward', 0.0):.1f}, optimizer {sec.get('optimizer', 0.0):.2f})"
+    )
+    if result.delta is None:
+        return head + "; Delta log pi re-score running..."
+    return head + f"; Delta log pi re-score {sec.get('rescore', 0.0):.1f} s."
+
+
 def mu_markdown(result: Any) -> str:
     """What mu did in the step: the gap d = log pi_old - log mu and the epoch-1 ratio to mu."""
     if result.rollout_logprobs is None:
@@ -327,6 +415,16 @@ def mu_markdown(result: Any) -> str:
         "the ratio pi_theta / mu ranges "
         f"**{float(ratio.min()):.4f} to {float(ratio.max()):.4f}**, not 1: the correction acts."
     )
+
+
+def use_updated_policy() -> None:
+    """Callback: every page shows the updated policy (the sidebar's radio redrawn with it).
+
+    The radio exists as soon as the adapter has a step (the page reruns after the re-score), and
+    a radio's own state outweighs its index: drop it so the radio starts at the new choice.
+    """
+    st.session_state[adapters.KEY_POLICY_VIEW] = adapters.UPDATED
+    st.session_state.pop(adapters.KEY_POLICY_WIDGET, None)
 
 
 def reset_adapter() -> None:
@@ -350,15 +448,23 @@ def stored_result(state: AppState) -> Any:
 def summary_markdown(result: Any) -> str:
     """Plain-language readout of the step (sign agreement, mean |delta|, grad norm, memory)."""
     mask = result.response_mask.bool()
-    delta, adv = result.delta[mask], result.advantages[mask]
-    moving = adv != 0
-    agree = float(((delta * adv)[moving] > 0).float().mean()) if bool(moving.any()) else math.nan
     mem = (result.adapter_bytes + result.optimizer_bytes) / 2**20
+    if result.delta is None:
+        moved = "delta log pi follows from the re-score. "
+    else:
+        delta, adv = result.delta[mask], result.advantages[mask]
+        moving = adv != 0
+        agree = (
+            float(((delta * adv)[moving] > 0).float().mean()) if bool(moving.any()) else math.nan
+        )
+        moved = (
+            f"mean |delta log pi| = **{float(delta.abs().mean()):.4f}** per token, "
+            f"**{agree:.0%}** of the tokens with A != 0 moved in their advantage's direction. "
+        )
     return (
         f"Step {result.step} of this session's adapter ({result.framework} loss, lr "
         f"{result.config.lr:g}, K = {result.config.epochs}, {result.config.minibatches} "
-        f"minibatch(es)): mean |delta log pi| = **{float(delta.abs().mean()):.4f}** per token, "
-        f"**{agree:.0%}** of the tokens with A != 0 moved in their advantage's direction. "
+        f"minibatch(es)): {moved}"
         f"Gradient norm before clipping {result.grad_norm:.3g} (clipped at "
         f"{result.config.max_grad_norm}). Adapter + AdamW state: {mem:.1f} MB."
     )
@@ -392,7 +498,8 @@ def answer_chips(result: Any, rollout: Rollout, b: int, t: int) -> tuple[str, st
     range, delta log pi on the largest |delta| of the batch rounded up; the token ``t`` outlined.
 
     Returns:
-        (HTML of the A chips with their colour bar, HTML of the delta chips with theirs).
+        (HTML of the A chips with their colour bar, HTML of the delta chips with theirs; ""
+        before the re-score).
     """
     mask = result.response_mask
     length = int(mask[b].sum())
@@ -400,7 +507,6 @@ def answer_chips(result: Any, rollout: Rollout, b: int, t: int) -> tuple[str, st
     a_top = max(
         scales.ADVANTAGE_RANGE, scales.nice_ceiling(scales.symmetric_range(result.advantages, mask))
     )
-    d_top = scales.nice_ceiling(scales.symmetric_range(result.delta, mask)) or 1.0
     a_html = chips.colorbar_html("RdBu", -a_top, a_top, "advantage A:") + chips.token_chips_html(
         tokens,
         result.advantages[b, :length].tolist(),
@@ -410,6 +516,9 @@ def answer_chips(result: Any, rollout: Rollout, b: int, t: int) -> tuple[str, st
         name="A",
         highlight=t,
     )
+    if result.delta is None:
+        return a_html, ""
+    d_top = scales.nice_ceiling(scales.symmetric_range(result.delta, mask)) or 1.0
     d_html = chips.colorbar_html(
         "RdBu", -d_top, d_top, "delta log pi (after - before):"
     ) + chips.token_chips_html(
@@ -428,7 +537,6 @@ def token_formula(result: Any, b: int, t: int) -> list[str]:
     """LaTeX lines: the selected token's ratio, PPO loss, gradient coefficient and delta."""
     old = float(result.old_logprobs[b, t])
     before = float(result.logprobs_before[b, t])
-    after = float(result.logprobs_after[b, t])
     adv = float(result.advantages[b, t])
     ratio = math.exp(before - old)
     lines = [
@@ -451,6 +559,9 @@ def token_formula(result: Any, b: int, t: int) -> list[str]:
         + text.fmt(-float(result.grad_coef[b, t]), 5)
         + r"\quad(w_t:\ \text{the aggregation weight of the token; } >0\text{: pushed up})"
     )
+    if result.logprobs_after is None:
+        return lines
+    after = float(result.logprobs_after[b, t])
     lines.append(
         r"\Delta\log\pi_t="
         + text.fmt(after, 4)
