@@ -133,6 +133,16 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         batch = Batch(scores=case.scores, response_mask=case.mask, group_ids=case.groups)
         keep, _ = dialects.get("roll").sample_level_mask(batch, resolve_config("roll", cfg))
         mask, adv = case.mask * keep[:, None], case.adv * keep[:, None]
+    for _ in range(vector.get("steps", 1) - 1):  # TRL adaptive entropy: the earlier step's state
+        before = policy_loss(
+            framework, cfg, logprobs=case.lp, old_logprobs=case.old, advantages=adv,
+            response_mask=mask, ref_logprobs=case.ref, entropy=case.entropy,
+        )  # fmt: skip
+        cfg = {
+            **cfg,
+            "entropy_coef": before.metrics["entropy_coef"],
+            "viz_last_world_entropy": before.metrics["entropy"],
+        }
     lp = case.lp.clone().requires_grad_(True)
     # TRL always computes the entropies (and logs their mean); the others only with a coefficient
     wants_entropy = framework == "trl" or any("entropy" in k for k in options)
@@ -390,7 +400,7 @@ def test_trl_live_loss_matches_calculator_and_vectors(trl_live):
     for vector in loss_vectors("trl"):
         case = case_tensors("trl", vector["case"])
         lp = case.lp.clone().requires_grad_(True)
-        live_loss, live_metrics = trl_live(case, lp, vector["options"])
+        live_loss, live_metrics = trl_live(case, lp, vector["options"], vector.get("steps", 1))
         (live_grad,) = torch.autograd.grad(live_loss, lp)
         live = {"loss": live_loss.item(), "grad": live_grad.tolist()}
         result, grad = calculator("trl", vector, case)

@@ -339,6 +339,19 @@ def run_trl(tmp: Path) -> None:
                     "metrics": scalar_metrics(metrics),
                 }
             )
+        for opts in pin.trl_two_step_options():
+            lp = case.lp.clone().requires_grad_(True)
+            loss, metrics = trl_loss(case, lp, opts, steps=2)
+            vectors.append(
+                {
+                    "case": case.name,
+                    "options": opts,
+                    "steps": 2,
+                    "loss": rnd(loss.item()),
+                    "grad": rows(grad_of(loss, lp)),
+                    "metrics": scalar_metrics(metrics),
+                }
+            )
     for rewards in (pin.TRL_REWARDS, pin.TRL_REWARDS_FLAT):
         per_func = torch.tensor(rewards, dtype=F64)
         for opts in pin.trl_estimators():

@@ -406,6 +406,12 @@ def trl_loss_options() -> list[dict]:
     out.append({c + "loss_type": "dapo", c + "beta": 0.1})
     out.append({c + "loss_type": "dapo", c + "beta": 0.1, c + "use_bias_correction_kl": False})
     out.append({c + "loss_type": "dapo", c + "entropy_coef": 0.01})
+    # adaptive entropy, first step: no bonus (TRL's last entropy +inf), coefficient moves
+    out.append({c + "loss_type": "dapo", c + "entropy_coef": 0.01,
+                c + "use_adaptive_entropy": True})  # fmt: skip
+    out.append({c + "loss_type": "grpo", c + "entropy_coef": 0.3, c + "use_adaptive_entropy": True,
+                c + "entropy_target": 5.0, c + "entropy_coef_delta": 0.1,
+                c + "entropy_coef_max": 0.35})  # fmt: skip
     out.append({c + "loss_type": "dapo", c + "top_entropy_quantile": 0.5})
     out.append({c + "loss_type": "dapo", c + "off_policy_mask_threshold": 0.05})
     out.append(
@@ -474,6 +480,17 @@ def openrlhf_estimators() -> list[dict]:
 #: Two reward functions on six completions (two prompts x 3 generations, groups consecutive).
 TRL_REWARDS = [[1.0, 0.5], [0.0, 1.0], [1.0, 0.0], [0.0, 0.2], [0.0, 0.9], [1.0, 1.0]]
 TRL_REWARDS_FLAT = [[1.0, 0.5], [1.0, 0.5], [1.0, 0.5], [0.0, 0.2], [0.0, 0.9], [1.0, 1.0]]
+
+
+def trl_two_step_options() -> list[dict]:
+    """Adaptive-entropy options run for two optimizer steps on the same batch (the second
+    step's loss is stored): its bonus and coefficient come from the first step."""
+    c = "GRPOConfig."
+    return [
+        {c + "loss_type": "grpo", c + "entropy_coef": 0.3, c + "use_adaptive_entropy": True,
+         c + "entropy_target": 5.0, c + "entropy_coef_delta": 0.1, c + "entropy_coef_max": 0.35},
+        {c + "loss_type": "dapo", c + "entropy_coef": 0.01, c + "use_adaptive_entropy": True},
+    ]  # fmt: skip
 
 
 def trl_estimators() -> list[dict]:

@@ -130,6 +130,8 @@ def stand_in(args, lp: torch.Tensor, entropy: torch.Tensor):
     s.epsilon_low = args.epsilon
     s.epsilon_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
     s._entropy_bonus_enabled = s.entropy_coef != 0.0 or s.use_adaptive_entropy
+    s._last_world_entropy = float("inf")  # __init__: the adaptive controller's first step
+    s._entropy_window_stats = None
     s.aux_loss_enabled = False
     s.current_gradient_accumulation_steps = 1
     s.model = SimpleNamespace(training=True)
@@ -142,7 +144,7 @@ def stand_in(args, lp: torch.Tensor, entropy: torch.Tensor):
     return s
 
 
-def trl_loss(case, lp: torch.Tensor, opts: dict):
+def trl_loss(case, lp: torch.Tensor, opts: dict, steps: int = 1):
     """(loss, metrics) of ``GRPOTrainer._compute_loss`` on a case (row advantages (B,)).
 
     ``GRPOConfig.use_vllm: True`` makes the case's ``mu`` the sampler log-probs: their ratio
@@ -170,6 +172,9 @@ def trl_loss(case, lp: torch.Tensor, opts: dict):
         inputs["sampling_per_token_logps"] = case.mu
         if args.vllm_importance_sampling_correction:
             inputs["importance_sampling_ratio"] = vllm_is_ratio(s, case.old, case.mu, mask)
+    for _ in range(steps - 1):  # earlier optimizer steps on the same batch (adaptive entropy)
+        GRPOTrainer._compute_loss(s, None, inputs)
+        s._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     loss = GRPOTrainer._compute_loss(s, None, inputs)
     metrics = {k: v[-1] for k, v in s._metrics["train"].items() if v}
     return loss, metrics

@@ -38,7 +38,8 @@ _NULLABLE = {"clip_ratio_low", "clip_ratio_high", "value_clip"}  # verl: null ->
 _NULLABLE |= {"vllm_importance_sampling_clip_max"}  # TRL: None = no upper bound
 _INTEGER = {"max_completion_length", "max_new_tokens"}
 _POSITIVE |= {"overlong_buffer_len"}
-_NONNEG |= {"overlong_penalty_factor"}
+_NONNEG |= {"overlong_penalty_factor", "entropy_coef_min", "entropy_coef_max"}
+_NONNEG |= {"entropy_coef_delta", "entropy_target", "viz_last_world_entropy"}
 
 
 def _default(dialect: ModuleType, key: str) -> Any:

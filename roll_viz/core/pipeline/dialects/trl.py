@@ -7,6 +7,9 @@ returns (advantages are reported) and asserts n >= 2 per group -> ValueError nam
 Also here: TRL's ``GRPOConfig`` keys with defaults, choices and help (``scale_rewards`` True /
 False read as group / none), the policy-update keys, the beta key, the named recipes, the
 translation of the sidebar's generic knobs, the loss spec and the logged metric names.
+
+Size: one file per framework by design (its tables, order of operations, loss spec and
+logged metrics side by side), so a reader checks the framework against one file.
 """
 
 from __future__ import annotations
@@ -100,6 +103,12 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "importance_sampling_level": "token",
     "max_completion_length": 512,
     "entropy_coef": 0.0,
+    "use_adaptive_entropy": False,
+    "entropy_coef_min": 0.0,
+    "entropy_coef_max": 1.0,
+    "entropy_coef_delta": 0.005,
+    "entropy_target": 0.2,
+    "viz_last_world_entropy": None,
     "sapo_temperature_pos": 1.0,
     "sapo_temperature_neg": 1.05,
     "vespo_k_pos": 2.0,
@@ -139,6 +148,17 @@ LOSS_HELP: dict[str, str] = {
     "max_completion_length": "GRPOConfig.max_completion_length: the dr_grpo divisor.",
     "entropy_coef": "GRPOConfig.entropy_coef: loss -= coef * mean per-token entropy "
     "(independent of loss_type).",
+    "use_adaptive_entropy": "GRPOConfig.use_adaptive_entropy: entropy_coef becomes a controller "
+    "(arXiv 2505.22312): the bonus applies only while the previous step's mean entropy is <= "
+    "entropy_target (never on the first step), and after each optimizer step the coefficient "
+    "moves by entropy_coef_delta up (entropy <= target) or down, within [min, max].",
+    "entropy_coef_min": "GRPOConfig.entropy_coef_min: lower bound of the adaptive coefficient.",
+    "entropy_coef_max": "GRPOConfig.entropy_coef_max: upper bound of the adaptive coefficient.",
+    "entropy_coef_delta": "GRPOConfig.entropy_coef_delta: step of the adaptive coefficient.",
+    "entropy_target": "GRPOConfig.entropy_target: target mean token entropy.",
+    "viz_last_world_entropy": "roll-viz extension, not a framework option: the previous "
+    "optimizer step's mean entropy that use_adaptive_entropy gates on (None = the first step, "
+    "TRL's +inf: no bonus).",
     "sapo_temperature_pos": "GRPOConfig.sapo_temperature_pos: SAPO temperature for A > 0.",
     "sapo_temperature_neg": "GRPOConfig.sapo_temperature_neg: SAPO temperature for A <= 0.",
     "vespo_k_pos": "GRPOConfig.vespo_k_pos: VESPO shape k for A >= 0.",
@@ -434,7 +454,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "kl_estimator": "k3",
         "kl_coef": cfg["beta"],
         "kl_ratio_correction": cfg["beta"] != 0 and cfg["use_bias_correction_kl"],
-        "entropy_coef": cfg["entropy_coef"],
+        "entropy_coef": applied_entropy_coef(cfg),
         "has_critic": False,
         "off_policy_threshold": cfg["off_policy_mask_threshold"],
         "entropy_quantile": cfg["top_entropy_quantile"],
@@ -500,15 +520,56 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     return LossSpec(kind="ppo", eps_low=low, eps_high=high, delta=cfg["delta"], **kwargs)
 
 
+def applied_entropy_coef(cfg: Mapping[str, Any]) -> float:
+    """The entropy coefficient this step applies (``_compute_loss``'s ``apply_coef``).
+
+    Static: ``entropy_coef``. Adaptive: ``entropy_coef`` while the previous step's window
+    entropy is <= ``entropy_target``, else 0 (TRL starts that entropy at +inf).
+    """
+    if not cfg["use_adaptive_entropy"]:
+        return cfg["entropy_coef"]
+    last = cfg["viz_last_world_entropy"]
+    return cfg["entropy_coef"] if last is not None and last <= cfg["entropy_target"] else 0.0
+
+
+def next_entropy_coef(cfg: Mapping[str, Any], world_entropy: float) -> float:
+    """The adaptive coefficient after this optimizer step.
+
+    +delta while the step's mean entropy is <= the target, else -delta, clamped to
+    [entropy_coef_min, entropy_coef_max].
+    """
+    coef, delta = cfg["entropy_coef"], cfg["entropy_coef_delta"]
+    if world_entropy <= cfg["entropy_target"]:
+        return min(coef + delta, cfg["entropy_coef_max"])
+    return max(coef - delta, cfg["entropy_coef_min"])
+
+
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """TRL's logged metrics under its own names."""
-    spec = ctx.spec
+    spec, cfg = ctx.spec, ctx.cfg
     out: dict[str, float] = {}
-    if spec.entropy_coef != 0:  # TRL logs policy_loss (incl. beta * KL) with the entropy bonus
+    adaptive = cfg.get("use_adaptive_entropy", False)
+    if spec.entropy_coef != 0 or adaptive:  # TRL logs policy_loss (incl. beta * KL) then
         kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
         out["policy_loss"] = ctx.item("policy") + kl_part
-        # logged on each optimizer step while the bonus is on (static coefficient here)
+        # logged on each optimizer step while the bonus is on: the adaptive controller's value
+        # after this step's update
         out["entropy_coef"] = spec.entropy_coef
+        if adaptive:
+            if ctx.entropy is None:
+                raise ValueError("entropy: needed for use_adaptive_entropy")
+            kept = (
+                ctx.m
+                if ctx.extra is None or "entropy_kept" not in ctx.extra
+                else (ctx.m * ctx.extra["entropy_kept"].to(ctx.m.dtype))
+            )
+            world = (ctx.entropy * kept).sum().item() / max(kept.sum().item(), 1.0)
+            out["entropy_coef"] = next_entropy_coef(cfg, world)
+            ctx.metric_notes["entropy_coef"] = (
+                f"after this step's update: mean entropy {world:.4g} "
+                f"{'<=' if world <= cfg['entropy_target'] else '>'} target "
+                f"{cfg['entropy_target']:g}; this step applied {spec.entropy_coef:g}"
+            )
     if spec.kl_on:
         out["kl"] = ctx.token_mean(ctx.kl_tok)
     if ctx.entropy is not None:
