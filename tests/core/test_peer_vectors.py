@@ -178,9 +178,7 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
         msgs.append(f"loss {result.total.item():.10g} != {loss:.10g}")
     if not torch.allclose(grad, want_grad, atol=ATOL, rtol=RTOL):
         msgs.append(f"grad max diff {(grad - want_grad).abs().max().item():.3g}")
-    sample_masked = framework == "roll" and any(
-        vector["options"].get(k) for k in SAMPLE_MASK_KEYS
-    )
+    sample_masked = framework == "roll" and any(vector["options"].get(k) for k in SAMPLE_MASK_KEYS)
     for name, value in metrics.items():
         name = untagged(name)
         if name in NOT_PRINTED[framework]:
