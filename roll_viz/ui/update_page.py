@@ -384,15 +384,19 @@ def finish_rescore(state: AppState, rollout: Rollout, result: Any) -> str:
 
 def timing_markdown(result: Any) -> str:
     """Where the time went: the step's phases, then the delta log pi re-score (or that it runs)."""
-    sec = result.seconds
-    step = sec.get("forward", 0.0) + sec.get("backward", 0.0) + sec.get("optimizer", 0.0)
+    sec = {k: result.seconds.get(k, 0.0) for k in ("forward", "backward", "optimizer", "rescore")}
+
+    def show(value: float) -> str:  # a tenth of a second on a real model, more on a tiny one
+        return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+    step = sec["forward"] + sec["backward"] + sec["optimizer"]
     head = (
-        f"Step {step:.1f} s (forward {sec.get('forward', 0.0):.1f}, backward "
-        f"{sec.get('backward', 0.0):.1f}, optimizer {sec.get('optimizer', 0.0):.2f})"
+        f"Step {show(step)} s (forward {show(sec['forward'])}, backward "
+        f"{show(sec['backward'])}, optimizer {show(sec['optimizer'])})"
     )
     if result.delta is None:
         return head + "; Delta log pi re-score running..."
-    return head + f"; Delta log pi re-score {sec.get('rescore', 0.0):.1f} s."
+    return head + f"; Delta log pi re-score {show(sec['rescore'])} s."
 
 
 def mu_markdown(result: Any) -> str:
