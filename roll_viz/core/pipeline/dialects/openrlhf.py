@@ -1,6 +1,7 @@
 """OpenRLHF: everything roll-viz knows about OpenRLHF, in one file.
 
-Order of operations (``pipeline``): baseline shaping (rloo / mean / group_norm) -> clamp to
+Order of operations (``pipeline``): length penalties (DAPO overlong, then ProRL stop-properly)
+-> baseline shaping (rloo / mean / group_norm) -> clamp to
 clip_range -> reward on the last token minus kl_coef*KL (unless use_loss) -> gae (masked values)
 or cumulative returns (gamma forced 1 for the group estimators) -> global biased whitening for
 gae/reinforce/reinforce_baseline. Returns: gae A+V, the others the cumulative return before

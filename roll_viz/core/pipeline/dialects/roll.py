@@ -1,9 +1,11 @@
 """ROLL (RLVR pipeline): everything roll-viz knows about ROLL, in one file.
 
-Order of operations (``pipeline``): reward_norm (grpo forces group/group) -> clip +-reward_clip
--> reward on the last token, -beta*KL if add_token_level_kl -> token clip +-reward_clip ->
-(whiten_rewards) -> gae (unmasked values) or reward-to-go -> (whiten_advantages) -> mask ->
-(advantage_clip). Returns: gae A+V, reinforce/grpo the reward-to-go.
+Order of operations (``pipeline``): sample-level masks (``sample_level_mask``: the final mask)
+-> reward_norm over every sample (grpo forces group/group) -> clip +-reward_clip -> reward on
+the last token, -beta*KL if add_token_level_kl -> token clip +-reward_clip -> (whiten_rewards,
+final mask) -> times the final mask -> gae (unmasked values) or reward-to-go ->
+(whiten_advantages, final mask) -> final mask -> (advantage_clip). Returns: gae A+V,
+reinforce/grpo the reward-to-go.
 
 Edge cases: a group of one with a group std would take torch.std of one value (NaN in the
 framework) -> ValueError explaining why (a group *mean* alone is fine: r - r = 0); whitening with
