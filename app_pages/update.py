@@ -73,7 +73,6 @@ with ui.page_guard("Update"):
 
     with main:
         st.markdown(upd.summary_markdown(result))
-        st.markdown(upd.timing_markdown(result))
         bf16_line = upd.precision_markdown(result)
         if bf16_line:
             st.info(bf16_line, icon=":material/speed:")
@@ -83,15 +82,17 @@ with ui.page_guard("Update"):
         statement = upd.epoch1_statement(result)
         if statement:
             st.info(statement, icon=":material/functions:")
-        st.button(
-            "Use the updated policy on every page",
+        u1, u2 = st.columns([2, 3], vertical_alignment="center")
+        u1.button(
+            "Use the updated policy",
             key="upd_use_policy",
             on_click=upd.use_updated_policy,
             icon=":material/swap_horiz:",
-            help="The pages then sample the same prompts from your updated policy and compare it "
-            "with the reference (the base model): Token KL shows the KL this update produced. "
+            help="Every page then samples the same prompts from your updated policy and compares "
+            "it with the reference (the base model): Token KL shows the KL this update produced. "
             "Switch back under Policy in the sidebar.",
         )
+        u2.caption(upd.timing_markdown(result))  # beside the button: the figure stays high
         if dict(rollout.meta).get("policy_mode") == "steered":
             st.caption(
                 "This batch was sampled by the steered policy (hidden instruction), the adapter sees "
