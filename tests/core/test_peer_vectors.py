@@ -60,6 +60,15 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "trl": {},
 }
 
+#: Metric-name prefixes a framework logs that roll-viz does not print, and why.
+NOT_PRINTED_PREFIX: dict[str, dict[str, str]] = {
+    "verl": {
+        "actor/rollout_corr/": "bypass_mode's rollout-correction diagnostics (IS-weight and "
+        "rejection statistics, perplexities, chi2): the mismatch lab shows the weights and "
+        "masks, the calculator prints the loss's own metrics",
+    },
+}
+
 #: With a ROLL sample-level mask on, these are logged over the un-masked ``response_mask`` (or
 #: sum every token over the final mask's token count); roll-viz computes every metric on the
 #: mask it is given (the final one). Not reproduced: the loss and gradient agree; these differ.
@@ -124,8 +133,10 @@ def close(a: float, b: float) -> bool:
 def calculator(framework: str, vector: dict, case: SimpleNamespace):
     """roll-viz's LossResult and gradient for a vector's options on its case."""
     options = dict(vector["options"])
-    use_mu = options.pop("GRPOConfig.use_vllm", False) or (
-        options.get("--algo.advantage.is_correction_level", "off") != "off"
+    use_mu = (
+        options.pop("GRPOConfig.use_vllm", False)
+        or options.get("--algo.advantage.is_correction_level", "off") != "off"
+        or options.get("actor.policy_loss.loss_mode") == "bypass_mode"
     )
     cfg = to_config(framework, options)
     mask, adv = case.mask, case.adv
@@ -182,6 +193,8 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
     for name, value in metrics.items():
         name = untagged(name)
         if name in NOT_PRINTED[framework]:
+            continue
+        if any(name.startswith(p) for p in NOT_PRINTED_PREFIX.get(framework, {})):
             continue
         if sample_masked and name in SAMPLE_MASK_LOGGED_UNMASKED:
             continue

@@ -163,12 +163,15 @@ def run_verl(tmp: Path) -> None:
         for opts in pin.verl_loss_options():
             lp = case.lp.clone().requires_grad_(True)
             cfg = stubs.verl_actor_config(opts)
+            # bypass_mode: apply_bypass_mode sets old_log_probs = rollout_log_probs (mu); the
+            # engine counts batch_num_tokens on the loss mask before the loss rejects tokens
+            bypass = opts["actor.policy_loss.loss_mode"] == "bypass_mode"
             data = stubs.TensorDictLike(
                 dp_size=1,
                 batch_num_tokens=case.mask.sum(),
                 global_batch_size=case.B,  # ray_trainer passes ppo_mini_batch_size
                 response_mask=case.mask,
-                old_log_probs=case.old,
+                old_log_probs=case.mu if bypass else case.old,
                 advantages=case.adv,
             )
             if opts.get("actor.use_kl_loss"):

@@ -204,7 +204,38 @@ def verl_loss_options() -> list[dict]:
             "actor.loss_agg_mode": "seq-mean-token-mean",
         }
     )
+    out.extend(verl_bypass_options())
     return out
+
+
+def verl_bypass_options() -> list[dict]:
+    """verl ``loss_mode: bypass_mode`` (old_log_prob = mu) with ``policy_loss.rollout_correction``:
+    ppo_clip and reinforce, token / sequence IS (TIS, IcePop, batch-normalised) and rejection."""
+    rc = "actor.policy_loss.rollout_correction."
+    base = {"actor.policy_loss.loss_mode": "bypass_mode"}
+    ppo = {**base, rc + "loss_type": "ppo_clip"}
+    pg = {**base, rc + "loss_type": "reinforce"}
+    tis = {rc + "rollout_is": "token", rc + "rollout_is_threshold": 2.0}
+    seq_tis = {rc + "rollout_is": "sequence", rc + "rollout_is_threshold": 2.0}
+    k3_rs = {rc + "rollout_rs": "seq_mean_k3", rc + "rollout_rs_threshold": 0.2}
+    k1_rs = {rc + "rollout_rs": "token_k1", rc + "rollout_rs_threshold": "0.5_2.0"}
+    seq_mean = {"actor.loss_agg_mode": "seq-mean-token-mean"}
+    return [
+        ppo,
+        {**ppo, **tis},
+        {**ppo, **k3_rs},
+        {**ppo, **k1_rs, **seq_mean},
+        {**ppo, **k1_rs, "actor.use_kl_loss": True, "actor.kl_loss_coef": 0.1,
+         "actor.entropy_coeff": 0.01},
+        pg,
+        {**pg, **tis},
+        {**pg, **seq_tis},
+        {**pg, rc + "rollout_is": "token", rc + "rollout_is_threshold": "0.5_5.0"},
+        {**pg, **tis, rc + "rollout_is_batch_normalize": True},
+        {**pg, **seq_tis, **k1_rs, **seq_mean},
+        {**pg, **tis, **k3_rs},
+        {**pg, **seq_tis, "actor.loss_agg_mode": "seq-mean-token-sum"},
+    ]  # fmt: skip
 
 
 def verl_estimators(case: Case) -> list[dict]:

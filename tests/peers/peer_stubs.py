@@ -182,7 +182,15 @@ def verl_actor_config(opts: dict) -> Cfg:
         kl_cov_ratio=0.0002,
         ppo_kl_coef=0.1,
         dro_beta=None,
-        rollout_correction=None,
+        rollout_correction=Cfg(  # trainer/config/algorithm/rollout_correction.yaml
+            rollout_is=None,
+            rollout_is_threshold=2.0,
+            rollout_is_batch_normalize=False,
+            rollout_rs=None,
+            rollout_rs_threshold=None,
+            bypass_mode=False,
+            loss_type="ppo_clip",
+        ),
     )
     cfg = Cfg(
         clip_ratio=0.2,

@@ -38,8 +38,10 @@ What roll-viz simplifies against the real recipes: one process, one micro-batch,
 accumulation step (global token / sample counts are this batch's; TRL's grad-accumulation
 division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); of the
 train/rollout corrections (the sampler's log-probs mu as ``rollout_logprobs``) OpenRLHF's
-``is_correction_*`` and TRL's ``vllm_importance_sampling_*`` are applied, verl's
-``algorithm.rollout_correction`` is not; no MoE aux loss, no TRL adaptive entropy; verl clip_cov
+``is_correction_*``, TRL's ``vllm_importance_sampling_*`` and verl's ``bypass_mode`` (old = mu,
+its rejection mask as ``policy_mask``, reinforce's IS weights as ``policy_weights``) are applied,
+verl's decoupled ``algorithm.rollout_correction`` is not (``rollout_correction.lab_loss`` shows
+it); no MoE aux loss, no TRL adaptive entropy; verl clip_cov
 draws its tokens with the unseeded ``torch.randperm``, roll-viz with a seeded generator
 (``viz_clip_cov_seed``); masked means divide by the exact count (the frameworks add 1e-8); ROLL's
 unmasked token-mean sums are taken over valid tokens only (its metrics reproduce the padded sums
@@ -392,6 +394,9 @@ def loss_from_spec(
     scores: Tensor | None = None,
     rollout_logprobs: Tensor | None = None,
     difficulty: Tensor | None = None,
+    policy_mask: Tensor | None = None,
+    policy_weights: Tensor | None = None,
+    metric_mask: Tensor | None = None,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
@@ -419,6 +424,15 @@ def loss_from_spec(
             train/rollout correction (``LossSpec.is_correction``).
         difficulty: (B,) each sample's difficulty in [0, 1] (ROLL ``difficulty_loss_weight``;
             without it the weight is skipped, as ROLL skips it without the data).
+        policy_mask: (B, T) 0/1 subset of ``response_mask`` the policy term and its metrics run
+            on (verl ``bypass_mode``: the rejection mask); the KL and entropy terms keep
+            ``response_mask``, and token-mean still divides by ``response_mask``'s token count
+            (verl's ``batch_num_tokens`` is counted before the loss rejects tokens).
+        policy_weights: (B, T) constant multipliers of the per-token policy loss (verl
+            ``bypass_mode`` reinforce: the rollout IS weights).
+        metric_mask: (B, T) 0/1 mask the dialect's metric function may read as
+            ``MetricContext.metric_mask`` (ROLL: the response mask before its sample-level mask,
+            over which it logs some metrics); the loss does not use it.
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -459,6 +473,14 @@ def loss_from_spec(
         mu = _as_input("rollout_logprobs", rollout_logprobs, shape, mask, keep_grad=False)
     if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
         raise ValueError("rollout_logprobs: needed for the train/rollout correction")
+    full_m = m  # response_mask: the KL / entropy terms and token-mean's denominator
+    if policy_mask is not None:
+        pmask = torch.as_tensor(policy_mask).detach()
+        if tuple(pmask.shape) != shape:
+            raise ValueError(f"policy_mask: expected shape {shape}, got {tuple(pmask.shape)}")
+        mask = mask & (pmask > 0)
+        m = mask.to(F64)
+        lengths = m.sum(-1, keepdim=True)
 
     extra: dict[str, Tensor] = {}
     sampler_w = None
@@ -587,6 +609,11 @@ def loss_from_spec(
                 raise ValueError(f"difficulty: expected ({shape[0]},) finite values")
         row_w = variants.sample_weights(m, diff, spec.length_weights)[:, None]
     w_pol = agg_weights(m, *modes["policy"]) * row_w
+    if policy_mask is not None and modes["policy"][0] == "token-mean":
+        w_pol = m / full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
+    if policy_weights is not None:
+        pw = _as_input("policy_weights", policy_weights, shape, mask, keep_grad=False)
+        keep = keep * pw
     w_eff = w_pol * keep
 
     if seq_policy is not None:  # verl geo_mean: a sequence-level loss, mean over all rows
@@ -609,7 +636,9 @@ def loss_from_spec(
     if seq_policy is None:
         policy = (w_eff * pg).sum()
 
-    # ---- KL term
+    # ---- KL term (on response_mask: a policy_mask narrows the policy term only)
+    pol_mask, pol_m = mask, m
+    mask, m = full_m > 0, full_m
     kl_tok, kl_term, g_kl = None, None, torch.zeros_like(m)
     w_kl = agg_weights(m, *modes["kl"])
     if spec.kl_on:
@@ -668,10 +697,12 @@ def loss_from_spec(
         "pg_loss": pg.detach(),
         "loss_weight": w_eff,
         "grad_coef": torch.where(mask, grad_coef, 0.0),
-        "clipped_high": clipped_high & mask,
-        "clipped_low": clipped_low & mask,
-        "dual_clipped": dual & mask,
+        "clipped_high": clipped_high & pol_mask,
+        "clipped_low": clipped_low & pol_mask,
+        "dual_clipped": dual & pol_mask,
     }
+    if policy_mask is not None:
+        per_token["policy_mask"] = pol_mask
     if kl_tok is not None:
         per_token["kl"] = kl_tok.detach()
     for name, value in extra.items():
@@ -682,8 +713,8 @@ def loss_from_spec(
         cfg,
         spec,
         modes,
-        m,
-        mask,
+        pol_m,
+        pol_mask,
         d,
         r,
         adv,
@@ -698,6 +729,8 @@ def loss_from_spec(
         metric_notes={},
         logp=lp.detach(),
         ref=ref,
+        metric_mask=None if metric_mask is None else torch.as_tensor(metric_mask).detach() > 0,
+        full_mask=full_m,
     )
     metric_values = metrics(ctx)
     return LossResult(
@@ -798,6 +831,8 @@ class MetricContext:
     metric_notes: dict | None = None  # filled by the metric function: name -> note
     logp: Tensor | None = None  # (B, T) current log-probs (detached), for logged-only metrics
     ref: Tensor | None = None  # (B, T) reference log-probs when given (KL logged with it off)
+    metric_mask: Tensor | None = None  # (B, T) bool, a dialect's own metric mask (ROLL: unmasked)
+    full_mask: Tensor | None = None  # (B, T) float response_mask (m is the policy term's mask)
 
     def token_mean(self, x: Tensor) -> float:
         """Token-mean of a (B, T) quantity over the valid tokens."""

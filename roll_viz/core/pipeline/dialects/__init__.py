@@ -201,7 +201,8 @@ def policy_loss(
         returns: (B, T) value targets.
         scores: (B,) response scores (needed by ROLL ``pg_variant: topr``).
         rollout_logprobs: (B, T) the sampler's log-probs mu (needed by OpenRLHF
-            ``is_correction_level`` token / seq).
+            ``is_correction_level`` token / seq and verl ``loss_mode: bypass_mode``, where it
+            replaces ``old_logprobs``).
         difficulty: (B,) sample difficulty in [0, 1] (ROLL ``difficulty_loss_weight``).
 
     Returns:
@@ -216,6 +217,9 @@ def policy_loss(
     cfg = resolve(dialect, config)
     notes: list[str] = []
     spec = dialect.loss_spec(cfg, notes)
+    bypass: dict[str, Tensor | None] = {"old_logprobs": old_logprobs}
+    if framework == "verl" and cfg["loss_mode"] == "bypass_mode":
+        bypass = verl.bypass_inputs(cfg, notes, logprobs, rollout_logprobs, response_mask)
     return loss_from_spec(
         spec,
         dialect.loss_agg_modes(cfg),
@@ -224,7 +228,6 @@ def policy_loss(
         config=cfg,
         notes=notes,
         logprobs=logprobs,
-        old_logprobs=old_logprobs,
         advantages=advantages,
         response_mask=response_mask,
         ref_logprobs=ref_logprobs,
@@ -235,4 +238,5 @@ def policy_loss(
         scores=scores,
         rollout_logprobs=rollout_logprobs,
         difficulty=difficulty,
+        **bypass,
     )

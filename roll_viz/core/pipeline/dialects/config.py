@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from roll_viz.core.pipeline import rollout_correction as rc
+
 # value rules for the non-enum keys: (kind, allow_none)
 _UNIT = {"gamma", "lambd", "lam"}
 _POSITIVE = {"reward_clip", "advantage_clip", "target_kl", "target", "kl_horizon", "horizon"}
@@ -72,6 +74,8 @@ def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
         return _check_pair(where, value)
     if key in _LISTS:
         return _check_list(where, value, _LISTS[key])
+    if key in _VERL_ROLLOUT:
+        return _check_verl_rollout(where, key, value)
     if key == "is_correction_threshold":  # OpenRLHF: HIGH, or LOW HIGH
         bounds = _check_list(where, [value] if _is_number(value) else value, float)
         if bounds is None or len(bounds) > 2 or (len(bounds) == 2 and bounds[0] > bounds[1]):
@@ -98,6 +102,37 @@ def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
             raise ValueError(f"{where}: must be a positive integer, got {value}")
         return int(value)
     return float(value)
+
+
+#: verl rollout_correction keys with their own rules (rollout_correction's parsers)
+_VERL_ROLLOUT = {"rollout_is_threshold", "rollout_rs", "rollout_rs_threshold"}
+
+
+def _check_verl_rollout(where: str, key: str, value: Any) -> Any:
+    """Validated verl rollout-correction threshold or rule value.
+
+    ``rollout_is_threshold``: a number or 'lower_upper'; ``rollout_rs``: known rules, comma
+    separated, or None; ``rollout_rs_threshold``: None, a positive number or a string (parsed
+    against the rules where the loss is built).
+    """
+    simple = value is None or _is_number(value) or isinstance(value, str)
+    if isinstance(value, bool) or not simple:
+        raise ValueError(f"{where}: expected a number, a string or None, got {value!r}")
+    try:
+        if key == "rollout_is_threshold":
+            if value is None:
+                raise ValueError("a number or 'lower_upper' is required, got None")
+            rc.parse_verl_is_threshold(value)
+        elif key == "rollout_rs" and value is not None:
+            rules = [o.strip() for o in str(value).split(",") if o.strip()]
+            bad = [o for o in rules if o not in rc.VERL_RS_OPTIONS]
+            if not rules or bad:
+                raise ValueError(f"rules must be among {rc.VERL_RS_OPTIONS}, got {value!r}")
+        elif key == "rollout_rs_threshold" and _is_number(value) and not value > 0:
+            raise ValueError(f"must be > 0, got {value}")
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    return float(value) if _is_number(value) else value
 
 
 #: keys that take a list (or None): the kind of each item

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import masked_sum, masked_whiten
+from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import (
     ALL_ESTIMATORS,
     EstimatorParams,
@@ -185,6 +186,13 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "clip_cov_lb": 1.0,
     "clip_cov_ub": 5.0,
     "viz_clip_cov_seed": 0,
+    # actor.policy_loss.rollout_correction (algorithm/rollout_correction.yaml), read by bypass_mode
+    "loss_type": "ppo_clip",
+    "rollout_is": None,
+    "rollout_is_threshold": 2.0,
+    "rollout_is_batch_normalize": False,
+    "rollout_rs": None,
+    "rollout_rs_threshold": None,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
@@ -200,7 +208,10 @@ LOSS_CHOICES: dict[str, tuple] = {
         "clip_cov",
         "kl_cov",
         "dro",
+        "bypass_mode",
     ),
+    "loss_type": ("ppo_clip", "reinforce"),
+    "rollout_is": (None, "token", "sequence"),
     "loss_agg_mode": (
         "token-mean",
         "token-sum",
@@ -214,7 +225,9 @@ LOSS_HELP: dict[str, str] = {
     "loss_mode": "actor.policy_loss.loss_mode: vanilla (PPO clip + always-on dual clip), gspo "
     "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp), sapo (soft gate), dppo_tv / "
     "dppo_kl (probability trust region; clip_ratio_* are divergence thresholds), geo_mean "
-    "(GMPO), kl_cov (KL-Cov) or dro (-A*logp + dro_beta/2 * d^2).",
+    "(GMPO), kl_cov (KL-Cov), dro (-A*logp + dro_beta/2 * d^2) or bypass_mode (old_log_prob = "
+    "the sampler's mu; what algorithm.rollout_correction.bypass_mode: true sets; needs "
+    "rollout_logprobs).",
     "clip_ratio": "actor.clip_ratio: PPO epsilon, used where clip_ratio_low/high are null.",
     "clip_ratio_low": "actor.clip_ratio_low: lower epsilon (null = clip_ratio).",
     "clip_ratio_high": "actor.clip_ratio_high: upper epsilon (null = clip_ratio; DAPO "
@@ -237,6 +250,23 @@ LOSS_HELP: dict[str, str] = {
     "clip_cov zeroes, drawn among those with clip_cov_lb < cov(A, logp) < clip_cov_ub.",
     "clip_cov_lb": "actor.policy_loss.clip_cov_lb: lower covariance bound of the candidates.",
     "clip_cov_ub": "actor.policy_loss.clip_cov_ub: upper covariance bound of the candidates.",
+    "loss_type": "actor.policy_loss.rollout_correction.loss_type: bypass_mode's loss, ppo_clip "
+    "(vanilla PPO with old = mu, IS weights not applied) or reinforce (-A * logp * w, no clip).",
+    "rollout_is": "actor.policy_loss.rollout_correction.rollout_is: IS weights w of the current "
+    "log-prob against mu, per token or sequence (null = none); bypass_mode applies them only "
+    "with loss_type reinforce.",
+    "rollout_is_threshold": "actor.policy_loss.rollout_correction.rollout_is_threshold: a "
+    "number truncates w from above (TIS), 'lower_upper' zeroes w outside [lower, upper] "
+    "(IcePop).",
+    "rollout_is_batch_normalize": "actor.policy_loss.rollout_correction."
+    "rollout_is_batch_normalize: divide w by its batch mean (token, or mean of the sequence "
+    "means).",
+    "rollout_rs": "actor.policy_loss.rollout_correction.rollout_rs: rejection rules, comma "
+    "separated (token_k1/k2/k3, seq_sum_k*, seq_mean_k*, seq_max_k2/k3); rejected tokens leave "
+    "the policy term's mask (token-mean still divides by every response token).",
+    "rollout_rs_threshold": "actor.policy_loss.rollout_correction.rollout_rs_threshold: one "
+    "threshold or one per rule ('lower_upper' ratio bounds for k1 rules, an upper bound "
+    "otherwise); required with rollout_rs.",
     "viz_clip_cov_seed": "roll-viz extension, not a framework option: seed of clip_cov's random "
     "draw (verl draws with the unseeded torch.randperm).",
 }
@@ -628,6 +658,23 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             f"{cfg['loss_agg_mode']}: divided by every row of the mini-batch (global_batch_size), "
             "empty responses included"
         )
+    if mode == "bypass_mode":
+        _bypass_rules(cfg)
+        if cfg["loss_type"] == "reinforce":
+            notes.append(
+                "loss_mode bypass_mode, loss_type reinforce: -A * logp * w, w the rollout IS "
+                "weight of the current log-prob against mu (no_grad, a constant), no clip"
+            )
+            return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
+        notes.append(
+            f"loss_mode bypass_mode, loss_type ppo_clip: vanilla PPO with old = mu (ratio "
+            f"pi / mu, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip c = "
+            f"{cfg['clip_ratio_c']:g}); IS weights not applied (the ratio already is pi / mu)"
+        )
+        return LossSpec(
+            kind="ppo", level="token", clamp=20.0, eps_low=low, eps_high=high,
+            dual_clip=cfg["clip_ratio_c"], **kwargs,
+        )  # fmt: skip
     if mode == "gpg":
         notes.append("loss_mode gpg: loss = -A * logp")
         return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
@@ -731,6 +778,80 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     )
 
 
+def _bypass_rules(cfg: Mapping[str, Any]) -> None:
+    """Check bypass_mode's rejection rules against their thresholds (verl's parser, its words).
+
+    Raises:
+        ValueError: rollout_rs without rollout_rs_threshold, or thresholds that do not fit the
+            rules (the message starts with the key).
+    """
+    if cfg["rollout_rs"] is None:
+        return
+    options = list(dict.fromkeys(o.strip() for o in cfg["rollout_rs"].split(",") if o.strip()))
+    try:
+        rc.parse_verl_rs_threshold(options, cfg["rollout_rs_threshold"])
+    except ValueError as err:
+        raise ValueError(f"rollout_rs_threshold: {err}") from None
+
+
+def bypass_inputs(
+    cfg: Mapping[str, Any],
+    notes: list[str],
+    logprobs: Tensor,
+    rollout_logprobs: Tensor | None,
+    response_mask: Tensor,
+) -> dict[str, Tensor | None]:
+    """The inputs ``compute_policy_loss_bypass_mode`` hands its loss (verl 0.9.1).
+
+    The trainer sets old_log_prob = rollout_log_prob (mu); under no_grad
+    ``compute_rollout_correction_and_rejection_mask`` takes the CURRENT log-prob against mu
+    (``rollout_correction.verl_correction``): IS weights w (rollout_is, threshold, batch
+    normalisation) and the rejection mask (rollout_rs). The policy term runs on the rejection
+    mask; reinforce multiplies by w, ppo_clip ignores it.
+
+    Returns:
+        ``old_logprobs`` (mu), ``policy_mask`` (the kept tokens) and ``policy_weights`` (w, or
+        None: reinforce without rollout_is, and ppo_clip) for ``loss_from_spec``.
+
+    Raises:
+        ValueError: ``rollout_logprobs`` missing (bypass_mode has no other old log-prob).
+    """
+    if rollout_logprobs is None:
+        raise ValueError(
+            "rollout_logprobs: verl loss_mode bypass_mode needs the sampler's log-probs mu "
+            "(the trainer sets old_log_prob = rollout_log_prob)"
+        )
+    corr = rc.verl_correction(
+        torch.as_tensor(logprobs).detach(),
+        rollout_logprobs,
+        response_mask,
+        rollout_is=cfg["rollout_is"],
+        rollout_is_threshold=cfg["rollout_is_threshold"],
+        rollout_rs=cfg["rollout_rs"],
+        rollout_rs_threshold=cfg["rollout_rs_threshold"],
+        rollout_is_batch_normalize=cfg["rollout_is_batch_normalize"],
+    )
+    reinforce = cfg["loss_type"] == "reinforce"
+    if cfg["rollout_is"] is not None:
+        notes.append(
+            f"rollout_is {cfg['rollout_is']} (threshold {cfg['rollout_is_threshold']}) on pi / mu"
+            + (": multiplies -A * logp" if reinforce else ": computed for metrics, not applied")
+        )
+    if cfg["rollout_rs"] is not None:
+        dropped = int((torch.as_tensor(response_mask).detach() > 0).sum() - corr.counted.sum())
+        notes.append(
+            f"rollout_rs {cfg['rollout_rs']} ({cfg['rollout_rs_threshold']}) on pi / mu: "
+            f"{dropped} token(s) left the policy term's mask; token-mean still divides by every "
+            "response token (batch_num_tokens is counted before the loss)"
+        )
+    weights = corr.weights if reinforce and cfg["rollout_is"] is not None else None
+    return {
+        "old_logprobs": rollout_logprobs,
+        "policy_mask": corr.counted,
+        "policy_weights": weights,
+    }
+
+
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """The logged actor/critic metrics under the names verl logs them.
 
@@ -740,6 +861,11 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """
     spec, mode = ctx.spec, ctx.cfg["loss_mode"]
     out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
+    if mode == "bypass_mode":
+        _bypass_pg_note(ctx)
+        mode = "gpg" if ctx.cfg["loss_type"] == "reinforce" else "vanilla"
+        if mode == "gpg":  # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
+            out["actor/ppo_kl"] = ctx.token_mean(-ctx.d)
     clamped = spec.clamp is not None and spec.level == "token"
     d = ctx.d.clamp(-20.0, 20.0) if clamped else ctx.d
     if mode == "kl_cov":
@@ -779,3 +905,16 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["critic/vf_loss"] = ctx.item("value")
         out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
     return out
+
+
+def _bypass_pg_note(ctx: MetricContext) -> None:
+    """Beside actor/pg_loss: token-mean divided by tokens rollout_rs rejected too."""
+    full, kept = float(ctx.full_mask.sum()), float(ctx.m.sum())
+    if ctx.cfg["loss_agg_mode"] != "token-mean" or kept == full or kept == 0:
+        return
+    value = ctx.item("policy") * full / kept
+    ctx.metric_notes["actor/pg_loss"] = (
+        f"divided by all {full:g} response tokens, {full - kept:g} of them rejected by rollout_rs "
+        f"(verl counts batch_num_tokens before the loss rejects); the mean over the {kept:g} "
+        f"kept tokens is {value:.6g}"
+    )
