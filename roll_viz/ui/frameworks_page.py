@@ -51,6 +51,16 @@ ADDITIONS: tuple[tuple[str, str, str, str, str, str], ...] = (
         "scale_rewards='group' / 'batch' / 'none'",
     ),
     (
+        "Sampler \u2260 trainer: correcting for the behaviour policy mu (truncated / masked IS)",
+        "mismatch",
+        "train_infer_correction: is_weight (weight_type token / sequence, upper_bound), filters",
+        "algorithm.rollout_correction: rollout_is (token / sequence), rollout_is_threshold, "
+        "rollout_rs, rollout_rs_threshold; actor loss_mode bypass_mode (pi_old = mu)",
+        "--algo.advantage.is_correction_level / _mode / _gating / _threshold",
+        "vllm_importance_sampling_correction, _mode, _clip_min / _clip_max; "
+        "off_policy_mask_threshold",
+    ),
+    (
         "Teacher as reference: on-policy distillation, SDPO",
         "teacher",
         "use_opd (mixed), is_pure_opd, teacher, opd_kl_coef, kl_penalty",
@@ -79,9 +89,10 @@ def additions_2026() -> None:
     st.markdown(
         "The field's defaults converged (no KL, one token mean over the batch, clip-higher, "
         "zero-variance groups filtered, the batch's std); the questions moved to **group "
-        "health** and **normalisation scale**; the reference can be a **teacher**. Each row "
-        "is shown on the current batch on its page; the columns give the setting under the "
-        "name each framework uses ('-': no key the calculator reads)."
+        "health** and **normalisation scale**; the sampler is not the trainer (mu \u2260 "
+        "pi_old, corrected by truncated or masked importance sampling); the reference can be a "
+        "**teacher**. Each row is shown on the current batch on its page; the columns give the "
+        "setting under the name each framework uses ('-': no key the calculator reads)."
     )
     st.dataframe(additions_table(), key="fw_additions", hide_index=True, width="stretch")
     cols = st.columns(4)
