@@ -69,18 +69,6 @@ NOT_PRINTED_PREFIX: dict[str, dict[str, str]] = {
     },
 }
 
-#: With a ROLL sample-level mask on, these are logged over the un-masked ``response_mask`` (or
-#: sum every token over the final mask's token count); roll-viz computes every metric on the
-#: mask it is given (the final one). Not reproduced: the loss and gradient agree; these differ.
-SAMPLE_MASK_LOGGED_UNMASKED = {
-    "actor/approxkl",
-    "actor/policykl",
-    "actor/ratio_mean",
-    "actor/ppo_ratio_high_clipfrac",
-    "actor/ppo_ratio_low_clipfrac",
-    "actor/ppo_ratio_clipfrac",
-    "actor/clipfrac",
-}
 SAMPLE_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
 
 
@@ -139,11 +127,11 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         or options.get("actor.policy_loss.loss_mode") == "bypass_mode"
     )
     cfg = to_config(framework, options)
-    mask, adv = case.mask, case.adv
-    if framework == "roll":  # the loss runs on ROLL's final_response_mask, where A = 0 outside
+    mask, adv, keep = case.mask, case.adv, None
+    if framework == "roll" and any(options.get(k) for k in SAMPLE_MASK_KEYS):
+        # the loss on final_response_mask, A = 0 outside; ROLL logs some metrics unmasked
         batch = Batch(scores=case.scores, response_mask=case.mask, group_ids=case.groups)
         keep, _ = dialects.get("roll").sample_level_mask(batch, resolve_config("roll", cfg))
-        mask, adv = case.mask * keep[:, None], case.adv * keep[:, None]
     for _ in range(vector.get("steps", 1) - 1):  # TRL adaptive entropy: the earlier step's state
         before = policy_loss(
             framework, cfg, logprobs=case.lp, old_logprobs=case.old, advantages=adv,
@@ -169,6 +157,7 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         scores=case.scores if framework == "roll" else None,
         difficulty=case.difficulty if framework == "roll" else None,
         rollout_logprobs=case.mu if use_mu else None,
+        sample_mask=keep,
     )
     (grad,) = torch.autograd.grad(result.total, lp, allow_unused=True)
     return result, torch.zeros_like(lp) if grad is None else grad
@@ -189,14 +178,11 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
         msgs.append(f"loss {result.total.item():.10g} != {loss:.10g}")
     if not torch.allclose(grad, want_grad, atol=ATOL, rtol=RTOL):
         msgs.append(f"grad max diff {(grad - want_grad).abs().max().item():.3g}")
-    sample_masked = framework == "roll" and any(vector["options"].get(k) for k in SAMPLE_MASK_KEYS)
     for name, value in metrics.items():
         name = untagged(name)
         if name in NOT_PRINTED[framework]:
             continue
         if any(name.startswith(p) for p in NOT_PRINTED_PREFIX.get(framework, {})):
-            continue
-        if sample_masked and name in SAMPLE_MASK_LOGGED_UNMASKED:
             continue
         if name not in result.metrics:
             msgs.append(f"metric {name} not printed")

@@ -338,6 +338,16 @@ def roll_loss_options() -> list[tuple[str, dict]]:
                                  "use_kl_loss": True, "kl_loss_coef": 0.1}))  # fmt: skip
     out.append(("actor_worker", {"max_len_mask": True, "error_max_len_clip": True,
                                  "error_max_len_threshold": 4}))  # fmt: skip
+    # ROLL logs approxkl, policykl, ratio_* and clipfrac over the unmasked response_mask, and
+    # its token-mean clip fractions sum every position over the final mask's token count
+    out.append(("actor_worker", {"max_len_mask": True, "importance_sampling": "seq",
+                                 "loss_agg_mode": "token-mean"}))  # fmt: skip
+    out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "seq-mean-token-sum"}))
+    out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "seq-mean-token-sum-norm"}))
+    for variant in ("vanilla", "cispo", "tis"):  # pg_variant ppo is ActorWorker in roll-viz
+        for agg in ("seq-mean-token-mean", "token-mean"):
+            out.append(("actor_pg_worker", {"pg_variant": variant, "loss_agg_mode": agg,
+                                            "max_len_mask": True}))  # fmt: skip
     for variant in ("vanilla", "ppo", "tis", "topr", "cispo", "kimi15"):
         for agg in ("seq-mean-token-mean", "token-mean"):
             out.append(("actor_pg_worker", {"pg_variant": variant, "loss_agg_mode": agg}))

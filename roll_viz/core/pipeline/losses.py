@@ -474,6 +474,15 @@ def loss_from_spec(
     if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
         raise ValueError("rollout_logprobs: needed for the train/rollout correction")
     full_m = m  # response_mask: the KL / entropy terms and token-mean's denominator
+    metric_bool, metric_d = None, None
+    if metric_mask is not None:
+        metric_bool = torch.as_tensor(metric_mask).detach() > 0
+        if tuple(metric_bool.shape) != shape:
+            raise ValueError(f"metric_mask: expected shape {shape}, got {tuple(metric_bool.shape)}")
+        if bool((mask & ~metric_bool).any()):
+            raise ValueError("metric_mask: must cover every token of response_mask")
+        lp_u = _as_input("logprobs", logprobs, shape, metric_bool, keep_grad=False)
+        metric_d = lp_u - _as_input("old_logprobs", old_logprobs, shape, metric_bool, False)
     if policy_mask is not None:
         pmask = torch.as_tensor(policy_mask).detach()
         if tuple(pmask.shape) != shape:
@@ -729,7 +738,8 @@ def loss_from_spec(
         metric_notes={},
         logp=lp.detach(),
         ref=ref,
-        metric_mask=None if metric_mask is None else torch.as_tensor(metric_mask).detach() > 0,
+        metric_mask=metric_bool,
+        metric_d=metric_d,
         full_mask=full_m,
     )
     metric_values = metrics(ctx)
@@ -833,6 +843,7 @@ class MetricContext:
     ref: Tensor | None = None  # (B, T) reference log-probs when given (KL logged with it off)
     metric_mask: Tensor | None = None  # (B, T) bool, a dialect's own metric mask (ROLL: unmasked)
     full_mask: Tensor | None = None  # (B, T) float response_mask (m is the policy term's mask)
+    metric_d: Tensor | None = None  # (B, T) logp - old on metric_mask (0 elsewhere)
 
     def token_mean(self, x: Tensor) -> float:
         """Token-mean of a (B, T) quantity over the valid tokens."""

@@ -181,6 +181,7 @@ def policy_loss(
     scores: Tensor | None = None,
     rollout_logprobs: Tensor | None = None,
     difficulty: Tensor | None = None,
+    sample_mask: Tensor | None = None,
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
 
@@ -204,6 +205,12 @@ def policy_loss(
             ``is_correction_level`` token / seq and verl ``loss_mode: bypass_mode``, where it
             replaces ``old_logprobs``).
         difficulty: (B,) sample difficulty in [0, 1] (ROLL ``difficulty_loss_weight``).
+        sample_mask: (B,) 0/1 ROLL sample-level keep mask (``roll.sample_level_mask``). With it
+            ``response_mask`` is ROLL's ``response_mask`` before the mask: the loss runs on
+            ``final_response_mask = response_mask * sample_mask[:, None]`` with the advantages 0
+            outside it (``compute_advantage`` ran on that mask), and the metrics ROLL logs over
+            the unmasked mask are printed as ROLL logs them, each with a note giving the value
+            over the final mask.
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -217,6 +224,13 @@ def policy_loss(
     cfg = resolve(dialect, config)
     notes: list[str] = []
     spec = dialect.loss_spec(cfg, notes)
+    metric_mask = None
+    if sample_mask is not None:
+        if framework != "roll":
+            raise ValueError("sample_mask: only ROLL has a sample-level mask (sample_level_mask)")
+        response_mask, advantages, metric_mask = roll.final_response_mask(
+            response_mask, advantages, sample_mask, notes
+        )
     bypass: dict[str, Tensor | None] = {"old_logprobs": old_logprobs}
     if framework == "verl" and cfg["loss_mode"] == "bypass_mode":
         bypass = verl.bypass_inputs(cfg, notes, logprobs, rollout_logprobs, response_mask)
@@ -238,5 +252,6 @@ def policy_loss(
         scores=scores,
         rollout_logprobs=rollout_logprobs,
         difficulty=difficulty,
+        metric_mask=metric_mask,
         **bypass,
     )

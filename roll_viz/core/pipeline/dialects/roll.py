@@ -546,6 +546,41 @@ def _whiten(x: Tensor, mask: Tensor, conv: Conventions, notes: list, what: str) 
 # ---------------------------------------------------------------------------- the update loss
 
 
+def final_response_mask(
+    response_mask: Tensor, advantages: Tensor, sample_mask: Tensor, notes: list[str]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """ROLL's ``final_response_mask`` from the unmasked mask and a sample-level keep mask.
+
+    Args:
+        response_mask: (B, T) 0/1 ROLL ``response_mask`` (before the sample-level mask).
+        advantages: (B, T) or (B,) advantages.
+        sample_mask: (B,) 0/1 keep mask (``sample_level_mask``).
+        notes: appended with what was dropped.
+
+    Returns:
+        (final mask (B, T), advantages 0 outside it, the unmasked mask for ROLL's metrics).
+
+    Raises:
+        ValueError: ``sample_mask`` not (B,) or not 0/1.
+    """
+    mask = torch.as_tensor(response_mask).detach().to(F64)
+    keep = torch.as_tensor(sample_mask).detach().to(F64)
+    if mask.dim() != 2 or keep.shape != (mask.shape[0],):
+        raise ValueError(f"sample_mask: expected ({mask.shape[0]},), got {tuple(keep.shape)}")
+    if not bool(((keep == 0) | (keep == 1)).all()):
+        raise ValueError("sample_mask: must contain only 0 and 1")
+    adv = torch.as_tensor(advantages).detach().to(F64)
+    adv = adv * (keep if adv.dim() == 1 else keep[:, None])
+    dropped = int((keep == 0).sum())
+    notes.append(
+        f"sample-level mask: {dropped} of {keep.numel()} samples dropped; the loss runs on "
+        "final_response_mask = response_mask * keep with advantages 0 outside it "
+        "(compute_advantage ran on it); approxkl, policykl, ratio_* and clipfrac are logged "
+        "over the unmasked response_mask"
+    )
+    return mask * keep[:, None], adv, mask
+
+
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Canonical aggregation of each loss term.
 
@@ -652,13 +687,18 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     spec, m, cfg = ctx.spec, ctx.m, ctx.cfg
     variant = cfg["pg_variant"]
     notes = ctx.metric_notes
+    um = _Unmasked(ctx)
     out: dict[str, float] = {
         "actor/pg_loss": ctx.agg(ctx.pg),
         "actor/weighted_pg_loss": ctx.item("policy"),
         "actor/total_loss": ctx.total.detach().item(),
-        "actor/approxkl": ctx.agg(0.5 * ctx.d * ctx.d),
-        "actor/policykl": ctx.agg(ctx.d),
     }
+    for name, x, x_final in (
+        ("actor/approxkl", 0.5 * um.d * um.d, 0.5 * ctx.d * ctx.d),
+        ("actor/policykl", um.d, ctx.d),
+    ):
+        out[name] = um.agg(x)
+        um.note(name, ctx.agg(x_final))
     if ctx.kl_tok is not None:
         out["actor/kl_loss"] = ctx.item("kl")
     elif ctx.ref is not None:  # both workers compute and log the k3 KL loss every step
@@ -680,9 +720,20 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
         surr1, surr2 = ctx.surrogates()
         masked = {"high": high, "low": low, "": high | low}
+        ratio_u = um.token_ratio()
+        every = {"high": ratio_u > hi, "low": ratio_u < lo}
+        every[""] = every["high"] | every["low"]
         for key, flags in masked.items():
             name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
             out[name] = ctx.token_mean(flags)
+            if um.on and spec.level == "token":  # agg_loss token-mean sums every position
+                out[name] = every[key].to(F64).sum().item() / n_valid
+                notes[name] = (
+                    f"ROLL's token-mean agg_loss sums the clip indicator over every position, "
+                    f"the {um.dropped:g} sample-masked tokens included, and divides by the "
+                    f"{n_valid:g} tokens of final_response_mask (can exceed 1); over "
+                    f"final_response_mask it is {ctx.token_mean(flags):.6g}"
+                )
         if spec.level == "sequence":
             lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
             seq = torch.exp(ctx.d.sum(-1, keepdim=True) / lengths).expand_as(m)
@@ -698,26 +749,44 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
                     f"agg_loss sums them without the mask, divided by the {n_valid:g} valid "
                     f"tokens; over the valid tokens only it is {masked_value:.6g}"
                 )
-        out["actor/clipfrac"] = ctx.agg(surr2 < surr1)
+        flags = surr2 < surr1  # 0 outside final_response_mask (A = 0 there)
+        out["actor/clipfrac"] = ctx.agg(flags)
+        if ctx.modes["policy"][0] != "token-mean":  # rows: the unmasked response_mask's
+            out["actor/clipfrac"] = um.agg(flags)
+            um.note("actor/clipfrac", ctx.agg(flags))
     # ActorPGWorker logs the token ratio for every variant (ActorWorker: the ratio of its loss)
     ratio = ctx.r if variant == "ppo" else torch.where(ctx.mask, torch.exp(ctx.d), 0.0)
-    out["actor/ratio_mean"] = aggregate(ratio, m, "seq-mean-token-mean").item()
-    out["actor/ratio_max"] = (ratio * m).max().item()
-    out["actor/ratio_min"] = (ratio * m + (1.0 - m) * 1e10).min().item()
+    final_mean = aggregate(ratio, m, "seq-mean-token-mean").item()
+    ratio_u = um.token_ratio() if variant != "ppo" or spec.level == "token" else um.seq_ratio()
+    u = um.m
+    out["actor/ratio_mean"] = aggregate(ratio_u, u, "seq-mean-token-mean").item()
+    if um.on and variant != "ppo":  # ActorPGWorker: divided by final_response_mask's rows
+        out["actor/ratio_mean"] *= um.rows / um.final_rows
+    um.note("actor/ratio_mean", final_mean)
+    out["actor/ratio_max"] = (ratio_u * u).max().item()
+    out["actor/ratio_min"] = (ratio_u * u + (1.0 - u) * 1e10).min().item()
     if variant in ("cispo", "tis"):
-        lower = ((ctx.r < spec.cispo_low) & ctx.mask).sum().item()
-        upper = ((ctx.r > spec.cispo_high) & ctx.mask).sum().item()
+        # the token ratio at every unmasked token (sample-masked rows included), .mean() over
+        # all (B, T) positions
+        r_u = um.token_ratio()
+        counts = {}
+        for final, r_x, where in ((False, r_u, um.mask), (True, ctx.r, ctx.mask)):
+            lower = ((r_x < spec.cispo_low) & where).sum().item()
+            upper = ((r_x > spec.cispo_high) & where).sum().item()
+            counts[final] = {"lower": lower, "upper": upper, "total": lower + upper}
         prefix = "actor/cispo_cispo_" if variant == "cispo" else "actor/tis_"
-        for key, count in (("lower", lower), ("upper", upper), ("total", lower + upper)):
+        for key, count in counts[False].items():
             name = f"{prefix}{key}_clipfrac"
             out[name] = count / numel
             why = "the doubled prefix is ROLL's (f'actor/cispo_{key}' over keys named cispo_*); "
+            where = "the valid tokens" if not um.on else "the tokens of final_response_mask"
             notes[name] = (
                 (why if variant == "cispo" else "")
                 + f".mean() over all {numel:g} (B x T) positions, padding included; over the "
-                f"{n_valid:g} valid tokens it is {count / n_valid:.6g}"
+                f"{n_valid:g} {where} it is {counts[True][key] / n_valid:.6g}"
             )
-        weight = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
+        weight = r_u.clamp(spec.cispo_low, spec.cispo_high)
+        weight_final = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
         if variant == "cispo":
             out["actor/cispo_cispo_epsilon_low"] = cfg["cispo_epsilon_low"]
             out["actor/cispo_cispo_epsilon_high"] = cfg["cispo_epsilon_high"]
@@ -736,11 +805,13 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
                     f"over the {n_valid:g} valid tokens it is "
                     f"{1.0 - (n_pos + n_neg) / n_valid:.6g}"
                 )
-            out["actor/cispo_clipped_ratio_mean"] = aggregate(
-                weight, m, "seq-mean-token-mean-all-rows"
-            ).item()
+            mode = "seq-mean-token-mean-all-rows"
+            out["actor/cispo_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
+            um.note("actor/cispo_clipped_ratio_mean", aggregate(weight_final, m, mode).item())
         else:
-            out["actor/tis_clipped_ratio_mean"] = aggregate(weight, m, "seq-mean-token-mean").item()
+            mode = "seq-mean-token-mean"
+            out["actor/tis_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
+            um.note("actor/tis_clipped_ratio_mean", aggregate(weight_final, m, mode).item())
             out["actor/tis_lower_bound"] = spec.cispo_low
             out["actor/tis_upper_bound"] = spec.cispo_high
     elif variant == "topr":
@@ -799,3 +870,50 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             else 2.0 * ctx.item("value")
         )
     return out
+
+
+class _Unmasked:
+    """ROLL's unmasked ``response_mask`` beside the loss's final mask (``ctx.metric_mask``).
+
+    Without a sample-level mask (or one that drops nothing) it is the final mask itself.
+    """
+
+    def __init__(self, ctx: MetricContext):
+        self.ctx = ctx
+        mm = ctx.metric_mask
+        self.on = mm is not None and bool((mm & ~ctx.mask).any())
+        self.mask = mm if self.on else ctx.mask
+        self.m = self.mask.to(F64)
+        self.d = ctx.metric_d if self.on else ctx.d
+        self.dropped = float(self.m.sum() - ctx.m.sum())
+        self.rows = max(float((self.m.sum(-1) > 0).sum()), 1.0)
+        self.final_rows = max(float((ctx.m.sum(-1) > 0).sum()), 1.0)
+
+    def agg(self, x: Tensor) -> float:
+        """A (B, T) quantity aggregated with ``loss_agg_mode`` over the unmasked mask."""
+        return aggregate(x.to(F64), self.m, *self.ctx.modes["policy"]).item()
+
+    def token_ratio(self) -> Tensor:
+        """exp(logp - old) on the unmasked tokens, 1 elsewhere (a recomputed pad token)."""
+        return torch.where(self.mask, torch.exp(self.d), 1.0)
+
+    def seq_ratio(self) -> Tensor:
+        """The importance_sampling seq ratio on the unmasked tokens.
+
+        exp(mean d over the final mask) per row; 1 for a dropped row (ROLL's masked_mean of an
+        empty row is 0); 1 off the unmasked tokens.
+        """
+        m = self.ctx.m
+        lengths = m.sum(-1, keepdim=True)
+        mean = torch.where(lengths > 0, self.ctx.d.sum(-1, keepdim=True) / lengths.clamp(min=1), 0)
+        return torch.where(self.mask, torch.exp(mean).expand_as(m), 1.0)
+
+    def note(self, name: str, final_value: float) -> None:
+        """Beside ``name``: logged over the unmasked mask; its value over the final mask."""
+        if not self.on:
+            return
+        self.ctx.metric_notes[name] = (
+            f"logged over ROLL's response_mask before the sample-level mask ({self.m.sum():g} "
+            f"tokens, the {self.dropped:g} tokens of dropped samples included); over "
+            f"final_response_mask, where the loss runs, it is {final_value:.6g}"
+        )
