@@ -102,3 +102,20 @@ def test_bad_sample_mask_is_refused(framework, keep, match):
             framework, {}, logprobs=LP, old_logprobs=OLD, advantages=ADV, response_mask=MASK,
             sample_mask=keep,
         )  # fmt: skip
+
+
+def test_kimi15_token_mean_counts_the_dropped_samples_regulariser():
+    """pg_variant kimi15 (tau 0.1), token-mean: ROLL's agg_loss sums loss_mat over every position,
+    so tau/2 d^2 of the dropped row (0.05 * (0.09 + 0.09)) joins row 0's -A logp + tau/2 d^2
+    (1.0 + 0.5 + 0.05 * 0.01), all over the final mask's 2 tokens; autograd agrees."""
+    lp = LP.clone().requires_grad_(True)
+    r = policy_loss(
+        "roll", {"pg_variant": "kimi15", "kimi15_tau": 0.1, "loss_agg_mode": "token-mean"},
+        logprobs=lp, old_logprobs=OLD, advantages=ADV, response_mask=MASK, sample_mask=KEEP,
+    )  # fmt: skip
+    want = (1.5 + 0.05 * 0.01 + 0.05 * 0.18) / 2
+    assert r.total.item() == pytest.approx(want, abs=1e-12)
+    assert r.metrics["actor/pg_loss"] == pytest.approx(want, abs=1e-12)
+    (grad,) = torch.autograd.grad(r.total, lp)
+    assert grad[1].tolist() == pytest.approx([0.1 * 0.3 / 2, 0.1 * 0.3 / 2], abs=1e-12)
+    assert torch.allclose(grad, r.per_token["grad_coef"], atol=1e-12)

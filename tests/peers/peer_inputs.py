@@ -342,9 +342,11 @@ def roll_loss_options() -> list[tuple[str, dict]]:
     # its token-mean clip fractions sum every position over the final mask's token count
     out.append(("actor_worker", {"max_len_mask": True, "importance_sampling": "seq",
                                  "loss_agg_mode": "token-mean"}))  # fmt: skip
-    out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "seq-mean-token-sum"}))
+    out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "seq-mean-token-sum",
+                                 "entropy_loss_coef": 0.01}))  # fmt: skip
+    out.append(("actor_worker", {"max_len_mask": True, "entropy_loss_coef": 0.01}))
     out.append(("actor_worker", {"max_len_mask": True, "loss_agg_mode": "seq-mean-token-sum-norm"}))
-    for variant in ("vanilla", "cispo", "tis"):  # pg_variant ppo is ActorWorker in roll-viz
+    for variant in ("vanilla", "cispo", "tis", "topr", "kimi15"):  # ppo: ActorWorker here
         for agg in ("seq-mean-token-mean", "token-mean"):
             out.append(("actor_pg_worker", {"pg_variant": variant, "loss_agg_mode": agg,
                                             "max_len_mask": True}))  # fmt: skip

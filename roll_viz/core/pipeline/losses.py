@@ -352,6 +352,9 @@ class LossSpec:
     # train/rollout mismatch correction (OpenRLHF is_correction_*): level, mode, gating, low, high
     is_correction: tuple[str, str, str, float, float] | None = None
     ratio_vs_rollout: bool = False  # the ratio's denominator is mu (OpenRLHF gspo + correction)
+    # ROLL token-mean (agg_loss sums loss_mat unmasked): kimi15's regulariser on the tokens of
+    # samples its sample-level mask dropped (metric_mask minus response_mask) still counts
+    unmasked_token_sum: bool = False
     # the sampler's IS ratio (TRL vllm_importance_sampling_*): mode, clip min, clip max
     sampler_is: tuple[str, float | None, float | None] | None = None
 
@@ -397,6 +400,7 @@ def loss_from_spec(
     policy_mask: Tensor | None = None,
     policy_weights: Tensor | None = None,
     metric_mask: Tensor | None = None,
+    entropy_mask: Tensor | None = None,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
@@ -433,6 +437,8 @@ def loss_from_spec(
         metric_mask: (B, T) 0/1 mask the dialect's metric function may read as
             ``MetricContext.metric_mask`` (ROLL: the response mask before its sample-level mask,
             over which it logs some metrics); the loss does not use it.
+        entropy_mask: (B, T) 0/1 mask of the entropy term in place of ``response_mask`` (ROLL
+            aggregates its entropy over the unmasked ``response_mask``).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -458,9 +464,14 @@ def loss_from_spec(
         ref = _as_input("ref_logprobs", ref_logprobs, shape, mask, keep_grad=False)
     if spec.kl_on and not spec.kl_zero and ref is None:
         raise ValueError("ref_logprobs: needed for the KL loss term")
-    ent = None
+    ent, ent_m = None, m
+    if entropy_mask is not None:
+        ent_bool = torch.as_tensor(entropy_mask).detach() > 0
+        if tuple(ent_bool.shape) != shape:
+            raise ValueError(f"entropy_mask: expected shape {shape}, got {tuple(ent_bool.shape)}")
+        ent_m = ent_bool.to(F64)
     if entropy is not None:
-        ent = _as_input("entropy", entropy, shape, mask, keep_grad=True)
+        ent = _as_input("entropy", entropy, shape, ent_m > 0, keep_grad=True)
     if spec.entropy_coef != 0 and ent is None:
         raise ValueError("entropy: needed when the entropy coefficient is not 0")
 
@@ -644,6 +655,26 @@ def loss_from_spec(
         g_policy = w_eff * dl_dr * r * (seq_mean <= spec.clamp).to(F64)
     if seq_policy is None:
         policy = (w_eff * pg).sum()
+    outside = None if metric_bool is None else metric_bool & ~mask
+    if (
+        spec.kind == "kimi"
+        and spec.unmasked_token_sum
+        and modes["policy"][0] == "token-mean"
+        and outside is not None
+        and bool(outside.any())
+    ):
+        lp_out = _as_input("logprobs", logprobs, shape, outside, keep_grad=True)
+        d_out = lp_out - _as_input("old_logprobs", old_logprobs, shape, outside, False)
+        w_out = outside.to(F64) / m.sum().clamp(min=1.0) * row_w
+        reg = 0.5 * spec.kimi_tau * d_out**2
+        policy = policy + (w_out * reg).sum()
+        g_policy = g_policy + w_out * spec.kimi_tau * d_out.detach()
+        extra["kimi_outside_unit"] = reg.detach()
+        notes.append(
+            "ROLL token-mean sums loss_mat without the mask: kimi15's tau/2 d^2 on the "
+            f"{int(outside.sum())} tokens of dropped samples adds to the loss, divided by the "
+            "final mask's token count"
+        )
 
     # ---- KL term (on response_mask: a policy_mask narrows the policy term only)
     pol_mask, pol_m = mask, m
@@ -683,7 +714,7 @@ def loss_from_spec(
     # ---- entropy term
     ent_term = None
     if ent is not None:
-        ent_mask = m if "entropy_kept" not in extra else extra["entropy_kept"].to(F64)
+        ent_mask = ent_m if "entropy_kept" not in extra else extra["entropy_kept"].to(F64)
         ent_term = aggregate(ent, ent_mask, *modes["entropy"])
     # ---- value term (separate critic)
     value_term, vf_clipped = None, None
@@ -712,6 +743,8 @@ def loss_from_spec(
     }
     if policy_mask is not None:
         per_token["policy_mask"] = pol_mask
+    if "kimi_outside_unit" in extra:  # ROLL kimi15 token-mean: dropped samples' tokens too
+        per_token["grad_coef"] = torch.where(mask | outside, grad_coef, 0.0)
     if kl_tok is not None:
         per_token["kl"] = kl_tok.detach()
     for name, value in extra.items():

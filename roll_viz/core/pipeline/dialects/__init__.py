@@ -253,5 +253,6 @@ def policy_loss(
         rollout_logprobs=rollout_logprobs,
         difficulty=difficulty,
         metric_mask=metric_mask,
+        entropy_mask=metric_mask,  # ROLL: the entropy term over the unmasked response_mask
         **bypass,
     )

@@ -23,6 +23,7 @@ logged metrics side by side), so a reader checks the framework against one file.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -575,8 +576,8 @@ def final_response_mask(
     notes.append(
         f"sample-level mask: {dropped} of {keep.numel()} samples dropped; the loss runs on "
         "final_response_mask = response_mask * keep with advantages 0 outside it "
-        "(compute_advantage ran on it); approxkl, policykl, ratio_* and clipfrac are logged "
-        "over the unmasked response_mask"
+        "(compute_advantage ran on it); the entropy term and approxkl, policykl, ratio_* and "
+        "clipfrac run over the unmasked response_mask"
     )
     return mask * keep[:, None], adv, mask
 
@@ -646,7 +647,9 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     if variant == "kimi15":
         tau = cfg["kimi15_tau"]
         notes.append(f"pg_variant kimi15: loss = -A * logp + {tau:g}/2 * (logp - old)^2")
-        return LossSpec(kind="kimi", level="token", clamp=None, kimi_tau=tau, **kwargs)
+        return LossSpec(
+            kind="kimi", level="token", clamp=None, kimi_tau=tau, unmasked_token_sum=True, **kwargs
+        )
     if variant in ("cispo", "tis"):
         if variant == "cispo":
             lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
@@ -693,6 +696,8 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         "actor/weighted_pg_loss": ctx.item("policy"),
         "actor/total_loss": ctx.total.detach().item(),
     }
+    if "kimi_outside_unit" in ctx.extra:  # kimi15 token-mean: the dropped samples' regulariser
+        out["actor/pg_loss"] += ctx.extra["kimi_outside_unit"].sum().item() / max(m.sum().item(), 1)
     for name, x, x_final in (
         ("actor/approxkl", 0.5 * um.d * um.d, 0.5 * ctx.d * ctx.d),
         ("actor/policykl", um.d, ctx.d),
@@ -821,11 +826,15 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         pos_rows = positive.to(F64)[:, None]
         neg_rows = 1.0 - pos_rows
         w_pos, w_neg = spec.topr_weights
-        weighted = {"positive": ctx.agg(ctx.pg * pos_rows), "negative": ctx.agg(ctx.pg * neg_rows)}
+        # over the unmasked response_mask (A = 0 on the dropped samples' tokens)
+        weighted = {"positive": um.agg(ctx.pg * pos_rows), "negative": um.agg(ctx.pg * neg_rows)}
         for side, weight in (("positive", w_pos), ("negative", w_neg)):
             out[f"actor/topr_weighted_{side}_loss"] = weighted[side]
+            final = ctx.agg(ctx.pg * (pos_rows if side == "positive" else neg_rows))
+            um.note(f"actor/topr_weighted_{side}_loss", final)
             if weight != 0:
                 out[f"actor/topr_{side}_loss"] = weighted[side] / weight
+                um.note(f"actor/topr_{side}_loss", final / weight)
         out["actor/topr_positive_samples"] = n_pos
         out["actor/topr_negative_samples"] = float(B) - n_pos
         out["actor/topr_positive_ratio"] = n_pos / (B + 1e-8)
@@ -841,8 +850,8 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["actor/topr_positive_weight"] = spec.topr_weights[0]
         out["actor/topr_negative_weight"] = spec.topr_weights[1]
     elif variant == "kimi15":
-        log_ratio = torch.where(
-            ctx.mask, torch.log(ctx.r + 1e-8), torch.log(torch.tensor(1.0 + 1e-8, dtype=F64))
+        log_ratio = torch.where(  # every unmasked token, the dropped samples' included
+            um.mask, torch.log(um.token_ratio() + 1e-8), math.log(1.0 + 1e-8)
         )
         grad_mag = (ctx.adv * log_ratio).abs().mean().item()
         reg_mag = (spec.kimi_tau * log_ratio.pow(2) * 0.5).mean().item()
