@@ -233,7 +233,7 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
             "ratio r per token<br>r = exp(log pi - log pi_old)",
             "clip fraction<br>per epoch",
         ),
-        horizontal_spacing=0.12,
+        horizontal_spacing=0.16,
     )
     valid = mask.bool()
     for i, e in enumerate(epochs):
@@ -288,10 +288,19 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
     fig.update_xaxes(title_text="r", row=1, col=1)
     fig.update_yaxes(title_text="tokens", row=1, col=1)
     fig.update_yaxes(title_text="share of tokens", tickformat=".0%", range=[0, 1], row=1, col=2)
-    # one title per panel (no figure title above them to collide with)
+    # one title per panel (no figure title above them to collide with); the legend sits under
+    # the panels, so in a half-width column both panels keep the width their titles need
     fig.update_layout(
-        height=400,
-        margin={"l": 60, "r": 20, "t": 80, "b": 45},
+        height=420,
+        margin={"l": 60, "r": 50, "t": 80, "b": 70},
+        legend={
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 0,
+            "yref": "container",
+            "yanchor": "bottom",
+        },
         plot_bgcolor="rgba(0,0,0,0)",
         paper_bgcolor="rgba(0,0,0,0)",
     )
