@@ -3,7 +3,8 @@
 At the projector's size (1280 x 720, ``present=true&hide=sidebar``) the Teacher page paints the
 preset's recorded teacher at once: its token chips start in the first screen and nothing runs off
 the right edge. On Advantages the group-health row sits above the batch and its switch opens the
-page's numbers under both eras. The screenshots stay with the test's temporary files.
+page's numbers under both eras. The screenshots stay with the test's temporary files, except
+the README's ``13_teacher.png``: the whole page on the preset's recorded teacher (no model run).
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ def test_teacher_page_paints_the_recorded_teacher(projector, server, tmp_path):
     width = projector.evaluate("() => document.documentElement.scrollWidth")
     assert width <= WIDTH
     assert projector.get_by_text("recorded with the preset").count() == 1
+
+
+def test_teacher_page_readme_screenshot(page, server, shots):
+    sp.goto(page, f"{server}/{nav.url_path('teacher')}?preset=arithmetic", 240_000)
+    assert sp.exceptions(page) == []
+    assert page.get_by_text("recorded with the preset").count() == 1
+    page.locator(".js-plotly-plot").first.wait_for()
+    sp.full_page_screenshot(page, str(shots / "13_teacher.png"))
 
 
 def test_era_switch_opens_the_page_numbers(projector, server, tmp_path):
