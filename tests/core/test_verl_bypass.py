@@ -60,7 +60,7 @@ def test_reinforce_with_token_tis():
     r = run({"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 2.0})
     want = -(1.0 * -1.0 * E02 + 1.0 * -0.5 * 1.0 + -0.5 * -0.2 * 2.0) / 3
     assert r.total.item() == pytest.approx(want, abs=1e-12)
-    assert set(r.metrics) == {"actor/pg_loss", "actor/ppo_kl"}
+    assert {k for k in r.metrics if "rollout_corr/" not in k} == {"actor/pg_loss", "actor/ppo_kl"}
     assert r.metrics["actor/ppo_kl"] == pytest.approx(-1 / 3, abs=1e-12)
     grad = r.per_token["grad_coef"]
     assert grad[0, 0].item() == pytest.approx(-E02 / 3, abs=1e-12)
@@ -154,3 +154,21 @@ def test_rejection_rule_without_threshold_is_refused():
         run({"rollout_rs": "token_k2"})
     with pytest.raises(ValueError, match="rollout_rs_threshold"):
         run({"rollout_rs": "token_k2", "rollout_rs_threshold": "0.5_2.0"})
+
+
+def test_off_policy_gap_metrics_under_verl_names():
+    """compute_offpolicy_metrics on the current log-prob against mu (whole response mask):
+    kl = mean(mu - pi) = -1/3, k3_kl = mean(e^d - d - 1), row means of log pi -0.75 / -0.2 and of
+    log mu -0.85 / -1.0, chi2_seq = mean(e^(2 * row sum d)) - 1 (row means divide by count +
+    1e-8, as verl's masked_mean)."""
+    r = run({"rollout_rs": "token_k1", "rollout_rs_threshold": 2.0})  # the gap ignores rejection
+    gap = {k.rsplit("/", 1)[-1]: v for k, v in r.metrics.items() if "rollout_corr/" in k}
+    assert gap["kl"] == pytest.approx(-1 / 3, abs=1e-7)
+    assert gap["k3_kl"] == pytest.approx((E02 - 1.2 + E08 - 1.8) / 3, abs=1e-7)
+    assert gap["training_ppl"] == pytest.approx((math.exp(0.75) + math.exp(0.2)) / 2, abs=1e-7)
+    assert gap["rollout_log_ppl"] == pytest.approx((0.85 + 1.0) / 2, abs=1e-7)
+    assert gap["log_ppl_diff"] == pytest.approx(-0.45, abs=1e-7)
+    assert gap["log_ppl_diff_min"] == pytest.approx(-0.8, abs=1e-7)
+    assert gap["ppl_ratio"] == pytest.approx((math.exp(-0.1) + math.exp(-0.8)) / 2, abs=1e-7)
+    assert gap["chi2_token"] == pytest.approx((E02**2 + 1 + E08**2) / 3 - 1, abs=1e-7)
+    assert gap["chi2_seq"] == pytest.approx((math.exp(0.4) + math.exp(1.6)) / 2 - 1, abs=1e-7)

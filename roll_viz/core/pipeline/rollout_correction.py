@@ -414,6 +414,50 @@ def verl_correction(
     )  # fmt: skip
 
 
+def verl_offpolicy_metrics(train: Tensor, mu: Tensor, mask: Tensor) -> dict[str, float]:
+    """The train / rollout gap of verl ``compute_offpolicy_metrics``, under verl's names.
+
+    ``train`` is the trainer's log-prob (bypass_mode: the current one), ``mu`` the sampler's;
+    per-row means are over each row's tokens (an empty row gives 0, as verl's masked_mean with
+    its 1e-8) and the batch means are over every row. kl = mean(mu - train), k3_kl =
+    mean(exp(d) - d - 1) with d = train - mu, *_ppl = mean over rows of exp(-row mean log-prob),
+    log_ppl_diff = row mean of mu - row mean of train, chi2_token = mean(exp(clamp(d))^2) - 1,
+    chi2_seq = mean over rows of exp(2 clamp(row sum d)) - 1 (clamps +-20).
+
+    Raises:
+        ValueError: no valid token (verl asserts one).
+    """
+    m, t, u = _prep(mask, train, mu)
+    mf = m.to(F64)
+    if not bool(m.any()):
+        raise ValueError("verl_offpolicy_metrics: response_mask has no valid token")
+    n = mf.sum()
+
+    def row_mean(x: Tensor) -> Tensor:
+        return _row_sum(x, mf) / (mf.sum(-1) + 1e-8)
+
+    d = t - u
+    mean_t, mean_u = row_mean(t), row_mean(u)
+    diff = mean_u - mean_t
+    rho = torch.exp(d.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+    seq = _row_sum(d, mf).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    return {
+        "training_ppl": float(torch.exp(-mean_t).mean()),
+        "training_log_ppl": float((-mean_t).mean()),
+        "kl": float(_row_sum(u - t, mf).sum() / n),
+        "k3_kl": float(((torch.exp(d) - d - 1.0) * mf).sum() / n),
+        "rollout_ppl": float(torch.exp(-mean_u).mean()),
+        "rollout_log_ppl": float((-mean_u).mean()),
+        "log_ppl_diff": float(diff.mean()),
+        "log_ppl_abs_diff": float(diff.abs().mean()),
+        "log_ppl_diff_max": float(diff.max()),
+        "log_ppl_diff_min": float(diff.min()),
+        "ppl_ratio": float(torch.exp(diff).mean()),
+        "chi2_token": float((rho * rho * mf).sum() / n - 1.0),
+        "chi2_seq": float(torch.exp(2.0 * seq).mean() - 1.0),
+    }
+
+
 #: verl's ``RolloutCorrectionConfig`` presets (decoupled mode), their defaults
 VERL_PRESETS: dict[str, dict[str, Any]] = {
     "token-TIS": {"rollout_is": "token", "rollout_is_threshold": 2.0},

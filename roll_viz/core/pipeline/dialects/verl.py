@@ -863,6 +863,10 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
     if mode == "bypass_mode":
         _bypass_pg_note(ctx)
+        full = ctx.full_mask
+        mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
+        gap = rc.verl_offpolicy_metrics(ctx.logp, mu, full)
+        out.update({f"actor/rollout_corr/{k}": v for k, v in gap.items()})
         mode = "gpg" if ctx.cfg["loss_type"] == "reinforce" else "vanilla"
         if mode == "gpg":  # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
             out["actor/ppo_kl"] = ctx.token_mean(-ctx.d)
