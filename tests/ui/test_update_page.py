@@ -15,6 +15,14 @@ from tests.ui import apptest
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
 
 
+@pytest.fixture(autouse=True)
+def _reset_adapter_after():
+    """AppTests share one session id: leave the session's adapter at step 0 for the next test."""
+    yield
+    at = apptest.open_page("update", **LIVE)
+    at.button(key=upd.KEY_RESET).click().run()
+
+
 def open_page(**params: str) -> AppTest:
     at = apptest.open_page("update", **params)
     assert not at.error, [e.value for e in at.error]  # page_guard turns errors into st.error

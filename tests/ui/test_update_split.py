@@ -24,12 +24,21 @@ SPLIT = re.compile(
 )
 
 
-@pytest.fixture(autouse=True)
-def _reset_adapter_after():
-    """AppTests share one session id: reset the session's adapter after each test."""
-    yield
+def _reset_adapter() -> None:
     at = apptest.open_page("update", **LIVE)
     at.button(key=upd.KEY_RESET).click().run()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_adapter():
+    """AppTests share one session id: start and leave each test with the adapter at step 0.
+
+    Before as well as after: an earlier module's test (the Update page's own) may have left a
+    step in the session's adapter, and these tests count steps.
+    """
+    _reset_adapter()
+    yield
+    _reset_adapter()
 
 
 def open_page(**params: str) -> AppTest:
