@@ -63,8 +63,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
 #: Metric-name prefixes a framework logs that roll-viz does not print, and why.
 NOT_PRINTED_PREFIX: dict[str, dict[str, str]] = {
     "verl": {
-        "actor/rollout_corr/rollout_is_": "bypass_mode's IS-weight statistics: the mismatch "
-        "lab shows the weights; the calculator prints the loss's metrics and the off-policy gap",
         "actor/rollout_corr/rollout_rs_": "bypass_mode's rejection statistics: the mismatch lab "
         "shows the masks; the calculator prints the loss's metrics and the off-policy gap",
     },

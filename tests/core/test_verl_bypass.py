@@ -172,3 +172,19 @@ def test_off_policy_gap_metrics_under_verl_names():
     assert gap["ppl_ratio"] == pytest.approx((math.exp(-0.1) + math.exp(-0.8)) / 2, abs=1e-7)
     assert gap["chi2_token"] == pytest.approx((E02**2 + 1 + E08**2) / 3 - 1, abs=1e-7)
     assert gap["chi2_seq"] == pytest.approx((math.exp(0.4) + math.exp(1.6)) / 2 - 1, abs=1e-7)
+
+
+def test_is_weight_statistics_under_verl_names():
+    """Token TIS (threshold 2) on pi / mu = [1.2214, 1, 2.2255]: w = [1.2214, 1, 2]; mean 4.2214/3,
+    one token above 2, max 2, min 1; row means of w 1.1107 and 2 (seq_max_deviation 1.0), of the
+    raw weights 1.1107 and 2.2255 (one row above 2)."""
+    r = run({"loss_type": "reinforce", "rollout_is": "token", "rollout_is_threshold": 2.0})
+    got = {k.rsplit("/", 1)[-1]: v for k, v in r.metrics.items() if "rollout_corr/" in k}
+    assert got["rollout_is_mean"] == pytest.approx((E02 + 1 + 2) / 3, abs=1e-7)
+    assert got["rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3, abs=1e-7)
+    assert got["rollout_is_ratio_fraction_low"] == 0.0
+    assert (got["rollout_is_max"], got["rollout_is_min"]) == (2.0, 1.0)
+    assert got["rollout_is_seq_mean"] == pytest.approx(((E02 + 1) / 2 + 2) / 2, abs=1e-7)
+    assert got["rollout_is_seq_max_deviation"] == pytest.approx(1.0, abs=1e-7)
+    assert got["rollout_is_seq_fraction_high"] == 0.5
+    assert "rollout_is_batch_norm_factor" not in got

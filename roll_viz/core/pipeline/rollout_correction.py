@@ -458,6 +458,84 @@ def verl_offpolicy_metrics(train: Tensor, mu: Tensor, mask: Tensor) -> dict[str,
     }
 
 
+def verl_is_metrics(
+    train: Tensor,
+    mu: Tensor,
+    mask: Tensor,
+    rollout_is: str,
+    threshold: Any,
+    batch_normalize: bool = False,
+) -> dict[str, float]:
+    """The IS-weight statistics of verl ``compute_rollout_correction_weights`` (its names).
+
+    Computed on the weights before batch normalisation, over the whole response mask; masked
+    means divide by count + 1e-8 as verl's. Sequence level: ``rollout_is_max`` / ``_min`` and the
+    ratio fractions read the per-row log-ratio sums of every row (an empty row sums to 0, ratio
+    1); the ``rollout_is_seq_*`` statistics are per-row means of the weights over every row (an
+    empty row gives 0, so ``seq_max_deviation`` is at least 1 with one).
+    """
+    upper, lower = parse_verl_is_threshold(threshold)
+    m, t, u = _prep(mask, train, mu)
+    mf = m.to(F64)
+    n = mf.sum()
+
+    def mmean(x: Tensor) -> Tensor:
+        return (x.to(F64) * mf).sum() / (n + 1e-8)
+
+    def row_mean(x: Tensor) -> Tensor:
+        return _row_sum(x, mf) / (mf.sum(-1) + 1e-8)
+
+    log_ratio = t - u
+    if rollout_is == "token":
+        for_metrics = log_ratio
+        raw = torch.exp(log_ratio.clamp(-SAFETY_BOUND, SAFETY_BOUND)) * mf
+    else:
+        for_metrics = _row_sum(log_ratio, mf).unsqueeze(-1)
+        raw = torch.exp(for_metrics.clamp(-SAFETY_BOUND, SAFETY_BOUND)).expand_as(mf) * mf
+    if lower is None:
+        w = raw.clamp(max=upper)
+    else:
+        w = torch.where((raw >= lower) & (raw <= upper), raw, 0.0)
+    lo = 1.0 / upper if lower is None else lower
+    out: dict[str, float] = {"rollout_is_mean": float(mmean(w))}
+    if rollout_is == "sequence":
+        out["rollout_is_max"] = math.exp(min(float(for_metrics.max()), SAFETY_BOUND))
+        out["rollout_is_min"] = math.exp(float(for_metrics.min()))
+        out["rollout_is_ratio_fraction_high"] = float(
+            (for_metrics > math.log(upper)).double().mean()
+        )
+        out["rollout_is_ratio_fraction_low"] = float((for_metrics < math.log(lo)).double().mean())
+    else:
+        out["rollout_is_ratio_fraction_high"] = float(mmean(raw > upper))
+        out["rollout_is_ratio_fraction_low"] = float(mmean(raw < lo))
+        out["rollout_is_max"] = float(w[m].max())
+        out["rollout_is_min"] = float(w[m].min())
+    clamped = w.clamp(min=0.0, max=upper)
+    var = mmean(clamped * clamped) - mmean(clamped) ** 2
+    out["rollout_is_std"] = float(torch.sqrt(var.clamp(min=0.0))) if float(n) > 1 else 0.0
+    normed = clamped / (mmean(clamped) + 1e-8)
+    out["rollout_is_eff_sample_size"] = float(1.0 / mmean(normed * normed))
+    seq = row_mean(w)
+    out["rollout_is_seq_mean"] = float(seq.mean())
+    out["rollout_is_seq_std"] = float(seq.std()) if seq.numel() > 1 else 0.0
+    out["rollout_is_seq_max"] = float(seq.max())
+    out["rollout_is_seq_min"] = float(seq.min())
+    out["rollout_is_seq_max_deviation"] = float((seq - 1.0).abs().max())
+    raw_seq = row_mean(raw)
+    out["rollout_is_seq_fraction_high"] = float((raw_seq > upper).double().mean())
+    out["rollout_is_seq_fraction_low"] = float((raw_seq < lo).double().mean())
+    if lower is not None:
+        out["rollout_is_oob_ratio"] = float(mmean((raw < lower) | (raw > upper)))
+    if batch_normalize:
+        if rollout_is == "token":
+            factor = mmean(w)
+        else:
+            rows = (mf.sum(-1) > 0).to(F64)
+            factor = (seq * rows).sum() / rows.sum().clamp(min=1e-8)
+        out["rollout_is_batch_norm_factor"] = float(factor) if float(factor) > 1e-8 else 1.0
+    return out
+
+
 #: verl's ``RolloutCorrectionConfig`` presets (decoupled mode), their defaults
 VERL_PRESETS: dict[str, dict[str, Any]] = {
     "token-TIS": {"rollout_is": "token", "rollout_is_threshold": 2.0},

@@ -866,6 +866,11 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         full = ctx.full_mask
         mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
         gap = rc.verl_offpolicy_metrics(ctx.logp, mu, full)
+        if ctx.cfg["rollout_is"] is not None:
+            gap |= rc.verl_is_metrics(
+                ctx.logp, mu, full, ctx.cfg["rollout_is"], ctx.cfg["rollout_is_threshold"],
+                ctx.cfg["rollout_is_batch_normalize"],
+            )  # fmt: skip
         out.update({f"actor/rollout_corr/{k}": v for k, v in gap.items()})
         mode = "gpg" if ctx.cfg["loss_type"] == "reinforce" else "vanilla"
         if mode == "gpg":  # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
