@@ -15,7 +15,7 @@ PLOTS = ".js-plotly-plot"
 
 
 @pytest.mark.browser
-def test_training_page_sampler_and_loss_option(page, server, shots):
+def test_training_page_sampler_and_loss_option(page, server, tmp_path):
     link = (
         f"{server}/{nav.url_path('training')}?tab={quote('Train live')}&fw=openrlhf&tr_steps=2"
         f"&tr_loss={quote('is_correction_level: token')}&tr_sampler=int8"
@@ -33,7 +33,9 @@ def test_training_page_sampler_and_loss_option(page, server, shots):
     page.locator(PLOTS).first.wait_for()
     assert sp.exceptions(page) == []
     assert page.get_by_text("sampler gap: mean |log pi_old - log mu|").count() >= 1
-    sp.full_page_screenshot(page, str(shots / "10_training_mu.png"))
+    # a 2-step run on the tiny test model (its answers are not words): looked at, not a README
+    # image, so it goes to the test's own folder even under ``make screenshots``
+    sp.full_page_screenshot(page, str(tmp_path / "10_training_mu.png"))
 
 
 @pytest.mark.browser
