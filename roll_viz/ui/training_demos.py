@@ -215,6 +215,31 @@ def _overlay_toggle(live: bool, has_recording: bool, key: str) -> bool:
 # The tabs
 
 
+def _pair_runs(
+    labels: Sequence[str], recordings: Sequence[TrainRun]
+) -> tuple[list[TrainRun], tuple[int, ...]] | None:
+    """A pair tab's runs: the live ones (their status lines drawn) then the recordings shown.
+
+    Returns:
+        (runs, the indices drawn faint: the recordings when live runs exist), or None after
+        telling the user there is nothing to draw yet.
+    """
+    table = demo_runners(labels)
+    for slot, runner in table:
+        tr.status_line(runner, slot)
+    runs = [runner.run() for _, runner in table]
+    faint = tuple(range(len(runs), len(runs) + len(recordings))) if runs else ()
+    runs += recordings
+    if not runs:
+        st.info("Train them live or show the recorded pair.", icon=":material/info:")
+        return None
+    if not any(r.steps for r in runs):
+        st.info("No steps yet: the curves appear after the first step.",
+                icon=":material/hourglass:")  # fmt: skip
+        return None
+    return runs, faint
+
+
 def adaptive_tab(state: AppState, refresh: float | None) -> None:
     """Tab: beta adapting to a target KL on the real KL of each step (a closed loop)."""
     live = bool(demo_runners([ADAPTIVE_LIVE]))
@@ -283,22 +308,10 @@ def local_global_tab(state: AppState, refresh: float | None) -> None:
 
     @st.fragment(run_every=refresh)
     def local_global_panel() -> None:
-        table = demo_runners(LOCAL_GLOBAL_LIVE)
-        for slot, runner in table:
-            tr.status_line(runner, slot)
-        runs = [runner.run() for _, runner in table]
-        faint: tuple[int, ...] = ()
-        if show and recordings:
-            if runs:
-                faint = tuple(range(len(runs), len(runs) + len(recordings)))
-            runs += recordings
-        if not runs:
-            st.info("Train them live or show the recorded pair.", icon=":material/info:")
+        pair = _pair_runs(LOCAL_GLOBAL_LIVE, recordings if show else [])
+        if pair is None:
             return
-        if not any(r.steps for r in runs):
-            st.info("No steps yet: the curves appear after the first step.",
-                    icon=":material/hourglass:")  # fmt: skip
-            return
+        runs, faint = pair
         plot(training_charts.local_global_curves(runs, faint=faint), key="tr_lg_curves")
         st.dataframe(training_charts.scale_table(runs), hide_index=True, width="stretch")
 
@@ -338,22 +351,10 @@ def era_tab(state: AppState, refresh: float | None) -> None:
 
     @st.fragment(run_every=refresh)
     def era_panel() -> None:
-        table = demo_runners(ERA_LIVE)
-        for slot, runner in table:
-            tr.status_line(runner, slot)
-        runs = [runner.run() for _, runner in table]
-        faint: tuple[int, ...] = ()
-        if show and recordings:
-            if runs:
-                faint = tuple(range(len(runs), len(runs) + len(recordings)))
-            runs += recordings
-        if not runs:
-            st.info("Train them live or show the recorded pair.", icon=":material/info:")
+        pair = _pair_runs(ERA_LIVE, recordings if show else [])
+        if pair is None:
             return
-        if not any(r.steps for r in runs):
-            st.info("No steps yet: the curves appear after the first step.",
-                    icon=":material/hourglass:")  # fmt: skip
-            return
+        runs, faint = pair
         fig = training_charts.training_curves(runs, ERA_PANELS, per_prompt=False, faint=faint)
         plot(fig, key="tr_era_curves")
 
