@@ -60,14 +60,6 @@ NOT_PRINTED: dict[str, dict[str, str]] = {
     "trl": {},
 }
 
-#: Metric-name prefixes a framework logs that roll-viz does not print, and why.
-NOT_PRINTED_PREFIX: dict[str, dict[str, str]] = {
-    "verl": {
-        "actor/rollout_corr/rollout_rs_": "bypass_mode's rejection statistics: the mismatch lab "
-        "shows the masks; the calculator prints the loss's metrics and the off-policy gap",
-    },
-}
-
 SAMPLE_MASK_KEYS = ("max_len_mask", "difficulty_mask", "error_max_len_clip")
 
 
@@ -180,8 +172,6 @@ def compare(framework: str, vector: dict, result, grad: torch.Tensor, *, loss=No
     for name, value in metrics.items():
         name = untagged(name)
         if name in NOT_PRINTED[framework]:
-            continue
-        if any(name.startswith(p) for p in NOT_PRINTED_PREFIX.get(framework, {})):
             continue
         if name not in result.metrics:
             msgs.append(f"metric {name} not printed")

@@ -188,3 +188,21 @@ def test_is_weight_statistics_under_verl_names():
     assert got["rollout_is_seq_max_deviation"] == pytest.approx(1.0, abs=1e-7)
     assert got["rollout_is_seq_fraction_high"] == 0.5
     assert "rollout_is_batch_norm_factor" not in got
+
+
+def test_rejection_statistics_under_verl_names():
+    """token_k1 with threshold 2 (log bounds -+0.693): k1 = log mu - log pi = [-0.2, 0, -0.8];
+    one token (row 1) rejected; row means of k1 -0.1 and -0.8."""
+    r = run({"rollout_rs": "token_k1", "rollout_rs_threshold": 2.0})
+    got = {k.rsplit("/", 1)[-1]: v for k, v in r.metrics.items() if "rollout_corr/" in k}
+    rule = "rollout_rs_token_k1"
+    assert got[f"{rule}_mean"] == pytest.approx(-1 / 3, abs=1e-7)
+    assert (got[f"{rule}_max"], got[f"{rule}_min"]) == pytest.approx((0.0, -0.8), abs=1e-12)
+    assert got[f"{rule}_fraction_high"] == 0.0
+    assert got[f"{rule}_fraction_low"] == pytest.approx(1 / 3, abs=1e-7)
+    assert got[f"{rule}_seq_mean"] == pytest.approx(-0.45, abs=1e-7)
+    assert got[f"{rule}_seq_max_deviation"] == pytest.approx(0.8, abs=1e-7)
+    assert got[f"{rule}_seq_fraction_low"] == 0.5
+    assert got[f"{rule}_masked_fraction"] == pytest.approx(1 / 3, abs=1e-7)
+    assert got["rollout_rs_masked_fraction"] == pytest.approx(1 / 3, abs=1e-7)
+    assert got["rollout_rs_seq_masked_fraction"] == 0.5

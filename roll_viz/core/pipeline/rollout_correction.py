@@ -38,10 +38,13 @@ without each correction on the same tokens.
 Effective sample size (``effective_sample_size``): ESS = (sum w)^2 / (n sum w^2) over the n
 valid tokens, in (0, 1], 1 when every weight is equal. verl logs the same quantity as
 ``rollout_corr/rollout_is_eff_sample_size`` = 1 / mean((w / mean w)^2) after clamping w to
-[0, threshold] and adding 1e-8 to the mean (``verl_ess``).
+[0, threshold] and adding 1e-8 to the mean (``verl_ess``). The whole set verl logs under
+``rollout_corr/`` (``verl_offpolicy_metrics``, ``verl_is_metrics``, ``verl_rs_metrics``) is
+printed by the verl dialect's ``bypass_mode``.
 
-Size: the four frameworks' corrections and verl's threshold parsers sit in one file so that each
-rule reads next to the ones the page compares it with, all returning the same ``Correction``.
+Size: the four frameworks' corrections, verl's threshold parsers and its logged statistics sit in
+one file so that each rule reads next to the ones the page compares it with, all returning the
+same ``Correction``.
 """
 
 from __future__ import annotations
@@ -533,6 +536,87 @@ def verl_is_metrics(
             rows = (mf.sum(-1) > 0).to(F64)
             factor = (seq * rows).sum() / rows.sum().clamp(min=1e-8)
         out["rollout_is_batch_norm_factor"] = float(factor) if float(factor) > 1e-8 else 1.0
+    return out
+
+
+def verl_rs_metrics(
+    train: Tensor, mu: Tensor, mask: Tensor, rollout_rs: str, threshold: Any
+) -> dict[str, float]:
+    """The rejection statistics of verl ``compute_rollout_rejection_mask`` (its names).
+
+    Per rule (``rollout_rs_<rule>_*``): the statistic's token-weighted mean (a sequence rule's
+    row value on each of its tokens), max / min and the fractions beyond the thresholds (per
+    valid row for sequence rules, per token else; k1 rules compare with log thresholds), a std
+    of the statistic clamped to the thresholds, per-row statistics over the rows with a token,
+    and the token / row fractions it rejects; then ``rollout_rs_masked_fraction`` (tokens) and
+    ``rollout_rs_seq_masked_fraction`` (rows with a rejected token over every row, empty ones
+    included). Masked means divide by count + 1e-8 as verl's.
+    """
+    options = list(dict.fromkeys(o.strip() for o in str(rollout_rs).split(",") if o.strip()))
+    bounds = parse_verl_rs_threshold(options, threshold)
+    m, t, u = _prep(mask, train, mu)
+    mf = m.to(F64)
+    n = mf.sum()
+    valid = mf.sum(-1) > 0
+
+    def mmean(x: Tensor) -> Tensor:
+        return (x.to(F64) * mf).sum() / (n + 1e-8)
+
+    def fraction(x: Tensor) -> float:
+        return float(x.double().mean())
+
+    d = (t - u).clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    tokens = {"k1": -d, "k2": 0.5 * d * d, "k3": torch.exp(d) - 1.0 - d}
+    out: dict[str, float] = {}
+    final = torch.ones_like(mf)
+    for option in options:
+        lower, upper = bounds[option]
+        k1 = option.endswith("k1")
+        hi = math.log(upper) if k1 else upper
+        lo = math.log(lower) if k1 else 0.0
+        est = tokens[option[-2:]]
+        if option.startswith("token"):
+            stat, seq = est, _row_sum(est, mf) / (mf.sum(-1) + 1e-8)
+        else:
+            if option.startswith("seq_sum"):
+                seq = _row_sum(est, mf)
+            elif option.startswith("seq_mean"):
+                seq = _row_sum(est, mf) / (mf.sum(-1) + 1e-8)
+            else:
+                top = est.masked_fill(~m, -math.inf).max(-1).values
+                seq = torch.where(torch.isinf(top), 0.0, top)
+            stat = seq.unsqueeze(-1).expand_as(mf)
+        keep = (stat >= lo) & (stat <= hi) if k1 else stat <= hi
+        final = final * keep.to(F64)
+        rows = seq[valid]
+        name = f"rollout_rs_{option}"
+        out[f"{name}_mean"] = float(mmean(stat))
+        token_level = option.startswith("token") or rows.numel() == 0
+        pool = stat[m] if token_level else rows
+        out[f"{name}_max"], out[f"{name}_min"] = float(pool.max()), float(pool.min())
+        out[f"{name}_fraction_high"] = (
+            float(mmean(stat > hi)) if token_level else fraction(rows > hi)
+        )
+        low = (float(mmean(stat < lo)) if token_level else fraction(rows < lo)) if k1 else 0.0
+        out[f"{name}_fraction_low"] = low
+        clamped = stat.clamp(min=lo, max=hi)
+        var = mmean(clamped * clamped) - mmean(clamped) ** 2
+        out[f"{name}_std"] = float(torch.sqrt(var.clamp(min=0.0))) if float(n) > 1 else 0.0
+        if rows.numel():
+            out[f"{name}_seq_mean"] = float(rows.mean())
+            out[f"{name}_seq_std"] = float(rows.std()) if rows.numel() > 1 else 0.0
+            out[f"{name}_seq_max"], out[f"{name}_seq_min"] = float(rows.max()), float(rows.min())
+            out[f"{name}_seq_max_deviation"] = float(rows.abs().max())
+            out[f"{name}_seq_fraction_high"] = fraction(rows > hi)
+            if k1:
+                out[f"{name}_seq_fraction_low"] = fraction(rows < lo)
+        rejected = ~keep & m
+        out[f"{name}_masked_fraction"] = float(mmean(rejected))
+        out[f"{name}_seq_masked_fraction"] = (
+            fraction(rejected.any(-1)[valid]) if valid.any() else 0.0
+        )
+    out["rollout_rs_masked_fraction"] = float(mmean(1.0 - final))
+    out["rollout_rs_seq_masked_fraction"] = fraction(((final < 0.5) & m).any(-1))
     return out
 
 

@@ -871,6 +871,10 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
                 ctx.logp, mu, full, ctx.cfg["rollout_is"], ctx.cfg["rollout_is_threshold"],
                 ctx.cfg["rollout_is_batch_normalize"],
             )  # fmt: skip
+        if ctx.cfg["rollout_rs"] is not None:
+            gap |= rc.verl_rs_metrics(
+                ctx.logp, mu, full, ctx.cfg["rollout_rs"], ctx.cfg["rollout_rs_threshold"]
+            )
         out.update({f"actor/rollout_corr/{k}": v for k, v in gap.items()})
         mode = "gpg" if ctx.cfg["loss_type"] == "reinforce" else "vanilla"
         if mode == "gpg":  # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
