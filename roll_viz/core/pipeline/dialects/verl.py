@@ -11,6 +11,10 @@ group statistics (verl sums it in through index -1); whitening with <= 1 valid t
 ValueError (verl's masked_var does too). The KL loss readout is aggregated with
 ``loss_agg_mode``.
 
+``loss_mode: bypass_mode`` (what ``algorithm.rollout_correction.bypass_mode: true`` sets) takes
+mu as the old log-prob and ``policy_loss.rollout_correction``'s IS weights and rejection of the
+current log-prob against it (``bypass_inputs``); its ``rollout_corr/`` metrics are printed too.
+
 Also here: verl's config keys (flattened: ``algorithm.kl_ctrl.kl_coef`` -> ``kl_coef``) with
 defaults, choices and help, the policy-update keys (``actor.policy_loss.loss_mode`` ->
 ``loss_mode``), the KL estimator names, the beta/controller/clip keys, the named recipes, the
@@ -832,6 +836,7 @@ def bypass_inputs(
         rollout_is_batch_normalize=cfg["rollout_is_batch_normalize"],
     )
     reinforce = cfg["loss_type"] == "reinforce"
+    notes.append("bypass_mode: old_logprobs is not read (verl's old log-prob is mu)")
     if cfg["rollout_is"] is not None:
         notes.append(
             f"rollout_is {cfg['rollout_is']} (threshold {cfg['rollout_is_threshold']}) on pi / mu"
