@@ -3,8 +3,9 @@
 ``LOSS_OPTIONS``: per framework, the loss options that read more than log-probs, under the name
 shown and put in links (the framework's own key and value), mapped to the loss keys they set.
 ROLL ``topr`` reads the scores, ``difficulty_loss_weight`` each sample's difficulty, the
-corrections (OpenRLHF ``is_correction_*``, TRL ``vllm_importance_sampling_*``) the sampler's
-log-probs mu. ``DEFAULT_OPTION`` keeps every loss key at the framework's shipped default.
+corrections (verl ``loss_mode: bypass_mode``, OpenRLHF ``is_correction_*``, TRL
+``vllm_importance_sampling_*``) the sampler's log-probs mu. ``DEFAULT_OPTION`` keeps every
+loss key at the framework's shipped default.
 
 ``SAMPLERS``: who draws the training tokens (the behaviour policy mu). ``fp32`` is the trainer's
 own float32 path (mu = pi_old exactly); ``bf16`` / ``int8`` decode with those weights (the
@@ -25,6 +26,16 @@ LOSS_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
     "roll": {
         "pg_variant: topr": {"pg_variant": "topr"},
         "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
+    },
+    "verl": {
+        # verl's presets RolloutCorrectionConfig.bypass_ppo_clip() and bypass_pg_is(): pi_old is mu
+        "loss_mode: bypass_mode (ppo_clip)": {"loss_mode": "bypass_mode"},
+        "loss_mode: bypass_mode (reinforce, sequence IS 2.0)": {
+            "loss_mode": "bypass_mode",
+            "loss_type": "reinforce",
+            "rollout_is": "sequence",
+            "rollout_is_threshold": 2.0,
+        },
     },
     "openrlhf": {
         "is_correction_level: token": {"is_correction_level": "token"},

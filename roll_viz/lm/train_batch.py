@@ -21,7 +21,7 @@ from torch import Tensor
 
 from roll_viz.core import pipeline
 from roll_viz.core.ops import group_stats, masked_mean
-from roll_viz.core.pipeline import dialects, loss_variants
+from roll_viz.core.pipeline import dialects, loss_variants, rollout_correction
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.runfile import TrainSettings, loss_config
 from roll_viz.lm.update import loss_inputs
@@ -88,7 +88,8 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
         sample size of w = pi_old / mu over the tokens, (sum w)^2 / (n sum w^2), 1 when mu =
         pi_old; correction_frac: share of the units the loss's correction truncates or masks
         (OpenRLHF ``is_correction_*``: filtered; TRL ``vllm_importance_sampling_*``: clamped or
-        zeroed), None when the loss has no correction; correction: its name ("" when none).
+        zeroed; verl ``bypass_mode``: IS-truncated or rejected tokens at the first update), None
+        when the loss has no correction; correction: its name ("" when none).
     """
     mask = rollout.response_mask > 0
     old = rollout.logprobs.double()
@@ -126,6 +127,19 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
         outside = ((w < lo) | (w > hi)) & units
         out["correction"] = f"vllm_importance_sampling_mode {mode}"
         out["correction_frac"] = float(outside.sum() / units.sum().clamp_min(1))
+    elif cfg.get("loss_mode") == "bypass_mode":  # verl: old = mu, IS / rejection vs mu
+        # at the first update pi_theta = pi_old, so the weights are pi_old / mu
+        corr = rollout_correction.verl_correction(
+            old,
+            mu64,
+            mask,
+            rollout_is=cfg["rollout_is"],
+            rollout_is_threshold=cfg["rollout_is_threshold"],
+            rollout_rs=cfg["rollout_rs"],
+            rollout_rs_threshold=cfg["rollout_rs_threshold"],
+        )
+        out["correction"] = f"bypass_mode ({cfg['loss_type']})"
+        out["correction_frac"] = float(((corr.truncated | corr.masked) & mask).sum() / m.sum())
     return out
 
 

@@ -428,19 +428,24 @@ def loss_inputs(framework: str, loss_config: Mapping[str, Any] | None) -> frozen
 
     ``scores``: ROLL ``pg_variant: topr`` (splits rows by the score's sign); ``difficulty``: ROLL
     ``difficulty_loss_weight``; ``rollout_logprobs``: a train/rollout correction (OpenRLHF
-    ``is_correction_*``, TRL ``vllm_importance_sampling_*``).
+    ``is_correction_*``, TRL ``vllm_importance_sampling_*``) or a loss whose old log-prob is mu
+    (verl ``loss_mode: bypass_mode``: the dialect's ``reads_rollout_logprobs``).
 
     Raises:
         ValueError: an unknown framework or a bad loss key (as ``policy_loss`` would).
     """
     cfg = dialects.resolve_config(framework, loss_config)
-    spec = dialects.get(framework).loss_spec(cfg, [])
+    dialect = dialects.get(framework)
+    spec = dialect.loss_spec(cfg, [])
+    reads_mu = getattr(dialect, "reads_rollout_logprobs", None)
     needs = set()
     if spec.kind == "topr":
         needs.add("scores")
     if spec.difficulty_weights:
         needs.add("difficulty")
     if spec.is_correction is not None or spec.ratio_vs_rollout or spec.sampler_is is not None:
+        needs.add("rollout_logprobs")
+    if reads_mu is not None and reads_mu(cfg):
         needs.add("rollout_logprobs")
     return frozenset(needs)
 

@@ -110,5 +110,6 @@ def controls(framework: str, config: dict[str, Any], disabled: bool = False) -> 
     else:
         st.caption(
             f"{label} This loss does not read mu: the gap is recorded (mean |delta|, ESS) but "
-            "not corrected. OpenRLHF is_correction or TRL's token_truncate correct it."
+            "not corrected. verl bypass_mode, OpenRLHF is_correction or TRL's token_truncate "
+            "correct it."
         )

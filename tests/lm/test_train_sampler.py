@@ -167,3 +167,24 @@ def test_drop_groups_renumbers_the_kept_groups(tiny):
     assert rows.tolist() == [2, 3]
     assert kept_scores.tolist() == [0.0, 1.0]
     assert sub.responses == rollout.responses[2:4]
+
+
+def test_verl_bypass_mode_takes_mu_as_pi_old(tiny):
+    """verl bypass_mode: old = mu, so actor/ppo_kl = mean(mu - log pi) is 0 only if mu = pi_old."""
+    option = "loss_mode: bypass_mode (ppo_clip)"
+    fp = run(tiny, settings(framework="verl", loss_option=option), steps=1)[0].metrics
+    assert fp["update"]["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-7)
+    int8 = run(tiny, settings(framework="verl", sampler="int8", loss_option=option), steps=1)
+    m = int8[0].metrics
+    assert m["delta_abs_mean"] > 0
+    assert abs(m["update"]["actor/ppo_kl"]) > 1e-4  # the loss's old log-prob is the int8 mu
+    assert m["correction"] == "bypass_mode (ppo_clip)"
+    assert m["correction_frac"] == 0.0  # ppo_clip preset: no IS weights, no rejection
+
+
+def test_verl_bypass_reinforce_truncates_sequence_weights_above_the_threshold(tiny):
+    option = "loss_mode: bypass_mode (reinforce, sequence IS 2.0)"
+    s = settings(framework="verl", sampler="int8", loss_option=option)
+    m = run(tiny, s, steps=1)[0].metrics
+    assert m["correction"] == "bypass_mode (reinforce)"
+    assert 0.0 <= m["correction_frac"] <= 1.0

@@ -69,6 +69,8 @@ def test_loss_inputs_name_what_each_option_reads():
     assert update.loss_inputs("roll", {"difficulty_loss_weight": True}) == {"difficulty"}
     assert update.loss_inputs("openrlhf", OPENRLHF_IS) == {"rollout_logprobs"}
     assert "rollout_logprobs" in update.loss_inputs("trl", None)  # vLLM IS correction on
+    assert update.loss_inputs("verl", None) == frozenset()
+    assert update.loss_inputs("verl", {"loss_mode": "bypass_mode"}) == {"rollout_logprobs"}
 
 
 def test_group_difficulty_is_the_groups_failure_rate():

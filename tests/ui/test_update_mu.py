@@ -95,10 +95,10 @@ def test_link_values_that_do_not_fit_fall_back_with_a_notice():
     assert at.selectbox(key=upd.KEY_MU).value == "fp32"
 
 
-def test_verl_has_no_extra_loss_select():
+def test_verl_offers_bypass_mode_and_its_defaults_read_no_mu():
     at = open_page(fw="verl")
-    assert upd.KEY_LOSS_OPTION not in keys(at)
-    assert upd.KEY_MU not in keys(at)
+    assert upd.KEY_LOSS_OPTION in keys(at)
+    assert upd.KEY_MU not in keys(at)  # verl's shipped loss reads no mu
 
 
 def test_a_mu_source_that_cannot_run_gives_one_message(monkeypatch):
@@ -110,3 +110,11 @@ def test_a_mu_source_that_cannot_run_gives_one_message(monkeypatch):
     click_step(at)
     warnings = [w.value for w in at.warning]
     assert any(w.startswith("This option cannot run on this batch: int8") for w in warnings)
+
+
+def test_verl_bypass_mode_reads_mu_on_the_page():
+    at = open_page(fw="verl", upd_loss="loss_mode: bypass_mode (ppo_clip)", upd_mu="int8")
+    assert at.selectbox(key=upd.KEY_LOSS_OPTION).value == "loss_mode: bypass_mode (ppo_clip)"
+    assert at.selectbox(key=upd.KEY_MU).value == "int8"
+    click_step(at)
+    assert "Behaviour policy mu: d = log pi_old - log mu" in markdown(at)

@@ -798,6 +798,14 @@ def _bypass_rules(cfg: Mapping[str, Any]) -> None:
         raise ValueError(f"rollout_rs_threshold: {err}") from None
 
 
+def reads_rollout_logprobs(cfg: Mapping[str, Any]) -> bool:
+    """Whether the loss reads the sampler's log-probs mu beyond the spec's own corrections.
+
+    ``loss_mode: bypass_mode`` takes mu as its old log-prob (``bypass_inputs``).
+    """
+    return cfg.get("loss_mode") == "bypass_mode"
+
+
 def bypass_inputs(
     cfg: Mapping[str, Any],
     notes: list[str],
