@@ -383,6 +383,7 @@ def compute(cases: Any) -> Any:
                     advantages=trace.advantages,
                     response_mask=batch.response_mask,
                     scores=batch.scores,
+                    sample_mask=trace.sample_mask,  # ROLL's sample-level masks, when on
                     **loss,
                 )
             except ValueError as err:

@@ -93,6 +93,9 @@ class Trace:
         returns: (B, T) returns (value targets / reward-to-go as the framework defines them).
         running: running reward statistics after this batch (None when not used).
         notes: human-readable conventions applied, in order ("group std: unbiased, eps 1e-6", ...).
+        sample_mask: (B,) 0/1 sample-level keep mask when the dialect has one switched on (ROLL
+            ``max_len_mask`` / ``difficulty_mask`` / ``error_max_len_clip``), else None; the loss
+            then runs on ``response_mask * sample_mask[:, None]`` (``policy_loss(sample_mask=)``).
     """
 
     framework: str
@@ -112,6 +115,7 @@ class Trace:
     returns: Tensor
     running: RunningMoments | None = None
     notes: tuple[str, ...] = ()
+    sample_mask: Tensor | None = None
 
 
 @dataclass(frozen=True)

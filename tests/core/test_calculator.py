@@ -239,6 +239,32 @@ def test_cli_loss_with_entropy_and_without_ref(monkeypatch, capsys):
     assert "grad_coef" not in json.loads(without)
 
 
+def test_cli_loss_runs_on_rolls_sample_level_mask(monkeypatch, capsys):
+    """ROLL max_len_mask: the loss runs on final_response_mask, as ROLL's worker does."""
+    from roll_viz.core.pipeline import policy_loss
+
+    config = {"framework": "roll", "adv_estimator": "grpo", "max_len_mask": True}
+    code, out, err = _main(monkeypatch, capsys, {"batch": LOSS_BATCH, "config": config})
+    assert code == 0, err
+    result = json.loads(out)
+    batch, framework, cfg = calculator.parse_case({"batch": LOSS_BATCH, "config": config})
+    trace = run(batch, framework, cfg)
+    assert trace.sample_mask.tolist() == [0.0, 1.0, 0.0]  # rows 0 and 2 reach the width T = 3
+    f = torch.float64
+    inputs = dict(
+        logprobs=torch.tensor(LOSS_BATCH["logprobs"], dtype=f),
+        old_logprobs=torch.tensor(LOSS_BATCH["old_logprobs"], dtype=f),
+        ref_logprobs=torch.tensor(LOSS_BATCH["ref_logprobs"], dtype=f),
+        advantages=trace.advantages,
+        response_mask=batch.response_mask,
+    )
+    masked = policy_loss(framework, cfg, sample_mask=trace.sample_mask, **inputs)
+    unmasked = policy_loss(framework, cfg, **inputs)
+    assert result["loss"]["total"] == pytest.approx(masked.total.item())
+    assert masked.total.item() != pytest.approx(unmasked.total.item())
+    assert run(batch, "roll", {"adv_estimator": "grpo"}).sample_mask is None  # masks off
+
+
 LOSS_BAD_INPUTS = [
     ({**LOSS_BATCH, "old_logprobs": [[-1.0, -1.0, -1.0]]}, {}, "batch.old_logprobs"),
     ({**LOSS_BATCH, "old_logprobs": [[-1.0, -1.0]] * 3}, {}, "batch.old_logprobs[0]"),

@@ -481,6 +481,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         returns=estimate.returns,
         running=running,
         notes=notes,
+        sample_mask=keep if any(cfg[k] for k in SAMPLE_MASK_KEYS) else None,
     )
 
 
