@@ -12,7 +12,7 @@ teacher-forced on the same tokens as the trainer's float32 recompute:
   the same steps as the decode loop: the float prefill, then the lean step's int8 copy
   (``LeanDecoder(model, "int8")``, per-output-channel int8) one token at a time with the KV
   buffers; for a model the lean step does not support, the decode loop's per-tensor
-  ``quantize_dynamic`` copy (``decode._int8_model``) scored teacher-forced;
+  ``quantize_dynamic`` copy (``decode.int8_model``) scored teacher-forced;
 - ``top_p`` / ``top_k``: the float32 logits, renormalised over the truncated support, which is
   what a sampler's "processed" log-probs are (vLLM ``logprobs_mode="processed_logprobs"``,
   TRL#6789): log mu = log p - log S with S the kept mass, so d = log S <= 0 on every token. A
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.lm.decode import _int8_model, _lean_decoder, pad_left
+from roll_viz.lm.decode import int8_model, lean_decoder, pad_left
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import default_block_rows
 
@@ -179,7 +179,7 @@ def replay_lean(
     Returns:
         ((B, T) log-probs, (B, T) bool argmax) on the bundle's device, or None.
     """
-    lean = _lean_decoder(bundle, weights)
+    lean = lean_decoder(bundle, weights)
     if lean is None:
         return None
     device, pad = bundle.device, bundle.pad_id
@@ -217,7 +217,7 @@ def _copy(bundle: ModelBundle, source: str) -> Any:
     if source == "int8":
         if bundle.device.type != "cpu":
             raise ValueError("int8: the dynamically quantized copy runs on the CPU only")
-        return _int8_model(bundle)
+        return int8_model(bundle)
     if source in _COPY_DTYPES:
         if bundle.dtype == _COPY_DTYPES[source]:
             return bundle.model

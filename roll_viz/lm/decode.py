@@ -260,7 +260,7 @@ class _NoiseStream:
         self.thread.join()
 
 
-def _int8_model(bundle: ModelBundle) -> Any:
+def int8_model(bundle: ModelBundle) -> Any:
     """The bundle's int8 decode copy (built once under the lock; the float model is untouched)."""
     if "int8" not in bundle.compiled_steps:
         with warnings.catch_warnings():  # torch.ao points at torchao; the eager API still works
@@ -325,11 +325,11 @@ def decode_batch(
     adapted = adapter_active(model)  # a LoRA adapter is on: the base weights are not the policy
     if options.lean_step and device.type == "cpu" and not use_static:
         if not adapted:
-            lean = _lean_decoder(bundle, options.weights)
+            lean = lean_decoder(bundle, options.weights)
         elif options.merge_adapter and LeanDecoder.supports(model):
             lean = LeanDecoder(model, "merged")  # this call's own merged copy
     if options.weights == "int8" and device.type == "cpu" and lean is None and not adapted:
-        model = _int8_model(bundle)
+        model = int8_model(bundle)
     clock = time.perf_counter()
     num_rows = len(contexts)
     total = num_rows * max_new_tokens
@@ -470,7 +470,7 @@ def decode_batch(
     return rows_out
 
 
-def _lean_decoder(bundle: ModelBundle, weights: str) -> LeanDecoder | None:
+def lean_decoder(bundle: ModelBundle, weights: str) -> LeanDecoder | None:
     """The bundle's lean decode step for these weights (built once under the lock), or None."""
     if not LeanDecoder.supports(bundle.model):
         return None

@@ -112,7 +112,7 @@ def test_shared_lean_step_never_reads_base_weights_under_an_adapter(steered_cfg,
     def refuse(bundle, weights):
         raise AssertionError("the base-weight lean step must not run for an adapter source")
 
-    monkeypatch.setattr(decode, "_lean_decoder", refuse)
+    monkeypatch.setattr(decode, "lean_decoder", refuse)
     cfg = dataclasses.replace(steered_cfg, seed=5, max_new_tokens=3)
     with lora.LoraPolicy(bundle, seed=0) as policy:
         sample(bundle, cfg, source=policy)  # merged step
