@@ -12,7 +12,6 @@ the effective sample size of pi_old / mu and the share the loss's correction tru
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +20,7 @@ from torch import Tensor
 
 from roll_viz.core import pipeline
 from roll_viz.core.ops import group_stats, masked_mean
-from roll_viz.core.pipeline import dialects, loss_variants, rollout_correction
+from roll_viz.core.pipeline import dialects, rollout_correction
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.runfile import TrainSettings, loss_config
 from roll_viz.lm.update import loss_inputs
@@ -103,33 +102,25 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
         "correction": "",
         "correction_frac": None,
     }
-    if delta.numel():
-        w = torch.exp(delta - delta.max())  # the ESS is scale-free: shift for range
-        out["is_ess"] = float(w.sum() ** 2 / (w.numel() * (w**2).sum()))
+    if delta.numel():  # the ESS is scale-free: shift the log-weights for range
+        shifted = torch.where(mask, old - mu64 - delta.max(), 0.0)
+        out["is_ess"] = rollout_correction.effective_sample_size(torch.exp(shifted), mask)
     cfg = pipeline.resolve_config(settings.framework, loss_config(settings, beta))
     spec = dialects.get(settings.framework).loss_spec(cfg, [])
-    m = mask.double()
+    rc = rollout_correction
     if spec.is_correction is not None:
-        _, filtered = loss_variants.rollout_correction(old, mu64, mask, *spec.is_correction)
-        level = spec.is_correction[0]
-        units = m.sum(-1) > 0 if level == "seq" else mask
-        hit = filtered.expand_as(m)[:, 0] if level == "seq" else filtered
-        out["correction"] = f"is_correction ({level}, {spec.is_correction[1]})"
-        out["correction_frac"] = float((hit & units).sum() / units.sum().clamp_min(1))
+        level, mode, gating, low, high = spec.is_correction
+        corr = rc.openrlhf_correction(
+            old, mu64, mask, level=level, mode=mode, gating=gating, threshold=(low, high)
+        )
+        per_sequence, name = level == "seq", f"is_correction ({level}, {mode})"
     elif spec.sampler_is is not None:
         mode, low, high = spec.sampler_is
-        seq = mode.startswith("sequence")
-        diff = (old - mu64) * m
-        w = torch.exp(diff.sum(-1, keepdim=True) if seq else diff)  # TRL's ratio before the cap
-        units = (m.sum(-1, keepdim=True) > 0) if seq else mask
-        lo = -math.inf if low is None else low
-        hi = math.inf if high is None else high
-        outside = ((w < lo) | (w > hi)) & units
-        out["correction"] = f"vllm_importance_sampling_mode {mode}"
-        out["correction_frac"] = float(outside.sum() / units.sum().clamp_min(1))
+        corr = rc.trl_correction(old, mu64, mask, mode=mode, clip_min=low, clip_max=high)
+        per_sequence, name = mode.startswith("sequence"), f"vllm_importance_sampling_mode {mode}"
     elif cfg.get("loss_mode") == "bypass_mode":  # verl: old = mu, IS / rejection vs mu
         # at the first update pi_theta = pi_old, so the weights are pi_old / mu
-        corr = rollout_correction.verl_correction(
+        corr = rc.verl_correction(
             old,
             mu64,
             mask,
@@ -138,9 +129,20 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
             rollout_rs=cfg["rollout_rs"],
             rollout_rs_threshold=cfg["rollout_rs_threshold"],
         )
-        out["correction"] = f"bypass_mode ({cfg['loss_type']})"
-        out["correction_frac"] = float(((corr.truncated | corr.masked) & mask).sum() / m.sum())
+        per_sequence, name = False, f"bypass_mode ({cfg['loss_type']})"
+    else:
+        return out
+    out["correction"] = name
+    out["correction_frac"] = _hit_share(corr.truncated | corr.masked, mask, per_sequence)
     return out
+
+
+def _hit_share(hit: Tensor, mask: Tensor, per_sequence: bool) -> float:
+    """Share of the units (valid tokens, or sequences with a token) a correction touched."""
+    hit = hit & mask
+    if per_sequence:
+        hit, mask = hit.any(-1), mask.any(-1)
+    return int(hit.sum()) / max(int(mask.sum()), 1)
 
 
 def seen_kl_est(
