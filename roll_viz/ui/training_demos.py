@@ -11,7 +11,7 @@ a faint overlay (off unless asked for). A tab finds its live runs by their label
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import streamlit as st
@@ -215,6 +215,34 @@ def _overlay_toggle(live: bool, has_recording: bool, key: str) -> bool:
 # The tabs
 
 
+def _pair_controls(
+    state: AppState,
+    labels: Sequence[str],
+    recordings: Sequence[TrainRun],
+    key: str,
+    start: Callable[[AppState], None],
+    help_text: str,
+) -> bool:
+    """A pair tab's two controls side by side: the recording toggle and "Train both live".
+
+    Returns:
+        Whether the recording is shown (the toggle ``{key}_recorded``).
+    """
+    c1, c2 = st.columns(2)
+    with c1:
+        show = _overlay_toggle(bool(demo_runners(labels)), bool(recordings), f"{key}_recorded")
+    with c2:
+        st.button(
+            "Train both live on the sidebar's prompts (slots A and B)",
+            key=f"{key}_start",
+            on_click=start,
+            args=(state,),
+            icon=":material/science:",
+            help=help_text,
+        )
+    return show
+
+
 def _pair_runs(
     labels: Sequence[str], recordings: Sequence[TrainRun]
 ) -> tuple[list[TrainRun], tuple[int, ...]] | None:
@@ -290,21 +318,16 @@ def adaptive_tab(state: AppState, refresh: float | None) -> None:
 
 def local_global_tab(state: AppState, refresh: float | None) -> None:
     """Tab: GRPO (each group's scale) against REINFORCE++ (the batch's scale) over steps."""
-    live = bool(demo_runners(LOCAL_GLOBAL_LIVE))
     recordings = local_global_recordings()
-    c1, c2 = st.columns(2)
-    with c1:
-        show = _overlay_toggle(live, bool(recordings), "tr_lg_recorded")
-    with c2:
-        st.button(
-            "Train both live on the sidebar's prompts (slots A and B)",
-            key="tr_lg_start",
-            on_click=start_local_global,
-            args=(state,),
-            icon=":material/science:",
-            help=f"verl, beta = 0, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: "
-            "GRPO in slot A, REINFORCE++ in slot B.",
-        )
+    show = _pair_controls(
+        state,
+        LOCAL_GLOBAL_LIVE,
+        recordings,
+        "tr_lg",
+        start_local_global,
+        f"verl, beta = 0, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: "
+        "GRPO in slot A, REINFORCE++ in slot B.",
+    )
 
     @st.fragment(run_every=refresh)
     def local_global_panel() -> None:
@@ -333,21 +356,16 @@ def local_global_tab(state: AppState, refresh: float | None) -> None:
 
 def era_tab(state: AppState, refresh: float | None) -> None:
     """Tab: "GRPO as published (2024)" against the "defaults of 2026", same prompts and seed."""
-    live = bool(demo_runners(ERA_LIVE))
     recordings = era_recordings()
-    c1, c2 = st.columns(2)
-    with c1:
-        show = _overlay_toggle(live, bool(recordings), "tr_era_recorded")
-    with c2:
-        st.button(
-            "Train both live on the sidebar's prompts (slots A and B)",
-            key="tr_era_start",
-            on_click=start_eras,
-            args=(state,),
-            icon=":material/science:",
-            help=f"ROLL, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: GRPO as "
-            "published in slot A, the 2026 defaults in slot B (the Eras page's presets).",
-        )
+    show = _pair_controls(
+        state,
+        ERA_LIVE,
+        recordings,
+        "tr_era",
+        start_eras,
+        f"ROLL, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: GRPO as "
+        "published in slot A, the 2026 defaults in slot B (the Eras page's presets).",
+    )
 
     @st.fragment(run_every=refresh)
     def era_panel() -> None:
