@@ -60,7 +60,6 @@ LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
 MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
 
-#: the behaviour sources offered for mu (lm.behaviour), the trainer's own path first
 #: the base model's matmul precisions offered (UpdateConfig.precision), the exact one first
 PRECISIONS = ("float32", "bf16")
 #: |log pi_bf16 - log pi_fp32| per token, measured on SmolLM2-135M, 2 x 8 x 32
@@ -68,6 +67,7 @@ PRECISIONS = ("float32", "bf16")
 #: model's): max, mean
 BF16_GAP = (0.207, 0.033)
 
+#: the behaviour sources offered for mu (lm.behaviour), the trainer's own path first
 MU_SOURCES = ("fp32", "bf16", "fp16", "int8", "top_p", "top_k")
 MU_LABELS = {
     **SOURCE_LABELS,
