@@ -12,9 +12,15 @@ Prints one JSON line per measurement:
   the line holds no JSON boolean);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
+- ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
+  repeatable; default ``9bed76f^``, the reader when issue 22 was filed: ``json.loads`` per line),
+  its ``roll_viz`` tree extracted by ``git archive`` into a temp folder and run there in the
+  same Python: one record per commit, time and peak RSS like ``scan``;
 - ``pyarrow``: ``pyarrow.json.open_json`` streaming the dump into Arrow record batches, one
-  thread (a columnar engine: no per-line messages, a bad line fails its whole block); only
-  pyarrow is measured because polars and DuckDB are not dependencies of this project;
+  thread (a columnar engine: no per-line messages, a bad line fails its whole block);
+- ``polars``: ``polars.read_ndjson`` of the dump in line-aligned 64 MB pieces, nothing kept, on
+  polars' own threads (polars is not a dependency: the record says ``skipped`` when it is not
+  installed; install it only to run this peer);
 - ``load_step``: ``load_step`` of the step (token tensors for whole prompts up to
   ``MAX_STEP_TOKENS`` positions), its peak RSS;
 - ``pipeline``: ``roll_viz.core.pipeline.run`` (ROLL GRPO with token-level KL in the reward) on
@@ -34,6 +40,7 @@ reader phases N times so each sees the same machine load.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -41,6 +48,7 @@ import random
 import resource
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -172,6 +180,96 @@ def phase_pyarrow(folder: Path) -> dict:
     }
 
 
+#: The reader when issue 22 was filed (``json.loads`` per line): ``--baseline-commit`` default.
+ISSUE_COMMIT = "9bed76f^"
+#: Polars' piece size: whole lines up to this many bytes per ``read_ndjson`` call.
+POLARS_PIECE = 64 << 20
+
+# Run in the extracted tree of an earlier commit (cwd and PYTHONPATH there): its own open_run.
+_BASELINE_CHILD = """
+import json, resource, sys, time
+import roll_viz
+from roll_viz.data.runs import open_run
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+start, start_cpu = time.perf_counter(), time.process_time()
+run = open_run(sys.argv[1])
+seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+s = run.summaries[0]
+print(json.dumps({
+    "seconds": seconds, "cpu_seconds": cpu, "steps": len(run.steps), "samples": s.samples,
+    "prompts": s.num_prompts, "warnings": len(run.warnings),
+    "kl_k3_mean": float(s.kl_k3.mean()), "reader": roll_viz.__file__,
+    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "rss_at_start_mb": before,
+}))
+"""
+
+
+def extract_commit(commit: str, dest: Path) -> str:
+    """``git archive`` the ``roll_viz`` tree of ``commit`` into ``dest``; returns its short sha."""
+    root = Path(__file__).resolve().parents[2]
+    sha = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", f"{commit}^{{commit}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    tar_bytes = subprocess.run(
+        ["git", "-C", str(root), "archive", sha, "roll_viz"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
+        tar.extractall(dest, filter="data")
+    return sha
+
+
+def run_baseline(folder: Path, tree: Path) -> dict:
+    """``open_run`` of the dump by the reader in ``tree`` (a fresh interpreter run there)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", _BASELINE_CHILD, str(folder)],
+        cwd=tree, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-500:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _line_pieces(path: Path, size: int):
+    """Whole lines of ``path`` in pieces of about ``size`` bytes."""
+    with open(path, "rb") as handle:
+        rest = b""
+        while True:
+            block = handle.read(size)
+            if not block:
+                if rest:
+                    yield rest
+                return
+            block = rest + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                rest = block
+                continue
+            rest = block[cut:]
+            yield block[:cut]
+
+
+def phase_polars(folder: Path) -> dict:
+    """``polars.read_ndjson`` of the dump in line-aligned pieces (polars' threads), nothing kept."""
+    try:
+        import polars as pl
+    except ImportError:
+        return {"skipped": "polars is not installed (a benchmark peer only)"}
+    start, start_cpu = time.perf_counter(), time.process_time()
+    rows = 0
+    for piece in _line_pieces(folder / FILE_NAME, POLARS_PIECE):
+        rows += pl.read_ndjson(io.BytesIO(piece)).height
+    return {
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - start_cpu,
+        "rows": rows,
+        "threads": pl.thread_pool_size(),
+        "version": pl.__version__,
+    }
+
+
 def phase_load(folder: Path) -> dict:
     """``open_run`` then ``load_step`` of its step (timed alone)."""
     run = open_run(folder)
@@ -292,6 +390,8 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
         return phase_scan_checked(folder)
     if phase == "pyarrow":
         return phase_pyarrow(folder)
+    if phase == "polars":
+        return phase_polars(folder)
     if phase == "load_step":
         return phase_load(folder)
     if phase == "pipeline":
@@ -301,7 +401,7 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
 
 PHASES = ("write", "read_peer", "scan", "scan_checked", "pyarrow", "load_step", "pipeline")
 #: The readers compared side by side; ``--rounds N`` runs them N times, interleaved.
-READERS = ("scan", "scan_checked", "pyarrow")
+READERS = ("baseline", "scan", "scan_checked", "pyarrow", "polars")
 
 
 def main(argv: list[str]) -> int:
@@ -316,6 +416,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--phases", default=",".join(PHASES))
     parser.add_argument(
         "--rounds", type=int, default=1, help="run the reader phases this many times, interleaved"
+    )
+    parser.add_argument(
+        "--baseline-commit",
+        action="append",
+        default=None,
+        help=f"the baseline phase's reader at this commit (repeatable; default {ISSUE_COMMIT})",
     )
     parser.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--dir", default=None, help=argparse.SUPPRESS)
@@ -335,10 +441,26 @@ def main(argv: list[str]) -> int:
         rest = [p for p in phases if p not in READERS]
         phases = rest[:at] + readers * args.rounds + rest[at:]
     _emit({"name": "context", **context()})
-    with tempfile.TemporaryDirectory(prefix="rollviz-bench-runs-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="rollviz-bench-runs-") as tmp,
+        tempfile.TemporaryDirectory(prefix="rollviz-bench-trees-") as trees,
+    ):
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        baselines = []
+        if "baseline" in phases:
+            for commit in args.baseline_commit or [ISSUE_COMMIT]:
+                tree = Path(trees) / f"tree{len(baselines)}"
+                baselines.append((commit, extract_commit(commit, tree), tree))
         for phase in phases:
+            if phase == "baseline":
+                for commit, sha, tree in baselines:
+                    record = run_baseline(folder, tree)
+                    _emit({
+                        "name": "baseline", "commit": f"{commit} ({sha})", "scale": scale,
+                        **record, "load1": os.getloadavg()[0],
+                    })  # fmt: skip
+                continue
             cmd = [
                 sys.executable, "-m", "roll_viz.bench.runs", "--phase", phase, "--dir",
                 str(folder), "--prompts", str(args.prompts), "--group", str(args.group),

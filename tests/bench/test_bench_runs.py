@@ -33,3 +33,16 @@ def test_synthetic_dump_reads_back_and_the_loop_peer_agrees(tmp_path):
     )
     vec = run(batch, "roll", bench.CONFIG).advantages
     assert torch.allclose(torch.tensor(loop, dtype=torch.float64), vec, atol=1e-12)
+
+
+def test_baseline_reader_runs_from_an_extracted_commit(tmp_path):
+    dump, tree = tmp_path / "dump", tmp_path / "tree"
+    dump.mkdir()
+    bench.write_dump(dump, P=2, G=2, T=16)
+    sha = bench.extract_commit("HEAD", tree)
+    assert sha
+    assert (tree / "roll_viz" / "data" / "runs" / "scan.py").is_file()
+    record = bench.run_baseline(dump, tree)
+    assert record["reader"] == str(tree / "roll_viz" / "__init__.py")
+    assert (record["samples"], record["prompts"], record["warnings"]) == (4, 2, 0)
+    assert record["kl_k3_mean"] == bench.phase_scan(dump)["kl_k3_mean"]
