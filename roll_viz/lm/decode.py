@@ -13,8 +13,10 @@ row stopping at EOS or after ``max_new_tokens``. ``DecodeOptions`` holds its swi
 - the switch that changes draws: ``weights="int8"`` (``FAST_DECODE``) decodes with an int8
   dynamically quantized copy of the model, ``weights="bf16"`` (``BF16_DECODE``, opt-in) with a
   bfloat16 copy of the lean step's projections (CPU only); scoring stays with the float model;
-- with a LoRA adapter on, the lean step runs over the adapter merged into copies of the weights
-  (``merge_adapter``; the peft model's draws up to float rounding).
+- with a LoRA adapter on, the lean step reads the base weights and adds the adapter's low-rank
+  product (``merge_adapter``; the peft model's draws up to float rounding), and the reference's
+  rows (adapter off) can decode beside the policy's in the same steps (``reference``,
+  ``DecodeOptions.pair_reference``): its scores then need no teacher-forced pass.
 
 Padding helpers (``pad_left``, ``pad_right``, ``distinct``) are shared with the teacher-forced
 passes in ``lm.scoring``.
@@ -87,11 +89,17 @@ class DecodeOptions:
             reads a fused int8 copy) for Llama-shaped models; the prefill stays the model's own
             float forward. While a LoRA adapter is active (``lean_step.adapter_active``) the
             step runs on merged weights (``merge_adapter``) or not at all.
-        merge_adapter: with an active LoRA adapter, decode with the lean step over the adapter
-            merged into copies of the weights (``LeanDecoder(model, "merged")``, built once per
-            call: about 0.4 GB for SmolLM2 while the call runs) instead of through peft's LoRA
-            layers. The draws are those of the peft model up to float rounding of the logits
-            (about 1e-6), deterministic per seed and under any thread count.
+        merge_adapter: with an active LoRA adapter, decode with the lean step over the base
+            weights plus the adapter's low-rank product (``LeanDecoder(model, "lora")``: no
+            copy of the weights) instead of through peft's LoRA layers. The draws are those of
+            the peft model up to float rounding of the logits (about 1e-6), deterministic per
+            seed and under any thread count.
+        pair_reference: with ``merge_adapter``, a LoRA policy whose reference is the base model
+            over the same contexts decodes the reference's rows beside its own in each lean
+            step (``decode_batch(reference=...)``): the reference's log-probs, the exact KL,
+            entropy and top-K come from the decode steps' own logits, with no teacher-forced
+            pass and no second application of the head; the same numbers up to float rounding
+            (about 1e-6; tested).
         adapt_threads: choose torch's thread count per phase (``lm.threads.choose``: every core
             while the rest of the machine is idle, the start-up count otherwise; back to one at
             once when a decode step comes out slow) and restore the start-up count after.
@@ -110,6 +118,7 @@ class DecodeOptions:
     reuse_decode_hidden: bool = True
     lean_step: bool = True
     merge_adapter: bool = True
+    pair_reference: bool = True
     adapt_threads: bool = True
 
 
@@ -121,6 +130,7 @@ PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two sc
     reuse_decode_hidden=False,
     lean_step=False,
     merge_adapter=False,
+    pair_reference=False,
     adapt_threads=False,
 )
 
@@ -260,6 +270,63 @@ class _NoiseStream:
         self.thread.join()
 
 
+def _last_position(
+    model: Any, keep_hidden: bool, fn: Any, **kwargs: Any
+) -> tuple[Tensor | None, Tensor, Any]:
+    """(last hidden (n, H) or None, last logits (n, V), cache) of one forward call."""
+    if keep_hidden:  # the CausalLM forward, split to keep the final hidden state
+        base = model.base_model(**kwargs)
+        last = base.last_hidden_state[:, -1:]
+        return last[:, -1], model.get_output_embeddings()(last)[:, -1], base.past_key_values
+    out = fn(**kwargs, logits_to_keep=1)
+    return None, out.logits[:, -1, :], out.past_key_values
+
+
+@dataclass(frozen=True)
+class Prefill:
+    """The prompt pass of a decode: one row per context, a dynamic cache (see ``prefill``).
+
+    Attributes:
+        hidden: (N, H) final hidden state of each row's last context position.
+        logits: (N, V) the logits from it (they draw the first response token).
+        cache: the transformers cache of the contexts, N rows.
+        attn: (N, L) long attention mask of the left-padded contexts.
+    """
+
+    hidden: Tensor
+    logits: Tensor
+    cache: Any
+    attn: Tensor
+
+
+def prefill(bundle: ModelBundle, contexts: list[list[int]]) -> Prefill:
+    """The model's forward over the left-padded contexts, each distinct context run once.
+
+    What ``decode_batch`` runs first, for the model as it is now (the reference: call it
+    outside a policy's ``activate``); ``decode_batch(reference=...)`` pairs it with the policy's
+    rows. Caller holds ``bundle.lock`` inside ``torch.inference_mode()``.
+    """
+    device = bundle.device
+    unique, index = distinct(contexts)
+    ids, attn = pad_left(unique, bundle.pad_id)
+    ids, attn = ids.to(device), attn.to(device)
+    positions = (attn.cumsum(-1) - 1).clamp_min(0)
+    hidden, logits, cache = _last_position(
+        bundle.model,
+        True,
+        bundle.model,
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=positions,
+        use_cache=True,
+    )
+    if len(unique) < len(contexts):
+        rows = torch.tensor(index, device=device)
+        cache.reorder_cache(rows)
+        hidden, logits, attn = hidden[rows], logits[rows], attn[rows]
+    return Prefill(hidden, logits, cache, attn)
+
+
 def int8_model(bundle: ModelBundle) -> Any:
     """The bundle's int8 decode copy (built once under the lock; the float model is untouched)."""
     if "int8" not in bundle.compiled_steps:
@@ -285,6 +352,8 @@ def decode_batch(
     counter: Callable[[int, int], None] | None = None,
     timings: dict | None = None,
     capture: dict | None = None,
+    reference: Prefill | None = None,
+    on_logits: Callable[[Tensor, Tensor, Tensor], None] | None = None,
 ) -> list[list[int]]:
     """Autoregressive decode of all rows in one batch with a KV cache.
 
@@ -313,7 +382,15 @@ def decode_batch(
         timings: optional dict filled with "prefill_s", "steps" and "step_s" (median-free mean
             seconds per decode step after the prefill).
         capture: optional dict; with a dynamic cache it gets "hidden", the (N, steps, H) final
-            hidden states from which each step's token was drawn (column t predicts token t).
+            hidden states from which each step's token was drawn (column t predicts token t),
+            and with a paired reference "ref_hidden", the reference's (N, steps, H).
+        reference: the reference's ``prefill`` of the same contexts. With an active LoRA
+            adapter and the lean step, the reference's rows decode beside the policy's in the
+            same steps (adapter off on them, fed the policy's tokens): its final hidden states
+            and logits of each response token come out of the decode, with no second pass.
+            Ignored (no "ref_hidden") when the step cannot pair them.
+        on_logits: with a paired reference, called after each draw with (the policy's (N, V)
+            logits, the reference's (N, V) logits, the (N,) tokens drawn from them).
 
     Returns:
         (N,) lists of generated ids, each ending with an EOS id or of length max_new_tokens.
@@ -327,7 +404,7 @@ def decode_batch(
         if not adapted:
             lean = lean_decoder(bundle, options.weights)
         elif options.merge_adapter and LeanDecoder.supports(model):
-            lean = LeanDecoder(model, "merged")  # this call's own merged copy
+            lean = LeanDecoder(model, "lora")  # base weights + the adapter's low-rank product
     if options.weights == "int8" and device.type == "cpu" and lean is None and not adapted:
         model = int8_model(bundle)
     clock = time.perf_counter()
@@ -355,16 +432,10 @@ def decode_batch(
         )
     positions = (attn[:, :width].cumsum(-1) - 1).clamp_min(0)
     keep_hidden = capture is not None and not use_static
-    head = model.get_output_embeddings()
 
     def forward(fn: Any, **kwargs: Any) -> tuple[Tensor | None, Tensor, Any]:
         """(last hidden (n, H) or None, last logits (n, V), cache) of one forward call."""
-        if keep_hidden:  # the CausalLM forward, split to keep the final hidden state
-            base = model.base_model(**kwargs)
-            last = base.last_hidden_state[:, -1:]
-            return last[:, -1], head(last)[:, -1], base.past_key_values
-        out = fn(**kwargs, logits_to_keep=1)
-        return None, out.logits[:, -1, :], out.past_key_values
+        return _last_position(model, keep_hidden, fn, **kwargs)
 
     hidden, logits, cache = forward(
         model,
@@ -381,10 +452,22 @@ def decode_batch(
         hidden = None if hidden is None else hidden[rows]
     step_fn = _decode_step_fn(bundle, options) if use_static else model
     buffers = None
+    pair = (
+        reference is not None
+        and lean is not None
+        and lean.weights == "lora"
+        and tuple(reference.attn.shape) == (num_rows, width)
+    )
+    ref_hidden, ref_logits, ref_hiddens = None, None, []
+    if pair and reference is not None:
+        ref_hidden, ref_logits = reference.hidden, reference.logits
     if lean is not None:  # the prefill's cache moves into preallocated buffers
         keys = cache.layers[0].keys
-        buffers = lean.allocate(num_rows, width + max_new_tokens, keys.dtype, device)
+        lean_rows = num_rows * (2 if pair else 1)
+        buffers = lean.allocate(lean_rows, width + max_new_tokens, keys.dtype, device)
         lean.load_cache(buffers, cache, width)
+        if pair and reference is not None:  # the reference's rows after the policy's
+            lean.load_cache(buffers, reference.cache, width, first_row=num_rows)
         cache = None
     hiddens = []
     eos = torch.tensor(bundle.eos_ids, device=device)
@@ -412,10 +495,14 @@ def decode_batch(
             q = noise.next() if noise is not None else None
             if hidden is not None:
                 hiddens.append(hidden)
+            if ref_hidden is not None:
+                ref_hiddens.append(ref_hidden)
             token = next_tokens(logits.float(), num_sampled, temperature, top_p, generator, q)
             produced += num_rows - int(done.sum())
             token = torch.where(done, bundle.pad_id, token)
             columns.append(token)
+            if pair and on_logits is not None:
+                on_logits(logits, ref_logits, token)
             done = done | torch.isin(token, eos)
             finished = step == max_new_tokens - 1 or bool(done.all())
             if progress is not None:
@@ -432,7 +519,20 @@ def decode_batch(
                 attn = torch.cat(
                     [attn, torch.ones(num_rows, 1, dtype=attn.dtype, device=device)], 1
                 )
-            if lean is not None:
+            if pair:  # one step for both: each weight is read once for the two row sets
+                both = torch.cat([token, token])
+                hidden, logits = lean.step(
+                    buffers,
+                    both,
+                    torch.cat([next_pos, next_pos]),
+                    width + step,
+                    torch.cat([attn, attn]),
+                    adapted=num_rows,
+                )
+                ref_hidden, ref_logits = hidden[num_rows:], logits[num_rows:]
+                hidden, logits = hidden[:num_rows], logits[:num_rows]
+                hidden = hidden if keep_hidden else None
+            elif lean is not None:
                 hidden, logits = lean.step(buffers, token, next_pos, width + step, attn)
                 hidden = hidden if keep_hidden else None
             else:
@@ -461,6 +561,8 @@ def decode_batch(
         timings["step_s"] = (time.perf_counter() - clock - prefill_s) / max(steps, 1)
     if keep_hidden and capture is not None:
         capture["hidden"] = torch.stack(hiddens, dim=1)  # (N, steps, H)
+    if pair and capture is not None:
+        capture["ref_hidden"] = torch.stack(ref_hiddens, dim=1)  # (N, steps, H)
     table = torch.stack(columns, dim=1).cpu()  # (N, steps)
     rows_out = []
     eos_set = set(bundle.eos_ids)

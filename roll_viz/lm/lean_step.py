@@ -20,18 +20,24 @@ transformers float 184, this step float 189 / int8 88 with one thread; 149 / 132
   the bytes to read per step, and AMX / AVX-512 BF16 matmuls where the CPU has them. Like int8
   it changes which tokens are drawn, never how they are scored (the bound on its next-token
   distributions is tested: ``tests/lm/test_speed.py``).
-- with ``weights="merged"`` folds the active peft LoRA adapter into each projection
-  (``W + s * B @ A``, new tensors built once per request) so a training run samples at the
-  speed of the base model: peft's LoRA layers cost about 190 ms per decode step here against
-  115-125 ms for the lean step. The logits equal the peft forward's up to float rounding (the
-  sum ``x W^T + s (x A^T) B^T`` is grouped differently; tested to 1e-5).
+- with ``weights="lora"`` (what ``decode.decode_batch`` runs while an adapter is on) reads the
+  shared base weights and adds the active peft LoRA adapter as a low-rank side product
+  ``s (x A^T) B^T`` on the leading ``adapted`` rows only; the rows after them run the base
+  model, i.e. the reference, in the same matmuls: each weight is read once per step for the
+  policy's and the reference's rows together (a decode step is bound by reading the weights,
+  so the reference's rows cost little), and nothing is copied. Peft's LoRA layers cost about
+  190 ms per decode step here, 8 rows merged into copies 174 ms, 8 policy + 8 reference rows
+  with the side product about 110 ms. The logits equal peft's forward (policy rows) and the
+  base model's (reference rows) up to float rounding (tested to 1e-5).
+- with ``weights="merged"`` folds the active adapter into copies of the projections
+  (``W + s * B @ A``, about 0.4 GB for SmolLM2, built per call); kept for comparison.
 
 Only models whose modules look like ``LlamaForCausalLM`` (``model.model.layers[i].self_attn.
 q_proj`` ...) get a lean step (``LeanDecoder.supports``); others use transformers' step. The
 shared base model is never changed: the float step reads its weights, the int8 and merged steps
 own their copies. With ``weights="model"`` a peft LoRA wrapper is read through to its base layer,
 so ``decode.decode_batch`` uses that step only while no adapter is active (``adapter_active``)
-and the merged step otherwise.
+and the low-rank step otherwise.
 """
 
 from __future__ import annotations
@@ -78,6 +84,58 @@ def adapter_active(model: Any) -> bool:
         if on and any(name in module.lora_A for name in module.active_adapters):
             return True
     return False
+
+
+class _LowRank:
+    """``x W^T`` with the base weight, the active LoRA adapter added on the first rows only.
+
+    ``W`` is the shared base weight (no copy); the adapter is ``s (x A^T) B^T`` summed over the
+    active adapters, added by one in-place ``addmm`` per adapter (as ``lora.fused`` trains):
+    peft's forward up to float rounding. ``span[0]`` is how many leading rows carry the adapter
+    (the decoder sets it per step): the rows after them are the reference (adapter off), which
+    reads the same weights in the same matmul.
+    """
+
+    def __init__(self, module: Any, span: list[int]) -> None:
+        self.weight = _base(module).weight
+        self.adapters = _lora_factors(module)
+        self.span = span
+
+    def __call__(self, x: Tensor) -> Tensor:
+        out = F.linear(x, self.weight)
+        rows = self.span[0]
+        if self.adapters and rows:
+            flat = x.reshape(-1, x.shape[-1])[:rows]
+            target = out.view(-1, out.shape[-1])[:rows]
+            for a_weight, b_weight, scaling in self.adapters:
+                target.addmm_(F.linear(flat, a_weight), b_weight.t(), alpha=scaling)
+        return out
+
+
+def _lora_factors(module: Any) -> list[tuple[Tensor, Tensor, float]]:
+    """(A, B, scaling) of each active adapter of an enabled peft LoRA layer (empty: none).
+
+    Raises:
+        ValueError: a LoRA variant the low-rank step does not cover (DoRA, fan-in-fan-out
+            weights, dropout, a bias on B).
+    """
+    if not hasattr(module, "lora_A") or module.disable_adapters or module.merged:
+        return []
+    out = []
+    for name in module.active_adapters:
+        if name not in module.lora_A:
+            continue
+        plain = (
+            not module.use_dora.get(name, False)
+            and not getattr(module, "fan_in_fan_out", False)
+            and isinstance(module.lora_dropout[name], torch.nn.Identity)
+            and not getattr(module, "lora_bias", {}).get(name, False)
+        )
+        if not plain:
+            raise ValueError("the low-rank decode step covers plain LoRA adapters only")
+        a_weight, b_weight = module.lora_A[name].weight, module.lora_B[name].weight
+        out.append((a_weight, b_weight, float(module.scaling[name])))
+    return out
 
 
 def _float_linear(module: Any, merge: bool = False) -> Project:
@@ -163,10 +221,11 @@ class LeanDecoder:
 
         Args:
             model: a ``LlamaForCausalLM``-shaped model (``supports(model)``).
-            weights: "model" (the model's tensors), "merged" (the active LoRA adapter folded
-                into copies of the adapted projections: build it inside the adapter's
-                ``activate``, once per request), "int8" (quantized copy, CPU) or "bf16"
-                (bfloat16 copy, CPU).
+            weights: "model" (the model's tensors), "lora" (the model's tensors plus the
+                active LoRA adapter's low-rank product on the leading rows: build it inside
+                the adapter's ``activate``, once per request), "merged" (the adapter folded
+                into copies of the adapted projections), "int8" (quantized copy, CPU) or
+                "bf16" (bfloat16 copy, CPU).
         """
         cfg = model.config
         self.heads = cfg.num_attention_heads
@@ -174,6 +233,7 @@ class LeanDecoder:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.inter = cfg.intermediate_size
         self.weights = weights
+        self.span = [0]  # "lora": leading rows that carry the adapter in the current step
         base = model.model
         self.embed, self.norm, self.rotary = (
             base.embed_tokens,
@@ -192,6 +252,13 @@ class LeanDecoder:
                     low(_base(attn.o_proj).weight),
                     low(gate_up),
                     low(_base(mlp.down_proj).weight),
+                )
+            elif weights == "lora":
+                projections = (
+                    tuple(_LowRank(m, self.span) for m in (attn.q_proj, attn.k_proj, attn.v_proj)),
+                    _LowRank(attn.o_proj, self.span),
+                    (_LowRank(mlp.gate_proj, self.span), _LowRank(mlp.up_proj, self.span)),
+                    _LowRank(mlp.down_proj, self.span),
                 )
             else:
                 merge = weights == "merged"
@@ -237,12 +304,18 @@ class LeanDecoder:
         return keys, values
 
     @staticmethod
-    def load_cache(buffers: tuple[list[Tensor], list[Tensor]], cache: Any, width: int) -> None:
-        """Copy a transformers cache of ``width`` positions into the buffers' first slots."""
+    def load_cache(
+        buffers: tuple[list[Tensor], list[Tensor]], cache: Any, width: int, first_row: int = 0
+    ) -> None:
+        """Copy a transformers cache of ``width`` positions into the buffers' first slots.
+
+        The cache's rows go to buffer rows ``first_row, first_row + 1, ...``.
+        """
         keys, values = buffers
         for i, layer in enumerate(cache.layers):
-            keys[i][:, :, :width] = layer.keys
-            values[i][:, :, :width] = layer.values
+            rows = slice(first_row, first_row + layer.keys.shape[0])
+            keys[i][rows, :, :width] = layer.keys
+            values[i][rows, :, :width] = layer.values
 
     def step(
         self,
@@ -251,6 +324,7 @@ class LeanDecoder:
         positions: Tensor,
         slot: int,
         mask: Tensor,
+        adapted: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Feed one token per row at buffer slot ``slot``.
 
@@ -260,10 +334,13 @@ class LeanDecoder:
             positions: (N, 1) long position ids (real tokens counted, left padding skipped).
             slot: the buffer index this token's key/value goes to (== tokens so far).
             mask: (N, slot + 1) attention mask over the buffer (1 = attend).
+            adapted: ``weights="lora"`` only: the leading rows that carry the adapter (None:
+                all); the other rows run the base model (the reference).
 
         Returns:
             (final hidden (N, H), logits (N, V)) of the new position.
         """
+        self.span[0] = tokens.shape[0] if adapted is None else adapted
         keys, values = buffers
         rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         hidden = self.embed(tokens)[:, None]  # (N, 1, H)

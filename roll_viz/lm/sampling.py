@@ -30,8 +30,11 @@ For a classroom (many students, one CPU model):
   thread; all of it gives the tokens of the plain loop (same seed, same bytes). The switches
   that change draws are the explicit ``DecodeOptions(weights="int8")`` (``FAST_DECODE``) and the
   opt-in ``weights="bf16"`` (``BF16_DECODE``): decode with an int8 / bfloat16 copy, score with
-  the float model, labelled in ``meta``. A LoRA policy decodes through the lean step over its
-  adapter merged into copies of the weights (``DecodeOptions.merge_adapter``).
+  the float model, labelled in ``meta``. A LoRA policy decodes through the lean step over the
+  base weights plus its adapter's low-rank product (``DecodeOptions.merge_adapter``), and its
+  reference (the same weights, adapter off, the same contexts) decodes beside it in the same
+  steps, fed the policy's tokens (``DecodeOptions.pair_reference``): every token is scored from
+  the very logits it was drawn from and the reference's, so steps 3 and 4 run no forward pass.
 
 Simplifications against real RL stacks (verl, ROLL, OpenRLHF):
 
@@ -64,8 +67,9 @@ from torch import Tensor
 
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
-from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, weights_kind
+from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, prefill, weights_kind
 from roll_viz.lm.flight import SingleFlight
+from roll_viz.lm.lean_step import LeanDecoder
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import (
     IdenticalPolicy,
@@ -80,6 +84,7 @@ from roll_viz.lm.scoring import (
     TokenScores,
     probe_features,
     response_hidden,
+    score_logits,
     score_positions,
     shared_context_hidden,
 )
@@ -222,6 +227,8 @@ class _Drawn:
         finish: (B,) "eos" or "length".
         timings: the decode loop's timings (``decode_batch``).
         hidden: (B, T, H) the decode loop's own final hidden states, or None (not kept).
+        ref_hidden: (B, T, H) the reference's, when its rows decoded beside the policy's.
+        scores: the valid positions' scores from the decode's own logits (with ref_hidden).
     """
 
     sampled: list[list[int]]
@@ -231,6 +238,26 @@ class _Drawn:
     finish: tuple[str, ...]
     timings: dict
     hidden: Tensor | None
+    ref_hidden: Tensor | None = None
+    scores: TokenScores | None = None
+
+
+def _pairs_reference(
+    bundle: ModelBundle, decode: DecodeOptions, source: PolicySource, kind: str, ctx: _Contexts
+) -> bool:
+    """Whether the reference may decode beside the policy (an adapter policy, the lean step)."""
+    return (
+        decode.pair_reference
+        and decode.merge_adapter
+        and decode.lean_step
+        and decode.static_cache is not True
+        and bundle.device.type == "cpu"
+        and kind == bundle.dtype_name
+        and not prompt_only(source)
+        and not source.shares_reference
+        and ctx.reference == ctx.policy
+        and LeanDecoder.supports(bundle.model)
+    )
 
 
 def _decode(
@@ -257,6 +284,20 @@ def _decode(
     reuse = decode.reuse_decode_hidden and kind not in ("int8", "bf16")  # float states only
     capture: dict | None = {} if reuse else None
     run.phase, run.decode_started = "decode", time.monotonic()
+    reference, steps = None, []
+    lp_temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+    if reuse and _pairs_reference(bundle, decode, source, kind, ctx):
+        reference = prefill(bundle, ctx.rows)  # adapter off: the reference's prompt pass
+
+    def on_logits(policy_logits: Tensor, ref_logits: Tensor, token: Tensor) -> None:
+        # the scores of this step's tokens from the logits they were drawn from
+        rows = slice(0, num_rows)
+        steps.append(
+            score_logits(
+                policy_logits[rows], ref_logits[rows], token[rows], lp_temperature, cfg.topk
+            )
+        )
+
     with source.activate(bundle):
         generated = decode_batch(
             bundle,
@@ -274,14 +315,25 @@ def _decode(
             counter=count,
             timings=timings,
             capture=capture,
+            reference=reference,
+            on_logits=on_logits if reference is not None else None,
         )
     sampled, greedy_rows = generated[:num_rows], generated[num_rows:]
     token_ids, response_mask = pad_right(sampled)  # (B, T)
+    width = token_ids.shape[1]
     finish = tuple("eos" if r and r[-1] in bundle.eos_ids else "length" for r in sampled)
-    hidden = None
+    hidden = ref_hidden = scores = None
     if capture and "hidden" in capture:  # the decode loop's own states predict each token
-        hidden = capture.pop("hidden")[:num_rows, : token_ids.shape[1]]
-    return _Drawn(sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden)
+        hidden = capture.pop("hidden")[:num_rows, :width]
+    if capture and "ref_hidden" in capture and steps:  # the reference decoded alongside
+        ref_hidden = capture.pop("ref_hidden")[:num_rows, :width]
+        valid = response_mask.to(bundle.device)
+        scores = TokenScores(
+            *(torch.stack([s[i] for s in steps], dim=1)[:, :width][valid].cpu() for i in range(7))
+        )
+    return _Drawn(
+        sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden, ref_hidden, scores
+    )
 
 
 @dataclass(frozen=True)
@@ -325,6 +377,9 @@ def _score(
         if decode.adapt_threads and prompt_only(source):
             threads.apply(threads.choose(base_threads))
 
+    if drawn.scores is not None and drawn.ref_hidden is not None:  # scored while decoding
+        features = probe_features(drawn.ref_hidden, cfg.feature_dim) * response_mask[..., None]
+        return _Scored(drawn.scores, features, time.monotonic() - run.score_started, 0, 0)
     tell(0.8, "Scoring the responses under the policy")
     hidden_of = shared_context_hidden if decode.share_prompt_prefill else response_hidden
     forward_passes = 0 if source.shares_reference else 1

@@ -179,6 +179,30 @@ def score_positions(
     return TokenScores(*cols)
 
 
+def score_logits(
+    logits_p: Tensor, logits_q: Tensor | None, targets: Tensor, temperature: float, k: int
+) -> tuple[Tensor, ...]:
+    """The seven ``TokenScores`` columns of logits already computed (e.g. by a decode step).
+
+    ``score_positions`` without the head: (n, V) policy and reference logits of n positions
+    and the (n,) tokens at them, worked ``SUB_ROWS`` rows at a time (the same numbers).
+
+    Returns:
+        (logprobs, ref_logprobs, kl, entropy, topk_ids, topk_logprobs, topk_ref_logprobs).
+    """
+    parts = [
+        _score_rows(
+            logits_p[sub : sub + SUB_ROWS],
+            None if logits_q is None else logits_q[sub : sub + SUB_ROWS],
+            targets[sub : sub + SUB_ROWS],
+            temperature,
+            k,
+        )
+        for sub in range(0, targets.shape[0], SUB_ROWS)
+    ]
+    return tuple(torch.cat([p[i] for p in parts]) for i in range(7))
+
+
 def _score_rows(
     logits_p: Tensor, logits_q: Tensor | None, targets: Tensor, temperature: float, k: int
 ) -> tuple[Tensor, ...]:

@@ -95,14 +95,56 @@ def test_merged_step_logits_match_the_peft_forward(bundle):
     assert not adapter_active(bundle.model)  # activate's exit switched it off again
 
 
+def test_low_rank_step_matches_the_peft_policy_and_the_base_reference(bundle):
+    """Rows 0-2 carry the adapter (peft's forward), rows 3-5 are the base model (adapter off)."""
+    ctx = bundle.chat_ids("Hello there")
+    ids = torch.tensor([ctx] * 3)
+    token = torch.tensor([5, 9, 17])
+    pos = torch.full((3, 1), len(ctx))
+    mask = torch.ones(3, len(ctx) + 1, dtype=torch.long)
+
+    def peft_logits():
+        prefill = bundle.model(input_ids=ids, use_cache=True)
+        return bundle.model(
+            input_ids=token[:, None],
+            past_key_values=prefill.past_key_values,
+            position_ids=pos,
+            attention_mask=mask,
+        ).logits[:, -1]
+
+    with moved_policy(bundle) as policy, bundle.lock, torch.inference_mode():
+        base_prefill = bundle.model(input_ids=ids, use_cache=True)
+        base = peft_logits()
+        with policy.activate(bundle):
+            policy_prefill = bundle.model(input_ids=ids, use_cache=True)
+            adapted = peft_logits()
+            lean = LeanDecoder(bundle.model, "lora")
+            buffers = lean.allocate(6, len(ctx) + 1, torch.float32, bundle.device)
+            lean.load_cache(buffers, policy_prefill.past_key_values, len(ctx))
+            lean.load_cache(buffers, base_prefill.past_key_values, len(ctx), first_row=3)
+            both = lean.step(
+                buffers, token.repeat(2), pos.repeat(2, 1), len(ctx), mask.repeat(2, 1), adapted=3
+            )[1]
+    torch.testing.assert_close(both[:3], adapted, atol=1e-5, rtol=0)
+    torch.testing.assert_close(both[3:], base, atol=1e-5, rtol=0)
+    assert (adapted - base).abs().max() > 1e-3  # the adapter moved the logits
+
+
 def test_merged_decode_gives_the_peft_draws_and_logprobs(bundle):
     with moved_policy(bundle) as policy:
         merged = sample(bundle, CFG, source=policy)
         peft = sample(bundle, CFG, source=policy, decode=DecodeOptions(merge_adapter=False))
+        unpaired = sample(bundle, CFG, source=policy, decode=DecodeOptions(pair_reference=False))
     assert torch.equal(merged.token_ids, peft.token_ids)
-    torch.testing.assert_close(merged.logprobs, peft.logprobs, atol=LOGPROB_TOL, rtol=0)
-    torch.testing.assert_close(merged.ref_logprobs, peft.ref_logprobs, atol=0, rtol=0)
-    torch.testing.assert_close(merged.exact_kl, peft.exact_kl, atol=LOGPROB_TOL, rtol=0)
+    assert torch.equal(unpaired.token_ids, peft.token_ids)
+    # the reference decoded beside the policy: its scores come out of the decode steps
+    for name in ("logprobs", "ref_logprobs", "exact_kl", "entropy", "topk_ref_logprobs"):
+        ours, theirs = getattr(merged, name), getattr(peft, name)
+        torch.testing.assert_close(ours, theirs, atol=LOGPROB_TOL, rtol=0, msg=name)
+    assert torch.equal(merged.topk_ids, peft.topk_ids)
+    torch.testing.assert_close(merged.features, peft.features, atol=1e-5, rtol=0)
+    # without the pairing the reference is the teacher-forced pass, bit for bit
+    torch.testing.assert_close(unpaired.ref_logprobs, peft.ref_logprobs, atol=0, rtol=0)
 
 
 def test_merged_decode_leaves_the_base_weights_alone(bundle):
@@ -122,7 +164,8 @@ def test_merged_decode_is_the_same_under_one_and_two_threads(bundle, options):
                 runs.append(sample(bundle, CFG, source=policy, decode=options))
     for other in runs[1:]:
         assert torch.equal(other.token_ids, runs[0].token_ids)
-        assert torch.equal(other.logprobs, runs[0].logprobs)
+        for name in ("logprobs", "ref_logprobs", "exact_kl", "entropy", "features"):
+            assert torch.equal(getattr(other, name), getattr(runs[0], name)), name
 
 
 def test_decode_batch_merges_only_while_an_adapter_is_on(bundle):
