@@ -5,7 +5,7 @@ widgets of the entry script belong to every page, so the settings and their quer
 survive every page switch. Each page still starts with ``ui.page_setup``, which returns the
 frame's state here and draws the sidebar itself when the page script runs on its own.
 ``guard.install_server_guards`` acts once per server process (the upload guard, the frozen
-start-up heap).
+start-up heap); ``guard.page_slot`` lets a few page runs draw at a time (``lm.admission``).
 """
 
 import streamlit as st
@@ -14,6 +14,7 @@ from roll_viz import ui
 from roll_viz.ui import guard, nav
 
 guard.install_server_guards()
-page = st.navigation(nav.sections(), expanded=True)  # every page listed, no 'View more'
-with ui.frame(page.title):
-    page.run()
+with guard.page_slot():  # a few page runs at a time, so the server keeps answering everyone
+    page = st.navigation(nav.sections(), expanded=True)  # every page listed, no 'View more'
+    with ui.frame(page.title):
+        page.run()

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from roll_viz.lm.admission import PAGE_SLOTS
+
 Progress = Callable[[float, str], None]
 
 SHARED_NOTE = " (shared with an identical request)"
@@ -91,9 +93,10 @@ class SingleFlight:
             return work(progress)
         if leader:
             return self._lead(key, flight, work, progress)
-        while not flight.done.wait(0.25):
-            if progress is not None:
-                progress(flight.fraction, flight.message + SHARED_NOTE)
+        with PAGE_SLOTS.released():  # a follower waits seconds: no page slot meanwhile
+            while not flight.done.wait(0.25):
+                if progress is not None:
+                    progress(flight.fraction, flight.message + SHARED_NOTE)
         if flight.error is not None:
             if not wrap_error:
                 raise flight.error

@@ -1,9 +1,9 @@
 """Load the shared language model (policy and reference are one copy of the weights).
 
 ``load_models(spec)`` returns a ``ModelBundle``: the model (in eval mode, never changed after
-loading), its tokenizer, the device and dtype, and the one ``threading.Lock`` that every request
-holds around model AND tokenizer use (ux-principles section 4: fast tokenizers are not thread-safe,
-and serialising inference on a small CPU box is faster than oversubscribing it).
+loading), its tokenizer, the device and dtype, and the one lock (``admission.ModelLock``) that
+every request holds around model AND tokenizer use (ux-principles section 4: fast tokenizers are
+not thread-safe, and serialising inference on a small CPU box is faster than oversubscribing it).
 
 Model specs (one setting: the ``spec`` argument, else ``ROLL_VIZ_MODEL``, else the default):
 
@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from roll_viz.lm.admission import ModelLock
 from roll_viz.lm.threads import MONITOR, configure_threads
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ class ModelBundle:
         pad_id: id used for padding (never scored: padding is masked out).
         load_seconds: wall time the load took.
         source: "gguf-convert", "gguf-cache", "tiny", "folder" or "hub".
-        lock: the one lock around model and tokenizer use.
+        lock: the one lock around model and tokenizer use (``admission.ModelLock``: a page
+            that holds it gives its page slot back meanwhile).
         compiled_steps: derived decode models, by kind: torch.compile wrappers of the model's
             forward by compile mode, and the int8 copy for the decode loop (filled lazily under
             ``lock`` by the sampler; the model itself is never changed).
@@ -137,7 +139,7 @@ class ModelBundle:
     pad_id: int
     load_seconds: float = 0.0
     source: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: ModelLock = field(default_factory=ModelLock, repr=False)
     compiled_steps: dict = field(default_factory=dict, repr=False)
     usage: ModelUsage = field(default_factory=lambda: ModelUsage(), repr=False)
 

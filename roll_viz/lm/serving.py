@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from roll_viz.lm.admission import PAGE_SLOTS
 from roll_viz.lm.decode import FAST_DECODE, DecodeOptions, weights_kind
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import PolicySource, SamplingConfig, policy_source
@@ -111,28 +112,32 @@ def queue_status(bundle: ModelBundle) -> QueueStatus:
 def model_turn(
     bundle: ModelBundle, run: RunProgress, report: Callable[[float, str], None]
 ) -> Iterator[None]:
-    """Hold ``bundle.lock`` (reporting the queue while waiting) and publish ``run`` meanwhile."""
-    usage = bundle.usage
-    if not bundle.lock.acquire(blocking=False):
-        with usage.guard:
-            usage.waiting += 1
-        try:
-            report(0.0, "Waiting for the model. " + queue_status(bundle).message())
-            while not bundle.lock.acquire(timeout=0.5):
+    """Hold ``bundle.lock`` (reporting the queue while waiting) and publish ``run`` meanwhile.
+
+    The calling page gives its page slot back for the wait and the run (``admission``).
+    """
+    with PAGE_SLOTS.released():
+        usage = bundle.usage
+        if not bundle.lock.acquire(blocking=False):
+            with usage.guard:
+                usage.waiting += 1
+            try:
                 report(0.0, "Waiting for the model. " + queue_status(bundle).message())
+                while not bundle.lock.acquire(timeout=0.5):
+                    report(0.0, "Waiting for the model. " + queue_status(bundle).message())
+            finally:
+                with usage.guard:
+                    usage.waiting -= 1
+        try:
+            run.started = time.monotonic()
+            with usage.guard:
+                usage.current = run
+                usage.runs += 1
+            yield
         finally:
             with usage.guard:
-                usage.waiting -= 1
-    try:
-        run.started = time.monotonic()
-        with usage.guard:
-            usage.current = run
-            usage.runs += 1
-        yield
-    finally:
-        with usage.guard:
-            usage.current = None
-        bundle.lock.release()
+                usage.current = None
+            bundle.lock.release()
 
 
 def _prompt_tokens(bundle: ModelBundle, prompt: str) -> float:

@@ -23,6 +23,7 @@ import streamlit as st
 from streamlit.runtime import Runtime
 
 from roll_viz.lm import reaper
+from roll_viz.lm.admission import PAGE_SLOTS
 from roll_viz.ui import upload_guard
 from roll_viz.views import text
 
@@ -62,6 +63,15 @@ def install_server_guards() -> bool:
         _INSTALLED.append(True)
     LOG.info("server guards installed; %d start-up objects frozen out of collection", frozen)
     return True
+
+
+def page_slot() -> contextlib.AbstractContextManager[bool]:
+    """The page run's turn (``lm.admission.PAGE_SLOTS``): at most a few pages draw at once.
+
+    A page that waits for the model gives the turn back meanwhile; none waits more than
+    ``admission.MAX_WAIT_S`` for it.
+    """
+    return PAGE_SLOTS.page()
 
 
 def failure_hint(err: Exception) -> str:
