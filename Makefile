@@ -24,7 +24,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 install: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m streamlit run app.py --browser.gatherUsageStats=false
+	$(PY) -m roll_viz serve --browser.gatherUsageStats=false
 
 test: $(STAMP)
 	$(PY) -m ruff check .

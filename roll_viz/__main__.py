@@ -1,11 +1,12 @@
-"""Command line: ``python -m roll_viz compute | sample | train | runs`` (see each ``--help``)."""
+"""Command line: ``python -m roll_viz compute | sample | train | runs | serve`` (see --help)."""
 
 import sys
 
 USAGE = """usage: python -m roll_viz compute CASES.json|-
        python -m roll_viz sample --prompt TEXT [--prompt TEXT ...] [options]  (see sample --help)
        python -m roll_viz train --prompt TEXT --steps N [options]             (see train --help)
-       python -m roll_viz runs inspect PATH | runs export PATH --step K --to unipo|rllb|compute"""
+       python -m roll_viz runs inspect PATH | runs export PATH --step K --to unipo|rllb|compute
+       python -m roll_viz serve [SCRIPT] [streamlit flags]                    (the app, warm)"""
 
 #: subcommand -> module whose ``main(argv) -> exit code`` runs it
 COMMANDS = {
@@ -13,6 +14,7 @@ COMMANDS = {
     "sample": "roll_viz.cli.sample",
     "train": "roll_viz.cli.train",
     "runs": "roll_viz.cli.runs",
+    "serve": "roll_viz.cli.serve",
 }
 
 

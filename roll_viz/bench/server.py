@@ -111,8 +111,8 @@ def streamlit_server(
             [
                 python,
                 "-m",
-                "streamlit",
-                "run",
+                "roll_viz",
+                "serve",  # as ``make run``: the model stack imported before the first page
                 script,
                 "--server.headless=true",
                 "--server.address=127.0.0.1",
