@@ -44,6 +44,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -67,6 +68,7 @@ _LINE_RE = re.compile(r"number (\d+) in line")
 #: the app's reconnect grace and its variable (``ui.reconnect``, which bench may not import)
 APP_GRACE_S = 120.0
 GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
+SLOTS_ENV = "ROLL_VIZ_PAGE_SLOTS"  # the server's page slots (``lm.admission``), inherited
 STALL_MS = 300.0  # a health answer slower than this is listed with its time in ``stalls``
 GRACE_MARGIN_S = 25.0  # settle past the grace: the timers fire, the reaper frees and trims
 
@@ -92,6 +94,8 @@ class ChurnResult:
     grace_s: float = 120.0
     settle_s: float = 0.0
     last_close_s: float = 0.0  # seconds after the students started
+    page_s: list[float] = dataclasses.field(default_factory=list)  # each student's page open
+    start_s: list[float] = dataclasses.field(default_factory=list)  # each Start press's page run
 
     def summary(self) -> dict[str, Any]:
         """The benchmark line (JSON-ready)."""
@@ -118,6 +122,10 @@ class ChurnResult:
             "rss_mib_before": round(self.rss_before, 1),
             "rss_mib_peak": round(max(self.rss_samples, default=self.rss_before), 1),
             "rss_mib_after": round(self.rss_after, 1),
+            "page_open_p50_s": _pct_s(self.page_s, 0.5),
+            "page_open_max_s": _pct_s(self.page_s, 1.0),
+            "start_page_max_s": _pct_s(self.start_s, 1.0),
+            "page_slots": os.environ.get(SLOTS_ENV) or "app default",
             "progress": self.progress,
             "queue_positions_seen": sorted(set(self.queue_positions)),
             "closed_mid_step": self.closed_mid_step,
@@ -137,6 +145,14 @@ class ChurnResult:
             for m, t in zip(self.health_ms, self.health_at, strict=True)
             if m > over_ms
         ]
+
+
+def _pct_s(seconds: list[float], q: float) -> float | None:
+    """The q-quantile of ``seconds`` (unsorted), to 0.01 s."""
+    if not seconds:
+        return None
+    ordered = sorted(seconds)
+    return round(ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)], 2)
 
 
 def _pct(sorted_ms: list[float], q: float) -> float | None:
@@ -206,12 +222,14 @@ def _check(res: RunResult | None, who: str, out: dict[str, list]) -> bool:
 
 
 async def _open(session: Session, page: str, query: str, who: str, out: dict) -> RunResult | None:
+    t0 = time.monotonic()
     try:
         await session.connect()
         res = await session.run(page=page, query=query)
     except Exception as err:
         out["errors"].append(f"{who}: could not open {page}: {err!r}")
         return None
+    out["page_s"].append(time.monotonic() - t0)
     return res if _check(res, who, out) else None
 
 
@@ -227,7 +245,9 @@ async def _trainer(
         if res is None or START_KEY not in res.widgets:
             out["errors"].append(f"{who}: no Start button")
             return
+        t0 = time.monotonic()
         res = await s.run(changes={START_KEY: True}, widgets=res.widgets)
+        out["start_s"].append(time.monotonic() - t0)
         if not _check(res, who, out):
             return
         await asyncio.sleep(rng.uniform(1.0, hold_s))
@@ -294,11 +314,14 @@ async def churn(
         "progress": [],
         "positions": [],
         "closed_mid_step": 0,
+        "page_s": [],
+        "start_s": [],
     }
     for page, query in ((TRAIN_PAGE, TRAIN_QUERY), (UPDATE_PAGE, "live=true")):
         warm = Session(base)
         await _open(warm, page, query, "warm-up", out)
         await warm.close()
+    out["page_s"].clear()  # the students' pages only
     await asyncio.sleep(2.0)
     before = rss_mib(server_pid)
     samples: list[float] = []
@@ -332,6 +355,8 @@ async def churn(
         progress=sorted(out["progress"]),
         queue_positions=out["positions"],
         closed_mid_step=out["closed_mid_step"],
+        page_s=out["page_s"],
+        start_s=out["start_s"],
         errors=out["errors"],
         exceptions=out["exceptions"],
         wall_s=time.monotonic() - t0,

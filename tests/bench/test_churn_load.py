@@ -55,6 +55,8 @@ def test_closing_tabs_mid_step_never_stalls_the_server(capsys):
         print("\nBENCHMARK " + json.dumps(line))
     assert res.errors == []
     assert res.exceptions == []
+    assert len(res.page_s) == STUDENTS  # every student's page open was timed
+    assert line["page_open_max_s"] >= line["page_open_p50_s"] > 0
     assert tracebacks == []
     assert alive
     assert healthy
