@@ -14,6 +14,10 @@
 - ours bf16: the same step with ``UpdateConfig(precision="bf16")`` (the frozen base's matmuls in
   bfloat16), run after the pair; the ``bf16_effect`` line gives its log-prob gap to ours (every
   row is full length: the means are over all tokens).
+- ours as the page (``--as-page``): the step as the Update page takes it (no re-score, so the
+  page draws the step's figures; the re-score after, timed apart: ``step_s``, ``rescore_s``),
+  alone on the machine with the server's thread policy (``lm.threads``: its start-up count,
+  every core while the rest of the machine is idle), run after the others.
 - peer: the same step written plainly with transformers + peft: ``get_peft_model``, a loop of
   micro-batches with gradient accumulation (token-mean PPO loss divided by the batch's token
   count, which is exact for token-mean), ``model(...).logits`` over the full sequence, AdamW,
@@ -113,18 +117,33 @@ def _rss_mb() -> float:
 
 
 def run_ours(
-    bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor, precision: str = "float32"
+    bundle: ModelBundle,
+    rollout: Rollout,
+    adv: torch.Tensor,
+    precision: str = "float32",
+    as_page: bool = False,
 ) -> tuple[dict, Any]:
-    """Our step; returns (timings line, {"delta": (B, T), "before": (B, T) log-probs})."""
+    """Our step; returns (timings line, {"delta": (B, T), "before": (B, T) log-probs}).
+
+    ``as_page``: as the Update page takes it: the step alone (``rescore=False``; the page draws
+    its figures then), the re-score after it, timed apart (``step_s``, ``rescore_s``).
+    """
     with lora.LoraPolicy(bundle, seed=SEED) as policy:
         cpu = time.process_time()
-        cfg = update.UpdateConfig(lr=LR, seed=SEED, precision=precision)
+        cfg = update.UpdateConfig(lr=LR, seed=SEED, precision=precision, rescore=not as_page)
+        t0 = time.perf_counter()
         result = update.update_step(policy, rollout, adv, framework="verl", cfg=cfg)
+        step_s = time.perf_counter() - t0
+        if as_page:
+            t0 = time.perf_counter()
+            result = update.rescore(policy, rollout, result)
+            result.seconds["rescore"] = time.perf_counter() - t0
         cpu = time.process_time() - cpu
         sizes = policy.nbytes()
     mask = result.response_mask.bool()
+    name = "ours" if precision == "float32" else f"ours {precision}"
     line = {
-        "impl": "ours" if precision == "float32" else f"ours {precision}",
+        "impl": name + (" as the page" if as_page else ""),
         "precision": precision,
         "seconds": {k: round(v, 3) for k, v in result.seconds.items()},
         "cpu_s": round(cpu, 3),
@@ -135,6 +154,9 @@ def run_ours(
         "adapter_mb": round(sizes["adapter"] / 2**20, 2),
         "optimizer_mb": round(sizes["optimizer"] / 2**20, 2),
     }
+    if as_page:
+        line["step_s"] = round(step_s, 3)  # what the page waits for before drawing the step
+        line["rescore_s"] = round(result.seconds["rescore"], 3)
     return line, {"delta": result.delta, "before": result.logprobs_before}
 
 
@@ -235,7 +257,8 @@ def run_peer(bundle: ModelBundle, rollout: Rollout, adv: torch.Tensor) -> tuple[
 def one_case(model: str, shape: tuple[int, int, int], impl: str) -> tuple[dict, dict]:
     """One (model, shape, implementation) measurement in this process: ((B, T) tensors, line).
 
-    ``impl``: "ours", "ours_bf16" (``UpdateConfig.precision="bf16"``) or "peer".
+    ``impl``: "ours", "ours_bf16" (``UpdateConfig.precision="bf16"``), "ours_page" (as the
+    Update page takes it, threads as the server chooses them) or "peer".
     """
     bundle = load_models(model, device="cpu", dtype="float32")
     rollout = synthetic_rollout(bundle, *shape)
@@ -244,7 +267,7 @@ def one_case(model: str, shape: tuple[int, int, int], impl: str) -> tuple[dict, 
         line, tensors = run_peer(bundle, rollout, adv)
     else:
         precision = "bf16" if impl == "ours_bf16" else "float32"
-        line, tensors = run_ours(bundle, rollout, adv, precision)
+        line, tensors = run_ours(bundle, rollout, adv, precision, as_page=impl == "ours_page")
     return tensors, {
         "what": "update_step",
         "model": bundle.name,
@@ -309,6 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         "--one", nargs=3, metavar=("MODEL", "SHAPE", "IMPL"), help=argparse.SUPPRESS
     )
     parser.add_argument("--lr-probe", metavar="MODEL", help="learning-rate probe on real text")
+    parser.add_argument(
+        "--as-page",
+        action="store_true",
+        help="also the step as the Update page takes it (step, then re-score; server threads)",
+    )
     args = parser.parse_args(argv)
     if args.lr_probe:
         for line in lr_probe(args.lr_probe):
@@ -323,12 +351,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(json.dumps(context()), flush=True)
     env = {**os.environ, "ROLL_VIZ_THREADS": "1"}
+    # as the page: the server's own thread policy (its start-up count, every core while idle)
+    page_env = {k: v for k, v in os.environ.items() if k != "ROLL_VIZ_THREADS"}
     for model in args.models.split(","):
         for shape in args.shapes.split(","):
             out: dict[str, dict] = {}
             # ours and the peer at once (the same machine noise), then ours in bf16 alone
             for batch in (("ours", "peer"), ("ours_bf16",)):
                 out.update(_run_cases(model, shape, batch, env))
+            if args.as_page:
+                out.update(_run_cases(model, shape, ("ours_page",), page_env))
             _oracle_lines(model, shape, out)
     return 0
 

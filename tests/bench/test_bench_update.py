@@ -39,3 +39,15 @@ def test_oracle_and_bf16_effect_lines(capsys):
     assert effect["max_abs_logprob_gap"] == 0.125
     assert effect["mean_abs_delta_gap"] == 0.25
     assert effect["mean_abs_delta_fp32"] == 0.5
+
+
+def test_the_page_case_takes_the_step_then_rescores_to_the_same_numbers():
+    tensors, line = bench.one_case("tiny", (2, 2, 6), "ours")
+    page, page_line = bench.one_case("tiny", (2, 2, 6), "ours_page")
+    assert page_line["impl"] == "ours as the page"
+    assert page_line["step_s"] > 0
+    assert page_line["rescore_s"] > 0
+    assert "step_s" not in line
+    # step first and re-score after give the step's own delta log pi
+    torch.testing.assert_close(page["delta"], tensors["delta"], atol=1e-5, rtol=0)
+    assert page["delta"].abs().max() > 0
