@@ -9,7 +9,8 @@ Prints one JSON line per measurement:
 - ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
   with its peak RSS: the chosen reader (orjson lines, number lists converted in one C pass when
-  the line holds no JSON boolean);
+  the line holds no JSON boolean; a big run in line-aligned pieces on this process and a forked
+  helper, ``data.runs.scan_pieces``);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
 - ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
@@ -30,8 +31,10 @@ Prints one JSON line per measurement:
 
 Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own
 (``rss_at_start_mb`` is the interpreter with torch imported: the reader's own memory is the
-difference). The reader phases print wall ``seconds`` and ``cpu_seconds`` (this process's CPU
-time, steadier than the wall time on a loaded machine).
+difference); ``peak_pss_mb`` is the peak proportional set size of the phase's process and its
+children, sampled every ``SAMPLE_SECONDS`` (a forked helper's pages shared with its parent
+counted once: the memory the reader really holds). The reader phases print wall ``seconds``
+and ``cpu_seconds`` (this process's CPU time, steadier than the wall time on a loaded machine).
 ``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it (an
 existing dump there is reused: ``--phases`` without ``write``); ``--rounds N`` interleaves the
 reader phases N times so each sees the same machine load.
@@ -139,16 +142,30 @@ def phase_read_peer(folder: Path) -> dict:
     return {"rows": count, **timings}
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def phase_scan(folder: Path) -> dict:
-    """``open_run`` of the dump (detect, validate, per-step summaries)."""
-    start, start_cpu = time.perf_counter(), time.process_time()
+    """``open_run`` of the dump (detect, validate, per-step summaries).
+
+    ``cpu_seconds`` is this process's CPU time, ``helper_cpu_seconds`` that of the forked
+    helper that digests pieces of a big run (``data.runs.scan_pieces``), ``cpu_seconds_total``
+    both.
+    """
+    start, start_cpu, start_helpers = time.perf_counter(), time.process_time(), _children_cpu()
     run = open_run(folder)
     seconds = time.perf_counter() - start
     cpu = time.process_time() - start_cpu
+    helpers = _children_cpu() - start_helpers
     s = run.summaries[0]
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
+        "helper_cpu_seconds": helpers,
+        "cpu_seconds_total": cpu + helpers,
+        "helper_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "steps": len(run.steps),
         "samples": s.samples,
         "prompts": s.num_prompts,
@@ -223,13 +240,54 @@ def extract_commit(commit: str, dest: Path) -> str:
 def run_baseline(folder: Path, tree: Path) -> dict:
     """``open_run`` of the dump by the reader in ``tree`` (a fresh interpreter run there)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run(
-        [sys.executable, "-c", _BASELINE_CHILD, str(folder)],
-        cwd=tree, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    if done.returncode != 0:
-        return {"error": done.stderr.strip()[-500:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    code, out, err, pss = run_sampled(
+        [sys.executable, "-c", _BASELINE_CHILD, str(folder)], cwd=tree, env=env
+    )
+    if code != 0:
+        return {"error": err.strip()[-500:]}
+    return {**json.loads(out.strip().splitlines()[-1]), "peak_pss_mb": pss}
+
+
+#: Seconds between two samples of a phase's memory (PSS of its process and its children).
+SAMPLE_SECONDS = 0.1
+
+
+def tree_pss_mb(pid: int) -> float | None:
+    """Proportional set size of a process and its descendants (shared pages split), or None.
+
+    The sum is the memory the tree holds, a forked helper's shared pages counted once.
+    """
+    total, todo = 0, [pid]
+    if not Path(f"/proc/{pid}/smaps_rollup").exists():
+        return None
+    while todo:
+        proc = todo.pop()
+        try:
+            with open(f"/proc/{proc}/smaps_rollup") as handle:
+                total += next(int(x.split()[1]) for x in handle if x.startswith("Pss:"))
+            for task in os.listdir(f"/proc/{proc}/task"):
+                with open(f"/proc/{proc}/task/{task}/children") as handle:
+                    todo.extend(int(c) for c in handle.read().split())
+        except (OSError, StopIteration, ValueError):
+            continue  # the process ended between two reads
+    return total / 1024
+
+
+def run_sampled(cmd: list[str], **kwargs) -> tuple[int, str, str, float | None]:
+    """Run ``cmd``; returns its code, stdout, stderr and the peak PSS of its process tree."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    )
+    peak = None
+    while True:
+        try:
+            out, err = proc.communicate(timeout=SAMPLE_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            pss = tree_pss_mb(proc.pid)
+            if pss is not None:
+                peak = max(peak or 0.0, pss)
+    return proc.returncode, out, err, peak
 
 
 def _line_pieces(path: Path, size: int):
@@ -466,13 +524,16 @@ def main(argv: list[str]) -> int:
                 str(folder), "--prompts", str(args.prompts), "--group", str(args.group),
                 "--tokens", str(args.tokens), "--loop-prompts", str(args.loop_prompts),
             ]  # fmt: skip
-            done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-            if done.returncode != 0:
-                _emit({"name": phase, "scale": scale, "error": done.stderr.strip()[-500:]})
+            code, out, err, pss = run_sampled(cmd, env=os.environ.copy())
+            if code != 0:
+                _emit({"name": phase, "scale": scale, "error": err.strip()[-500:]})
                 return 1
-            record = json.loads(done.stdout.strip().splitlines()[-1])
+            record = json.loads(out.strip().splitlines()[-1])
             record.pop("phase")
-            _emit({"name": phase, "scale": scale, **record, "load1": os.getloadavg()[0]})
+            _emit({
+                "name": phase, "scale": scale, **record, "peak_pss_mb": pss,
+                "load1": os.getloadavg()[0],
+            })  # fmt: skip
     return 0
 
 

@@ -73,6 +73,9 @@ class Format:
         header: run-level metadata of the first file as sorted (key, value) pairs.
         scan_notes: notes that depend on the fields the scan found.
         reward_columns: the extra per-sample columns are the reward functions' scores.
+        convert: for a JSONL format whose rows come from one line at a time with no state
+            (``convert(value, file, line)``, as ``rows_from_jsonl`` calls it): a big run is
+            then digested in pieces on two processes (``scan_pieces``); None otherwise.
     """
 
     name: str
@@ -84,12 +87,21 @@ class Format:
     header: Callable[[Path], tuple] = no_header
     scan_notes: Callable[[set[str]], tuple[str, ...]] = no_scan_notes
     reward_columns: bool = False
+    convert: Callable | None = None
 
 
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format(rllb.FORMAT, rllb.LABEL, "jsonl", rllb.rows, rllb.SCORE_KIND, rllb.NOTES),
+        Format(
+            rllb.FORMAT,
+            rllb.LABEL,
+            "jsonl",
+            rllb.rows,
+            rllb.SCORE_KIND,
+            rllb.NOTES,
+            convert=rllb.convert,
+        ),
         Format(
             trl_completions.FORMAT,
             trl_completions.LABEL,
@@ -107,6 +119,7 @@ FORMATS: dict[str, Format] = {
             verl_dump.SCORE_KIND,
             verl_dump.NOTES,
             scan_notes=verl_dump.scan_notes,
+            convert=verl_dump.convert,
         ),
         Format(
             roll_dump.FORMAT,
@@ -115,6 +128,7 @@ FORMATS: dict[str, Format] = {
             roll_dump.rows,
             roll_dump.SCORE_KIND,
             roll_dump.NOTES,
+            convert=roll_dump.convert,
         ),
         Format(
             unipo.FORMAT,
@@ -134,7 +148,15 @@ FORMATS: dict[str, Format] = {
             unipo.NOTES,
             header=unipo.header_pairs_jsonl,
         ),
-        Format(plain.FORMAT, plain.LABEL, "jsonl", plain.rows, plain.SCORE_KIND, plain.NOTES),
+        Format(
+            plain.FORMAT,
+            plain.LABEL,
+            "jsonl",
+            plain.rows,
+            plain.SCORE_KIND,
+            plain.NOTES,
+            convert=plain.convert,
+        ),
         Format(
             plain.FORMAT_CSV, plain.LABEL_CSV, "csv", plain.rows_csv, plain.SCORE_KIND, plain.NOTES
         ),
@@ -146,6 +168,7 @@ FORMATS: dict[str, Format] = {
             rollviz.SCORE_KIND,
             rollviz.NOTES,
             header=rollviz.header,
+            convert=rollviz.convert,
         ),
     )
 }

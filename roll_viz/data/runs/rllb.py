@@ -31,6 +31,7 @@ from roll_viz.data.runs.parse import (
     Problems,
     RunFormatError,
     get_int,
+    get_mask_length,
     get_number,
     get_numbers,
     get_strings,
@@ -88,19 +89,10 @@ def convert(value: Any, file: str, line: int) -> Row:
     else:
         score = get_number(obj, "reward", file, line)
     tokens = get_strings(obj, "response_tokens", file, line)
-    mask = get_numbers(obj, "new_response_mask", file, line)
-    if mask is not None:
-        bad = mask[(mask != 0.0) & (mask != 1.0)]
-        if bad.size:
-            raise RunFormatError(file, line, "new_response_mask", f"must be 0/1, got {bad[0]:g}")
-        n = int(mask.sum())
-        if mask[n:].any() or not mask[:n].all():
-            raise RunFormatError(
-                file, line, "new_response_mask", "valid positions must come first (1s then 0s)"
-            )
-    elif tokens is not None:
+    n = get_mask_length(obj, "new_response_mask", file, line)
+    if n is None and tokens is not None:
         n = len(tokens)
-    else:
+    elif n is None:
         lp = get_numbers(obj, "logprobs", file, line)
         n = len(lp) if lp is not None else None
     series = {}
