@@ -13,7 +13,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import struct
 import sys
 import threading
@@ -255,6 +254,11 @@ def _line_without_bools(raw_has_bools: bool) -> Iterator[None]:
 _LETTER_LOOKS = 64
 
 
+def no_bools_in_line() -> bool:
+    """Whether the JSON line being converted holds no ``true``/``false`` (no bool anywhere)."""
+    return getattr(_LINE, "no_bools", False)
+
+
 def _has_bools(raw: bytes) -> bool:
     """Whether a JSON line may hold a boolean (the bytes ``true`` or ``false`` appear in it).
 
@@ -322,33 +326,6 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     raise RunFormatError(file, line, key, "expected a list of numbers")  # pragma: no cover
 
 
-def get_mask_length(obj: dict, key: str, file: str, line: int) -> int | None:
-    """Valid positions of a 0/1 mask list whose 1s come first (None when absent).
-
-    On a line without JSON booleans the list is only counted (``count(1)``, ``count(0)`` and
-    the first 0, each a C pass on small ints), with no conversion; any other list goes through
-    ``get_numbers`` and its checks, so the messages are the same on every path.
-
-    Raises:
-        RunFormatError: not a list of numbers, a value other than 0/1, or a 1 after a 0.
-    """
-    value = _bounded_list(obj, key, file, line, "numbers")
-    if value is None:
-        return None
-    if getattr(_LINE, "no_bools", False):
-        ones, zeros = value.count(1), value.count(0)
-        if ones + zeros == len(value) and (not zeros or value.index(0) == ones):
-            return ones
-    mask = get_numbers(obj, key, file, line)
-    bad = mask[(mask != 0.0) & (mask != 1.0)]
-    if bad.size:
-        raise RunFormatError(file, line, key, f"must be 0/1, got {bad[0]:g}")
-    n = int(mask.sum())
-    if mask[n:].any() or not mask[:n].all():
-        raise RunFormatError(file, line, key, "valid positions must come first (1s then 0s)")
-    return n
-
-
 def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
     """``obj[key]`` as a list of strings, or None when absent."""
     value = _bounded_list(obj, key, file, line, "strings")
@@ -368,29 +345,6 @@ def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
 
 # ---------------------------------------------------------------------------------------------
 # Streaming
-
-
-_NUL_RUNS = re.compile(rb"\x00+")
-MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first 8 KB a text file may have
-
-
-def sniff_text(path: Path) -> bytes:
-    """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(SNIFF_BYTES)
-    except OSError as err:
-        raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
-    if not head.strip(b" \t\r\n\x00"):
-        raise RunFormatError(path, None, None, "empty file")
-    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
-    # skipped as problems); a binary file has NUL bytes scattered all over.
-    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
-        raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
-    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
-    if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
-        raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
-    return head
 
 
 def iter_jsonl(

@@ -28,14 +28,15 @@ import torch
 from torch import Tensor
 
 from roll_viz.data.runs.parse import (
+    MAX_TOKENS_PER_ROW,
     Problems,
     RunFormatError,
     get_int,
-    get_mask_length,
     get_number,
     get_numbers,
     get_strings,
     get_text,
+    no_bools_in_line,
     require_object,
     rows_from_jsonl,
 )
@@ -79,6 +80,33 @@ def board_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(d) - 1 - d
 
 
+def mask_length(obj: dict, key: str, file: str, line: int) -> int | None:
+    """Valid positions of a 0/1 mask list whose 1s come first (None when absent).
+
+    On a line without JSON booleans the list is only counted (``count(1)``, ``count(0)`` and
+    the first 0, each a C pass on small ints), with no conversion; any other list goes through
+    ``get_numbers`` and its checks, so the messages are the same on every path.
+
+    Raises:
+        RunFormatError: not a list of numbers, a value other than 0/1, or a 1 after a 0.
+    """
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, list) and len(value) <= MAX_TOKENS_PER_ROW and no_bools_in_line():
+        ones, zeros = value.count(1), value.count(0)
+        if ones + zeros == len(value) and (not zeros or value.index(0) == ones):
+            return ones
+    mask = get_numbers(obj, key, file, line)  # refuses what is not a list of numbers
+    bad = mask[(mask != 0.0) & (mask != 1.0)]
+    if bad.size:
+        raise RunFormatError(file, line, key, f"must be 0/1, got {bad[0]:g}")
+    n = int(mask.sum())
+    if mask[n:].any() or not mask[:n].all():
+        raise RunFormatError(file, line, key, "valid positions must come first (1s then 0s)")
+    return n
+
+
 def convert(value: Any, file: str, line: int) -> Row:
     """One board line -> Row (valid positions only)."""
     obj = require_object(value, file, line)
@@ -89,7 +117,7 @@ def convert(value: Any, file: str, line: int) -> Row:
     else:
         score = get_number(obj, "reward", file, line)
     tokens = get_strings(obj, "response_tokens", file, line)
-    n = get_mask_length(obj, "new_response_mask", file, line)
+    n = mask_length(obj, "new_response_mask", file, line)
     if n is None and tokens is not None:
         n = len(tokens)
     elif n is None:
