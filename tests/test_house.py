@@ -33,6 +33,7 @@ LAZY_OK = (
     "torch._dynamo",
     "trl",  # the training benchmark's peer, a dev-only install
     "datasets",
+    "polars",  # the runs benchmark's NDJSON peer, a dev-only install
     "streamlit.proto",  # the load benchmark speaks the wire protocol; a plain run never needs it
 )
 MAX_LINES = 600
