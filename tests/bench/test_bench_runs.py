@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 import torch
 
@@ -46,3 +49,13 @@ def test_baseline_reader_runs_from_an_extracted_commit(tmp_path):
     assert record["reader"] == str(tree / "roll_viz" / "__init__.py")
     assert (record["samples"], record["prompts"], record["warnings"]) == (4, 2, 0)
     assert record["kl_k3_mean"] == bench.phase_scan(dump)["kl_k3_mean"]
+
+
+def test_a_phase_runs_with_its_process_tree_memory_sampled():
+    code, out, _, pss = bench.run_sampled(
+        [sys.executable, "-c", "import time; time.sleep(0.35); print('done')"]
+    )
+    assert (code, out.strip()) == (0, "done")
+    if Path("/proc/self/smaps_rollup").exists():
+        assert pss > 0
+        assert bench.tree_pss_mb(os.getpid()) > 0
