@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 import torch
 
-from roll_viz.core.pipeline import FRAMEWORKS, prepare_batch, run
+from roll_viz.core.pipeline import FRAMEWORKS, dialects, prepare_batch, run
 from roll_viz.core.records import Batch
 
 CASES = [
@@ -114,3 +114,117 @@ def test_the_input_is_copied_never_shared_nor_modified():
     batch.scores.div_(2.0)
     for k, v in before.items():
         assert torch.equal(getattr(batch, k), v), k
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.5, float("nan"), float("inf"), -1.0, 2.0, 1e-30, 1 - 2**-24],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_kind_of_non_binary_mask_entry_is_refused(dtype, value):
+    batch = _batch(dtype)
+    batch.response_mask[7, 3] = value
+    with pytest.raises(ValueError, match=r"^response_mask must contain only 0 and 1$"):
+        prepare_batch(batch)
+
+
+@pytest.mark.parametrize("value", [1 - 2**-53, 5e-324])
+def test_a_float64_mask_entry_a_hair_off_0_or_1_is_refused(value):
+    batch = _batch(torch.float64)
+    batch.response_mask[2, 1] = value
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        prepare_batch(batch)
+
+
+def test_a_large_mask_is_checked_past_its_first_slice():
+    mask = torch.ones(3, 70_000)
+    mask[2, 69_999] = 0.25  # in the last slice of the fractional-part check
+    batch = Batch(scores=torch.zeros(3), response_mask=mask, group_ids=torch.zeros(3).long())
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        prepare_batch(batch)
+    mask[2, 69_999] = -0.0  # a negative zero is a 0
+    assert torch.equal(prepare_batch(batch).response_mask, mask.double())
+
+
+def test_integer_masks_are_checked_too():
+    batch = _batch(torch.float64)
+    as_int = dataclasses.replace(batch, response_mask=batch.response_mask.long())
+    assert torch.equal(prepare_batch(as_int).response_mask, batch.response_mask)
+    as_int.response_mask[0, 0] = 2
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        prepare_batch(as_int)
+
+
+def test_an_unread_input_is_validated_but_not_copied():
+    batch = _batch(torch.float32)
+    clean = prepare_batch(batch, ("values",))
+    assert clean.values is None
+    assert torch.equal(clean.logprobs, batch.logprobs.double())
+    batch.values[4, 5] = float("nan")
+    with pytest.raises(ValueError, match=r"^values\[4, 5\] is nan \(sample 4\): not finite$"):
+        prepare_batch(batch, ("values",))
+    with pytest.raises(ValueError, match=r"values must have shape"):
+        prepare_batch(dataclasses.replace(batch, values=batch.values[:, :3]), ("values",))
+    # a GRPO run never reads the critic values, and still refuses bad ones
+    for framework, config in CASES:
+        if "gae" not in config.values():
+            with pytest.raises(ValueError, match=r"values\[4, 5\] is nan"):
+                run(batch, framework, config)
+
+
+def test_each_dialect_reads_what_it_leaves_out_nowhere():
+    """A run without the unread inputs gives the same trace as one with them."""
+    batch = _batch(torch.float64)
+    for framework, config in CASES:
+        dialect = dialects.get(framework)
+        cfg = dialects.resolve_config(framework, config)
+        unread = dialect.unread_inputs(cfg)
+        assert "values" in unread or "gae" in config.values()
+        full = dialect.pipeline(prepare_batch(batch), cfg, None)
+        lean = dialect.pipeline(prepare_batch(batch, unread), cfg, None)
+        for name in ("rewards", "kl", "token_rewards", "advantages", "returns"):
+            assert torch.equal(getattr(full, name), getattr(lean, name)), (framework, name)
+
+
+@pytest.mark.parametrize(("framework", "config"), CASES)
+def test_trace_tensors_hold_no_negative_zero(framework, config):
+    """Every (B, T) field is a fixed point of the float mask: +0.0 on padding, no -0.0 anywhere.
+
+    The batch is built to produce -0.0 (log-probs -0.0 against a reference of +0.0, scores -0.0,
+    critic values -0.0) wherever the stages let it through.
+    """
+    batch = _batch(torch.float64)
+    B, T = batch.response_mask.shape
+    batch = dataclasses.replace(
+        batch,
+        scores=torch.full((B,), -0.0, dtype=torch.float64),
+        logprobs=torch.full((B, T), -0.0, dtype=torch.float64),
+        ref_logprobs=torch.zeros(B, T, dtype=torch.float64),
+        values=torch.full((B, T), -0.0, dtype=torch.float64),
+    )
+    trace = run(batch, framework, {**config, **_kl_in_reward(framework)})
+    for name in ("kl", "token_rewards", "advantages", "returns"):
+        x = getattr(trace, name)
+        assert not bool((torch.signbit(x) & (x == 0)).any()), name
+
+
+def _kl_in_reward(framework: str) -> dict:
+    return {
+        "roll": {"add_token_level_kl": True},
+        "verl": {"use_kl_in_reward": True},
+        "openrlhf": {},
+        "trl": {"beta": 0.04},
+    }[framework]
+
+
+def test_run_masks_its_own_tensors_never_the_batch():
+    """The Trace's masking writes only into tensors the run built (never a batch tensor)."""
+    batch = _batch(torch.float64)
+    batch.values[batch.response_mask == 0] = 7.0  # critic values on padding stay as given
+    before = batch.values.clone()
+    for framework, config in CASES:
+        trace = run(batch, framework, config)
+        assert torch.equal(batch.values, before), framework
+        pad = batch.response_mask == 0
+        for name in ("kl", "token_rewards", "advantages", "returns"):
+            assert not bool(getattr(trace, name)[pad].any()), (framework, name)

@@ -114,26 +114,46 @@ def _float64(value: Tensor) -> Tensor:
     return value.to(torch.float64, copy=True)
 
 
+#: Entries per slice of the mask's fractional-part check (a 256 KB float32 scratch buffer).
+_BINARY_CHUNK = 1 << 16
+
+
 def _is_binary(mask: Tensor) -> bool:
     """Whether every entry of a mask is 0 or 1 (a bool mask always is).
 
     Checked in the mask's own dtype, before the float64 conversion: a float32 mask is read at
-    half the bytes, and the conversion keeps 0 and 1 exact. Counts: the entries equal to 1
-    against the non-zero entries (a NaN, a 0.5 or a -1 is non-zero and not 1).
+    half the bytes, and the conversion keeps 0 and 1 exact. No (B, T) temporary: the smallest
+    and largest entry must lie in [0, 1] (a NaN makes both NaN and fails), then no entry may
+    have a fractional part (0.5, 1e-300): the fractional parts, all >= 0, must sum to exactly
+    0 (a sum of non-negative numbers is 0 only when each is). They are taken slice by slice
+    into one small scratch buffer.
     """
     if mask.dtype == torch.bool:
         return True
-    # every non-zero entry (NaN included) must be exactly 1: one comparison, one count in place
-    return int(torch.count_nonzero(mask == 1)) == int(torch.count_nonzero(mask))
+    low, high = torch.aminmax(mask)
+    if not (low.item() >= 0 and high.item() <= 1):
+        return False
+    if not mask.is_floating_point():
+        return True
+    flat = mask.reshape(-1)
+    scratch = flat.new_empty(min(_BINARY_CHUNK, flat.numel()))
+    total = flat.new_zeros(())
+    for part in flat.split(_BINARY_CHUNK):
+        total += torch.frac(part, out=scratch[: part.numel()]).sum()
+    return total.item() == 0
 
 
-def prepare_batch(batch: Batch) -> Batch:
+def prepare_batch(batch: Batch, unread: tuple[str, ...] = ()) -> Batch:
     """Validate a Batch and return a float64 copy (mask as 0/1 float, group ids as long).
 
     Args:
         batch: scores (B,), response_mask (B, T), group_ids (B,), optional logprobs and
             ref_logprobs (B, T) (both or neither), values (B, T), baseline_scores (B,),
             reward_components (name -> (B,)), sum_pi_squared (B, T).
+        unread: optional fields the caller will not read ("values", "sum_pi_squared", ...):
+            validated all the same (same checks, same messages), then left as None in the
+            copy, which spares a float64 copy of each (``run`` passes the dialect's
+            ``unread_inputs``).
 
     Returns:
         A new Batch; the input's tensors are never modified.
@@ -181,7 +201,7 @@ def prepare_batch(batch: Batch) -> Batch:
             raise ValueError(
                 f"{name}{list(bad)} is {value[bad].item()} (sample {bad[0]}): not finite"
             )
-        tensors[name] = _float64(value)
+        tensors[name] = None if name in unread else _float64(value)
     components = None
     if batch.reward_components is not None:
         components = {}
@@ -229,10 +249,16 @@ def run(
             result (never a silent NaN).
     """
     cfg = resolve_config(framework, config)
-    clean = prepare_batch(batch)
-    trace = dialects.get(framework).pipeline(clean, cfg, running)
+    dialect = dialects.get(framework)
+    clean = prepare_batch(batch, dialect.unread_inputs(cfg))
+    trace = dialect.pipeline(clean, cfg, running)
+    checked: set[int] = set()  # a field that is another field's tensor is checked once
     for name in ("rewards", "kl", "token_rewards", "advantages", "returns"):
-        bad = _first_bad(getattr(trace, name))
+        value = getattr(trace, name)
+        if id(value) in checked:
+            continue
+        checked.add(id(value))
+        bad = _first_bad(value)
         if bad is not None:
             raise ValueError(f"{framework}: non-finite {name} at {list(bad)}")
     for name in ("kl_coef", "next_kl_coef", "kl_loss", "clip_frac"):

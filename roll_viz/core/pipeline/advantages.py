@@ -676,3 +676,13 @@ EXTRA_ESTIMATORS: dict[str, AdvantageFn] = {
 
 #: Every estimator by name (the dialects look names up here).
 ALL_ESTIMATORS: dict[str, AdvantageFn] = {**ADVANTAGE_ESTIMATORS, **EXTRA_ESTIMATORS}
+
+#: The estimators whose ``advantages`` and ``returns`` are each the output of
+#: ``apply_mask(x, response_mask)`` over the (float) mask they were given, so masking them again
+#: with that mask changes no bit (+0.0 on padding, no -0.0 anywhere). The ones that end in a
+#: whitening (reinforce_pp, reinforce_pp_baseline: ``dev * inv_std`` can underflow to -0.0) or
+#: mask with a mask of their own (optimal_token_baseline) are not listed.
+MASKED_OUTPUTS: frozenset[str] = frozenset(
+    {"gae", "reinforce", "grpo", "dr_grpo", "rloo", "remax", "length_weighted", "gpg", "passk"}
+    | {"maxrl"}
+)

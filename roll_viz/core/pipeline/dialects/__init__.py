@@ -78,6 +78,7 @@ REQUIRED: tuple[str, ...] = (
     "kl_placement",
     "train_config",
     "beta_blocked",
+    "unread_inputs",
     "pipeline",
     "loss_agg_modes",
     "loss_spec",

@@ -27,7 +27,12 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_whiten
-from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    MASKED_OUTPUTS,
+    EstimatorParams,
+    token_rewards,
+)
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
@@ -289,6 +294,17 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
+
+    Critic values: GAE only; ``sum_pi_squared``: never (verl's optimal token baseline reads
+    it). ``run`` validates them as usual but leaves them out of the float64 copy it hands over.
+    """
+    if cfg["advantage_estimator"] == "gae":
+        return ("sum_pi_squared",)
+    return ("values", "sum_pi_squared")
+
+
 # ------------------------------------------------------------------------------ the pipeline
 
 
@@ -306,9 +322,11 @@ def length_penalties(batch: Batch, cfg: Mapping[str, Any], notes: list[str]) -> 
         ValueError: max_new_tokens < overlong_buffer_len, or a coefficient above 1.
     """
     scores = batch.scores
-    lengths = batch.response_mask.sum(-1)
     cap = cfg["max_new_tokens"] or batch.response_mask.shape[1]
     buffer, coef = cfg["overlong_buffer_len"], cfg["stop_properly_penalty_coef"]
+    if buffer is None and coef is None:
+        return scores
+    lengths = batch.response_mask.sum(-1)
     if buffer is not None:
         if cap < buffer:
             raise ValueError(
@@ -393,15 +411,15 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_estimator']} (clamped to +-10)")
     next_beta = controller(beta, kl, mask, cfg["target"], cfg["horizon"], notes)
 
+    name = "gae" if est == "gae" else "reinforce"
     if est == "gae":
         values = None if batch.values is None else apply_mask(batch.values, mask)
         params = EstimatorParams(gamma=gamma, lam=cfg["lambd"], values=values, carry_through=False)
         notes.append("GAE with rewards and values multiplied by the mask (no carry-through)")
-        estimate = ADVANTAGE_ESTIMATORS["gae"](tokens, mask, batch.group_ids, params)
     else:
         params = EstimatorParams(gamma=gamma, carry_through=False)
         notes.append("cumulative returns of the token rewards; advantages = returns")
-        estimate = ADVANTAGE_ESTIMATORS["reinforce"](tokens, mask, batch.group_ids, params)
+    estimate = ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
     advantages = estimate.advantages
     if est in ("gae", "reinforce", "reinforce_baseline") and mask.sum() > 0:
         if cfg["no_std_norm"]:
@@ -426,10 +444,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             f"KL in the loss: {cfg['kl_estimator']} (clamped to +-10), coef {num(beta)}, "
             "token-level mean (aggregate_loss default)"
         )
+    masked = (estimate.advantages, estimate.returns) if name in MASKED_OUTPUTS else ()
     return make_trace(
         "openrlhf",
         cfg,
         batch,
+        masked=(tokens, *masked),
         rewards=rewards,
         baseline=baseline,
         scale=scale,

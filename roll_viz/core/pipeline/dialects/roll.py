@@ -31,7 +31,12 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import group_stats, masked_whiten
-from roll_viz.core.pipeline.advantages import ADVANTAGE_ESTIMATORS, EstimatorParams, token_rewards
+from roll_viz.core.pipeline.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    MASKED_OUTPUTS,
+    EstimatorParams,
+    token_rewards,
+)
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
@@ -351,6 +356,15 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
+
+    Critic values: GAE only; ``sum_pi_squared``: never (verl's optimal token baseline reads
+    it). ``run`` validates them as usual but leaves them out of the float64 copy it hands over.
+    """
+    return ("sum_pi_squared",) if cfg["adv_estimator"] == "gae" else ("values", "sum_pi_squared")
+
+
 # ------------------------------------------------------------------------------ the pipeline
 
 
@@ -369,7 +383,10 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
     notes = base_notes(batch) + conv.notes
     keep, mask_metrics = sample_level_mask(batch, cfg)
-    final = mask * keep[:, None]  # ROLL's final_response_mask
+    # ROLL's final_response_mask; with every sample kept it is the response mask itself, and
+    # the two ``* final`` below are exact no-ops (their inputs are already +0.0 on padding)
+    sample_masked = not bool((keep == 1).all())
+    final = mask * keep[:, None] if sample_masked else mask
     if any(cfg[k] for k in SAMPLE_MASK_KEYS):
         notes.append(
             "sample-level masks: "
@@ -426,7 +443,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     kl = batch_kl(batch, KL_CANON[cfg["kl_penalty"]], clamp=clamp)
     beta = cfg["init_kl_coef"]
     kl_in_reward = cfg["add_token_level_kl"]
-    tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
+    tokens = stage_tokens = token_rewards(rewards, mask, kl if kl_in_reward else None, beta)
     if kl_in_reward:
         notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_penalty']} (k3 clamped to +-10)")
     next_beta = controller(beta, kl, mask, cfg["target_kl"], cfg["kl_horizon"], notes)
@@ -435,21 +452,23 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         notes.append(f"token rewards clipped to +-{num(clip)} again ({token_frac:.0%} of tokens)")
     if cfg["whiten_rewards"]:
         tokens = _whiten(tokens, final, conv, notes, "token rewards")
-    tokens = tokens * final  # compute_advantage(response_mask=final_response_mask)
+    if sample_masked:
+        tokens = tokens * final  # compute_advantage(response_mask=final_response_mask)
 
     params = EstimatorParams(
         gamma=cfg["gamma"], lam=cfg["lambd"], values=batch.values, carry_through=False
     )
+    name = "gae" if est == "gae" else "reinforce"
     if est == "gae":
         notes.append("GAE over the full width with unmasked critic values (pad slots leak, T8)")
-        estimate = ADVANTAGE_ESTIMATORS["gae"](tokens, mask, batch.group_ids, params)
     else:
         notes.append(f"{est}: advantage = discounted reward-to-go of the token rewards (gamma)")
-        estimate = ADVANTAGE_ESTIMATORS["reinforce"](tokens, mask, batch.group_ids, params)
+    estimate = ADVANTAGE_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
     advantages = estimate.advantages
     if cfg["whiten_advantages"]:
         advantages = _whiten(advantages, final, conv, notes, "advantages")
-    advantages = advantages * final
+    if sample_masked:
+        advantages = advantages * final
     if cfg["advantage_clip"]:
         c = cfg["advantage_clip"]
         advantages, adv_frac = clip_rewards(advantages, -c, c, mask)
@@ -463,10 +482,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             "KL loss is always k3 (clamped +-10), independent of kl_penalty; aggregated with "
             f"loss_agg_mode {cfg['loss_agg_mode']}"
         )
+    masked = (estimate.advantages, estimate.returns) if name in MASKED_OUTPUTS else ()
     return make_trace(
         "roll",
         cfg,
         batch,
+        masked=(stage_tokens, *masked),
         rewards=rewards,
         baseline=norm.baseline,
         scale=norm.scale,
@@ -497,7 +518,7 @@ def sample_level_mask(batch: Batch, cfg: Mapping[str, Any]) -> tuple[Tensor, dic
     """
     mask, scores = batch.response_mask, batch.scores
     B, T = mask.shape
-    length = mask.sum(-1)
+    length = mask.sum(-1) if cfg.get("max_len_mask") or cfg.get("error_max_len_clip") else None
     keep = torch.ones(B, dtype=F64)
     metrics: dict[str, float] = {}
     for key, name in (

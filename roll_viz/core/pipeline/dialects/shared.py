@@ -116,10 +116,17 @@ class Conventions:
         return "unbiased (n-1)" if ddof == 1 else "biased (n)"
 
 
-def base_notes(batch: Batch) -> list[str]:
-    """The notes every dialect starts with: zero-length responses, missing log-probs."""
+def base_notes(batch: Batch, lengths: Tensor | None = None) -> list[str]:
+    """The notes every dialect starts with: zero-length responses, missing log-probs.
+
+    Args:
+        batch: the validated batch.
+        lengths: ``batch.response_mask.sum(-1)`` when the caller has it already (else computed).
+    """
     notes = []
-    empty = torch.nonzero(batch.response_mask.sum(-1) == 0).flatten().tolist()
+    if lengths is None:
+        lengths = batch.response_mask.sum(-1)
+    empty = torch.nonzero(lengths == 0).flatten().tolist()
     if empty:
         notes.append(
             f"zero-length response in sample(s) {empty}: the reward has no token to land on, "
@@ -154,15 +161,75 @@ def controller(beta: float, kl: Tensor, mask: Tensor, target, horizon, notes: li
     return nxt
 
 
-def make_trace(framework: str, cfg: dict, batch: Batch, **fields) -> Trace:
-    """The Trace of one dialect's run: token tensors masked, notes frozen, config sorted."""
+def make_trace(
+    framework: str, cfg: dict, batch: Batch, masked: tuple[Tensor, ...] = (), **fields
+) -> Trace:
+    """The Trace of one dialect's run: token tensors masked, notes frozen, config sorted.
+
+    The (B, T) fields come out as ``apply_mask(field, batch.response_mask)``. ``masked`` holds
+    tensors the dialect got from a stage as ``apply_mask(x, batch.response_mask)`` (float mask)
+    and passes on untouched (``token_rewards``' output, a ``MASKED_OUTPUTS`` estimator's): a
+    field that is one of them is already what masking makes of it and is not masked again. A
+    field whose storage no other tensor reads (not the batch's, not another field's) is one the
+    run built for itself: it is masked in place (``_mask_in_place``), which spares a (B, T)
+    allocation. A field passed twice (returns = advantages) is masked once and stays shared.
+    """
     mask = batch.response_mask
-    for key in ("kl", "token_rewards", "advantages", "returns"):
-        fields[key] = apply_mask(fields[key], mask)
+    keys = ("kl", "token_rewards", "advantages", "returns")
+    distinct = {id(fields[key]): fields[key] for key in keys}
+    others = [getattr(batch, name) for name in _BATCH_TENSORS]
+    others += list((batch.reward_components or {}).values())
+    others += [v for k, v in fields.items() if k not in keys]
+    owners: dict[int, int] = {}  # storage -> how many distinct tensors read it
+    for tensor in [*others, *distinct.values()]:
+        if isinstance(tensor, Tensor):
+            ptr = tensor.untyped_storage().data_ptr()
+            owners[ptr] = owners.get(ptr, 0) + 1
+    exact = {id(value) for value in masked} if mask.is_floating_point() else set()
+    for key_id, value in distinct.items():
+        if key_id in exact:
+            continue
+        sole = owners[value.untyped_storage().data_ptr()] == 1
+        distinct[key_id] = _mask_in_place(value, mask) if sole else apply_mask(value, mask)
+    for key in keys:
+        fields[key] = distinct[id(fields[key])]
     fields["notes"] = tuple(fields["notes"])
     return Trace(
         framework=framework, config=tuple(sorted(cfg.items())), scores=batch.scores, **fields
     )
+
+
+#: The Batch fields that hold tensors (reward_components holds a dict of them).
+_BATCH_TENSORS = (
+    "scores",
+    "response_mask",
+    "group_ids",
+    "logprobs",
+    "ref_logprobs",
+    "values",
+    "baseline_scores",
+    "sum_pi_squared",
+)
+
+
+def _mask_in_place(x: Tensor, mask: Tensor) -> Tensor:
+    """``apply_mask(x, mask)`` written into ``x`` when ``x`` can take it, else a new tensor.
+
+    In place only for a plain tensor that owns its storage (not a view: ``_base`` is None),
+    contiguous, of the mask's float dtype and shape, outside autograd; ``make_trace`` calls it
+    only for a tensor whose storage no other tensor of the batch or the Trace reads.
+    The values are the same either way: ``0 + x * mask`` in one fused pass.
+    """
+    if (
+        x._base is None
+        and x.is_contiguous()
+        and x.dtype == mask.dtype
+        and mask.is_floating_point()
+        and x.shape == mask.shape
+        and not x.requires_grad
+    ):
+        return torch.addcmul(x.new_zeros(()), x, mask, out=x)
+    return apply_mask(x, mask)
 
 
 # ------------------------------------------------------------- generic knobs <-> native keys

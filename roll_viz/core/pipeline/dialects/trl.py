@@ -279,6 +279,15 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     )
 
 
+def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Optional (B, T) batch inputs this config's ``pipeline`` never reads: both of them.
+
+    GRPO has no critic (values) and no optimal token baseline (``sum_pi_squared``). ``run``
+    validates them as usual but leaves them out of the float64 copy it hands over.
+    """
+    return ("values", "sum_pi_squared")
+
+
 # ------------------------------------------------------------------------------ the pipeline
 
 
@@ -334,6 +343,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         "trl",
         cfg,
         batch,
+        masked=(tokens, advantages),  # token_rewards' and apply_mask's outputs
         rewards=scores.clone(),
         baseline=baseline,
         scale=scale,
@@ -399,10 +409,12 @@ def _normalize_then_sum(
     )
     advantages = apply_mask(adv_seq[:, None].expand_as(mask), mask)
     kl = batch_kl(batch, "k3", clamp=None)
+    tokens = token_rewards(scores, mask)
     return make_trace(
         "trl",
         cfg,
         batch,
+        masked=(tokens, advantages),  # token_rewards' and apply_mask's outputs
         rewards=total,
         baseline=torch.zeros_like(scores) + mean,
         scale=torch.zeros_like(scores) + std + conv.eps,
@@ -412,7 +424,7 @@ def _normalize_then_sum(
         next_kl_coef=cfg["beta"],
         kl_in_reward=False,
         kl_loss=kl_term_mean(kl, mask),
-        token_rewards=token_rewards(scores, mask),
+        token_rewards=tokens,
         advantages=advantages,
         returns=advantages,
         running=running,

@@ -36,6 +36,7 @@ from roll_viz.core.ops import masked_sum, masked_whiten
 from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import (
     ALL_ESTIMATORS,
+    MASKED_OUTPUTS,
     EstimatorParams,
     decoupled_norm_advantages,
     token_rewards,
@@ -383,6 +384,20 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
+
+    Critic values: GAE only; ``sum_pi_squared``: the optimal token baseline only. ``run``
+    validates them as usual but leaves them out of the float64 copy it hands over.
+    """
+    est = cfg["adv_estimator"]
+    return tuple(
+        name
+        for name, reader in (("values", "gae"), ("sum_pi_squared", "optimal_token_baseline"))
+        if est != reader
+    )
+
+
 # ------------------------------------------------------------------------------ the pipeline
 
 
@@ -399,7 +414,8 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     """
     mask, scores, est = batch.response_mask, batch.scores, cfg["adv_estimator"]
     conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
-    notes = base_notes(batch) + conv.notes
+    lengths = mask.sum(-1)
+    notes = base_notes(batch, lengths) + conv.notes
     notes.append("no response-level reward processing in verl (rewards = scores)")
     kl = _kl(batch, cfg["kl_penalty"])
     beta, next_beta = cfg["kl_coef"], cfg["kl_coef"]
@@ -409,7 +425,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         notes.append(f"KL in reward: r_t -= {num(beta)} * {cfg['kl_penalty']}")
         if cfg["kl_ctrl_type"] == "adaptive":
             next_beta = controller(beta, kl, mask, cfg["target_kl"], cfg["horizon"], notes)
-    empty = mask.sum(-1) == 0
+    empty = lengths == 0
     # a zero-length response's score has no token; verl still sums it into s_i (index -1)
     seq = masked_sum(tokens, mask, dim=-1) + torch.where(empty, scores, torch.zeros_like(scores))
     name = ESTIMATORS[est]
@@ -453,10 +469,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             f"KL loss term: {cfg['kl_loss_type']} (coef {num(cfg['kl_loss_coef'])}), "
             f"aggregated with loss_agg_mode {cfg['loss_agg_mode']}"
         )
+    masked = (tokens, estimate.advantages, estimate.returns) if name in MASKED_OUTPUTS else ()
     return make_trace(
         "verl",
         cfg,
         batch,
+        masked=masked or (tokens,),
         rewards=scores.clone(),
         baseline=estimate.baseline,
         scale=estimate.scale,
