@@ -10,7 +10,10 @@ Prints one JSON line per measurement:
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
   with its peak RSS: the chosen reader (orjson lines, number lists converted in one C pass when
   the line holds no JSON boolean; a big run in line-aligned pieces on this process and a forked
-  helper, ``data.runs.scan_pieces``);
+  helper when a core is idle, ``data.runs.scan_pieces``);
+- ``scan_one``: the same ``open_run`` on one process (no forked helper);
+- ``scan_pieces``: the same ``open_run`` in pieces on two processes even on a busy machine (the
+  chosen reader forks its helper only when a core is idle, ``scan_pieces.IDLE_CORES``);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
 - ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
@@ -61,7 +64,7 @@ import torch
 from roll_viz.bench.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
-from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse
+from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse, scan_pieces
 
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
@@ -172,6 +175,18 @@ def phase_scan(folder: Path) -> dict:
         "warnings": len(run.warnings),
         "kl_k3_mean": float(s.kl_k3.mean()),
     }
+
+
+def phase_scan_one(folder: Path) -> dict:
+    """``open_run`` on this process only (no helper: ``scan_pieces.SCAN_PROCESSES`` 1)."""
+    scan_pieces.SCAN_PROCESSES = 1  # this subprocess only
+    return phase_scan(folder)
+
+
+def phase_scan_pieces(folder: Path) -> dict:
+    """``open_run`` in pieces on two processes whatever the load (``IDLE_CORES`` off)."""
+    scan_pieces.IDLE_CORES = float("-inf")  # this subprocess only
+    return phase_scan(folder)
 
 
 def phase_scan_checked(folder: Path) -> dict:
@@ -444,6 +459,10 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
         return phase_read_peer(folder)
     if phase == "scan":
         return phase_scan(folder)
+    if phase == "scan_one":
+        return phase_scan_one(folder)
+    if phase == "scan_pieces":
+        return phase_scan_pieces(folder)
     if phase == "scan_checked":
         return phase_scan_checked(folder)
     if phase == "pyarrow":
@@ -459,7 +478,7 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
 
 PHASES = ("write", "read_peer", "scan", "scan_checked", "pyarrow", "load_step", "pipeline")
 #: The readers compared side by side; ``--rounds N`` runs them N times, interleaved.
-READERS = ("baseline", "scan", "scan_checked", "pyarrow", "polars")
+READERS = ("baseline", "scan", "scan_one", "scan_pieces", "scan_checked", "pyarrow", "polars")
 
 
 def main(argv: list[str]) -> int:

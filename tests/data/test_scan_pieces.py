@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
 
 import pytest
 
@@ -20,15 +21,18 @@ from tests.data.helpers import FIXTURES, write_jsonl
 from tests.data.test_reader_fast_path import FIXTURE_RUNS, _read, _same
 
 pytestmark = pytest.mark.skipif(
-    not scan_pieces._use_processes(), reason="needs fork and two cores (Linux)"
+    sys.platform != "linux" or len(os.sched_getaffinity(0)) < 2,
+    reason="needs fork and two cores (Linux)",
 )
 
 
 @pytest.fixture
 def in_pieces(monkeypatch):
-    """Every JSONL run in pieces of one line each, on two processes."""
+    """Every JSONL run in pieces of one line each, on two processes, however busy the machine."""
     monkeypatch.setattr(scan_pieces, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(scan_pieces, "PIECE_BYTES", 1)
+    monkeypatch.setattr(scan_pieces, "IDLE_CORES", float("-inf"))
+    monkeypatch.setattr(scan_pieces, "HELPER_PIECES", 3)  # fresh helpers along the way
 
 
 def _here_only(monkeypatch):
@@ -127,3 +131,12 @@ def test_a_dead_helper_leaves_its_pieces_to_this_process(tmp_path, in_pieces):
     got = list(scan_pieces.row_digests(fmt, [path], Problems()))
     want = [scan_pieces.digest(row) for row in rllb.rows([path], Problems())]
     assert _same(got, want)
+
+
+def test_a_busy_machine_reads_here_only(monkeypatch):
+    monkeypatch.setattr(scan_pieces, "IDLE_CORES", 1.0)
+    monkeypatch.setattr(scan_pieces.os, "getloadavg", lambda: (2.0, 2.0, 2.0))
+    monkeypatch.setattr(scan_pieces.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert not scan_pieces._use_processes()
+    monkeypatch.setattr(scan_pieces.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert scan_pieces._use_processes()

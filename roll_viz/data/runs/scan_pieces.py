@@ -5,7 +5,8 @@ mean KL, extra columns, which fields it has) and drops the token arrays at once.
 yields the digests of a run in file order, calling ``problems.add`` for each bad line in the
 same order as the plain reader does. For a JSONL format read one line at a time (its ``Format``
 has ``convert``) and files of at least ``PARALLEL_MIN_BYTES`` on a Linux machine with two cores,
-the files are cut into line-aligned pieces of about ``PIECE_BYTES``; a forked helper process
+the files are cut into line-aligned pieces of about ``PIECE_BYTES`` when a core is idle
+(``IDLE_CORES``); a forked helper process
 digests pieces while this process digests others, and the pieces are merged in file order
 (line numbers counted on from the pieces before). Bounded memory: a piece's digests are small
 (no token arrays), at most ``LOOKAHEAD`` pieces are done ahead of the merge, and each process
@@ -37,12 +38,17 @@ from roll_viz.data.runs.run_records import Row
 
 #: Processes that digest a big run (this one and forked helpers); 1 reads it here only.
 SCAN_PROCESSES = 2
+#: Cores idle by the 1-minute load average needed to fork a helper: on a busy machine a helper
+#: only takes CPU from the rest (measured: no faster there, and more CPU time in all).
+IDLE_CORES = 1.0
 #: Runs (JSONL files together) smaller than this are read here only (a fork is not worth it).
 PARALLEL_MIN_BYTES = 64 << 20
 #: A piece: whole lines from a byte offset until the first line end after this many bytes.
 PIECE_BYTES = 8 << 20
 #: Pieces digested ahead of the merge (bounds the memory of finished, unmerged pieces).
 LOOKAHEAD = 4
+#: Pieces a helper digests before a fresh one is forked (bounds the pages held twice).
+HELPER_PIECES = 8
 
 
 @dataclass(slots=True)
@@ -193,11 +199,13 @@ def _moved(event: RowDigest | RunFormatError, base: int) -> RowDigest | RunForma
 
 
 def _use_processes() -> bool:
+    """Fork is there, two cores are, and at least ``IDLE_CORES`` of them are idle."""
     if SCAN_PROCESSES < 2 or sys.platform != "linux":
         return False
     if "fork" not in multiprocessing.get_all_start_methods():
         return False
-    return len(os.sched_getaffinity(0)) >= 2
+    cores = len(os.sched_getaffinity(0))
+    return cores >= 2 and cores - os.getloadavg()[0] >= IDLE_CORES
 
 
 def row_digests(fmt, files: list[Path], problems: Problems) -> Iterator[RowDigest]:
@@ -228,38 +236,72 @@ def _plan(files: list[Path]) -> list[tuple[str, tuple[int, int], bool]]:
     ]
 
 
+class _Helpers:
+    """Forked helper processes, forked afresh every ``HELPER_PIECES`` pieces.
+
+    A helper and this process share their pages until one writes to a page, which then exists
+    twice; forking afresh drops the helper's copies, so the pages held twice stay bounded.
+    Frozen (``gc.freeze``): a helper's collector never walks, and so never copies, the objects
+    it was forked with.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pools: list[ProcessPoolExecutor] = []  # the newest last; older ones finish and exit
+        self.given = 0
+        self.broken = False
+
+    def submit(self, convert: Callable, piece: tuple) -> Future | None:
+        """``digest_piece`` of ``piece`` in a helper; None once the helpers died."""
+        if self.broken:
+            return None
+        if not self.pools or self.given >= HELPER_PIECES:
+            if self.pools:
+                self.pools[-1].shutdown(wait=False)
+            fork = multiprocessing.get_context("fork")
+            self.pools.append(ProcessPoolExecutor(self.count, fork, initializer=gc.freeze))
+            self.given = 0
+        try:
+            future = self.pools[-1].submit(digest_piece, convert, *piece[:2])
+        except BrokenProcessPool:
+            self.broken = True
+            return None
+        self.given += 1
+        return future
+
+    def close(self) -> None:
+        """Stop every helper (pieces not started are dropped)."""
+        for pool in self.pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _merged(convert: Callable, plan: list, problems: Problems) -> Iterator[RowDigest]:
-    """Digest the pieces here and in a forked helper; yield them merged in file order."""
+    """Digest the pieces here and in forked helpers; yield them merged in file order."""
     done: dict[int, tuple[list, int]] = {}
     pending: dict[int, Future] = {}
-    helpers = SCAN_PROCESSES - 1
-    pool = ProcessPoolExecutor(
-        helpers, mp_context=multiprocessing.get_context("fork"), initializer=gc.freeze
-    )  # frozen: the helper's collector never walks (and so never copies) this process's objects
+    helpers = _Helpers(SCAN_PROCESSES - 1)
     base = 0
     assigned = 0
-    broken = False
     try:
         for merging, (_, _, first) in enumerate(plan):
             while merging not in done:
-                while (
-                    not broken
-                    and len(pending) < 2 * helpers
-                    and assigned < min(len(plan), merging + LOOKAHEAD)
-                ):
-                    try:
-                        pending[assigned] = pool.submit(digest_piece, convert, *plan[assigned][:2])
-                    except BrokenProcessPool:
-                        broken = True
+                ahead = min(len(plan), merging + LOOKAHEAD)
+                here = None
+                if assigned == merging:  # the next piece to merge is done here, at once
+                    here, assigned = assigned, assigned + 1
+                while len(pending) < 2 * helpers.count and assigned < ahead:
+                    future = helpers.submit(convert, plan[assigned])
+                    if future is None:
                         break
+                    pending[assigned] = future
                     assigned += 1
-                if merging in pending and (pending[merging].done() or assigned >= len(plan)):
+                if here is not None:
+                    done[here] = digest_piece(convert, *plan[here][:2])
+                elif pending[merging].done() or assigned >= ahead:
                     done[merging] = _result(pending.pop(merging), convert, plan[merging])
-                elif assigned < min(len(plan), merging + LOOKAHEAD):
+                else:  # while the helper works on it, the next free piece is done here
                     done[assigned] = digest_piece(convert, *plan[assigned][:2])
                     assigned += 1
-                else:
-                    done[merging] = _result(pending.pop(merging), convert, plan[merging])
             events, lines = done.pop(merging)
             if first:
                 base = 0
@@ -271,7 +313,7 @@ def _merged(convert: Callable, plan: list, problems: Problems) -> Iterator[RowDi
                     problems.add(event)
             base += lines
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        helpers.close()
 
 
 def _result(future: Future, convert: Callable, piece: tuple) -> tuple[list, int]:
