@@ -123,3 +123,12 @@ def test_the_flag_is_off_outside_a_jsonl_line():
     assert not getattr(parse._LINE, "no_bools", False)
     with pytest.raises(RunFormatError, match="expected a number"):
         parse.get_numbers({"x": [1.0, True]}, "x", "t.parquet", 1)  # a parquet row: checked
+
+
+def test_the_boolean_check_finds_every_true_and_false():
+    rng = np.random.default_rng(0)
+    pieces = [b"true", b"false", b"u", b"f", b"ru", b"fals", b"tru", b"e", b"0.5, ", b'"uf"']
+    for _ in range(2000):
+        parts = rng.choice(len(pieces), size=int(rng.integers(0, 120)))
+        raw = b"".join(pieces[k] for k in parts)
+        assert parse._has_bools(raw) == (b"true" in raw or b"false" in raw), raw
