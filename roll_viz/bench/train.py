@@ -19,6 +19,16 @@
   (``pip install trl==1.16.0``; without it the peer is skipped with that hint). It runs at its
   defaults otherwise (gradient checkpointing on); ``--trl-no-checkpointing`` turns that off.
 
+``--peer trl`` also prints the machine's floor for that shape (``floor``, measured in the
+parent before the two sides start, one thread as they run): the decode reads every weight once
+per step (the model's weight bytes x (tokens - 1) steps / the measured one-thread read
+bandwidth; the first token comes from the prefill), and the prompt passes and the update are
+matmuls (their FLOPs / the measured one-thread float32 GEMM rate on an update-shaped product):
+forward 2 x non-embedding parameters x tokens plus the head at the response positions, the
+backward about the same again (input gradients only: the base is frozen, the adapter's own
+gradients are a rank-r fraction). ``floor_speedup`` is TRL's CPU seconds over that floor: the
+most any implementation reaches in float32 on this machine.
+
 Every run starts with a ``context`` line (commit, load average, CPU flags). Timing is never
 asserted by a test; this is the place to read it.
 """
@@ -39,6 +49,7 @@ import time
 import torch
 
 from roll_viz.bench.machine import context
+from roll_viz.bench.sampling import memory_bandwidth, weight_bytes
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import RewardChoice, TrainSettings
@@ -274,9 +285,58 @@ def json_line(text: str) -> dict | None:
     return line if isinstance(line, dict) and "what" in line else None
 
 
+def gemm_rate(rows: int = 512, inner: int = 576, cols: int = 1536, repeats: int = 5) -> float:
+    """One thread's float32 GEMM rate (GFLOP/s, best of ``repeats``) on an update-sized product."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    a, b = torch.randn(rows, inner), torch.randn(cols, inner)
+    best = 0.0
+    try:
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            torch.nn.functional.linear(a, b)
+            best = max(best, 2 * rows * inner * cols / (time.perf_counter() - start) / 1e9)
+    finally:
+        torch.set_num_threads(saved)
+    return best
+
+
+def machine_floor(model: str) -> dict:
+    """The float32 floor of one peer-shape step on this machine (module docstring)."""
+    shape = PEER_SHAPE
+    bundle = load_models(model, device="cpu", dtype="float32", threads=1)
+    head = bundle.model.get_output_embeddings().weight
+    params = sum(p.numel() for p in bundle.model.parameters())
+    body = params - head.numel()  # the tied embedding / head counted once, as the head
+    contexts = sum(len(bundle.chat_ids(p)) for p in PROMPTS[: shape["prompts"]])
+    responses = shape["prompts"] * shape["group"] * shape["tokens"]
+    bandwidth = memory_bandwidth()["gb_per_s_by_threads"]["1"]
+    rate = gemm_rate()
+    decode_gb = weight_bytes(bundle) * (shape["tokens"] - 1) / 1e9
+    prefill_gflop = 2 * 2 * body * contexts / 1e9  # policy and reference prompt passes
+    forward_gflop = (2 * body * (contexts + responses) + 2 * head.numel() * responses) / 1e9
+    update_gflop = 2 * forward_gflop  # forward + backward (input gradients)
+    decode_s = decode_gb / bandwidth
+    matmul_s = (prefill_gflop + update_gflop) / rate
+    return {
+        "what": "floor",
+        "read_gb_per_s_1thread": bandwidth,
+        "gemm_gflop_per_s_1thread": round(rate, 1),
+        "decode_gb": round(decode_gb, 2),
+        "prefill_gflop": round(prefill_gflop, 1),
+        "update_gflop": round(update_gflop, 1),
+        "decode_floor_s": round(decode_s, 2),
+        "matmul_floor_s": round(matmul_s, 2),
+        "floor_s": round(decode_s + matmul_s, 2),
+        "loadavg": round(os.getloadavg()[0], 2),
+    }
+
+
 def _side_by_side(model: str, steps: int, checkpointing: bool) -> int:
     """Start both sides together, relay their lines, print the summary (medians after step 0)."""
     print(json.dumps(context()), flush=True)
+    floor = machine_floor(model)
+    print(json.dumps(floor), flush=True)
     env = {**os.environ, "ROLL_VIZ_THREADS": "1", "OMP_NUM_THREADS": "1"}
     base = [sys.executable, "-m", "roll_viz.bench.train", "--model", model, "--steps", str(steps)]
     trl_cmd = base + ["--trl-one"] + ([] if checkpointing else ["--trl-no-checkpointing"])
@@ -314,6 +374,9 @@ def _side_by_side(model: str, steps: int, checkpointing: bool) -> int:
     for kind in ("wall", "cpu"):
         ours, peer = summary[f"roll_viz_{kind}_s"], summary[f"trl_{kind}_s"]
         summary[f"speedup_{kind}"] = round(peer / ours, 2) if ours and peer else None
+    summary["floor_s"] = floor["floor_s"]
+    peer_cpu = summary["trl_cpu_s"]
+    summary["floor_speedup"] = round(peer_cpu / floor["floor_s"], 2) if peer_cpu else None
     print(json.dumps(summary), flush=True)
     return 0
 

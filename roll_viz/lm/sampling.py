@@ -49,7 +49,9 @@ Simplifications against real RL stacks (verl, ROLL, OpenRLHF):
   from the hidden states the float decode loop computed anyway (verl and ROLL recompute "old
   log-probs" because their rollout engine differs from the trainer; here it is the same model,
   so the two agree up to float rounding, about 1e-6). With int8 decode weights, a static cache,
-  or ``reuse_decode_hidden=False`` the policy gets its own teacher-forced pass.
+  or ``reuse_decode_hidden=False`` the policy gets its own teacher-forced pass. A LoRA policy's
+  scores (both models) come from the paired decode steps' logits (above), the same numbers up
+  to float rounding.
 - Rows of one prompt share the prompt's context, computed once and copied (not paged/shared in
   memory) to each row's KV cache.
 """
