@@ -9,11 +9,7 @@ Prints one JSON line per measurement:
 - ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
   with its peak RSS: the chosen reader (orjson lines, number lists converted in one C pass when
-  the line holds no JSON boolean; a big run in line-aligned pieces on this process and a forked
-  helper when a core is idle, ``data.runs.scan_pieces``);
-- ``scan_one``: the same ``open_run`` on one process (no forked helper);
-- ``scan_pieces``: the same ``open_run`` in pieces on two processes even on a busy machine (the
-  chosen reader forks its helper only when a core is idle, ``scan_pieces.IDLE_CORES``);
+  the line holds no JSON boolean);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
 - ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
@@ -35,8 +31,8 @@ Prints one JSON line per measurement:
 Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that phase's own
 (``rss_at_start_mb`` is the interpreter with torch imported: the reader's own memory is the
 difference); ``peak_pss_mb`` is the peak proportional set size of the phase's process and its
-children, sampled every ``SAMPLE_SECONDS`` (a forked helper's pages shared with its parent
-counted once: the memory the reader really holds). The reader phases print wall ``seconds``
+children, sampled every ``SAMPLE_SECONDS`` (pages shared between processes counted once: the
+memory a reader really holds). The reader phases print wall ``seconds``
 and ``cpu_seconds`` (this process's CPU time, steadier than the wall time on a loaded machine).
 ``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it (an
 existing dump there is reused: ``--phases`` without ``write``); ``--rounds N`` interleaves the
@@ -64,7 +60,7 @@ import torch
 from roll_viz.bench.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
-from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse, scan_pieces
+from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse
 
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
@@ -145,48 +141,22 @@ def phase_read_peer(folder: Path) -> dict:
     return {"rows": count, **timings}
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def phase_scan(folder: Path) -> dict:
-    """``open_run`` of the dump (detect, validate, per-step summaries).
-
-    ``cpu_seconds`` is this process's CPU time, ``helper_cpu_seconds`` that of the forked
-    helper that digests pieces of a big run (``data.runs.scan_pieces``), ``cpu_seconds_total``
-    both.
-    """
-    start, start_cpu, start_helpers = time.perf_counter(), time.process_time(), _children_cpu()
+    """``open_run`` of the dump (detect, validate, per-step summaries)."""
+    start, start_cpu = time.perf_counter(), time.process_time()
     run = open_run(folder)
     seconds = time.perf_counter() - start
     cpu = time.process_time() - start_cpu
-    helpers = _children_cpu() - start_helpers
     s = run.summaries[0]
     return {
         "seconds": seconds,
         "cpu_seconds": cpu,
-        "helper_cpu_seconds": helpers,
-        "cpu_seconds_total": cpu + helpers,
-        "helper_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "steps": len(run.steps),
         "samples": s.samples,
         "prompts": s.num_prompts,
         "warnings": len(run.warnings),
         "kl_k3_mean": float(s.kl_k3.mean()),
     }
-
-
-def phase_scan_one(folder: Path) -> dict:
-    """``open_run`` on this process only (no helper: ``scan_pieces.SCAN_PROCESSES`` 1)."""
-    scan_pieces.SCAN_PROCESSES = 1  # this subprocess only
-    return phase_scan(folder)
-
-
-def phase_scan_pieces(folder: Path) -> dict:
-    """``open_run`` in pieces on two processes whatever the load (``IDLE_CORES`` off)."""
-    scan_pieces.IDLE_CORES = float("-inf")  # this subprocess only
-    return phase_scan(folder)
 
 
 def phase_scan_checked(folder: Path) -> dict:
@@ -270,7 +240,7 @@ SAMPLE_SECONDS = 0.1
 def tree_pss_mb(pid: int) -> float | None:
     """Proportional set size of a process and its descendants (shared pages split), or None.
 
-    The sum is the memory the tree holds, a forked helper's shared pages counted once.
+    The sum is the memory the tree holds, pages shared between its processes counted once.
     """
     total, todo = 0, [pid]
     if not Path(f"/proc/{pid}/smaps_rollup").exists():
@@ -459,10 +429,6 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
         return phase_read_peer(folder)
     if phase == "scan":
         return phase_scan(folder)
-    if phase == "scan_one":
-        return phase_scan_one(folder)
-    if phase == "scan_pieces":
-        return phase_scan_pieces(folder)
     if phase == "scan_checked":
         return phase_scan_checked(folder)
     if phase == "pyarrow":
@@ -478,7 +444,7 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
 
 PHASES = ("write", "read_peer", "scan", "scan_checked", "pyarrow", "load_step", "pipeline")
 #: The readers compared side by side; ``--rounds N`` runs them N times, interleaved.
-READERS = ("baseline", "scan", "scan_one", "scan_pieces", "scan_checked", "pyarrow", "polars")
+READERS = ("baseline", "scan", "scan_checked", "pyarrow", "polars")
 
 
 def main(argv: list[str]) -> int:

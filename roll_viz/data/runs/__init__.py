@@ -20,8 +20,7 @@ executed (no pickle, no eval). Caps are module constants in ``roll_viz.data.runs
 
 Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``run_records``
 (``Row``, ``StepSummary``, ``RunStep``), ``detect`` (the format registry and ``detect``),
-``scan`` (``open_run``, ``load_step``), ``scan_pieces`` (what the scan keeps of a row; a
-big JSONL run read in pieces on two processes), ``jail`` (an allowed folder nothing can leave),
+``scan`` (``open_run``, ``load_step``), ``jail`` (an allowed folder nothing can leave),
 ``uploads`` (the per-server upload folder with a quota), and one module per format (``rllb``,
 ``trl_completions``, ``verl_dump``, ``roll_dump``, ``unipo``, ``plain``, ``rollviz``).
 """

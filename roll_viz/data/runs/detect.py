@@ -23,12 +23,12 @@ from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions,
 from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.parse import (
     MAX_FILES,
-    SNIFF_BYTES,
     DocumentTooLarge,
     Problems,
     RunFormatError,
     iter_jsonl,
     read_json_document,
+    sniff_text,
 )
 from roll_viz.data.runs.run_records import Row
 
@@ -73,9 +73,6 @@ class Format:
         header: run-level metadata of the first file as sorted (key, value) pairs.
         scan_notes: notes that depend on the fields the scan found.
         reward_columns: the extra per-sample columns are the reward functions' scores.
-        convert: for a JSONL format whose rows come from one line at a time with no state
-            (``convert(value, file, line)``, as ``rows_from_jsonl`` calls it): a big run is
-            then digested in pieces on two processes (``scan_pieces``); None otherwise.
     """
 
     name: str
@@ -87,21 +84,12 @@ class Format:
     header: Callable[[Path], tuple] = no_header
     scan_notes: Callable[[set[str]], tuple[str, ...]] = no_scan_notes
     reward_columns: bool = False
-    convert: Callable | None = None
 
 
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format(
-            rllb.FORMAT,
-            rllb.LABEL,
-            "jsonl",
-            rllb.rows,
-            rllb.SCORE_KIND,
-            rllb.NOTES,
-            convert=rllb.convert,
-        ),
+        Format(rllb.FORMAT, rllb.LABEL, "jsonl", rllb.rows, rllb.SCORE_KIND, rllb.NOTES),
         Format(
             trl_completions.FORMAT,
             trl_completions.LABEL,
@@ -119,7 +107,6 @@ FORMATS: dict[str, Format] = {
             verl_dump.SCORE_KIND,
             verl_dump.NOTES,
             scan_notes=verl_dump.scan_notes,
-            convert=verl_dump.convert,
         ),
         Format(
             roll_dump.FORMAT,
@@ -128,7 +115,6 @@ FORMATS: dict[str, Format] = {
             roll_dump.rows,
             roll_dump.SCORE_KIND,
             roll_dump.NOTES,
-            convert=roll_dump.convert,
         ),
         Format(
             unipo.FORMAT,
@@ -148,15 +134,7 @@ FORMATS: dict[str, Format] = {
             unipo.NOTES,
             header=unipo.header_pairs_jsonl,
         ),
-        Format(
-            plain.FORMAT,
-            plain.LABEL,
-            "jsonl",
-            plain.rows,
-            plain.SCORE_KIND,
-            plain.NOTES,
-            convert=plain.convert,
-        ),
+        Format(plain.FORMAT, plain.LABEL, "jsonl", plain.rows, plain.SCORE_KIND, plain.NOTES),
         Format(
             plain.FORMAT_CSV, plain.LABEL_CSV, "csv", plain.rows_csv, plain.SCORE_KIND, plain.NOTES
         ),
@@ -168,7 +146,6 @@ FORMATS: dict[str, Format] = {
             rollviz.SCORE_KIND,
             rollviz.NOTES,
             header=rollviz.header,
-            convert=rollviz.convert,
         ),
     )
 }
@@ -186,29 +163,6 @@ _JSONL_MATCHERS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
 
 # ---------------------------------------------------------------------------------------------
 # Detection
-
-
-_NUL_RUNS = re.compile(rb"\x00+")
-MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first 8 KB a text file may have
-
-
-def sniff_text(path: Path) -> bytes:
-    """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(SNIFF_BYTES)
-    except OSError as err:
-        raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
-    if not head.strip(b" \t\r\n\x00"):
-        raise RunFormatError(path, None, None, "empty file")
-    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
-    # skipped as problems); a binary file has NUL bytes scattered all over.
-    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
-        raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
-    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
-    if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
-        raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
-    return head
 
 
 def _natural_key(path: Path) -> tuple:

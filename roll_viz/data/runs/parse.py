@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import struct
 import sys
 import threading
@@ -347,6 +348,29 @@ def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
 # Streaming
 
 
+_NUL_RUNS = re.compile(rb"\x00+")
+MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first 8 KB a text file may have
+
+
+def sniff_text(path: Path) -> bytes:
+    """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError as err:
+        raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
+    if not head.strip(b" \t\r\n\x00"):
+        raise RunFormatError(path, None, None, "empty file")
+    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
+    # skipped as problems); a binary file has NUL bytes scattered all over.
+    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
+        raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
+    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
+    if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
+        raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
+    return head
+
+
 def iter_jsonl(
     path: Path,
     problems: Problems,
@@ -368,19 +392,10 @@ READ_BUFFER = 1 << 20
 
 
 def _iter_lines(
-    path: Path,
-    problems: Problems,
-    locations: list[tuple[int, int]] | None,
-    span: tuple[int, int] | None = None,
-    counted: list[int] | None = None,
+    path: Path, problems: Problems, locations: list[tuple[int, int]] | None
 ) -> Iterator[tuple[int, int, Any, bool]]:
-    """``iter_jsonl`` plus, per line, whether its bytes may hold a JSON boolean.
-
-    ``span`` ``(start, end)``: only the lines starting in those bytes (``start`` at a line
-    start), numbered from 1 there; ``counted`` gets the number of lines read appended.
-    """
+    """``iter_jsonl`` plus, per line, whether its bytes may hold a JSON boolean."""
     name = str(path)
-    start_at, end = span if span is not None else (0, None)
     with open(path, "rb", buffering=READ_BUFFER) as handle:
         if locations is not None:
             for line_no, offset in locations:
@@ -391,12 +406,11 @@ def _iter_lines(
                     yield line_no, offset, value, _has_bools(raw)
             return
         line_no = 0
-        handle.seek(start_at)
-        offset = start_at
-        while end is None or offset < end:
+        offset = handle.tell()
+        while True:
             raw = handle.readline(MAX_LINE_BYTES + 1)
             if not raw:
-                break
+                return
             start, offset = offset, offset + len(raw)
             line_no += 1
             if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
@@ -414,8 +428,6 @@ def _iter_lines(
             value = _parse_line(raw, name, line_no, problems)
             if value is not None:
                 yield line_no, start, value, _has_bools(raw)
-    if counted is not None:
-        counted.append(line_no)
 
 
 def loads(raw: bytes | str) -> Any:
@@ -545,38 +557,18 @@ def rows_from_jsonl(
             wanted = locations.get(name)
             if not wanted:
                 continue
-        yield from _converted(_iter_lines(path, problems, wanted), name, problems, convert)
-
-
-def rows_from_span(
-    path: Path, span: tuple[int, int], problems, convert, counted: list[int]
-) -> Iterator[Row]:
-    """``rows_from_jsonl`` of the lines starting in ``span`` of one file, numbered from 1 there.
-
-    Args:
-        path: a JSONL file.
-        span: ``(start, end)`` byte offsets, ``start`` at a line start.
-        problems: anything with ``add(err)`` (a piece records its problems in order).
-        convert: as for ``rows_from_jsonl``.
-        counted: gets the number of lines read appended (the next span's first line number).
-    """
-    lines = _iter_lines(path, problems, None, span, counted)
-    yield from _converted(lines, str(path), problems, convert)
-
-
-def _converted(lines, name: str, problems, convert) -> Iterator[Row]:
-    for line, offset, value, has_bools in lines:
-        try:
-            with _line_without_bools(has_bools):
-                out = convert(value, name, line)
-        except RunFormatError as err:
-            problems.add(err)
-            continue
-        if out is None:
-            continue
-        for row in out if isinstance(out, list) else [out]:
-            row.file, row.line, row.offset = name, line, offset
-            yield row
+        for line, offset, value, has_bools in _iter_lines(path, problems, wanted):
+            try:
+                with _line_without_bools(has_bools):
+                    out = convert(value, name, line)
+            except RunFormatError as err:
+                problems.add(err)
+                continue
+            if out is None:
+                continue
+            for row in out if isinstance(out, list) else [out]:
+                row.file, row.line, row.offset = name, line, offset
+                yield row
 
 
 def require_object(value: Any, file: str, line: int) -> dict:

@@ -10,7 +10,6 @@ for as many whole prompts as fit in ``MAX_STEP_TOKENS`` positions.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from array import array
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from roll_viz.data.runs.parse import (
     read_json_document,
 )
 from roll_viz.data.runs.run_records import TOKEN_SERIES, Row, RunStep, StepSummary
-from roll_viz.data.runs.scan_pieces import RowDigest, row_digests
 
 #: Fields roll-viz can use; ``Run.missing`` lists those a file does not provide.
 EXPECTED_FIELDS = (
@@ -161,7 +159,7 @@ class _Acc:
         self.metrics: dict[str, float] = {}
         self.n_adv = self.n_kl = self.n_tok = 0
 
-    def add(self, row: RowDigest) -> None:
+    def add(self, row: Row) -> None:
         b = len(self.scores)
         key = ("id", row.group) if row.group is not None else ("text", row.prompt)
         g = self.groups.get(key)
@@ -171,13 +169,20 @@ class _Acc:
             self.prompts.append(row.prompt)
         self.scores.append(row.score)
         self.gidx.append(g)
-        self.lengths.append(row.length)
-        self.n_tok += row.has_tokens
+        n = row.n_tokens
+        self.lengths.append(float(n) if n is not None else float(len(row.response)))
+        self.n_tok += n is not None
         self.adv.append(math.nan if row.advantage is None else row.advantage)
         self.n_adv += row.advantage is not None
-        self.k1.append(row.k1)
-        self.k3.append(row.k3)
-        self.n_kl += row.has_kl
+        lp, ref = row.series.get("logprobs"), row.series.get("ref_logprobs")
+        if lp is not None and ref is not None and len(lp):
+            d = np.asarray(lp, dtype=np.float64) - np.asarray(ref, dtype=np.float64)
+            self.k1.append(float(d.mean()))
+            self.k3.append(float((np.expm1(-d) + d).mean()))
+            self.n_kl += 1
+        else:
+            self.k1.append(math.nan)
+            self.k3.append(math.nan)
         for name in row.columns:
             if name not in self.columns:
                 self.columns[name] = array("d", [math.nan] * b)
@@ -240,27 +245,25 @@ def _open_run(path: str | Path, metrics_path: str | Path | None, jail: RunsJail 
     if skipped:
         notes.append(f"{skipped} entries left out: they lead outside the allowed folder")
     count = 0
-    digests = row_digests(fmt, files, problems)
-    with contextlib.closing(digests):
-        for row in digests:
-            acc = accs.get(row.step)
-            if acc is None:
-                acc = accs[row.step] = _Acc()
-            if row.metrics:
-                acc.metrics.update(row.metrics)
-                present.add("metrics")
-            locs = acc.locations.setdefault(row.file, [])
-            if row.offset >= 0 and (not locs or locs[-1][1] != row.offset):
-                locs.append((row.line, row.offset))
-            if row.empty:
-                continue
-            problems.rows_ok += 1
-            present.update(row.present)
-            acc.add(row)
-            count += 1
-            if count >= MAX_ROWS:
-                notes.append(f"stopped after {MAX_ROWS} rows (MAX_ROWS): later rows not read")
-                break
+    for row in fmt.rows(files, problems):
+        acc = accs.get(row.step)
+        if acc is None:
+            acc = accs[row.step] = _Acc()
+        if row.metrics:
+            acc.metrics.update(row.metrics)
+            present.add("metrics")
+        locs = acc.locations.setdefault(row.file, [])
+        if row.offset >= 0 and (not locs or locs[-1][1] != row.offset):
+            locs.append((row.line, row.offset))
+        if row.empty:
+            continue
+        problems.rows_ok += 1
+        _mark_present(row, present)
+        acc.add(row)
+        count += 1
+        if count >= MAX_ROWS:
+            notes.append(f"stopped after {MAX_ROWS} rows (MAX_ROWS): later rows not read")
+            break
     side_metrics: dict[int, dict[str, float]] = {}
     for extra in [*side, *([Path(metrics_path)] if metrics_path else [])]:
         for step, values in read_metrics(extra, problems).items():
@@ -302,6 +305,25 @@ def _open_run(path: str | Path, metrics_path: str | Path | None, jail: RunsJail 
         step_metrics=tuple((s, tuple(sorted(all_metrics[s].items()))) for s in sorted(all_metrics)),
         locations={s: dict(a.locations) for s, a in accs.items()},
     )
+
+
+def _mark_present(row: Row, present: set[str]) -> None:
+    present.add("scores")
+    if row.prompt:
+        present.add("prompts")
+    if row.response:
+        present.add("responses")
+    if row.group is not None:
+        present.add("group_ids")
+    if row.advantage is not None:
+        present.add("advantages")
+    if row.tokens is not None:
+        present.add("tokens")
+    if row.token_ids is not None:
+        present.add("token_ids")
+    present.update(row.series)
+    if row.columns:
+        present.update(f"column:{k}" for k in row.columns)
 
 
 # ---------------------------------------------------------------------------------------------
