@@ -130,11 +130,16 @@ def test_low_rank_step_matches_the_peft_policy_and_the_base_reference(bundle):
     assert (adapted - base).abs().max() > 1e-3  # the adapter moved the logits
 
 
-def test_merged_decode_gives_the_peft_draws_and_logprobs(bundle):
+NUCLEUS_CFG = replace(CFG, greedy=True, temperature=0.7, top_p=0.9, seed=4)  # + greedy rows
+
+
+@pytest.mark.parametrize("cfg", [CFG, NUCLEUS_CFG], ids=["plain", "greedy_rows_top_p"])
+def test_merged_decode_gives_the_peft_draws_and_logprobs(bundle, cfg):
     with moved_policy(bundle) as policy:
-        merged = sample(bundle, CFG, source=policy)
-        peft = sample(bundle, CFG, source=policy, decode=DecodeOptions(merge_adapter=False))
-        unpaired = sample(bundle, CFG, source=policy, decode=DecodeOptions(pair_reference=False))
+        merged = sample(bundle, cfg, source=policy)
+        peft = sample(bundle, cfg, source=policy, decode=DecodeOptions(merge_adapter=False))
+        unpaired = sample(bundle, cfg, source=policy, decode=DecodeOptions(pair_reference=False))
+    assert merged.greedy_responses == peft.greedy_responses
     assert torch.equal(merged.token_ids, peft.token_ids)
     assert torch.equal(unpaired.token_ids, peft.token_ids)
     # the reference decoded beside the policy: its scores come out of the decode steps
