@@ -8,8 +8,8 @@ Prints one JSON line per measurement:
   still differs in prompt, reward and length-pool slot), so the file parses like a real one;
 - ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
-  with its peak RSS: the chosen reader (orjson lines, number lists converted in one C pass when
-  the line holds no JSON boolean);
+  with its peak RSS: the chosen reader (orjson lines; when the line holds no JSON boolean,
+  number lists packed into float64 arrays in one C pass and a 0/1 mask only counted);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
 - ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
@@ -32,8 +32,8 @@ Each phase runs in its own subprocess so ``peak_rss_mb`` (``ru_maxrss``) is that
 (``rss_at_start_mb`` is the interpreter with torch imported: the reader's own memory is the
 difference); ``peak_pss_mb`` is the peak proportional set size of the phase's process and its
 children, sampled every ``SAMPLE_SECONDS`` (pages shared between processes counted once: the
-memory a reader really holds). The reader phases print wall ``seconds``
-and ``cpu_seconds`` (this process's CPU time, steadier than the wall time on a loaded machine).
+memory a reader really holds). The reader phases print wall ``seconds`` and ``cpu_seconds``
+(this process's CPU time, steadier than the wall time on a loaded machine).
 ``--quick`` uses tiny sizes (smoke test); ``--keep DIR`` writes the dump there and keeps it (an
 existing dump there is reused: ``--phases`` without ``write``); ``--rounds N`` interleaves the
 reader phases N times so each sees the same machine load.
