@@ -8,9 +8,11 @@ each with its peer in the same run and a ``context`` line (commit, load average)
    loop (``--update --models smollm2 --shapes 2x8x32``);
 3. the lecture request, 2 x 8 x 64 with both scorings, with the memory-bandwidth floor
    (``--sampling --only lecture --no-rss``);
-4. big runs: the 512-prompt (1.57 GB) board dump written to a temp folder, then the chosen
-   reader, the element-checked reader and pyarrow's JSON reader on it, time and peak RSS
-   (``--runs --phases write,read_peer,scan,scan_checked,pyarrow``);
+4. big runs: the 512-prompt (1.57 GB) board dump written to a temp folder, then the reader as
+   it was when the speed issue was filed (``baseline``: commit 9bed76f^, run from its archived
+   tree), the chosen reader, pyarrow's JSON reader and polars' NDJSON reader (a dev-only peer,
+   skipped when absent) on it, time, CPU time and peak memory
+   (``--runs --phases write,baseline,scan,pyarrow,polars``);
 5. the reward -> advantage pipeline against its loop peer, and ``run`` against the time inside
    its stage functions (the default family).
 
@@ -28,7 +30,7 @@ SPEED = (
     ["--sampling", "--only", "lecture", "--no-rss", "--cpu-only"],
 )
 #: the big-run readers (item 4 of the list), after the model families
-RUNS = ["--runs", "--phases", "write,read_peer,scan,scan_checked,pyarrow"]
+RUNS = ["--runs", "--phases", "write,baseline,scan,pyarrow,polars"]
 
 
 def speed(argv: list[str]) -> int:
