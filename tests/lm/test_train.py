@@ -148,6 +148,7 @@ def test_pause_resume_continues_where_it_was(bundle):
 
 
 def test_two_users_independent_and_base_unchanged(bundle):
+    assert REAPER.wait_idle(timeout=60)  # adapters earlier tests closed are gone first
     before = base_state(bundle)
     reference = sample(bundle, SamplingConfig(prompts=PROMPTS, group_size=2, max_new_tokens=8))
     sa, sb = settings(steps=4, seed=1), settings(steps=4, seed=2, lr=5e-3)
