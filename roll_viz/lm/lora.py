@@ -149,6 +149,22 @@ def _remove(bundle: ModelBundle, name: str) -> None:
         hub.layers = []
 
 
+def _remove_orphan(bundle: ModelBundle, name: str) -> None:
+    """A LoraPolicy was garbage-collected without ``close``: remove its adapter on the reaper.
+
+    Runs wherever the collector ran (maybe a thread that holds ``bundle.lock``), so it only
+    queues the removal. Measured before this existed (``churn_load`` classes of 10 students on
+    the bundled model, one server): each class left 5 adapters (47 MB, 2,100 modules) in the
+    shared model, from policies garbage-collected with their session but never closed.
+    """
+
+    def remove() -> None:
+        with bundle.lock:
+            _remove(bundle, name)
+
+    release_later(remove)
+
+
 def _fusable(layer: Any, name: str) -> bool:
     """Whether the fused forward computes exactly what peft's forward would for ``name``."""
     base = getattr(layer, "base_layer", None)
@@ -248,6 +264,10 @@ class LoraPolicy:
         with bundle.lock:
             self.name = f"{ADAPTER_PREFIX}{next(hub.counter)}"
             _inject(bundle, self.name, self.rank, self.alpha, tuple(target_modules))
+            # a policy dropped without close() (its session's state went away with it) must
+            # not leave its adapter in the shared model: the finalizer removes it then
+            self._orphan_guard = weakref.finalize(self, _remove_orphan, bundle, self.name)
+            self._orphan_guard.atexit = False
             self._params = self._collect()
             generator = torch.Generator().manual_seed(self.seed)
             with torch.no_grad():
@@ -382,6 +402,7 @@ class LoraPolicy:
                 return
             _remove(self.bundle, self.name)
             self._closed = True
+        self._orphan_guard.detach()
         self.optimizer = None
         self._params = []
 

@@ -222,7 +222,8 @@ def test_twelve_runs_started_at_once_advance_round_robin_with_a_position():
     for r in runners:
         r.start()
     assert wait_until(lambda: queue.waiting >= n - 2, timeout=10)
-    positions = sorted(p for p in (r.queue_position for r in runners) if p is not None)
+    with queue._cond:  # the line holds still while it is read (its condition's lock is re-entrant)
+        positions = sorted(p for p in (r.queue_position for r in runners) if p is not None)
     assert positions[0] == 0  # one step runs, the others are numbered 1, 2, ... in line
     assert positions[1:] == list(range(1, len(positions)))
     for r in runners:
@@ -280,3 +281,34 @@ def test_trainer_checks_release_before_sampling(tiny):
         trainer.run_step()
     assert REAPER.wait_idle(timeout=60)
     assert trainer.policy.closed
+
+
+def test_a_policy_dropped_without_close_leaves_no_adapter_in_the_shared_model(tiny):
+    import gc
+
+    kept = LoraPolicy(tiny, seed=1)
+    dropped = LoraPolicy(tiny, seed=2)
+    name = dropped.name
+    assert name in lora.adapter_names(tiny)
+    del dropped  # its session's state went away without a close
+    gc.collect()
+    assert REAPER.wait_idle(10)
+    assert name not in lora.adapter_names(tiny)
+    assert kept.name in lora.adapter_names(tiny)  # another student's adapter stays
+    kept.close()
+    assert REAPER.wait_idle(10)
+    assert kept.name not in lora.adapter_names(tiny)
+
+
+def test_a_closed_policy_is_not_removed_twice(tiny, monkeypatch):
+    import gc
+
+    removed = []
+    real = lora._remove
+    monkeypatch.setattr(lora, "_remove", lambda b, n: (removed.append(n), real(b, n)))
+    policy = LoraPolicy(tiny, seed=3)
+    policy.close()
+    del policy
+    gc.collect()
+    assert REAPER.wait_idle(10)
+    assert len(removed) == 1
