@@ -211,3 +211,54 @@ def test_slots_from_the_environment(
 ) -> None:
     monkeypatch.setenv("ROLL_VIZ_PAGE_SLOTS", raw)
     assert admission._slots_from_env() == expected
+
+
+def test_a_slot_held_past_hold_s_lets_the_next_page_in() -> None:
+    slots = PageSlots(1, max_wait_s=10, hold_s=0.1)
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def stuck() -> None:  # a page waiting on something outside the gate's view
+        with slots.page():
+            inside.set()
+            leave.wait(5)
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    inside.wait(5)
+    t0 = time.monotonic()
+    with slots.page() as held:
+        waited = time.monotonic() - t0
+        assert held  # a slot of its own: the stuck one no longer counts
+    leave.set()
+    t.join(5)
+    assert 0.05 <= waited < 1.0
+    assert slots.overflows == 0
+
+
+def test_coming_back_from_the_model_never_queues_behind_pages_waiting_for_it() -> None:
+    """The deadlock the classroom load test found: the page that loads what two others wait for."""
+    slots = PageSlots(2, max_wait_s=10, hold_s=10)
+    loaded = threading.Event()
+    waiting = threading.Barrier(3)
+
+    def waiter() -> None:  # holds a slot, blocked on the other page's computation
+        with slots.page():
+            waiting.wait(5)
+            assert loaded.wait(5)
+
+    with slots.page() as held:
+        assert held
+        with slots.released():  # the model work (the lock held, the slot given back)
+            threads = [threading.Thread(target=waiter) for _ in range(2)]
+            for t in threads:
+                t.start()
+            waiting.wait(5)  # both slots are taken by pages that wait for this one
+            t0 = time.monotonic()
+        assert not slots.holds()  # no slot free: it runs on without one, at once
+        assert time.monotonic() - t0 < 0.5
+        loaded.set()
+    for t in threads:
+        t.join(5)
+    assert slots.busy == 0
+    assert slots.overflows == 1
