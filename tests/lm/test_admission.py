@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -60,8 +62,9 @@ def test_no_gate_with_zero_slots() -> None:
     assert most == 4
 
 
-def test_a_page_waits_at_most_max_wait_then_runs_without_a_slot() -> None:
-    slots = PageSlots(1, max_wait_s=0.1)
+@contextlib.contextmanager
+def _held_elsewhere(slots: PageSlots) -> Iterator[None]:
+    """Another thread's page holds a slot (blocked inside it) while the body runs."""
     inside = threading.Event()
     leave = threading.Event()
 
@@ -73,12 +76,20 @@ def test_a_page_waits_at_most_max_wait_then_runs_without_a_slot() -> None:
     t = threading.Thread(target=hog)
     t.start()
     inside.wait(5)
-    t0 = time.monotonic()
-    with slots.page() as held:
-        waited = time.monotonic() - t0
-        assert not held
-    leave.set()
-    t.join(5)
+    try:
+        yield
+    finally:
+        leave.set()
+        t.join(5)
+
+
+def test_a_page_waits_at_most_max_wait_then_runs_without_a_slot() -> None:
+    slots = PageSlots(1, max_wait_s=0.1)
+    with _held_elsewhere(slots):
+        t0 = time.monotonic()
+        with slots.page() as held:
+            waited = time.monotonic() - t0
+            assert not held
     assert 0.09 <= waited < 2.0
     assert slots.overflows == 1
     assert slots.busy == 0
@@ -215,23 +226,11 @@ def test_slots_from_the_environment(
 
 def test_a_slot_held_past_hold_s_lets_the_next_page_in() -> None:
     slots = PageSlots(1, max_wait_s=10, hold_s=0.1)
-    inside = threading.Event()
-    leave = threading.Event()
-
-    def stuck() -> None:  # a page waiting on something outside the gate's view
-        with slots.page():
-            inside.set()
-            leave.wait(5)
-
-    t = threading.Thread(target=stuck)
-    t.start()
-    inside.wait(5)
-    t0 = time.monotonic()
-    with slots.page() as held:
-        waited = time.monotonic() - t0
-        assert held  # a slot of its own: the stuck one no longer counts
-    leave.set()
-    t.join(5)
+    with _held_elsewhere(slots):  # a page waiting on something outside the gate's view
+        t0 = time.monotonic()
+        with slots.page() as held:
+            waited = time.monotonic() - t0
+            assert held  # a slot of its own: the stuck one no longer counts
     assert 0.05 <= waited < 1.0
     assert slots.overflows == 0
 
