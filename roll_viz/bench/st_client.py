@@ -27,7 +27,9 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
+import http.client
 import http.cookies
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -65,6 +67,7 @@ SLIDER, CHECKBOX, BUTTON, NUMBER = "slider", "checkbox", "button", "number_input
 UPLOADER = "file_uploader"
 XSRF_COOKIE = "_streamlit_xsrf"
 HTTP_TIMEOUT_S = 30.0
+CONTINUE_WAIT_S = 2.0  # how long put_file waits for 100 Continue before sending the body anyway
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,17 +485,59 @@ def put_file(base: str, upload_url: str, name: str, data: bytes, xsrf: str = "")
         + data
         + f"\r\n--{boundary}--\r\n".encode()
     )
-    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    headers = {
+        "Content-Type": f"multipart/form-data; boundary={boundary}",
+        "Content-Length": str(len(body)),
+        # As curl does for large bodies: the server may refuse from the headers alone. Without
+        # this a refusal that closes the connection mid-body reached the client as a broken
+        # pipe instead of the status (seen on CI with a 2 MB PUT refused 400).
+        "Expect": "100-continue",
+    }
     if xsrf:
         headers["X-Xsrftoken"] = xsrf
         headers["Cookie"] = f"{XSRF_COOKIE}={xsrf}"
     path = upload_url if upload_url.startswith("/") else f"/{upload_url}"
-    req = urllib.request.Request(f"{base}{path}", data=body, headers=headers, method="PUT")
+    parsed = urllib.parse.urlparse(base)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=HTTP_TIMEOUT_S)
     try:
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
-            return resp.status, resp.read().decode(errors="replace")
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
+        conn.putrequest("PUT", path, skip_accept_encoding=True)
+        for key, value in headers.items():
+            conn.putheader(key, value)
+        conn.endheaders()
+        if _server_says_continue(conn.sock):
+            conn.send(body)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+def _server_says_continue(sock: socket.socket, wait_s: float = CONTINUE_WAIT_S) -> bool:
+    """Whether to send the body: the server's ``100 Continue`` (consumed here) or no answer yet.
+
+    Peeks at the first bytes the server sends: a final answer (a refusal from the headers) is
+    left in the socket for ``getresponse``; silence for ``wait_s`` means a server that ignores
+    ``Expect`` (as curl, send the body then).
+    """
+    sock.settimeout(wait_s)
+    seen = b""
+    try:
+        while b"\r\n\r\n" not in seen:
+            seen = sock.recv(4096, socket.MSG_PEEK)
+            if not seen:
+                return False  # closed: getresponse reports it
+            if len(seen) >= 12 and seen.split(b" ", 2)[1:2] != [b"100"]:
+                return False  # a final answer before the body
+            if b"\r\n\r\n" not in seen:
+                time.sleep(0.01)
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(HTTP_TIMEOUT_S)
+    if seen.split(b" ", 2)[1:2] != [b"100"]:
+        return False
+    sock.recv(seen.index(b"\r\n\r\n") + 4)  # consume the interim answer only
+    return True
 
 
 def url_value(v: Any) -> str:
