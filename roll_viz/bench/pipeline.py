@@ -19,9 +19,17 @@ over) against the time spent inside its stage functions during the same calls (t
 reward, normalization and estimator functions the dialect calls, counted once at the outermost
 stage call): the rest is ``run``'s own overhead (validation, conversion, notes, the final
 finite check). Target: run <= 2x its stages. Each side is timed in wall and in CPU seconds
-(``*_cpu_ms``, ``ratio_cpu``: steadier on a loaded machine). verl's own ``compute_advantage`` is
-not timed: verl is not a dependency of this project (its package imports ray at the top), and
-the verl lines carry a ``framework_peer`` note that says so.
+(``*_cpu_ms``, ``ratio_cpu``: steadier on a loaded machine). The verl lines also time verl's own
+``compute_advantage`` (``trainer/ppo/ray_trainer.py``, verl 0.9.1) on the same float32 tensors
+in the same loop (``framework_peer_ms``, ``framework_peer_cpu_ms``; ``run_vs_peer`` and
+``run_vs_peer_cpu`` = run / peer) and give the largest difference of its advantages and returns
+from ``run``'s over the response tokens (``peer_max_abs_diff_*``; ``*_f64``: verl on float64
+copies). verl is not a dependency (its package imports ray at the top):
+``roll_viz.bench.framework_peers`` fetches its wheel with ``pip download --no-deps`` into
+``--peer-cache DIR`` (default ``~/.cache/roll-viz/peers``), stubs the heavy imports and runs
+verl's functions; without pip or network the line says ``"framework_peer": "skipped:
+<reason>"``. ``--no-peer`` leaves the peer out; so does ``--quick`` unless ``--peer-cache`` is
+given.
 
 ``--only run_vs_stages`` (or any comma-separated line names: pipeline, gae_scan, run,
 run_vs_stages) prints only those lines. ``--quick`` uses tiny batches (for the smoke test);
@@ -45,10 +53,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import torch
 
+from roll_viz.bench import framework_peers
 from roll_viz.bench.machine import context
 from roll_viz.core import ops
 from roll_viz.core.ops import SCAN_BLOCK, masked_whiten
@@ -445,25 +455,41 @@ def rl_batch(P: int, G: int, T: int, dtype: torch.dtype = torch.float32) -> Batc
     )
 
 
-def verl_peer_note() -> str:
-    """Why the verl line has no ``compute_advantage`` peer (verl is not a dependency here)."""
+def load_verl_peer(cache: Path | None = None) -> framework_peers.VerlPeer | str:
+    """The verl peer (its ``compute_advantage`` from the wheel), or ``"skipped: <reason>"``."""
     try:
-        __import__("verl.trainer.ppo.ray_trainer")
-    except Exception as err:  # any import failure means "no peer"
-        return f"not measured: verl is not importable here ({type(err).__name__}: {err})"
-    return "not measured: verl imports, but this bench has no DataProto wiring for it"
+        return framework_peers.verl_peer(cache)
+    except framework_peers.PeerUnavailable as err:
+        return f"skipped: {err}"
 
 
-def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
-    """``run`` against the time inside its stage functions, GRPO and GAE per dialect."""
+def _masked_max_diff(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Largest |ours - theirs| over the response tokens (verl leaves padding unmasked)."""
+    diff = (ours.double() - theirs.double()).abs() * mask.double()
+    return diff.max().item()
+
+
+def bench_run_vs_stages(
+    P: int, G: int, T: int, repeats: int, peer: framework_peers.VerlPeer | str | None = None
+) -> list[dict]:
+    """``run`` against the time inside its stage functions, GRPO and GAE per dialect.
+
+    The verl lines also time verl's own ``compute_advantage`` when ``peer`` is one (a string
+    says why not).
+    """
     batch = rl_batch(P, G, T)
     modules = [dialect_registry.get(fw) for fw in dialect_registry.FRAMEWORKS]
-    peer_notes = {"verl": verl_peer_note()}  # the frameworks whose own estimator is a peer
+    verl_defaults = dialect_registry.get("verl").DEFAULTS
     lines = []
     for fw, cfg in RUN_CASES:
+        peer_call = None
+        if fw == "verl" and isinstance(peer, framework_peers.VerlPeer):
+            peer_args = peer.inputs(batch, {**verl_defaults, **cfg})
+            peer_call = lambda args=peer_args: peer.call(*args)  # noqa: E731
+            peer_call()  # warm-up
         run(batch, fw, cfg)  # warm-up
-        run_times, stage_times, run_cpu, stage_cpu = [], [], [], []
-        for _ in range(repeats):  # interleaved: plain run, then the instrumented one
+        run_times, stage_times, run_cpu, stage_cpu, peer_times, peer_cpu = [], [], [], [], [], []
+        for _ in range(repeats):  # interleaved: plain run, the instrumented one, the peer
             start, start_cpu = time.perf_counter(), time.process_time()
             run(batch, fw, cfg)
             run_times.append((time.perf_counter() - start) * 1000)
@@ -472,6 +498,11 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
                 run(batch, fw, cfg)
             stage_times.append(timer.total * 1000)
             stage_cpu.append(timer.total_cpu * 1000)
+            if peer_call is not None:
+                start, start_cpu = time.perf_counter(), time.process_time()
+                peer_call()
+                peer_times.append((time.perf_counter() - start) * 1000)
+                peer_cpu.append((time.process_time() - start_cpu) * 1000)
         run_ms, stage_ms = statistics.median(run_times), statistics.median(stage_times)
         run_cpu_ms, stage_cpu_ms = statistics.median(run_cpu), statistics.median(stage_cpu)
         line = {
@@ -488,8 +519,34 @@ def bench_run_vs_stages(P: int, G: int, T: int, repeats: int) -> list[dict]:
             "repeats": repeats,
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
-        if fw in peer_notes:
-            line["framework_peer"] = peer_notes[fw]
+        if fw == "verl" and peer is not None:
+            line["framework_peer"] = peer if isinstance(peer, str) else peer.label
+        if peer_call is not None:
+            peer_ms, peer_cpu_ms = statistics.median(peer_times), statistics.median(peer_cpu)
+            trace = run(batch, fw, cfg)
+            advantages, returns = peer_call()
+            mask = batch.response_mask
+            tensors, uids, kwargs = peer_args
+            wide = {k: v.double() for k, v in tensors.items()}  # untimed: rounding vs logic
+            advantages64, returns64 = peer.call(wide, uids, kwargs)
+            line |= {
+                "framework_peer_ms": round(peer_ms, 2),
+                "framework_peer_cpu_ms": round(peer_cpu_ms, 2),
+                "run_vs_peer": round(run_ms / peer_ms, 2),
+                "run_vs_peer_cpu": round(run_cpu_ms / max(peer_cpu_ms, 1e-9), 2),
+                "peer_max_abs_diff_advantages": _masked_max_diff(
+                    trace.advantages, advantages, mask
+                ),
+                "peer_max_abs_diff_returns": _masked_max_diff(trace.returns, returns, mask),
+                "peer_max_abs_diff_advantages_f64": _masked_max_diff(
+                    trace.advantages, advantages64, mask
+                ),
+                "peer_max_abs_diff_returns_f64": _masked_max_diff(trace.returns, returns64, mask),
+                "peer_note": "verl computes in the inputs' float32, run in float64 (the *_f64 "
+                "diffs: verl again, untimed, on float64 copies); differences over the response "
+                "tokens; token_level_rewards (each score on its last token, as verl's reward "
+                "manager writes it) built once, outside the timing",
+            }
         lines.append(line)
     return lines
 
@@ -529,7 +586,14 @@ def main(argv: list[str] | None = None) -> int:
     for line in bench_dialects(*sizes[0][:3], 3 if quick else 20) if wanted("run") else []:
         print(json.dumps(line), flush=True)
     if wanted("run_vs_stages"):
-        for line in bench_run_vs_stages(P, G, T, 3 if quick else 7):
+        cache = Path(argv[argv.index("--peer-cache") + 1]) if "--peer-cache" in argv else None
+        if "--no-peer" in argv:
+            peer = "skipped: --no-peer"
+        elif quick and cache is None:
+            peer = "skipped: --quick (give --peer-cache DIR to time verl's compute_advantage)"
+        else:
+            peer = load_verl_peer(cache)
+        for line in bench_run_vs_stages(P, G, T, 3 if quick else 7, peer):
             print(json.dumps(line), flush=True)
     print(json.dumps({"name": "context", **context()}), flush=True)
     return 0

@@ -47,9 +47,12 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parents[1]))  # the repository root: roll_viz.bench.framework_peers
 import peer_inputs as pin  # noqa: E402
 import peer_roll  # noqa: E402
 import peer_stubs as stubs  # noqa: E402
+
+from roll_viz.bench import framework_peers  # noqa: E402
 
 OUT = HERE.parent / "fixtures" / "peers"
 MIRRORS = Path("/work/.mirror")
@@ -121,23 +124,8 @@ def write(name: str, header: dict, vectors: list[dict], inputs: dict) -> None:
 
 
 def download_wheel(name: str, version: str, tmp: Path) -> Path:
-    """``pip download name==version --no-deps`` into tmp (read, never installed)."""
-    wheel_dir = tmp / "wheel"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            f"{name}=={version}",
-            "--no-deps",
-            "-q",
-            "-d",
-            str(wheel_dir),
-        ],
-        check=True,
-    )
-    return next(wheel_dir.glob(f"{name}-{version}-*.whl"))
+    """``pip download name==version --no-deps`` into tmp/wheel (read, never installed)."""
+    return framework_peers.download_wheel(name, version, tmp / "wheel")
 
 
 def grad_of(loss: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Stand-ins for the frameworks' heavy imports, and the calls into their loss code.
 
-Only what the extracted files import at module level is stubbed (ray, megatron, deepspeed,
+The machinery (``mod``, ``real``, ``reset``, ``function_from``, the config and ``DataProto``
+stand-ins, verl's ``core_algos`` loader) is ``roll_viz.bench.framework_peers``'s. Only what the
+extracted files import at module level is stubbed (ray, megatron, deepspeed,
 tensordict, omegaconf, transformers, the config dataclasses, the data containers); the loss,
 KL, aggregation and advantage functions themselves are the frameworks' own, imported from the
 extracted source. Each ``run_*`` builds the arguments the framework's trainer would pass (the
@@ -9,10 +11,7 @@ batch-size and token-count normalisers included) and returns (loss, metrics).
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import logging
-import sys
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,62 +19,20 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-_MADE: list[str] = []
+# the stand-in machinery and verl's core_algos loader live with the benchmark that times verl's
+# compute_advantage; re-exported here for make_vectors and peer_roll
+from roll_viz.bench.framework_peers import (  # noqa: F401
+    AlgoConfig,
+    Cfg,
+    DataProtoStub,
+    function_from,
+    load_verl_core,
+    mod,
+    real,
+    reset,
+)
+
 F64 = torch.float64
-
-
-def reset() -> None:
-    """Forget every stubbed or extracted module (the next framework starts clean)."""
-    for name in reversed(_MADE):
-        sys.modules.pop(name, None)
-    _MADE.clear()
-
-
-def mod(name: str, path: Path | None = None, **attrs) -> types.ModuleType:
-    """Register a stand-in module (a package when ``path`` is given)."""
-    m = types.ModuleType(name)
-    if path is not None:
-        m.__path__ = [str(path)]
-    m.__dict__.update(attrs)
-    sys.modules[name] = m
-    _MADE.append(name)
-    return m
-
-
-def real(name: str, file: Path) -> types.ModuleType:
-    """Import a framework source file under its own module name."""
-    spec = importlib.util.spec_from_file_location(name, file)
-    m = importlib.util.module_from_spec(spec)
-    sys.modules[name] = m
-    _MADE.append(name)
-    spec.loader.exec_module(m)
-    return m
-
-
-def function_from(file: Path, name: str):
-    """One top-level function of a source file, compiled alone (its module's imports are heavy;
-    the function needs only torch)."""
-    source = file.read_text()
-    tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    scope = {"torch": torch, "Tensor": torch.Tensor}
-    exec(compile(ast.Module([node], []), str(file), "exec"), scope)
-    return scope[name]
-
-
-class Cfg(SimpleNamespace):
-    """Attribute config with the ``.get`` of omegaconf / verl's BaseConfig."""
-
-    def get(self, key, default=None):
-        """Attribute or default."""
-        return getattr(self, key, default)
-
-    def __contains__(self, key):
-        return hasattr(self, key)
-
-
-class AlgoConfig(Cfg):
-    """verl ``AlgoConfig`` stand-in (the losses assert they did not get one)."""
 
 
 class TensorDictLike(dict):
@@ -106,18 +63,6 @@ class Metric:
         return d
 
 
-class DataProtoStub:
-    """verl ``DataProto`` stand-in holding tensors."""
-
-    def __init__(self, tensors):
-        self.batch = dict(tensors)
-
-    @classmethod
-    def from_dict(cls, tensors=None, **kw):
-        """A holder of ``tensors``."""
-        return cls(tensors or {})
-
-
 # --------------------------------------------------------------------------------------- verl
 
 
@@ -125,34 +70,7 @@ def load_verl(tmp: Path) -> dict:
     """Import verl's core_algos, workers/utils/losses, rollout_corr_helper (and the trainer's
     ``rename_dict``) from ``tmp``."""
     v = tmp / "verl"
-    mod("tensordict", TensorDict=dict)
-    mod("transformers", PreTrainedTokenizer=object)
-    mod("omegaconf", DictConfig=dict)
-    mod("verl", v)
-    mod("verl.trainer", v / "trainer")
-    mod("verl.trainer.ppo", v / "trainer" / "ppo")
-    mod("verl.trainer.config", v / "trainer" / "config", AlgoConfig=AlgoConfig)
-    mod("verl.trainer.config.algorithm", RolloutCorrectionConfig=Cfg)
-    utils = mod("verl.utils", v / "utils")
-    mod(
-        "verl.utils.device",
-        get_device_name=lambda: "cpu",
-        get_torch_device=lambda: torch.cpu,
-        is_npu_available=False,
-        is_cuda_available=False,
-    )
-    groupwise = real("verl.utils.groupwise", v / "utils" / "groupwise.py")
-    utils.as_torch_index = groupwise.as_torch_index
-    utils.group_mean_std = groupwise.group_mean_std
-    real("verl.utils.import_utils", v / "utils" / "import_utils.py")
-    utils.torch_functional = real(
-        "verl.utils.torch_functional", v / "utils" / "torch_functional.py"
-    )
-    mod("verl.workers", v / "workers")
-    mod("verl.workers.config", ActorConfig=Cfg, CriticConfig=Cfg)
-    mod("verl.workers.config.actor", PolicyLossConfig=Cfg)
-    mod("verl.protocol", DataProto=DataProtoStub)
-    core = real("verl.trainer.ppo.core_algos", v / "trainer" / "ppo" / "core_algos.py")
+    core = load_verl_core(tmp)
     mod("verl.utils.tensordict_utils")
     mod("verl.utils.dataset")
     mod("verl.utils.dataset.dataset_utils", DatasetPadMode=SimpleNamespace(NO_PADDING="no_pad"))
