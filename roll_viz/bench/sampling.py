@@ -18,9 +18,12 @@ slows them alike; ``loadavg`` records how busy it was.
   ``bandwidth_floor_s`` = the model's weight bytes x 64 decode steps / the read bandwidth
   measured in the same run (``memory_bandwidth``: the best of a few ``sum`` passes over 1 GiB at
   one thread and at every core). A decode step reads every weight once, so no float decode of
-  64 steps can beat that floor on this machine. ``phase_s`` / ``phase_cpu_s`` split each run
-  (``PhaseMarks``: template and prefill, decode, policy pass, reference pass with the per-token
-  scores, text).
+  64 steps can beat that floor on this machine. The float line also has ``compute_floor_s``:
+  the decode's matmuls alone (16 rows x 64 steps x every weight) at the float32 GEMM rate
+  measured at 16 rows (``machine.decode_compute_floor``, the better of one thread and every
+  core): where a few rows keep the GEMM far below its peak, that floor is the higher one.
+  ``phase_s`` / ``phase_cpu_s`` split each run (``PhaseMarks``: template and prefill, decode,
+  policy pass, reference pass with the per-token scores, text).
 - ``--threads-table``: one decode step of 8 and 18 rows at 1 and 2 torch threads, quiet and
   while a second process runs a single-threaded matmul loop (a competing student).
 - CUDA (when present): 8 x 128 in bfloat16, plain generate vs our loop with a dynamic cache vs our
@@ -49,7 +52,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from roll_viz.bench.machine import context
+from roll_viz.bench.machine import context, decode_compute_floor
 from roll_viz.lm.decode import (
     BF16_DECODE,
     FAST_DECODE,
@@ -335,6 +338,14 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
     bandwidth = memory_bandwidth(bandwidth_gib)
     floor_s = weight_bytes(bundle) * cfg.max_new_tokens / (bandwidth["gb_per_s"] * 1e9)
     lines = [{**bandwidth, "weight_gb": round(weight_bytes(bundle) / 1e9, 3)}]
+    # the float decode's matmuls alone, at the best thread count (module docstring)
+    compute = min(
+        (
+            decode_compute_floor(bundle.model, cfg.num_sequences, cfg.max_new_tokens, threads=t)
+            for t in sorted({1, os.cpu_count() or 1})
+        ),
+        key=lambda floor: floor["seconds"],
+    )
     for name in variants:
         line = _line(f"roll_viz_sample_2x8x64_steered_{name}", bundle, 16, 64, times[name])
         line["estimate_s_before_run"] = [round(e, 2) for e in estimates[name][1:]]
@@ -350,6 +361,9 @@ def bench_lecture(bundle: ModelBundle, runs: int, bandwidth_gib: float = 1.0) ->
         # the float weights' floor; int8 reads a quarter of the bytes, bf16 half
         share = {"int8_decode": 4, "bf16_decode": 2}.get(name, 1)
         line["bandwidth_floor_s"] = round(floor_s / share, 2)
+        if name == "float_decode":
+            line["compute_floor_s"] = compute["seconds"]
+            line["compute_floor"] = compute
         lines.append(line)
     return lines
 

@@ -22,7 +22,10 @@
 ``--peer trl`` also prints the machine's floor for that shape (``floor``, measured in the
 parent before the two sides start, one thread as they run): the decode reads every weight once
 per step (the model's weight bytes x (tokens - 1) steps / the measured one-thread read
-bandwidth; the first token comes from the prefill), and the prompt passes and the update are
+bandwidth; the first token comes from the prefill) or, where that is longer, multiplies the
+sampled rows by them (the decode FLOPs / the one-thread GEMM rate measured at that row count on
+a body-shaped and a head-shaped product: the reference's scores are not counted, as if free),
+and the prompt passes and the update are
 matmuls (their FLOPs / the measured one-thread float32 GEMM rate on an update-shaped product):
 forward 2 x non-embedding parameters x tokens plus the head at the response positions, the
 backward about the same again (input gradients only: the base is frozen, the adapter's own
@@ -48,7 +51,7 @@ import time
 
 import torch
 
-from roll_viz.bench.machine import context
+from roll_viz.bench.machine import context, decode_compute_floor, gemm_rate
 from roll_viz.bench.sampling import memory_bandwidth, weight_bytes
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
@@ -285,22 +288,6 @@ def json_line(text: str) -> dict | None:
     return line if isinstance(line, dict) and "what" in line else None
 
 
-def gemm_rate(rows: int = 512, inner: int = 576, cols: int = 1536, repeats: int = 5) -> float:
-    """One thread's float32 GEMM rate (GFLOP/s, best of ``repeats``) on an update-sized product."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a, b = torch.randn(rows, inner), torch.randn(cols, inner)
-    best = 0.0
-    try:
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            torch.nn.functional.linear(a, b)
-            best = max(best, 2 * rows * inner * cols / (time.perf_counter() - start) / 1e9)
-    finally:
-        torch.set_num_threads(saved)
-    return best
-
-
 def machine_floor(model: str) -> dict:
     """The float32 floor of one peer-shape step on this machine (module docstring)."""
     shape = PEER_SHAPE
@@ -313,16 +300,22 @@ def machine_floor(model: str) -> dict:
     bandwidth = memory_bandwidth()["gb_per_s_by_threads"]["1"]
     rate = gemm_rate()
     decode_gb = weight_bytes(bundle) * (shape["tokens"] - 1) / 1e9
+    rows = shape["prompts"] * shape["group"]
+    decode = decode_compute_floor(bundle.model, rows, shape["tokens"] - 1, threads=1)
     prefill_gflop = 2 * 2 * body * contexts / 1e9  # policy and reference prompt passes
     forward_gflop = (2 * body * (contexts + responses) + 2 * head.numel() * responses) / 1e9
     update_gflop = 2 * forward_gflop  # forward + backward (input gradients)
-    decode_s = decode_gb / bandwidth
+    decode_s = max(decode_gb / bandwidth, decode["seconds"])
     matmul_s = (prefill_gflop + update_gflop) / rate
     return {
         "what": "floor",
         "read_gb_per_s_1thread": bandwidth,
         "gemm_gflop_per_s_1thread": round(rate, 1),
+        "gemm_gflop_per_s_1thread_decode_rows": decode["gflop_per_s"],
         "decode_gb": round(decode_gb, 2),
+        "decode_gflop": decode["gflop"],
+        "decode_read_floor_s": round(decode_gb / bandwidth, 2),
+        "decode_compute_floor_s": decode["seconds"],
         "prefill_gflop": round(prefill_gflop, 1),
         "update_gflop": round(update_gflop, 1),
         "decode_floor_s": round(decode_s, 2),

@@ -4,6 +4,7 @@ import os
 
 import torch
 
+from roll_viz.bench import machine
 from roll_viz.bench import sampling as bench
 
 
@@ -37,6 +38,36 @@ def test_lecture_lines_carry_the_estimate_target_and_bandwidth_floor(tiny):
         assert line["phase_cpu_s"]["reference_pass_and_scores"] > 0  # steered: a reference pass
         assert sum(line["phase_s"].values()) <= line["median_s"] * 1.5 + 0.05
     assert lines[0]["bandwidth_floor_s"] >= lines[2]["bandwidth_floor_s"]
+    compute = lines[0]["compute_floor"]  # the float line only: the matmuls of its decode
+    assert (compute["rows"], lines[0]["compute_floor_s"]) == (16, compute["seconds"])
+    assert all("compute_floor_s" not in line for line in lines[1:])
+
+
+def test_decode_compute_floor_is_the_decode_flops_over_the_rates_at_that_row_count(
+    tiny, monkeypatch
+):
+    asked = []
+
+    def rate(rows, inner, cols, threads):
+        asked.append((rows, inner, cols, threads))
+        return 1e-3 if cols == 4 * inner else 2e-4  # GFLOP/s: body-shaped, head-shaped (slow)
+
+    monkeypatch.setattr(machine, "gemm_rate", rate)
+    floor = machine.decode_compute_floor(tiny.model, rows=4, steps=3, threads=1)
+    assert floor["seconds"] > 0
+    head = tiny.model.get_output_embeddings().weight
+    body = sum(p.numel() for p in tiny.model.parameters()) - head.numel()
+    hidden, vocab = head.shape[1], head.shape[0]
+    assert asked == [(4, hidden, 4 * hidden, 1), (4, hidden, vocab, 1)]
+    # 2 FLOPs per weight per row per step; each part at its own rate
+    assert floor["seconds"] == round(2 * 4 * 3 * (body / 1e-3 + head.numel() / 2e-4) / 1e9, 2)
+    assert floor["gflop"] == round(2 * 4 * 3 * (body + head.numel()) / 1e9, 1)
+
+
+def test_gemm_rate_is_a_positive_rate_and_restores_the_thread_count():
+    before = torch.get_num_threads()
+    assert machine.gemm_rate(rows=4, inner=8, cols=16, repeats=2, threads=1) > 0
+    assert torch.get_num_threads() == before
 
 
 def test_int8_fidelity_line(tiny):
