@@ -82,7 +82,7 @@ with ui.page_guard("Update"):
         statement = upd.epoch1_statement(result)
         if statement:
             st.info(statement, icon=":material/functions:")
-        u1, u2 = st.columns([2, 3], vertical_alignment="center")
+        u1, u2 = st.columns([1, 2], vertical_alignment="center")
         u1.button(
             "Use the updated policy",
             key="upd_use_policy",

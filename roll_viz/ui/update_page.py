@@ -382,8 +382,16 @@ def finish_rescore(state: AppState, rollout: Rollout, result: Any) -> str:
     return ""
 
 
+#: Markdown hard line break between the step's phases and the re-score: the caption sits beside a
+#: button at 1280 px, where a free wrap left a lone "s." on its second line
+TIMING_BREAK = ";  \n"
+
+
 def timing_markdown(result: Any) -> str:
-    """Where the time went: the step's phases, then the delta log pi re-score (or that it runs)."""
+    """Where the time went: the step's phases, then the delta log pi re-score (or that it runs).
+
+    Two lines, broken at the semicolon, so each half stays whole in a half-width column.
+    """
     sec = {k: result.seconds.get(k, 0.0) for k in ("forward", "backward", "optimizer", "rescore")}
 
     def show(value: float) -> str:  # a tenth of a second on a real model, more on a tiny one
@@ -395,8 +403,8 @@ def timing_markdown(result: Any) -> str:
         f"{show(sec['backward'])}, optimizer {show(sec['optimizer'])})"
     )
     if result.delta is None:
-        return head + "; Delta log pi re-score running..."
-    return head + f"; Delta log pi re-score {show(sec['rescore'])} s."
+        return head + TIMING_BREAK + "Delta log pi re-score running..."
+    return head + TIMING_BREAK + f"Delta log pi re-score {show(sec['rescore'])} s."
 
 
 def mu_markdown(result: Any) -> str:

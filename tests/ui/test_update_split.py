@@ -19,7 +19,7 @@ LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
 STEP_FIGURES = {"upd_grad_heatmap", "upd_loss_terms", "upd_ratio", "upd_aggregation", "upd_seconds"}
 DELTA_FIGURES = {"upd_delta_heatmap", "upd_delta_scatter"}
 SPLIT = re.compile(
-    r"^Step \d+\.\d+ s \(forward \d+\.\d+, backward \d+\.\d+, optimizer \d+\.\d+\); "
+    r"^Step \d+\.\d+ s \(forward \d+\.\d+, backward \d+\.\d+, optimizer \d+\.\d+\);  \n"
     r"Delta log pi re-score \d+\.\d+ s\.$"
 )
 
@@ -126,10 +126,10 @@ def test_timing_split_reads_tenths_on_a_real_model():
     sec = {"forward": 2.04, "backward": 2.51, "optimizer": 0.06, "rescore": 1.98, "total": 6.6}
     result = SimpleNamespace(seconds=sec, delta=torch.zeros(1))
     assert upd.timing_markdown(result) == (
-        "Step 4.6 s (forward 2.0, backward 2.5, optimizer 0.06); Delta log pi re-score 2.0 s."
+        "Step 4.6 s (forward 2.0, backward 2.5, optimizer 0.06);  \nDelta log pi re-score 2.0 s."
     )
     pending = SimpleNamespace(seconds={**sec, "rescore": 0.0}, delta=None)
-    assert upd.timing_markdown(pending).endswith("; Delta log pi re-score running...")
+    assert upd.timing_markdown(pending).endswith(";  \nDelta log pi re-score running...")
 
 
 def test_precision_select_bad_link_value_gives_the_notice():
