@@ -40,8 +40,9 @@ with ui.page_guard("Sampler ≠ trainer"):
             "thresholds in section 3.",
             title="What to look at",
         )
-        st.dataframe(page.top_tokens(lab, rollout, got.old, got.mu), hide_index=True,
-                     key="mm_top")  # fmt: skip
+        top = page.top_tokens(lab, rollout, got.old, got.mu)
+        st.caption(f"The {len(top)} tokens with the largest |d| (sample as on the heatmap).")
+        st.dataframe(top, hide_index=True, key="mm_top")
 
         st.header("2. The two factors of π_θ / μ")
         page.staleness_control()
@@ -52,7 +53,8 @@ with ui.page_guard("Sampler ≠ trainer"):
         with st.expander("Thresholds of every framework (each under its own name)"):
             page.threshold_controls()
         ui.plot(charts.corrections_figure(lab.table), key="mm_corr")
-        st.dataframe(lab.table, hide_index=True, key="mm_table", width="stretch")
+        st.dataframe(lab.table, hide_index=True, key="mm_table", width="stretch",
+                     column_order=page.table_columns(lab.table))  # fmt: skip
         ui.download_csv(lab.table, "rollout_corrections", key="mm_csv")
         index = page.pick_correction(lab)
         st.caption(page.note_of(lab, index))

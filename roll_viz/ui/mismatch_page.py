@@ -397,6 +397,17 @@ def pick_correction(lab: mismatch.Lab) -> int:
     return names.index(chosen) if chosen in names else 2
 
 
+def table_columns(table: pd.DataFrame) -> list[str]:
+    """The corrections table's columns for display: the long config text last.
+
+    First, it took about 460 px at 1280 px and pushed masked, loss and gradient columns out of
+    view; the CSV keeps the analysis order.
+    """
+    return [c for c in table.columns if c != "config"] + (
+        ["config"] if "config" in table.columns else []
+    )
+
+
 def stats_table(lab: mismatch.Lab, outside: int) -> pd.DataFrame:
     """The d summary as a two-column table."""
     rows = [{"quantity": k, "value": v} for k, v in lab.stats.items()]
@@ -413,12 +424,13 @@ def top_tokens(lab: mismatch.Lab, rollout: Rollout, old: torch.Tensor, mu: torch
         return pd.DataFrame(columns=["sample", "t", "token", "log pi_old", "log mu", "d"])
     d = lab.delta[m]
     order = d.abs().argsort(descending=True)[:n]
+    labels = text.sample_labels(rollout)  # p0/s1, as on the heatmaps
     rows = []
     for i in order.tolist():
         b, t = idx[i].tolist()
         toks = rollout.tokens[b]
         rows.append({
-            "sample": b, "t": t,
+            "sample": labels[b] if b < len(labels) else str(b), "t": t,
             "token": text.visible_whitespace(toks[t]) if t < len(toks) else "",
             "log pi_old": float(old[b, t]), "log mu": float(mu[b, t]), "d": float(d[i]),
         })  # fmt: skip

@@ -36,6 +36,14 @@ def test_preset_paints_from_stored_logprobs_without_the_model():
     assert len(table) == 10
     assert set(table["framework"]) == {"verl", "trl", "openrlhf", "roll"}
     assert {"token-TIS", "seq-TIS", "IcePop", "seq-MIS", "Geo-RS"} <= set(table["method"])
+    # the long config text is shown last, after the numbers (the CSV keeps the analysis order)
+    shown = mp.table_columns(table)
+    assert shown[-1] == "config"
+    assert sorted(shown) == sorted(table.columns)
+    # the largest-|d| table names its samples as the heatmaps do, under a caption saying what it is
+    top = next(d.value for d in at.dataframe if "log mu" in d.value.columns)
+    assert all(re.fullmatch(r"p\d+/s\d+", s) for s in top["sample"]), list(top["sample"])
+    assert any(f"The {len(top)} tokens with the largest |d|" in c.value for c in at.caption)
 
 
 def test_fp32_control_has_no_mismatch_and_the_link_keeps_it():

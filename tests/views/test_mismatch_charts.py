@@ -34,6 +34,12 @@ def test_every_figure_draws_the_lab():
     assert all("<b>x</b>" not in str(c) for c in two.data[0].customdata)
     corr = charts.corrections_figure(lab.table)
     assert len(corr.data[0].y) == len(lab.table)
+    # no fixed left margin (the labels size it) and the label-less right panel sits close
+    assert corr.layout.margin.l <= 20
+    assert corr.layout.yaxis.automargin
+    assert corr.layout.xaxis2.domain[0] - corr.layout.xaxis.domain[1] <= 0.06
+    without = float(lab.table["loss without"].iloc[0])
+    assert f"loss without: {without:.4g}" in [tr.name for tr in corr.data]  # the dashed line
     for i in range(len(lab.corrections)):
         charts.correction_heatmap(lab, i, rollout)
         grad = charts.gradient_figure(lab, i)
