@@ -210,6 +210,11 @@ def test_strip_has_row_labels_and_one_fixed_scale(page, instant_server):
     rows = page.locator("[data-testid=rv-rows] .rv-row").all_inner_texts()
     assert rows[:2] == ["p0/s0", "p0/s1"]
     assert len(rows) == len(_js_state(page)["advantages"])
+    # each label beside its own row: the drawn strip is exactly as tall as the label column
+    canvas = page.locator("[data-testid=rv-heatmap]").bounding_box()
+    labels = page.locator("[data-testid=rv-rows]").bounding_box()
+    assert abs(canvas["height"] - labels["height"]) < 1, (canvas, labels)
+    assert abs(canvas["y"] - labels["y"]) < 1, (canvas, labels)
     legend = page.locator("[data-testid=rv-legend]")
     before = legend.inner_text()
     assert "fixed scale" in before

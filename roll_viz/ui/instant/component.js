@@ -89,6 +89,9 @@ function drawHeatmap(canvas, z, mask, cellH, zmax) {
   octx.putImageData(img, 0, 0);
   const width = canvas.clientWidth || canvas.parentNode?.clientWidth || 800;
   const height = Math.max(B * cellH, 1);
+  // the CSS height pins each row to its label's cellH px: with width 100% alone the canvas
+  // scaled its height by displayed / drawn width, and the labels drifted off their rows
+  canvas.style.height = `${height}px`;
   // resizing a canvas reallocates it: only when the size really changed
   if (canvas.width !== width) canvas.width = width;
   if (canvas.height !== height) canvas.height = height;
@@ -261,7 +264,6 @@ function update(state) {
     state.scales[view] = niceCeil(absMax(out[view], state.shown.response_mask));
   }
   const zmax = state.scales[view];
-  drawHeatmap(ui.canvas, out[view], state.shown.response_mask, state.cellH, zmax);
   const labels = rowLabels(state.shown.group_ids);
   ui.rows.replaceChildren(
     ...labels.map((label) =>
@@ -269,6 +271,8 @@ function update(state) {
         label),
     ),
   );
+  // after the labels: the canvas's width is what they leave of the strip
+  drawHeatmap(ui.canvas, out[view], state.shown.response_mask, state.cellH, zmax);
   renderTable(ui.table, state.shown, out);
   const t2 = performance.now();
   const beyond = absMax(out[view], state.shown.response_mask) > zmax ? " (larger values show the end colour)" : "";
