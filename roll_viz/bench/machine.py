@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from roll_viz.lm.cpu_features import cpu_flags
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,17 +32,6 @@ def commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return head + ("+dirty" if dirty else "")
-
-
-def cpu_flags() -> set[str]:
-    """The CPU feature flags of /proc/cpuinfo (empty off Linux)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def context() -> dict:

@@ -27,6 +27,7 @@ import torch
 
 from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.behaviour import SOURCE_LABELS
+from roll_viz.lm.cpu_features import native_bf16
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, options_for
 from roll_viz.lm.update import (
@@ -273,16 +274,30 @@ def mu_control(rollout: Rollout, needs: frozenset[str]) -> str | None:
 def precision_control() -> str:
     """The base model's matmul precision select (bound to the URL): "float32" or "bf16"."""
     choice = st.selectbox(  # plain option names: the link carries them as they read
-        "Base matmuls: float32 (exact) / bf16 (faster, approximate)",
+        "Base matmuls: float32 (exact) / bf16 (approximate)",
         list(PRECISIONS),
         key=KEY_PRECISION,
         bind="query-params",
-        help="bf16 runs the frozen base model's matrix products in bfloat16 (faster on a CPU "
-        "with AVX-512 BF16 or AMX); the adapter, its gradients, the optimizer and the head stay "
-        "in float32. The log-probs move by a few hundredths, so the epoch-1 ratio is no longer "
-        "exactly 1 and delta log pi carries that noise.",
+        help="bf16 runs the frozen base model's matrix products in bfloat16 (faster only on a "
+        "CPU with AVX-512 BF16 or AMX, or a GPU); the adapter, its gradients, the optimizer and "
+        "the head stay in float32. The log-probs move by a few hundredths, so the epoch-1 ratio "
+        "is no longer exactly 1 and delta log pi carries that noise.",
     )
+    if choice == "bf16" and bf16_is_slow_here():
+        st.caption(BF16_SLOW_HERE)
     return str(choice)
+
+
+#: said under the precision select where bf16 only costs accuracy
+BF16_SLOW_HERE = (
+    "This server's CPU has no bf16 instructions (AVX-512 BF16 or AMX): bf16 is emulated here "
+    "and slower than float32. It still shows what bf16 does to the numbers."
+)
+
+
+def bf16_is_slow_here() -> bool:
+    """Whether a bf16 step would be slower than float32 on this server (a CPU without bf16)."""
+    return not torch.cuda.is_available() and native_bf16() is False
 
 
 def precision_markdown(result: Any) -> str:

@@ -137,3 +137,12 @@ def test_precision_select_bad_link_value_gives_the_notice():
     notices = [w.value.replace("\\", "") for w in at.warning]  # the notice is escaped Markdown
     assert any("upd_precision=fp8 is not allowed" in w and "using float32" in w for w in notices)
     assert at.selectbox(key=upd.KEY_PRECISION).value == "float32"
+
+
+@pytest.mark.parametrize("slow", [True, False])
+def test_bf16_says_when_this_servers_cpu_makes_it_slower(monkeypatch, slow):
+    monkeypatch.setattr(upd, "bf16_is_slow_here", lambda: slow)
+    at = open_page(upd_precision="bf16")
+    assert (upd.BF16_SLOW_HERE in [c.value for c in at.caption]) is slow
+    at = open_page(upd_precision="float32")
+    assert upd.BF16_SLOW_HERE not in [c.value for c in at.caption]
