@@ -120,7 +120,9 @@ with ui.page_guard("Home"):
 
         rollout = ui.cached_rollout(state)
         scores = ui.cached_scores(state)
-        m1, m2, m3, m4 = st.columns(4)
+        # two by two: four in a row cut the labels to "samples per pr..." at 1280 px
+        m1, m2 = st.columns(2)
+        m3, m4 = st.columns(2)
         m1.metric("prompts P", len(rollout.prompts))
         m2.metric("samples per prompt G", rollout.group_size)
         m3.metric("longest response T", int(rollout.response_mask.sum(-1).max()))

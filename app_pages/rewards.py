@@ -102,7 +102,7 @@ with ui.page_guard("Rewards"):
 
     st.subheader("Group statistics")
     groups = tables.group_table(rollout, scores)
-    g1, g2 = st.columns([3, 2], gap="large")
+    g1, g2 = st.columns([1, 1], gap="large")  # the table's 7 columns: std_population in view
     with g1:
         ui.plot(
             charts.group_stats_figure(

@@ -518,7 +518,9 @@ def scrubber(run: TrainRun, key: str) -> int | None:
     first = run.steps[0].samples
     c1, c2 = st.columns(2)
     with c1:
-        plot(heatmaps.exact_kl_heatmap(rollout), key=f"tr_kl_map_{key}")
+        kl_map = heatmaps.exact_kl_heatmap(rollout)
+        kl_map.update_layout(title_text=f"{kl_map.layout.title.text} at step {step}")
+        plot(kl_map, key=f"tr_kl_map_{key}")
     with c2:
         plot(
             heatmaps.heatmap(
@@ -532,13 +534,15 @@ def scrubber(run: TrainRun, key: str) -> int | None:
             ),
             key=f"tr_adv_map_{key}",
         )
+    # the chosen step's answer before step 0's, rewards first: at 1280 px the long step-0 answer
+    # had pushed the chosen step's columns out of view, under a slider that showed another step
     frame = pd.DataFrame(
         {
             "prompt": [samples.prompts[g] for g in samples.group_ids],
-            "answer at step 0": list(first.responses) if first else [""] * len(samples.responses),
             "reward at step 0": list(first.rewards) if first else [None] * len(samples.responses),
-            f"answer at step {step}": list(samples.responses),
             f"reward at step {step}": list(samples.rewards),
+            f"answer at step {step}": list(samples.responses),
+            "answer at step 0": list(first.responses) if first else [""] * len(samples.responses),
         }
     )
     st.dataframe(frame, hide_index=True, width="stretch")

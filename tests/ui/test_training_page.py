@@ -59,6 +59,13 @@ def test_recorded_run_opens_from_the_url():
     assert any("Recorded run" in c.value for c in at.caption)
     assert "tr_kl_map_rec" in figs
     assert "tr_adv_map_rec" in figs
+    # the scrubber's step (the last kept one) titles both maps and leads the samples table
+    step = run.sampled_steps()[-1]
+    assert figs["tr_kl_map_rec"]["layout"]["title"]["text"].endswith(f"at step {step}")
+    table = next(d.value for d in at.dataframe if f"answer at step {step}" in d.value.columns)
+    assert list(table.columns)[:4] == [
+        "prompt", "reward at step 0", f"reward at step {step}", f"answer at step {step}",
+    ]  # fmt: skip
 
 
 def test_start_run_progress_and_compare_two_runs():
