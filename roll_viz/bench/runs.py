@@ -8,8 +8,12 @@ Prints one JSON line per measurement:
   still differs in prompt, reward and length-pool slot), so the file parses like a real one;
 - ``read_peer``: the floor any reader pays, ``json.loads`` of every line and nothing else;
 - ``scan``: ``open_run`` (detect, validate every row, per-step summaries with per-sample KL),
-  with its peak RSS: the chosen reader (orjson lines; when the line holds no JSON boolean,
-  number lists packed into float64 arrays in one C pass and a 0/1 mask only counted);
+  with its peak RSS: the chosen reader (board lines parsed by simdjson, ``runs.fast_lines``:
+  number lists taken as float64 buffers, a 0/1 mask counted on its int64 buffer, lists the
+  scan does not use never converted; any line it does not vouch for is read plainly);
+- ``scan_plain``: the same ``open_run`` with the simdjson path off (orjson lines; when the line
+  holds no JSON boolean, number lists packed into float64 arrays in one C pass and a 0/1 mask
+  only counted: the reader before it);
 - ``scan_checked``: the same ``open_run`` with every number list type-checked element by
   element before numpy converts it (the reader before the one-pass conversion);
 - ``baseline``: ``open_run`` of the project's reader at an earlier commit (``--baseline-commit``,
@@ -60,7 +64,7 @@ import torch
 from roll_viz.bench.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
-from roll_viz.data.runs import MAX_STEP_TOKENS, load_step, open_run, parse
+from roll_viz.data.runs import MAX_STEP_TOKENS, fast_lines, load_step, open_run, parse
 
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
@@ -159,9 +163,20 @@ def phase_scan(folder: Path) -> dict:
     }
 
 
+def _refuse_line(lines, raw):
+    raise fast_lines.SlowLine
+
+
+def phase_scan_plain(folder: Path) -> dict:
+    """``open_run`` with the simdjson line path off (every line read by orjson)."""
+    fast_lines.FastLines.object = _refuse_line  # this subprocess only
+    return phase_scan(folder)
+
+
 def phase_scan_checked(folder: Path) -> dict:
-    """``open_run`` with the one-pass number conversion off (every element type-checked)."""
-    parse._has_bools = lambda raw: True  # this subprocess only
+    """``open_run`` on orjson lines, every number list's elements type-checked first."""
+    fast_lines.FastLines.object = _refuse_line  # this subprocess only
+    parse._has_bools = lambda raw: True
     return phase_scan(folder)
 
 
@@ -429,6 +444,8 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
         return phase_read_peer(folder)
     if phase == "scan":
         return phase_scan(folder)
+    if phase == "scan_plain":
+        return phase_scan_plain(folder)
     if phase == "scan_checked":
         return phase_scan_checked(folder)
     if phase == "pyarrow":
@@ -442,9 +459,18 @@ def _child(phase: str, args: argparse.Namespace) -> dict:
     raise ValueError(f"unknown phase {phase!r}")
 
 
-PHASES = ("write", "read_peer", "scan", "scan_checked", "pyarrow", "load_step", "pipeline")
+PHASES = (
+    "write",
+    "read_peer",
+    "scan",
+    "scan_plain",
+    "scan_checked",
+    "pyarrow",
+    "load_step",
+    "pipeline",
+)
 #: The readers compared side by side; ``--rounds N`` runs them N times, interleaved.
-READERS = ("baseline", "scan", "scan_checked", "pyarrow", "polars")
+READERS = ("baseline", "scan", "scan_plain", "scan_checked", "pyarrow", "polars")
 
 
 def main(argv: list[str]) -> int:

@@ -7,11 +7,12 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from roll_viz.bench import runs as bench
 from roll_viz.core.pipeline import run
-from roll_viz.data.runs import load_step, open_run
+from roll_viz.data.runs import fast_lines, load_step, open_run
 
 
 def test_synthetic_dump_reads_back_and_the_loop_peer_agrees(tmp_path):
@@ -59,3 +60,15 @@ def test_a_phase_runs_with_its_process_tree_memory_sampled():
     if Path("/proc/self/smaps_rollup").exists():
         assert pss > 0
         assert bench.tree_pss_mb(os.getpid()) > 0
+
+
+def test_the_plain_scan_phase_reads_what_the_chosen_one_reads(tmp_path, monkeypatch):
+    bench.write_dump(tmp_path, P=2, G=3, T=16)
+    chosen = bench.phase_scan(tmp_path)
+    # the phase turns the simdjson path off for its process; monkeypatch puts it back after
+    monkeypatch.setattr(fast_lines.FastLines, "object", fast_lines.FastLines.object)
+    plain = bench.phase_scan_plain(tmp_path)
+    with pytest.raises(fast_lines.SlowLine):
+        fast_lines.FastLines().object(b'{"step": 0}')
+    keys = ("samples", "prompts", "warnings", "kl_k3_mean")
+    assert [plain[k] for k in keys] == [chosen[k] for k in keys] == [6, 2, 0, chosen["kl_k3_mean"]]

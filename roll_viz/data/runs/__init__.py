@@ -18,7 +18,8 @@ Exporters (UNIPO JSONL, RL Logging Board JSONL, the calculator's compute input) 
 per-line problems are collected as warnings and those rows skipped. Nothing from a file is
 executed (no pickle, no eval). Caps are module constants in ``roll_viz.data.runs.parse``.
 
-Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``run_records``
+Modules: ``parse`` (caps, errors, safe getters, JSONL/JSON streaming), ``fast_lines`` (the
+board reader's simdjson line path, plain lines only), ``run_records``
 (``Row``, ``StepSummary``, ``RunStep``), ``detect`` (the format registry and ``detect``),
 ``scan`` (``open_run``, ``load_step``), ``jail`` (an allowed folder nothing can leave),
 ``uploads`` (the per-server upload folder with a quota), and one module per format (``rllb``,

@@ -23,14 +23,37 @@ from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions,
 from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.parse import (
     MAX_FILES,
+    MAX_NUL_RUNS,
+    SNIFF_BYTES,
     DocumentTooLarge,
     Problems,
     RunFormatError,
     iter_jsonl,
     read_json_document,
-    sniff_text,
 )
 from roll_viz.data.runs.run_records import Row
+
+_NUL_RUNS = re.compile(rb"\x00+")
+
+
+def sniff_text(path: Path) -> bytes:
+    """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError as err:
+        raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
+    if not head.strip(b" \t\r\n\x00"):
+        raise RunFormatError(path, None, None, "empty file")
+    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
+    # skipped as problems); a binary file has NUL bytes scattered all over.
+    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
+        raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
+    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
+    if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
+        raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
+    return head
+
 
 #: The dialect (framework, config) whose advantage matches each format's framework by default.
 DEFAULT_DIALECT: dict[str, tuple[str, dict[str, Any]]] = {

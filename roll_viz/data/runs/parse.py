@@ -1,10 +1,11 @@
 """Reading run files safely: caps, errors, safe field getters, JSONL/JSON streaming.
 
 Every reader (one module per format) parses its files with these. Nothing read from a file is
-executed: JSON is parsed with ``json.loads``, CSV with ``csv``, parquet with pyarrow; no pickle,
-no eval. Every problem is a ``RunFormatError`` naming the file, the line and the field;
-per-line problems are collected in ``Problems`` (capped) and those lines skipped. Every cap is a
-module constant here, and every cap that bites leaves a message in the run's notes.
+executed: JSON is parsed with orjson/``json`` (board lines by simdjson first: ``fast_lines``),
+CSV with ``csv``, parquet with pyarrow; no pickle, no eval. Every problem is a
+``RunFormatError`` naming the file, the line and the field; per-line problems are collected in
+``Problems`` (capped) and those lines skipped. Every cap is a module constant here, and every
+cap that bites leaves a message in the run's notes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import struct
 import sys
 import threading
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from roll_viz.data.runs.fast_lines import FastLines, FastList, SlowLine
 from roll_viz.data.runs.run_records import Row
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +228,10 @@ def _bounded_list(obj: dict, key: str, file: str, line: int, what: str) -> list 
     if key not in obj or obj[key] is None:
         return None
     value = obj[key]
+    if isinstance(value, FastList):  # a line of the fast path: over the cap, the plain path
+        if len(value) > MAX_TOKENS_PER_ROW:
+            raise SlowLine
+        value = value.as_list()
     if not isinstance(value, list):
         raise RunFormatError(
             file, line, key, f"expected a list of {what}, got {type(value).__name__}"
@@ -285,6 +290,7 @@ def _has_bools(raw: bytes) -> bool:
 def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     """``obj[key]`` as a (n,) float64 array of finite numbers, or None when absent.
 
+    On a line of the fast path (``fast_lines``) the list is simdjson's: ``FastList.numbers``.
     Fastest path (a JSON line without the bytes ``true``/``false``, so no element can be a
     bool): one C pass, ``struct.pack_into`` of the list into the array as doubles (2.4x
     ``array('d', ...)``; the same ``PyFloat_AsDouble`` of each element, which refuses strings,
@@ -293,6 +299,8 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
     converted by numpy. The slow per-element loop only runs to name a bad element, so the
     messages are the same on every path.
     """
+    if isinstance(obj.get(key), FastList):  # a line of the fast path (SlowLine if not plain)
+        return obj[key].numbers(MAX_TOKENS_PER_ROW)
     value = _bounded_list(obj, key, file, line, "numbers")
     if value is None:
         return None
@@ -348,27 +356,7 @@ def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
 # Streaming
 
 
-_NUL_RUNS = re.compile(rb"\x00+")
-MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first 8 KB a text file may have
-
-
-def sniff_text(path: Path) -> bytes:
-    """The first bytes of a file; RunFormatError for an empty or binary (non-UTF-8) file."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(SNIFF_BYTES)
-    except OSError as err:
-        raise RunFormatError(path, None, None, f"cannot read: {err.strerror or err}") from None
-    if not head.strip(b" \t\r\n\x00"):
-        raise RunFormatError(path, None, None, "empty file")
-    # A crash-truncated text file holds one or a few zero-filled stretches (its lines there are
-    # skipped as problems); a binary file has NUL bytes scattered all over.
-    if len(_NUL_RUNS.findall(head)) > MAX_NUL_RUNS:
-        raise RunFormatError(path, None, None, "binary file (NUL bytes), not a text dump")
-    text = head.replace(b"\x00", b"").decode("utf-8", errors="replace")
-    if text.count("\ufffd") > max(4, len(text) // 10):  # a stray bad byte is a line problem
-        raise RunFormatError(path, None, None, "binary file (mostly not UTF-8 text)")
-    return head
+MAX_NUL_RUNS = 4  # separate stretches of NUL bytes in the first SNIFF_BYTES a text file may have
 
 
 def iter_jsonl(
@@ -396,14 +384,26 @@ def _iter_lines(
 ) -> Iterator[tuple[int, int, Any, bool]]:
     """``iter_jsonl`` plus, per line, whether its bytes may hold a JSON boolean."""
     name = str(path)
+    for line_no, offset, raw in _iter_raw(path, problems, locations):
+        value = _parse_line(raw, name, line_no, problems)
+        if value is not None:
+            yield line_no, offset, value, _has_bools(raw)
+
+
+def _iter_raw(
+    path: Path, problems: Problems, locations: list[tuple[int, int]] | None
+) -> Iterator[tuple[int, int, bytes]]:
+    """The lines of a JSONL file as ``(line, offset, bytes)``.
+
+    Over-long lines are problems, blank ones skipped; the lines at ``locations`` are read as
+    they are.
+    """
+    name = str(path)
     with open(path, "rb", buffering=READ_BUFFER) as handle:
         if locations is not None:
             for line_no, offset in locations:
                 handle.seek(offset)
-                raw = handle.readline(MAX_LINE_BYTES + 1)
-                value = _parse_line(raw, name, line_no, problems)
-                if value is not None:
-                    yield line_no, offset, value, _has_bools(raw)
+                yield line_no, offset, handle.readline(MAX_LINE_BYTES + 1)
             return
         line_no = 0
         offset = handle.tell()
@@ -425,9 +425,7 @@ def _iter_lines(
                 continue
             if raw.isspace():  # a blank line (no copy of a long line, unlike strip)
                 continue
-            value = _parse_line(raw, name, line_no, problems)
-            if value is not None:
-                yield line_no, start, value, _has_bools(raw)
+            yield line_no, start, raw
 
 
 def loads(raw: bytes | str) -> Any:
@@ -539,6 +537,7 @@ def rows_from_jsonl(
     problems: Problems,
     convert,
     locations: dict[str, list[tuple[int, int]]] | None = None,
+    fast: bool = False,
 ) -> Iterator[Row]:
     """Rows of JSONL files: ``convert(value, file, line)`` -> a Row, a list of Rows or None.
 
@@ -549,6 +548,9 @@ def rows_from_jsonl(
         problems: collects per-line problems.
         convert: turns one parsed line into rows.
         locations: per file, the ``(line, offset)`` pairs to read (None = every line).
+        fast: each line on the fast path first (``fast_lines``: ``convert`` gets lists as
+            ``FastList``); a line it does not vouch for (``SlowLine``, or a RunFormatError
+            there) is read again the plain way, which gives its records and messages.
     """
     for path in files:
         name = str(path)
@@ -557,18 +559,35 @@ def rows_from_jsonl(
             wanted = locations.get(name)
             if not wanted:
                 continue
-        for line, offset, value, has_bools in _iter_lines(path, problems, wanted):
-            try:
-                with _line_without_bools(has_bools):
-                    out = convert(value, name, line)
-            except RunFormatError as err:
-                problems.add(err)
-                continue
+        lines = FastLines() if fast else None  # one parser per file read, freed after it
+        for line, offset, raw in _iter_raw(path, problems, wanted):
+            out = _SLOW if lines is None else _convert_fast(lines, raw, convert, name, line)
+            if out is _SLOW:
+                value = _parse_line(raw, name, line, problems)
+                if value is None:
+                    continue
+                try:
+                    with _line_without_bools(_has_bools(raw)):
+                        out = convert(value, name, line)
+                except RunFormatError as err:
+                    problems.add(err)
+                    continue
             if out is None:
                 continue
             for row in out if isinstance(out, list) else [out]:
                 row.file, row.line, row.offset = name, line, offset
                 yield row
+
+
+_SLOW = object()  # ``_convert_fast``: read this line the plain way
+
+
+def _convert_fast(lines: FastLines, raw: bytes, convert, name: str, line: int) -> Any:
+    """``convert`` of a line on the fast path, or ``_SLOW`` (nothing of the line kept)."""
+    try:
+        return convert(lines.object(raw), name, line)
+    except (SlowLine, RunFormatError):
+        return _SLOW
 
 
 def require_object(value: Any, file: str, line: int) -> dict:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from roll_viz.data.runs.fast_lines import FastList
 from roll_viz.data.runs.parse import (
     MAX_TOKENS_PER_ROW,
     Problems,
@@ -83,7 +84,8 @@ def board_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 def mask_length(obj: dict, key: str, file: str, line: int) -> int | None:
     """Valid positions of a 0/1 mask list whose 1s come first (None when absent).
 
-    On a line without JSON booleans the list is only counted (``count(1)``, ``count(0)`` and
+    On the fast path (``fast_lines``) simdjson's int64 buffer of the list is counted. On a
+    line without JSON booleans the list is only counted (``count(1)``, ``count(0)`` and
     the first 0, each a C pass on small ints), with no conversion; any other list goes through
     ``get_numbers`` and its checks, so the messages are the same on every path.
 
@@ -93,6 +95,8 @@ def mask_length(obj: dict, key: str, file: str, line: int) -> int | None:
     value = obj.get(key)
     if value is None:
         return None
+    if isinstance(value, FastList):  # a line of the fast path (SlowLine if not a plain mask)
+        return value.mask_ones(MAX_TOKENS_PER_ROW)
     if isinstance(value, list) and len(value) <= MAX_TOKENS_PER_ROW and no_bools_in_line():
         ones, zeros = value.count(1), value.count(0)
         if ones + zeros == len(value) and (not zeros or value.index(0) == ones):
@@ -176,5 +180,5 @@ def convert(value: Any, file: str, line: int) -> Row:
 
 
 def rows(files: list[Path], problems: Problems, locations=None):
-    """Rows of board files (see ``base.rows_from_jsonl``)."""
-    return rows_from_jsonl(files, problems, convert, locations)
+    """Rows of board files (see ``base.rows_from_jsonl``; on its fast path first)."""
+    return rows_from_jsonl(files, problems, convert, locations, fast=True)
