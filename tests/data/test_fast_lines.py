@@ -95,6 +95,7 @@ ODD = [
     _line(new_response_mask=[1, 2, 1, 0]),
     _line(new_response_mask=[True, True, True, False]),
     _line(response_tokens=["a", 1, "c"]),
+    _line(response_tokens=["a", {"b": "c"}, "d"]),
     _line(step=1.5),
     _line(step=2**60),
     _line(reward=None),
