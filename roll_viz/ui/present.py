@@ -34,6 +34,12 @@ PRESENT_CSS = """
 [data-testid="stMain"] [data-testid="stHeading"] h1 { font-size: 2.6rem; }
 [data-testid="stMain"] .katex { font-size: 1.35em !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 2.8rem; }
+/* a metric's value and label are Markdown too: without these the 1.2rem prose rule above drew
+   the value at 19 px under a label of the same size */
+[data-testid="stMain"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p {
+  font-size: 2.8rem; }
+[data-testid="stMain"] [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"] p {
+  font-size: 1.05rem; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
 /* the header bar holds only the menu (and "Show the controls"): start the page under it */
 [data-testid="stMainBlockContainer"] { padding-top: 3.5rem; }

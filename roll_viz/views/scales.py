@@ -158,8 +158,10 @@ def projector_fonts(fig: go.Figure, scale: float = 1.5) -> go.Figure:
     out = go.Figure(fig)
     size = round(12 * scale)
     out.update_layout(font={"size": size}, legend={"font": {"size": size}})
-    out.update_xaxes(tickfont={"size": size}, title_font={"size": size + 2})
-    out.update_yaxes(tickfont={"size": size}, title_font={"size": size + 2})
+    # automargin: the figures' fixed margins fit 12 px labels; at 1.5x a heatmap's y title ran
+    # over its p0/s0 tick labels and the x title over the ticks
+    out.update_xaxes(tickfont={"size": size}, title_font={"size": size + 2}, automargin=True)
+    out.update_yaxes(tickfont={"size": size}, title_font={"size": size + 2}, automargin=True)
     for annotation in out.layout.annotations or ():
         annotation.font.size = size + 2
     out.update_traces(

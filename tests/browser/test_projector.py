@@ -127,3 +127,19 @@ def test_explainer_stacks_below_1000_px(browser, server, path):
         assert pg.evaluate("() => document.documentElement.scrollWidth") <= 800
     finally:
         context.close()
+
+
+#: font sizes (px) of the first metric's value and label text
+METRIC_JS = """() => {
+  const v = document.querySelector("[data-testid='stMetricValue'] p");
+  const l = document.querySelector("[data-testid='stMetricLabel'] p");
+  return {value: parseFloat(getComputedStyle(v).fontSize),
+          label: parseFloat(getComputedStyle(l).fontSize)};
+}"""
+
+
+def test_metric_values_stay_large_in_presentation_mode(projector, server):
+    """A metric's value is Markdown: the prose rule must not shrink it to its label's size."""
+    sp.goto(projector, f"{server}/?present=true&hide=sidebar")
+    sizes = projector.evaluate(METRIC_JS)
+    assert sizes["value"] >= 2 * sizes["label"], sizes

@@ -170,3 +170,15 @@ def test_beta_schedule_title_follows_the_mode():
     fixed = charts.beta_schedule([0.2] * 11, mode="fixed")
     assert fixed.layout.title.text.startswith("Fixed beta")
     assert "daptive" not in fixed.layout.title.text
+
+
+def test_projector_fonts_let_the_axes_take_the_margin_they_need():
+    """At 1.5x fonts a fixed margin no longer fits the labels: every axis gets automargin."""
+    rollout = synthetic_rollout(tokens=("a", " b"))
+    fig = heatmaps.heatmap(rollout.logprobs, rollout.response_mask, rollout=rollout,
+                           title="t", quantity="q", signed=True)  # fmt: skip
+    big = scales.projector_fonts(fig)
+    assert big.layout.yaxis.automargin is True
+    assert big.layout.xaxis.automargin is True
+    assert big.layout.yaxis.tickfont.size == 18
+    assert fig.layout.yaxis.automargin is None  # the original figure is untouched
