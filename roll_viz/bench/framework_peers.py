@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import types
@@ -306,3 +307,42 @@ def verl_peer(cache: Path | None = None) -> VerlPeer:
     finally:
         reset()
     return VerlPeer(compute_advantage=fn, core_algos=core, wheel=wheel)
+
+
+def _masked_max_diff(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> float:
+    """Largest |ours - theirs| over the response tokens (verl leaves padding unmasked)."""
+    diff = (ours.double() - theirs.double()).abs() * mask.double()
+    return diff.max().item()
+
+
+def agreement(
+    peer: VerlPeer, args: tuple, trace: Any, mask: torch.Tensor, ours: dict, times: dict
+) -> dict:
+    """The bench line's peer fields: the peer's median times, run / peer, and how far apart.
+
+    ``args`` are ``peer.inputs(...)``; ``trace`` is ``run``'s on the same batch; ``ours`` holds
+    ``run_ms`` / ``run_cpu_ms`` (medians), ``times`` the peer's ``peer_ms`` / ``peer_cpu_ms``
+    lists. The peer runs once more on float64 copies, untimed, to tell rounding from logic.
+    """
+    peer_ms, peer_cpu_ms = (
+        statistics.median(times["peer_ms"]),
+        statistics.median(times["peer_cpu_ms"]),
+    )
+    advantages, returns = peer.call(*args)
+    tensors, uids, kwargs = args
+    wide = {k: v.double() for k, v in tensors.items()}
+    advantages64, returns64 = peer.call(wide, uids, kwargs)
+    return {
+        "framework_peer_ms": round(peer_ms, 2),
+        "framework_peer_cpu_ms": round(peer_cpu_ms, 2),
+        "run_vs_peer": round(ours["run_ms"] / peer_ms, 2),
+        "run_vs_peer_cpu": round(ours["run_cpu_ms"] / max(peer_cpu_ms, 1e-9), 2),
+        "peer_max_abs_diff_advantages": _masked_max_diff(trace.advantages, advantages, mask),
+        "peer_max_abs_diff_returns": _masked_max_diff(trace.returns, returns, mask),
+        "peer_max_abs_diff_advantages_f64": _masked_max_diff(trace.advantages, advantages64, mask),
+        "peer_max_abs_diff_returns_f64": _masked_max_diff(trace.returns, returns64, mask),
+        "peer_note": "verl computes in the inputs' float32, run in float64 (the *_f64 "
+        "diffs: verl again, untimed, on float64 copies); differences over the response "
+        "tokens; token_level_rewards (each score on its last token, as verl's reward "
+        "manager writes it) built once, outside the timing",
+    }

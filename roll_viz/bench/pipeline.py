@@ -455,6 +455,9 @@ def rl_batch(P: int, G: int, T: int, dtype: torch.dtype = torch.float32) -> Batc
     )
 
 
+PeerOrWhyNot = framework_peers.VerlPeer | str
+
+
 def load_verl_peer(cache: Path | None = None) -> framework_peers.VerlPeer | str:
     """The verl peer (its ``compute_advantage`` from the wheel), or ``"skipped: <reason>"``."""
     try:
@@ -463,29 +466,22 @@ def load_verl_peer(cache: Path | None = None) -> framework_peers.VerlPeer | str:
         return f"skipped: {err}"
 
 
-def _masked_max_diff(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.Tensor) -> float:
-    """Largest |ours - theirs| over the response tokens (verl leaves padding unmasked)."""
-    diff = (ours.double() - theirs.double()).abs() * mask.double()
-    return diff.max().item()
-
-
 def bench_run_vs_stages(
-    P: int, G: int, T: int, repeats: int, peer: framework_peers.VerlPeer | str | None = None
+    P: int, G: int, T: int, repeats: int, peers: dict[str, PeerOrWhyNot] | None = None
 ) -> list[dict]:
     """``run`` against the time inside its stage functions, GRPO and GAE per dialect.
 
-    The verl lines also time verl's own ``compute_advantage`` when ``peer`` is one (a string
-    says why not).
+    A framework in ``peers`` (today verl: ``{"verl": load_verl_peer()}``) also has its own
+    estimator call timed on the same batch, or its line says why not (a string).
     """
     batch = rl_batch(P, G, T)
     modules = [dialect_registry.get(fw) for fw in dialect_registry.FRAMEWORKS]
-    verl_defaults = dialect_registry.get("verl").DEFAULTS
     lines = []
     for fw, cfg in RUN_CASES:
-        peer_call = None
-        if fw == "verl" and isinstance(peer, framework_peers.VerlPeer):
-            peer_args = peer.inputs(batch, {**verl_defaults, **cfg})
-            peer_call = lambda args=peer_args: peer.call(*args)  # noqa: E731
+        peer, peer_call = (peers or {}).get(fw), None
+        if isinstance(peer, framework_peers.VerlPeer):
+            peer_args = peer.inputs(batch, {**dialect_registry.get(fw).DEFAULTS, **cfg})
+            peer_call = lambda args=peer_args, p=peer: p.call(*args)  # noqa: E731
             peer_call()  # warm-up
         run(batch, fw, cfg)  # warm-up
         run_times, stage_times, run_cpu, stage_cpu, peer_times, peer_cpu = [], [], [], [], [], []
@@ -519,34 +515,14 @@ def bench_run_vs_stages(
             "repeats": repeats,
             "load_avg_1m": round(os.getloadavg()[0], 2),
         }
-        if fw == "verl" and peer is not None:
+        if peer is not None:
             line["framework_peer"] = peer if isinstance(peer, str) else peer.label
         if peer_call is not None:
-            peer_ms, peer_cpu_ms = statistics.median(peer_times), statistics.median(peer_cpu)
-            trace = run(batch, fw, cfg)
-            advantages, returns = peer_call()
-            mask = batch.response_mask
-            tensors, uids, kwargs = peer_args
-            wide = {k: v.double() for k, v in tensors.items()}  # untimed: rounding vs logic
-            advantages64, returns64 = peer.call(wide, uids, kwargs)
-            line |= {
-                "framework_peer_ms": round(peer_ms, 2),
-                "framework_peer_cpu_ms": round(peer_cpu_ms, 2),
-                "run_vs_peer": round(run_ms / peer_ms, 2),
-                "run_vs_peer_cpu": round(run_cpu_ms / max(peer_cpu_ms, 1e-9), 2),
-                "peer_max_abs_diff_advantages": _masked_max_diff(
-                    trace.advantages, advantages, mask
-                ),
-                "peer_max_abs_diff_returns": _masked_max_diff(trace.returns, returns, mask),
-                "peer_max_abs_diff_advantages_f64": _masked_max_diff(
-                    trace.advantages, advantages64, mask
-                ),
-                "peer_max_abs_diff_returns_f64": _masked_max_diff(trace.returns, returns64, mask),
-                "peer_note": "verl computes in the inputs' float32, run in float64 (the *_f64 "
-                "diffs: verl again, untimed, on float64 copies); differences over the response "
-                "tokens; token_level_rewards (each score on its last token, as verl's reward "
-                "manager writes it) built once, outside the timing",
-            }
+            line |= framework_peers.agreement(
+                peer, peer_args, run(batch, fw, cfg), batch.response_mask,
+                {"run_ms": run_ms, "run_cpu_ms": run_cpu_ms},
+                {"peer_ms": peer_times, "peer_cpu_ms": peer_cpu},
+            )  # fmt: skip
         lines.append(line)
     return lines
 
@@ -588,12 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     if wanted("run_vs_stages"):
         cache = Path(argv[argv.index("--peer-cache") + 1]) if "--peer-cache" in argv else None
         if "--no-peer" in argv:
-            peer = "skipped: --no-peer"
+            peer: PeerOrWhyNot = "skipped: --no-peer"
         elif quick and cache is None:
             peer = "skipped: --quick (give --peer-cache DIR to time verl's compute_advantage)"
         else:
             peer = load_verl_peer(cache)
-        for line in bench_run_vs_stages(P, G, T, 3 if quick else 7, peer):
+        for line in bench_run_vs_stages(P, G, T, 3 if quick else 7, {"verl": peer}):
             print(json.dumps(line), flush=True)
     print(json.dumps({"name": "context", **context()}), flush=True)
     return 0

@@ -59,7 +59,7 @@ def test_verl_compute_advantage_matches_the_verl_dialect(peer, cfg):
 
 def test_run_vs_stages_lines_carry_the_peer(peer):
     loaded, _ = peer
-    lines = pipeline.bench_run_vs_stages(P, G, T, 2, loaded)
+    lines = pipeline.bench_run_vs_stages(P, G, T, 2, {"verl": loaded})
     by_name = {line["name"]: line for line in lines}
     for name in ("run_vs_stages:verl:grpo", "run_vs_stages:verl:gae"):
         line = by_name[name]
@@ -96,7 +96,7 @@ def test_without_pip_the_line_says_skipped(monkeypatch, tmp_path):
     monkeypatch.setattr(framework_peers, "download_wheel", no_pip)
     peer = pipeline.load_verl_peer(tmp_path)
     assert peer == "skipped: pip download verl==0.9.1 failed (offline)"
-    lines = pipeline.bench_run_vs_stages(2, 2, 8, 1, peer)
+    lines = pipeline.bench_run_vs_stages(2, 2, 8, 1, {"verl": peer})
     verl = [line for line in lines if ":verl:" in line["name"]]
     assert [line["framework_peer"] for line in verl] == [peer, peer]
     assert all("framework_peer_ms" not in line for line in verl)
