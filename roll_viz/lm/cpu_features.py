@@ -11,6 +11,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import torch
+
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
@@ -32,3 +34,8 @@ def native_bf16(flags: frozenset[str] | None = None) -> bool | None:
     if not flags:
         return None
     return bool(flags & NATIVE_BF16_FLAGS)
+
+
+def bf16_slower_than_float32() -> bool:
+    """Whether bf16 matmuls would be slower than float32 here: no GPU and a CPU without bf16."""
+    return not torch.cuda.is_available() and native_bf16() is False

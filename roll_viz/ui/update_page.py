@@ -27,7 +27,7 @@ import torch
 
 from roll_viz.core.records import Rollout, Trace
 from roll_viz.lm.behaviour import SOURCE_LABELS
-from roll_viz.lm.cpu_features import native_bf16
+from roll_viz.lm.cpu_features import bf16_slower_than_float32
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, options_for
 from roll_viz.lm.update import (
@@ -283,7 +283,7 @@ def precision_control() -> str:
         "the head stay in float32. The log-probs move by a few hundredths, so the epoch-1 ratio "
         "is no longer exactly 1 and delta log pi carries that noise.",
     )
-    if choice == "bf16" and bf16_is_slow_here():
+    if choice == "bf16" and bf16_slower_than_float32():
         st.caption(BF16_SLOW_HERE)
     return str(choice)
 
@@ -293,11 +293,6 @@ BF16_SLOW_HERE = (
     "This server's CPU has no bf16 instructions (AVX-512 BF16 or AMX): bf16 is emulated here "
     "and slower than float32. It still shows what bf16 does to the numbers."
 )
-
-
-def bf16_is_slow_here() -> bool:
-    """Whether a bf16 step would be slower than float32 on this server (a CPU without bf16)."""
-    return not torch.cuda.is_available() and native_bf16() is False
 
 
 def precision_markdown(result: Any) -> str:

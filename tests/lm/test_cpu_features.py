@@ -25,3 +25,12 @@ def test_this_machines_flags_are_read_once_and_agree_with_proc_cpuinfo():
         return
     line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
     assert flags == frozenset(line.split(":", 1)[1].split()) if line else flags == frozenset()
+
+
+def test_bf16_is_slower_only_on_a_cpu_known_to_lack_it(monkeypatch):
+    monkeypatch.setattr(cpu_features.torch.cuda, "is_available", lambda: False)
+    for flags, slower in ((frozenset({"avx2"}), True), (frozenset({"amx_bf16"}), False)):
+        monkeypatch.setattr(cpu_features, "cpu_flags", lambda f=flags: f)
+        assert cpu_features.bf16_slower_than_float32() is slower
+    monkeypatch.setattr(cpu_features, "cpu_flags", frozenset)  # unreadable: no claim
+    assert cpu_features.bf16_slower_than_float32() is False

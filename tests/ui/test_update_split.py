@@ -141,7 +141,7 @@ def test_precision_select_bad_link_value_gives_the_notice():
 
 @pytest.mark.parametrize("slow", [True, False])
 def test_bf16_says_when_this_servers_cpu_makes_it_slower(monkeypatch, slow):
-    monkeypatch.setattr(upd, "bf16_is_slow_here", lambda: slow)
+    monkeypatch.setattr(upd, "bf16_slower_than_float32", lambda: slow)
     at = open_page(upd_precision="bf16")
     assert (upd.BF16_SLOW_HERE in [c.value for c in at.caption]) is slow
     at = open_page(upd_precision="float32")
