@@ -215,6 +215,9 @@ def test_strip_has_row_labels_and_one_fixed_scale(page, instant_server):
     labels = page.locator("[data-testid=rv-rows]").bounding_box()
     assert abs(canvas["height"] - labels["height"]) < 1, (canvas, labels)
     assert abs(canvas["y"] - labels["y"]) < 1, (canvas, labels)
+    # the table under the strip names its samples the same way
+    table = page.locator("[data-testid=rv-table] tr").all_inner_texts()[1:]
+    assert [row.split("\t")[0] for row in table] == rows
     legend = page.locator("[data-testid=rv-legend]")
     before = legend.inner_text()
     assert "fixed scale" in before

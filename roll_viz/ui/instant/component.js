@@ -189,13 +189,13 @@ function configFor(payload, params) {
   return cfg;
 }
 
-function tableCells(batch, out, b) {
+function tableCells(batch, out, b, label) {
   const first = batch.response_mask[b].findIndex((m) => m > 0);
   let sum = 0;
   for (let t = 0; t < out.token_rewards[b].length; t++) sum += out.token_rewards[b][t];
   const g = batch.group_ids[b];
   return [
-    b, batch.group_labels[g] ?? g, fmt(batch.scores[b]), fmt(out.rewards[b]),
+    label, batch.group_labels[g] ?? g, fmt(batch.scores[b]), fmt(out.rewards[b]),
     first < 0 ? "(empty)" : fmt(out.advantages[b][first]), fmt(sum),
   ];
 }
@@ -216,8 +216,9 @@ function renderTable(table, batch, out) {
     }
     table.replaceChildren(...rows);
   }
+  const labels = rowLabels(batch.group_ids);  // p0/s2, as the strip's rows above
   for (let b = 0; b < B; b++) {
-    const cells = tableCells(batch, out, b);
+    const cells = tableCells(batch, out, b, labels[b]);
     const tds = table.rows[b + 1].cells;
     for (let c = 0; c < cells.length; c++) {
       const text = String(cells[c]);
