@@ -534,8 +534,7 @@ def scrubber(run: TrainRun, key: str) -> int | None:
             ),
             key=f"tr_adv_map_{key}",
         )
-    # the chosen step's answer before step 0's, rewards first: at 1280 px the long step-0 answer
-    # had pushed the chosen step's columns out of view, under a slider that showed another step
+    # rewards first, then the chosen step's answer: a long step-0 answer hid it at 1280 px
     frame = pd.DataFrame(
         {
             "prompt": [samples.prompts[g] for g in samples.group_ids],
