@@ -71,10 +71,11 @@ def era_bars(diff: EraDiff) -> go.Figure:
         fig.add_hline(y=0, line={"color": "#999999", "width": 1}, row=r, col=1)
     fig.update_layout(
         barmode="group",
-        height=620,
-        margin={"l": 50, "r": 20, "t": 60, "b": 40},
+        height=650,
+        # the legend under the answers' labels: at y = 1.08 it ran over the title
+        margin={"l": 50, "r": 20, "t": 60, "b": 70},
         title=f"The two eras on the same batch ({short(diff.framework)})",
-        legend={"orientation": "h", "y": 1.08},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.06},
     )
     return fig
 
@@ -108,11 +109,11 @@ def maxrl_bars(cmp: MaxRLComparison) -> go.Figure:
     fig.add_hline(y=0, line={"color": "#999999", "width": 1})
     fig.update_layout(
         barmode="group",
-        height=380,
-        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        height=410,
+        margin={"l": 50, "r": 20, "t": 80, "b": 40},  # the legend between title and plot
         title="GRPO divides by the group's std, MaxRL by its pass rate",
         yaxis_title="advantage",
-        legend={"orientation": "h", "y": 1.12},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01},
     )
     return fig
 
@@ -191,10 +192,10 @@ def kl_summary_bars(view: KLView) -> go.Figure:
         )
     fig.update_layout(
         barmode="group",
-        height=340,
-        margin={"l": 50, "r": 20, "t": 50, "b": 40},
+        height=370,
+        margin={"l": 50, "r": 20, "t": 80, "b": 40},  # the legend between title and plot
         title="Mean |d/d log pi| per token",
-        legend={"orientation": "h", "y": 1.15},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01},
     )
     return fig
 
@@ -224,5 +225,6 @@ def in_reward_share_bars(share_per_answer: list[float], labels: list[str], title
         margin={"l": 50, "r": 20, "t": 50, "b": 40},
         title=short(title, 90),
         yaxis_title="sum over tokens",
+        xaxis={"automargin": True},  # slanted answer labels were cut at the bottom
     )
     return fig

@@ -106,11 +106,13 @@ def phantom_figure(phantom: Phantom) -> go.Figure:
         )
     fig.update_layout(
         barmode="group",
-        height=420,
-        margin={"l": 60, "r": 20, "t": 50, "b": 110},
+        height=440,
+        # the legend sits between the title and the plot (at y = 1.12 it ran over the title),
+        # and the right margin holds the last slanted answer label
+        margin={"l": 60, "r": 80, "t": 80, "b": 110},
         title="Reward = correct - length penalty: the all-fail group under three normalisations",
         yaxis_title="advantage",
-        legend={"orientation": "h", "y": 1.12},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01},
     )
     return fig
 
@@ -185,10 +187,10 @@ def policies_figure(outcome: PolicyOutcome) -> go.Figure:
     top = float(np.nanmax(t[[s[0] for s in series]].to_numpy(dtype=float))) if len(t) else 1.0
     fig.update_layout(
         barmode="group",
-        height=420,
-        margin={"l": 60, "r": 20, "t": 50, "b": 80},
+        height=440,
+        margin={"l": 60, "r": 20, "t": 80, "b": 80},  # legend under the title, as phantom_figure
         title="What each zero-variance policy leaves of the gradient (sum of |dL/dlogp|)",
         yaxis={"title": "sum of |d loss / d logp|", "range": [0, 1.15 * (top or 1.0)]},
-        legend={"orientation": "h", "y": 1.12},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01},
     )
     return fig

@@ -25,6 +25,7 @@ def test_maxrl_bars():
     fig = era_charts.maxrl_bars(cmp)
     assert [t.name for t in fig.data] == ["GRPO", "MaxRL"]
     assert list(fig.data[1].y) == cmp.samples["A MaxRL"].tolist()
+    assert_legend_clear_of_title(fig)
 
 
 def test_kl_token_figure_and_summary():
@@ -37,9 +38,17 @@ def test_kl_token_figure_and_summary():
     assert list(fig.data[0].x) == list(fig.data[1].x)
     bars = era_charts.kl_summary_bars(view)
     assert list(bars.data[0].x) == view.summary["variant"].tolist()
+    assert_legend_clear_of_title(bars)
 
 
 def test_in_reward_share_bars():
     fig = era_charts.in_reward_share_bars([0.1, -0.2], ["a", "b"], "verl, k1")
     assert list(fig.data[0].y) == [0.1, -0.2]
     assert fig.layout.title.text == "verl, k1"
+
+
+def assert_legend_clear_of_title(fig) -> None:
+    """A legend above the plot sits on its top edge, under a title with room for both."""
+    assert fig.layout.legend.yanchor == "bottom"
+    assert fig.layout.legend.y <= 1.02
+    assert fig.layout.margin.t >= 80

@@ -5,6 +5,7 @@ import torch
 from roll_viz.analysis import group_health as gh
 from roll_viz.analysis import normalisation as nm
 from roll_viz.views import normalisation_charts as charts
+from tests.views.test_era_charts import assert_legend_clear_of_title
 
 F = torch.float64
 
@@ -30,6 +31,7 @@ def test_phantom_figure_bars():
     assert [tr.name for tr in fig.data] == ["group std (GRPO)", "no std (Dr. GRPO)",
                                            "batch std (LitePPO)"]  # fmt: skip
     assert list(fig.data[0].y) == p.table["A, group std (GRPO)"].tolist()
+    assert_legend_clear_of_title(fig)
 
 
 def test_health_banner_text():
@@ -53,3 +55,4 @@ def test_policies_figure():
     kl = list(fig.data[1].y)
     assert kl[0] > 0  # keep: the KL gradient still flows on the zero-variance groups
     assert kl[2] == 0.0
+    assert_legend_clear_of_title(fig)
