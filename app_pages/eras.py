@@ -74,6 +74,8 @@ with ui.page_guard("Eras"):
     cmp = era_diff.maxrl_vs_grpo(scores, rollout.group_ids, prompts)
     ui.plot(era_charts.maxrl_bars(cmp), key="eras_maxrl")
     st.dataframe(cmp.groups, key="eras_maxrl_groups", hide_index=True, width="stretch")
+    if cmp.groups.filter(like="A right").isna().any().any():
+        st.caption(era_diff.NO_RIGHT_ANSWER)
     ui.explainer(
         "GRPO's right answer gets (1 - p) / std with std ~ sqrt(p (1 - p)): the same size for a "
         "prompt solved 1 time in 4 and 3 times in 4. MaxRL's gets (1 - p) / p: 3 at p = 1/4, "

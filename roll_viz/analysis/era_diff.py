@@ -331,6 +331,14 @@ def diff_eras(
     return EraDiff(framework, runs, pd.DataFrame(table), summary, notes)
 
 
+#: said under the groups table where a prompt has no answer scored exactly 1 (its "A right" empty)
+NO_RIGHT_ANSWER = (
+    "A right is empty (None) for a prompt where no answer scored exactly 1: MaxRL reads rewards "
+    "as 0/1 pass rates, so with this reward such a prompt has no right answer to weigh. The "
+    "per-answer advantages above still use the rewards as they are."
+)
+
+
 @dataclass(frozen=True)
 class MaxRLComparison:
     """MaxRL beside GRPO on one batch's rewards.

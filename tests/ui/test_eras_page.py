@@ -6,6 +6,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
+from roll_viz.analysis import era_diff
 from tests.ui.apptest import page_alone
 
 
@@ -62,3 +63,10 @@ def test_pirate_preset_gives_a_kl_term_in_2024():
     assert summary["KL term"].tolist()[1] == 0
     kl = next(d.value for d in at.dataframe if "mean value" in d.value.columns)
     assert (kl["mean |grad| as a loss"] > 0).all()
+
+
+def test_an_empty_a_right_is_explained():
+    at = _open()  # the default batch's reward is not 0/1: no answer scores exactly 1
+    groups = next(d.value for d in at.dataframe if "A right, MaxRL" in d.value.columns)
+    assert groups["A right, MaxRL"].isna().all()
+    assert era_diff.NO_RIGHT_ANSWER in [c.value for c in at.caption]
