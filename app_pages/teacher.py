@@ -95,8 +95,13 @@ with ui.page_guard("Teacher as reference"):
             "mixed mode, or an instruction that gives the answer away.",
             title="What to look at",
         )
-    st.dataframe(signal.answers, key="opd_answers", hide_index=True, width="stretch")
+
+    # samples named p0/s2 as on the bars above (the CSV keeps the batch index)
+    def named(df):
+        return df.assign(sample=[labels[b] for b in df["sample"]])
+
+    st.dataframe(named(signal.answers), key="opd_answers", hide_index=True, width="stretch")
     with st.expander("Every token"):
-        st.dataframe(signal.tokens, key="opd_tokens", hide_index=True, width="stretch")
+        st.dataframe(named(signal.tokens), key="opd_tokens", hide_index=True, width="stretch")
         ui.download_csv(signal.tokens, "teacher_tokens", key="opd_tokens_csv")
     ui.next_page("frameworks", "Next: Frameworks - the same batch in four dialects")

@@ -17,6 +17,7 @@ from roll_viz.data.presets import load_preset
 from roll_viz.lm.teacher import recorded_teacher
 from roll_viz.rewards import score_rollout
 from roll_viz.ui import teacher_page as tp
+from roll_viz.views import text
 from tests.ui.apptest import open_page
 
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
@@ -49,6 +50,9 @@ def test_preset_teacher_is_instant():
     want = expected("arithmetic").answers
     assert shown["A teacher"].tolist() == pytest.approx(want["A teacher"].tolist())
     assert any("recorded with the preset" in c.value for c in at.caption)
+    # samples named as on the chips and bars (p0/s0 ...), not by batch index
+    _, _, rollout = load_preset("arithmetic")
+    assert shown["sample"].tolist() == text.sample_labels(rollout)
 
 
 def test_k3_pushes_every_token_down_and_mixed_adds_the_reward():
