@@ -290,21 +290,46 @@ def _kl_zero() -> Outcome:
 LOO_SCORES = (0.0,) + (0.95,) * 7
 
 
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (one IEEE operation's result, as a float32 kernel stores it)."""
+    return float(torch.tensor(x, dtype=torch.float32))
+
+
+def _one_pass_var(xs: Sequence[float]) -> float:
+    """(E[x^2] - E[x]^2) * k / (k - 1) in float32, summed left to right, one rounding per step.
+
+    The order is fixed on purpose: a BLAS product or a vectorised sum rounds in an order that
+    depends on the CPU (AVX-512 against AVX2 gave -2075 on one machine and -0.95 on another),
+    and the lesson is the cancellation, not the CPU.
+    """
+    k = len(xs)
+    total, squares = 0.0, 0.0
+    for x in xs:
+        total = _f32(total + x)
+        squares = _f32(squares + _f32(x * x))
+    mean, mean_sq = _f32(total / k), _f32(squares / k)
+    return _f32(_f32(_f32(mean_sq - _f32(mean * mean)) * k) / (k - 1))
+
+
 def wrong_loo_std(scores: Sequence[float] = LOO_SCORES, eps: float = 1e-6) -> list[float]:
     """NeMo RL before PR #4158: leave-one-out mean and std, the std one-pass in float32.
 
-    ``var = (E[x^2] - E[x]^2) * k / (k - 1)`` over the k = n - 1 other answers, in float32;
-    ``A_i = (r_i - mean_-i) / (std_-i + eps)`` wherever ``std_-i > 0``.
+    ``var = (E[x^2] - E[x]^2) * k / (k - 1)`` over the k = n - 1 other answers, in float32
+    (summed in a fixed order: ``_one_pass_var``); ``A_i = (r_i - mean_-i) / (std_-i + eps)``
+    wherever ``std_-i > 0``.
     """
-    r = torch.tensor(list(scores), dtype=torch.float32)
-    n = r.numel()
-    others = 1.0 - torch.eye(n, dtype=torch.float32)
-    k = n - 1
-    mean = (others @ r) / k
-    var = ((others @ (r * r)) / k - mean * mean) * k / (k - 1)
-    std = var.clamp(min=0).sqrt()
-    adv = torch.where(std > 0, (r - mean) / (std + eps), r - mean)
-    return [float(a) for a in adv]
+    r = [_f32(x) for x in scores]
+    out = []
+    for i, ri in enumerate(r):
+        others = r[:i] + r[i + 1 :]
+        total = 0.0
+        for x in others:
+            total = _f32(total + x)
+        mean = _f32(total / len(others))
+        std = _f32(math.sqrt(max(_one_pass_var(others), 0.0)))
+        centred = _f32(ri - mean)
+        out.append(_f32(centred / _f32(std + eps)) if std > 0 else centred)
+    return out
 
 
 def right_loo_std(scores: Sequence[float] = LOO_SCORES) -> Tensor:
@@ -320,8 +345,7 @@ def right_loo_std(scores: Sequence[float] = LOO_SCORES) -> Tensor:
 def _loo_std() -> Outcome:
     wrong = wrong_loo_std()
     right = right_loo_std()
-    r = torch.tensor([0.95] * 7, dtype=torch.float32)
-    one_pass = float((r * r).mean() - r.mean() * r.mean()) * 7 / 6
+    one_pass = _one_pass_var([_f32(0.95)] * 7)
     return Outcome(
         wrong=wrong[0],
         right=right[0].item(),
