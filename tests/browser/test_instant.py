@@ -87,8 +87,10 @@ def _assert_table_shows(page, py: dict):
 def _press(page, testid, key, n=1):
     """Focus a component slider and press ``key`` n times, each one a release -> rerun."""
     thumb = page.locator(f"[data-testid={testid}]")
-    thumb.focus()
     for _ in range(n):
+        # focus again each time: a rerun may redraw the component and drop the focus (on CI,
+        # under load, the third of three presses went nowhere and no rerun came)
+        thumb.focus()
         sp.after_rerun(page, lambda: page.keyboard.press(key))
 
 
