@@ -14,6 +14,7 @@ import os
 import statistics
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from roll_viz.bench.browser import bench_inputs
 from roll_viz.bench.server import streamlit_server
@@ -87,11 +88,27 @@ def _assert_table_shows(page, py: dict):
 def _press(page, testid, key, n=1):
     """Focus a component slider and press ``key`` n times, each one a release -> rerun."""
     thumb = page.locator(f"[data-testid={testid}]")
+
+    def press() -> None:
+        # The key must reach the slider: on CI under load the third of three presses went
+        # nowhere (the value stayed, no rerun came). Focus and press until the value moves
+        # (at most 3 tries); a value that moved and brings no rerun still fails after_rerun.
+        before = thumb.input_value()
+        for _ in range(3):
+            thumb.focus()
+            page.keyboard.press(key)
+            try:
+                page.wait_for_function(
+                    "([el, v]) => el.value !== v", arg=[thumb.element_handle(), before],
+                    timeout=5_000,
+                )  # fmt: skip
+                return
+            except PlaywrightTimeoutError:
+                continue
+        raise AssertionError(f"{key} on {testid} never moved it from {before}")
+
     for _ in range(n):
-        # focus again each time: a rerun may redraw the component and drop the focus (on CI,
-        # under load, the third of three presses went nowhere and no rerun came)
-        thumb.focus()
-        sp.after_rerun(page, lambda: page.keyboard.press(key))
+        sp.after_rerun(page, press)
 
 
 def _bench_line(name: str, samples: list[float], **extra) -> None:
