@@ -58,6 +58,24 @@ class FastList:
         """The elements as Python objects (what ``json`` would give for this plain line)."""
         return self._array.as_list()
 
+    def _buffer(self, of_type: str, dtype: type, cap: int) -> np.ndarray:
+        """The list as one flat array of ``dtype`` (simdjson's ``as_buffer``); else ``SlowLine``.
+
+        Refused: over ``cap`` elements, an element ``as_buffer`` cannot take, or a nested list
+        (flattened, so the sizes differ).
+        """
+        n = len(self._array)
+        if n > cap:
+            raise SlowLine
+        try:
+            buffer = self._array.as_buffer(of_type=of_type)
+        except (TypeError, ValueError):
+            raise SlowLine from None
+        out = np.frombuffer(buffer, dtype=dtype)
+        if out.size != n:
+            raise SlowLine
+        return out
+
     def numbers(self, cap: int) -> np.ndarray:
         """(n,) float64 of a list of finite numbers, at most ``cap`` long; else ``SlowLine``.
 
@@ -65,15 +83,8 @@ class FastList:
         ``float(int)``); ``as_buffer`` copies them out and refuses a bool, null, string or
         object element.
         """
-        n = len(self._array)
-        if n > cap:
-            raise SlowLine
-        try:
-            buffer = self._array.as_buffer(of_type="d")
-        except (TypeError, ValueError):
-            raise SlowLine from None
-        out = np.frombuffer(buffer, dtype=np.float64)  # writable: the buffer is a copy
-        if out.size != n or not np.isfinite(out).all():
+        out = self._buffer("d", np.float64, cap)  # writable: the buffer is a copy
+        if not np.isfinite(out).all():
             raise SlowLine
         return out
 
@@ -83,17 +94,8 @@ class FastList:
         Raises:
             SlowLine: floats, other values, a 1 after a 0 (the plain path decides).
         """
-        n = len(self._array)
-        if n > cap:
-            raise SlowLine
-        try:
-            buffer = self._array.as_buffer(of_type="i")
-        except (TypeError, ValueError):
-            raise SlowLine from None
-        mask = np.frombuffer(buffer, dtype=np.int64)
-        if mask.size != n:
-            raise SlowLine
-        if n and (mask.min() < 0 or mask.max() > 1):
+        mask = self._buffer("i", np.int64, cap)
+        if mask.size and (mask.min() < 0 or mask.max() > 1):
             raise SlowLine
         ones = int(mask.sum())
         if not mask[:ones].all() or mask[ones:].any():
