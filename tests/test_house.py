@@ -44,7 +44,7 @@ DIALECTS = Path("roll_viz/core/pipeline/dialects")
 
 def _sources(root: Path) -> list[Path]:
     files = sorted((root / "roll_viz").rglob("*.py"))
-    files += sorted((root / "app_pages").glob("*.py")) if (root / "app_pages").exists() else []
+    files += sorted((root / "pages").glob("*.py")) if (root / "pages").exists() else []
     files += [p for p in (root / "app.py",) if p.exists()]
     return files
 
@@ -245,7 +245,7 @@ def test_the_checks_catch_violations(tmp_path):
     _write(tmp_path, "roll_viz/lm/e.py", '"""Long.\n\nSize: one table.\n"""\n' + "y = 1\n" * 700)
     _write(tmp_path, "roll_viz/core/__init__.py", "")
     _write(tmp_path, "roll_viz/core/a.py", "")
-    _write(tmp_path, "app_pages/p.py", 'if fw == "verl":\n    pass\n')
+    _write(tmp_path, "pages/p.py", 'if fw == "verl":\n    pass\n')
     _write(tmp_path, "roll_viz/core/pipeline/dialects/verl.py", 'NAME = "verl"\nok = x == "verl"\n')
 
     found = circles(tmp_path)
@@ -260,4 +260,4 @@ def test_the_checks_catch_violations(tmp_path):
     assert any(v.startswith("roll_viz/core/a.py") for v in repeated_names(tmp_path))
     branches = framework_branches(tmp_path)
     assert branches == [branches[0]]
-    assert branches[0].startswith("app_pages/p.py:1")
+    assert branches[0].startswith("pages/p.py:1")

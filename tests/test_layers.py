@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"nav", "core", "rewards", "lm", "data", "analysis", "cli"},
     "__main__": {"cli"},
     "__init__": set(),
-    # app.py (the router) and app_pages/: layout and calls into ui, views and the analyses
+    # app.py (the router) and pages/: layout and calls into ui, views and the analyses
     "pages": {"nav", "ui", "views", "analysis"},
 }
 #: layers that may import these third-party packages (everyone else must not).
@@ -40,7 +40,7 @@ THIRD_PARTY_ONLY: dict[str, set[str]] = {
 }
 
 #: the "pages" layer: the router and the page scripts (outside the package)
-PAGE_DIRS = ("app_pages",)
+PAGE_DIRS = ("pages",)
 PAGE_FILES = ("app.py",)
 
 WHY = {
@@ -125,11 +125,11 @@ def test_imports_point_down():
 def test_the_check_catches_a_violation(tmp_path):
     # A core module that imports the UI (lazily) and plotly must be reported with its rule.
     (tmp_path / "roll_viz" / "core").mkdir(parents=True)
-    (tmp_path / "app_pages").mkdir()
+    (tmp_path / "pages").mkdir()
     (tmp_path / "roll_viz" / "core" / "bad.py").write_text(
         "def f():\n    from roll_viz.ui import flow\n    import plotly\n"
     )
-    (tmp_path / "app_pages" / "x.py").write_text("from roll_viz.lm import models\n")
+    (tmp_path / "pages" / "x.py").write_text("from roll_viz.lm import models\n")
     problems = violations(tmp_path)
     assert any("bad.py:2: imports roll_viz.ui" in p and "pure tensor math" in p for p in problems)
     assert any("bad.py:3: imports plotly" in p for p in problems)
@@ -145,14 +145,8 @@ def test_each_layer_says_what_it_may_import(folder):
     assert "import" in doc.lower(), f"roll_viz/{folder}/__init__.py must state its import rules"
 
 
-def test_no_legacy_pages_folder_next_to_the_router():
-    # A folder named pages/ beside the entry script switches Streamlit 1.67 to its legacy
-    # multipage runner until the router has run once (PagesManager.uses_pages_directory).
-    assert not (ROOT / "pages").exists(), "page scripts live in app_pages/ (see roll_viz/nav.py)"
-
-
 def test_every_page_in_the_table_exists_and_is_a_page():
-    files = {str(p.relative_to(ROOT)) for p in (ROOT / "app_pages").glob("*.py")}
+    files = {str(p.relative_to(ROOT)) for p in (ROOT / "pages").glob("*.py")}
     assert {p.file for p in nav.PAGES} == files
     assert len({p.url_path for p in nav.PAGES}) == len(nav.PAGES)
     assert nav.PAGES[0].key == nav.HOME

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import streamlit as st
 from streamlit.runtime import Runtime
+from streamlit.runtime.pages_manager import PagesManager
 
 from roll_viz.lm import reaper
 from roll_viz.lm.admission import PAGE_SLOTS
@@ -91,6 +92,22 @@ def failure_hint(err: Exception) -> str:
     )
 
 
+def leave_legacy_pages_runner() -> None:
+    """Rerun through the router when Streamlit ran this page with its legacy ``pages/`` runner.
+
+    Streamlit 1.67 decides once per process, when the first session opens, whether the app is an
+    old-style one (``PagesManager.uses_pages_directory``: a folder named ``pages`` beside the
+    entry script). Ours is, by name: the first run of a fresh server then goes through that
+    runner, whose navigation lists every file of ``pages/`` plus ``app``, and a first visit to
+    ``/vote`` runs the page script without the router. ``st.navigation`` (the router) switches
+    the runner off; a page the legacy runner started switches it off here and reruns, so the
+    router draws the page and its navigation holds exactly the page table.
+    """
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 @contextlib.contextmanager
 def page_guard(title: str) -> Iterator[None]:
     """Run a page; on an unforeseen error log it and show a friendly message instead.
@@ -101,6 +118,7 @@ def page_guard(title: str) -> Iterator[None]:
     Args:
         title: the page's title, for the server log.
     """
+    leave_legacy_pages_runner()
     try:
         yield
     except Exception as err:  # the catch-all: the page must never show a traceback

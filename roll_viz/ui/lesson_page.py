@@ -1,6 +1,6 @@
 """The lesson page: the teacher's projector view (the phones' page is ``vote_page``).
 
-Teacher (``app_pages/lesson.py``): pick a lesson (built-in or an uploaded TOML file; a bad file
+Teacher (``pages/lesson.py``): pick a lesson (built-in or an uploaded TOML file; a bad file
 gets one message naming the gate and the field), start it, and get a room code, a link and a QR
 code. Each step shows one question; the teacher opens, locks and reveals the vote, asks for a
 re-vote after discussion, resets, moves next or back, and downloads the answers as CSV. On

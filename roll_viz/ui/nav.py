@@ -14,7 +14,7 @@ import streamlit as st
 
 from roll_viz import nav
 
-ROOT = Path(__file__).resolve().parents[2]  # where app.py and app_pages/ live
+ROOT = Path(__file__).resolve().parents[2]  # where app.py and pages/ live
 
 
 def st_page(page: nav.Page) -> st.Page:

@@ -1,6 +1,6 @@
 """The phones' page of a lesson: join a room, answer the current question, nothing else.
 
-``app_pages/vote.py``: no sidebar, no login, large buttons, 360 px wide. It joins with the room
+``pages/vote.py``: no sidebar, no login, large buttons, 360 px wide. It joins with the room
 code from its link, gets an anonymous token (kept in its own URL, so a refresh keeps the
 student's vote), shows only the current question and the student's own answer, and polls the
 room every ``PHONE_POLL_S`` seconds so it follows the teacher. It never shows other students'

@@ -17,7 +17,7 @@ from roll_viz.ui import silent_bugs_page
 from roll_viz.views import silent_bugs_charts
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "app_pages" / "silent_bugs.py"
+PAGE = ROOT / "pages" / "silent_bugs.py"
 TIMEOUT = 120
 
 
@@ -95,7 +95,7 @@ def test_a_click_writes_the_url():
 
 def test_registered_in_the_page_table_and_opens_through_the_router():
     page = nav.page("silent_bugs")
-    assert page.file == "app_pages/silent_bugs.py"
+    assert page.file == "pages/silent_bugs.py"
     at = AppTest.from_file(str(ROOT / nav.ENTRY), default_timeout=TIMEOUT)
     at.run()  # AppTest matches a page with a custom url_path only after a first run
     at.switch_page(page.file)

@@ -1,4 +1,4 @@
-"""AppTest of the Update page (app_pages/update.py) on the tiny live model (ROLL_VIZ_MODEL=tiny)."""
+"""AppTest of the Update page (pages/update.py) on the tiny live model (ROLL_VIZ_MODEL=tiny)."""
 
 import json
 from types import SimpleNamespace
