@@ -64,7 +64,7 @@ import torch
 from roll_viz.bench.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
-from roll_viz.data.runs import MAX_STEP_TOKENS, fast_lines, load_step, open_run, parse
+from roll_viz.data.runs import MAX_STEP_TOKENS, fast_lines, json_numbers, load_step, open_run, parse
 
 POOL = 32
 FILE_NAME = "data_20260101_000000_000.jsonl"
@@ -129,11 +129,11 @@ def phase_read_peer(folder: Path) -> dict:
     """The reading floor: ``json.loads`` of every line, nothing kept; and the readers' orjson.
 
     ``seconds`` is ``json.loads`` (the floor of a stdlib reader), ``seconds_orjson`` the line
-    parser the run readers use (``data.runs.parse.loads``: orjson, json for NaN lines).
+    parser the run readers use (``data.runs.json_numbers.loads``: orjson, json for NaN lines).
     """
     timings = {}
     count = 0
-    for name, parse_line in (("seconds", json.loads), ("seconds_orjson", parse.loads)):
+    for name, parse_line in (("seconds", json.loads), ("seconds_orjson", json_numbers.loads)):
         start = time.perf_counter()
         count = 0
         with open(folder / FILE_NAME, "rb") as handle:

@@ -32,8 +32,9 @@ critic loss needs new value predictions, which the calculator does not take (val
 Bad input exits with status 2 and one line on stderr naming the field; every case is computed
 before anything is printed, so stdout is either complete or empty. Size caps (stated in the
 message when hit): ``MAX_INPUT_BYTES`` of input, ``MAX_ROWS`` rows and ``MAX_POSITIONS`` token
-positions over all cases, JSON nested at most ``MAX_DEPTH`` deep; an integer too large for a
-float is a bad field, not a crash.
+positions over all cases, JSON nested at most ``MAX_DEPTH`` deep. A number a float cannot hold
+(an integer of 400 or of 5,000 digits, ``1e400``) is a bad field named like ``batch.scores[0]``,
+not a crash: the input is read by the run readers' ``json_numbers.loads``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import torch
 
 from roll_viz.core.pipeline import FRAMEWORKS, LossResult, policy_loss, run
 from roll_viz.core.records import Batch, to_plain, trace_to_dict
+from roll_viz.data.runs.json_numbers import first_unreadable, loads
 
 BATCH_KEYS = (
     "scores",
@@ -154,6 +156,9 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
     """
     if not isinstance(obj, dict):
         raise InputError("case: expected an object with 'batch' and 'config'")
+    unreadable = first_unreadable(obj)
+    if unreadable is not None:
+        raise InputError(f"{unreadable[0]}: {unreadable[1].why}")
     for key in obj:
         if key not in ("batch", "config"):
             raise InputError(f"case: unknown key {key!r} (expected 'batch' and 'config')")
@@ -408,7 +413,7 @@ def main(argv: list[str]) -> int:
         if len(text) > MAX_INPUT_BYTES:
             raise InputError(f"input: larger than {MAX_INPUT_BYTES // 2**20} MB (cap)")
         try:
-            cases = json.loads(text)  # NaN/Infinity parse; the field checks reject them
+            cases = loads(text)  # NaN/Infinity parse; the field checks reject them
         except RecursionError:
             raise InputError(f"input: JSON nested too deeply (at most {MAX_DEPTH})") from None
         if not _depth_ok(cases):

@@ -129,3 +129,55 @@ def test_runs_inspect_of_a_file_of_only_huge_integers_exits_2(tmp_path, capsys):
     line = _one_line(err)
     assert ":1: reward: " in line
     assert "integer too large for a float" in line
+
+
+FIVE_K = "9" * 5000  # past Python's int-string digit limit (4300): json.loads raised
+
+
+@pytest.mark.parametrize(
+    ("scores", "field", "why"),
+    [
+        (f"[{FIVE_K}, 1, 2]", "batch.scores[0]", "integer too large for a float (5000 digits)"),
+        (f"[1, 2, -{FIVE_K}]", "batch.scores[2]", "integer too large for a float (5000 digits)"),
+        ("[1, 1e400, 2]", "batch.scores[1]", "number beyond the float range"),
+        (f"[1, 2, {'9' * 400}.5]", "batch.scores[2]", "number beyond the float range"),
+    ],
+)
+def test_issue_33_unreadable_numbers_exit_2_naming_the_field(
+    monkeypatch, capsys, scores, field, why
+):
+    code, out, err = _compute(monkeypatch, capsys, _case(scores, rows=3))
+    assert code == 2
+    assert out == ""
+    line = _one_line(err)
+    assert line.startswith(f"error: {field}: {why}")
+    assert "9" * 50 not in line
+
+
+def test_a_5000_digit_number_in_a_list_of_cases_names_the_case_and_field(monkeypatch, capsys):
+    text = f"[{_case()}, {_case().replace('[1, 1]]', f'[1, {FIVE_K}]]')}]"
+    code, _, err = _compute(monkeypatch, capsys, text)
+    assert code == 2
+    assert _one_line(err).startswith("error: case 1: batch.response_mask[1][1]: integer too large")
+
+
+def test_a_5000_digit_config_value_names_it(monkeypatch, capsys):
+    text = _case().replace(
+        '"adv_estimator": "grpo"', f'"adv_estimator": "grpo", "kl_coef": {FIVE_K}'
+    )
+    code, _, err = _compute(monkeypatch, capsys, text)
+    assert code == 2
+    assert _one_line(err).startswith("error: config.kl_coef: integer too large for a float")
+
+
+def test_runs_inspect_skips_a_5000_digit_row_and_names_it(tmp_path, capsys):
+    path = tmp_path / "run.jsonl"
+    good = '{"prompt": "p", "response": "ok", "reward": 1.0}'
+    path.write_text(f'{good}\n{{"prompt": "p", "response": "r", "reward": {FIVE_K}}}\n{good}\n')
+    code = runs_cli.main(["inspect", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["per_step"][0]["samples"] == 2
+    assert [(w["line"], w["field"]) for w in info["warnings"]] == [(2, "reward")]
+    assert FIVE_K not in out

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from roll_viz.data.runs import RunFormatError, open_run, parse
+from roll_viz.data.runs import RunFormatError, json_document, open_run, parse
 from tests.data.helpers import fixture, write_jsonl
 
 EMPTY_DOC_BYTES = 8 * 2**20
@@ -49,13 +49,13 @@ def test_an_8mb_document_of_empty_entries_is_refused_fast_and_small(tmp_path):
 def test_a_document_is_parsed_once_per_open_and_memory_is_bounded(monkeypatch):
     path = fixture("unipo/run.json")
     calls = []
-    real = parse._read_json_document
+    real = json_document._read_json_document
 
     def counting(p, size):
         calls.append(p)
         return real(p, size)
 
-    monkeypatch.setattr(parse, "_read_json_document", counting)
+    monkeypatch.setattr(json_document, "_read_json_document", counting)
     tracemalloc.start()
     run = open_run(path)
     peak = tracemalloc.get_traced_memory()[1]

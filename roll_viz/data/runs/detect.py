@@ -21,6 +21,7 @@ from typing import Any
 
 from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions, unipo, verl_dump
 from roll_viz.data.runs.jail import RunsJail
+from roll_viz.data.runs.json_document import read_json_document
 from roll_viz.data.runs.parse import (
     MAX_FILES,
     MAX_NUL_RUNS,
@@ -29,7 +30,6 @@ from roll_viz.data.runs.parse import (
     Problems,
     RunFormatError,
     iter_jsonl,
-    read_json_document,
 )
 from roll_viz.data.runs.run_records import Row
 

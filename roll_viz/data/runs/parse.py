@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import struct
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +24,7 @@ import numpy as np
 import orjson
 
 from roll_viz.data.runs.fast_lines import FastLines, FastList, SlowLine
+from roll_viz.data.runs.json_numbers import Unreadable, float_text, is_number, loads_text
 from roll_viz.data.runs.run_records import Row
 
 # ---------------------------------------------------------------------------------------------
@@ -125,18 +124,6 @@ class Problems:
 # Validation helpers (each raises RunFormatError naming file, line, field)
 
 
-_FLOAT_MAX = int(sys.float_info.max)
-
-
-def is_number(x: Any) -> bool:
-    """A JSON number a float can hold (bools are not numbers; a 400-digit integer is not)."""
-    if isinstance(x, bool):
-        return False
-    if isinstance(x, int):
-        return -_FLOAT_MAX <= x <= _FLOAT_MAX
-    return isinstance(x, float)
-
-
 MAX_STEP = 2**53  # a step number beyond this is not a step (and not exact as a float)
 
 
@@ -150,6 +137,8 @@ def step_number(value: Any, file: str, line: int | None, key: str = "step") -> i
     """
     if isinstance(value, list | tuple) and len(value) == 1:
         value = value[0]
+    if isinstance(value, Unreadable):
+        raise RunFormatError(file, line, key, value.why)
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise RunFormatError(
             file, line, key, f"expected an integer step, got {type(value).__name__}"
@@ -176,9 +165,11 @@ def get_number(
     value = obj[key]
     if isinstance(value, str):
         try:
-            value = float(value)
+            value = float_text(value)
         except ValueError:
             raise RunFormatError(file, line, key, f"expected a number, got {value!r:.60}") from None
+    if isinstance(value, Unreadable):
+        raise RunFormatError(file, line, key, value.why)
     if isinstance(value, int) and not isinstance(value, bool) and not is_number(value):
         raise RunFormatError(file, line, key, "integer too large for a float")
     if not is_number(value):
@@ -203,7 +194,7 @@ def get_int(obj: dict, key: str, file: str, line: int, default: int | None = Non
     value = obj[key]
     if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) < 20:
         value = int(value)
-    if is_number(value):
+    if is_number(value) or isinstance(value, Unreadable):
         return step_number(value, file, line, key)
     raise RunFormatError(file, line, key, f"expected an integer, got {value!r:.60}")
 
@@ -320,6 +311,8 @@ def get_numbers(obj: dict, key: str, file: str, line: int) -> np.ndarray | None:
         if out is not None and out.ndim == 1 and np.isfinite(out).all():
             return out
     for i, x in enumerate(value):
+        if isinstance(x, Unreadable):
+            raise RunFormatError(file, line, f"{key}[{i}]", x.why)
         if isinstance(x, int) and not isinstance(x, bool) and not is_number(x):
             raise RunFormatError(file, line, f"{key}[{i}]", "integer too large for a float")
         if not is_number(x):
@@ -350,6 +343,24 @@ def get_strings(obj: dict, key: str, file: str, line: int) -> list[str] | None:
         if not isinstance(x, str):
             raise RunFormatError(file, line, f"{key}[{i}]", f"expected a string, got {x!r:.40}")
     return value
+
+
+def number_columns(obj: dict, skip: tuple[str, ...], file: str, line: int | None) -> dict:
+    """The numeric values of ``obj`` outside ``skip`` as floats (a reader's extra columns).
+
+    Values that are not numbers (text, lists) and NaN are left out (the column shows NaN, as
+    the file says); a number a float cannot hold is a row problem naming its key, never a
+    silent NaN or inf.
+    """
+    out = {}
+    for key, v in obj.items():
+        if key in skip:
+            continue
+        if isinstance(v, Unreadable):
+            raise RunFormatError(file, line, key, v.why)
+        if is_number(v) and float(v) == float(v):
+            out[key] = float(v)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,19 +439,6 @@ def _iter_raw(
             yield line_no, start, raw
 
 
-def loads(raw: bytes | str) -> Any:
-    """Parse JSON with orjson (fast path), falling back to ``json`` for what orjson refuses.
-
-    ``json`` takes NaN / Infinity, integers beyond 64 bits and lone surrogates, which orjson
-    refuses; its errors (``json.JSONDecodeError``, ``RecursionError``) are the ones raised.
-    """
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        return json.loads(text)
-
-
 def _parse_line(raw: bytes, name: str, line_no: int, problems: Problems) -> Any:
     if b"\x00" not in raw:
         try:
@@ -453,7 +451,7 @@ def _parse_line(raw: bytes, name: str, line_no: int, problems: Problems) -> Any:
         problems.add(RunFormatError(name, line_no, None, f"not UTF-8 text (byte {err.start})"))
         return None
     try:
-        return json.loads(text)
+        return loads_text(text)
     except json.JSONDecodeError as err:
         problems.add(
             RunFormatError(
@@ -462,70 +460,9 @@ def _parse_line(raw: bytes, name: str, line_no: int, problems: Problems) -> Any:
         )
     except RecursionError:
         problems.add(RunFormatError(name, line_no, None, "JSON nested too deeply"))
+    except ValueError as err:  # none known (numbers parse as Unreadable): this line only
+        problems.add(RunFormatError(name, line_no, None, f"unreadable JSON: {err}"))
     return None
-
-
-_ONCE = threading.local()  # the documents parsed during the current ``parse_once`` block
-
-
-@contextlib.contextmanager
-def parse_once() -> Iterator[None]:
-    """Within the block, each JSON document is parsed once (detect, rows and header share it).
-
-    Nothing is kept after the block: the scan's summaries are all that stays in memory.
-    """
-    outer = getattr(_ONCE, "docs", None)
-    if outer is None:
-        _ONCE.docs = {}
-    try:
-        yield
-    finally:
-        if outer is None:
-            _ONCE.docs = None
-
-
-def read_json_document(path: Path) -> Any:
-    """A whole-file JSON document (capped at ``MAX_JSON_BYTES``); once per ``parse_once``."""
-    stat = path.stat()
-    docs = getattr(_ONCE, "docs", None)
-    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    if docs is not None and key in docs:
-        return docs[key]
-    doc = _read_json_document(path, stat.st_size)
-    if docs is not None:
-        docs.clear()  # one document at a time
-        docs[key] = doc
-    return doc
-
-
-def _read_json_document(path: Path, size: int) -> Any:
-    if size > MAX_JSON_BYTES:
-        raise DocumentTooLarge(
-            path,
-            None,
-            None,
-            f"{size} bytes: larger than the JSON cap {MAX_JSON_BYTES} (JSONL streams without it)",
-        )
-    raw = path.read_bytes()
-    objects = sum(raw.count(c) for c in (b"{", b"[", b",", b":"))
-    if 72 * objects > JSON_MEMORY_MULTIPLE * max(size, 1):
-        raise DocumentTooLarge(
-            path,
-            None,
-            None,
-            f"{objects} JSON values in {size} bytes: parsing it would take more than "
-            f"{JSON_MEMORY_MULTIPLE}x its size in memory; save it as JSONL (one entry a line)",
-        )
-    try:
-        return loads(raw)
-    except UnicodeDecodeError as err:
-        raise RunFormatError(path, None, None, f"not UTF-8 text (byte {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise RunFormatError(
-            path, err.lineno, None, f"invalid JSON at column {err.colno}: {err.msg}"
-        ) from None
-    except RecursionError:
-        raise RunFormatError(path, None, None, "JSON nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------------------------

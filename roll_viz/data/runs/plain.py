@@ -19,7 +19,7 @@ from roll_viz.data.runs.parse import (
     RunFormatError,
     get_int,
     get_number,
-    is_number,
+    number_columns,
     require_object,
     rows_from_jsonl,
 )
@@ -75,12 +75,7 @@ def convert(value: Any, file: str, line: int) -> Row:
     else:
         group = None
     step = get_int(obj, "step", file, line, default=0) if obj.get("step") != "" else 0
-    columns = {}
-    for key, v in obj.items():
-        if key in _KNOWN:
-            continue
-        if is_number(v):
-            columns[key] = float(v)
+    columns = number_columns(obj, _KNOWN, file, line)
     advantage = None
     if obj.get("advantage") not in (None, ""):
         advantage = get_number(obj, "advantage", file, line)

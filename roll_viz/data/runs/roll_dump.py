@@ -20,7 +20,7 @@ from roll_viz.data.runs.parse import (
     get_int,
     get_number,
     get_text,
-    is_number,
+    number_columns,
     require_object,
     rows_from_jsonl,
 )
@@ -50,8 +50,12 @@ def _step_from_name(file: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def convert(value: Any, file: str, line: int) -> list[Row]:
-    """One column-oriented object -> one Row per sample (a short column is an error)."""
+def convert(value: Any, file: str, line: int, problems: Problems | None = None) -> list[Row]:
+    """One column-oriented object -> one Row per sample (a short column is an error).
+
+    A line is a whole step (usually the whole file), so a bad sample goes to ``problems`` and
+    only that sample is skipped (raised when ``problems`` is None).
+    """
     obj = require_object(value, file, line)
     for key in ("responses", "scores"):
         if not isinstance(obj.get(key), list):
@@ -76,11 +80,7 @@ def convert(value: Any, file: str, line: int) -> list[Row]:
                 raise RunFormatError(file, line, "prompt", "expected a string")
             group = record.get("id")
             group = None if group is None else str(group)
-            columns = {
-                key: float(v)
-                for key, v in record.items()
-                if key not in _NUMERIC_SKIP and is_number(v)
-            }
+            columns = number_columns(record, _NUMERIC_SKIP, file, line)
             row = Row(
                 step=step,
                 prompt=prompt or "",
@@ -90,11 +90,19 @@ def convert(value: Any, file: str, line: int) -> list[Row]:
                 columns=columns,
             )
         except RunFormatError as err:
-            raise RunFormatError(file, line, f"{err.field}{where}", err.message) from None
+            err = RunFormatError(file, line, f"{err.field}{where}", err.message)
+            if problems is None:
+                raise err from None
+            problems.add(err)
+            continue
         out.append(row)
     return out
 
 
 def rows(files: list[Path], problems: Problems, locations=None):
     """Rows of ROLL dump files (see ``base.rows_from_jsonl``)."""
-    return rows_from_jsonl(files, problems, convert, locations)
+
+    def convert_line(value: Any, file: str, line: int) -> list[Row]:
+        return convert(value, file, line, problems)
+
+    return rows_from_jsonl(files, problems, convert_line, locations)

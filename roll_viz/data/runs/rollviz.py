@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from roll_viz.data.runs.json_numbers import Unreadable
 from roll_viz.data.runs.parse import (
     Problems,
     RunFormatError,
@@ -59,19 +60,30 @@ def matches(first: Any) -> bool:
     )
 
 
-def flat_metrics(metrics: Any) -> dict[str, float]:
-    """Numbers of a step's metrics; one level of nested dicts flattened as ``outer/inner``."""
+def flat_metrics(metrics: Any, file: str = "", line: int | None = None) -> dict[str, float]:
+    """Numbers of a step's metrics; one level of nested dicts flattened as ``outer/inner``.
+
+    NaN/inf and non-numbers are left out; a number a float cannot hold is a RunFormatError
+    naming it (the step's line is skipped).
+    """
     out: dict[str, float] = {}
     if not isinstance(metrics, dict):
         return out
     for key, value in metrics.items():
-        if isinstance(value, dict):
-            for inner, v in value.items():
-                if is_number(v) and math.isfinite(float(v)):
-                    out[f"{key}/{inner}"] = float(v)
-        elif is_number(value) and math.isfinite(float(value)):
-            out[str(key)] = float(value)
+        pairs = value.items() if isinstance(value, dict) else [(None, value)]
+        for inner, v in pairs:
+            name = str(key) if inner is None else f"{key}/{inner}"
+            if isinstance(v, Unreadable):
+                raise RunFormatError(file, line, f"metrics.{name.replace('/', '.')}", v.why)
+            if is_number(v) and math.isfinite(float(v)):
+                out[name] = float(v)
     return out
+
+
+def _unreadable(value: Any, file: str, line: int, field: str) -> None:
+    """Raise naming ``field`` when ``value`` is a number a float cannot hold."""
+    if isinstance(value, Unreadable):
+        raise RunFormatError(file, line, field, value.why)
 
 
 def _column(samples: dict, key: str, n: int, file: str, line: int) -> list:
@@ -95,10 +107,11 @@ def convert(value: Any, file: str, line: int) -> list[Row] | None:
     if kind != "step":
         raise RunFormatError(file, line, "type", f"unknown line type {kind!r}")
     step = obj.get("step")
+    _unreadable(step, file, line, "step")
     if not (is_number(step) and float(step).is_integer()):
         raise RunFormatError(file, line, "step", f"expected an integer, got {step!r:.40}")
     step = int(step)
-    metrics = flat_metrics(obj.get("metrics"))
+    metrics = flat_metrics(obj.get("metrics"), file, line)
     samples = obj.get("samples")
     if samples is None:
         return [Row(step=step, prompt="", response="", score=math.nan, empty=True, metrics=metrics)]
@@ -116,6 +129,8 @@ def convert(value: Any, file: str, line: int) -> list[Row] | None:
     rows = []
     for b in range(n):
         g = gids[b]
+        _unreadable(g, file, line, f"samples.group_ids[{b}]")
+        _unreadable(rewards[b], file, line, f"samples.rewards[{b}]")
         if not (is_number(g) and float(g).is_integer() and 0 <= g < len(prompts)):
             raise RunFormatError(file, line, f"samples.group_ids[{b}]", f"bad prompt index {g!r}")
         if not (is_number(rewards[b]) and math.isfinite(float(rewards[b]))):

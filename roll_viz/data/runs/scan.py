@@ -20,6 +20,8 @@ import torch
 
 from roll_viz.data.runs.detect import FORMATS, detect_files
 from roll_viz.data.runs.jail import RunsJail
+from roll_viz.data.runs.json_document import parse_once, read_json_document
+from roll_viz.data.runs.json_numbers import Unreadable
 from roll_viz.data.runs.parse import (
     MAX_ROWS,
     MAX_STEP_TOKENS,
@@ -27,8 +29,6 @@ from roll_viz.data.runs.parse import (
     RunFormatError,
     is_number,
     iter_jsonl,
-    parse_once,
-    read_json_document,
 )
 from roll_viz.data.runs.run_records import TOKEN_SERIES, Row, RunStep, StepSummary
 
@@ -103,7 +103,11 @@ class Run:
 # Metrics side files
 
 
-def _numbers(obj: dict) -> dict[str, float]:
+def _numbers(obj: dict, file: Path, line: int | None, where: str) -> dict[str, float]:
+    """Finite metrics of one entry; an unreadable number is a RunFormatError naming it."""
+    for k, v in obj.items():
+        if isinstance(v, Unreadable):
+            raise RunFormatError(file, line, f"{where}{k}", v.why)
     return {
         str(k): float(v)
         for k, v in obj.items()
@@ -124,16 +128,26 @@ def read_metrics(path: Path, problems: Problems) -> dict[int, dict[str, float]]:
         if not isinstance(history, list):
             problems.add(RunFormatError(path, None, "log_history", "missing or not a list"))
             return out
-        for entry in history:
+        for i, entry in enumerate(history):
             if isinstance(entry, dict) and isinstance(entry.get("step"), int):
-                out.setdefault(entry["step"], {}).update(_numbers(entry))
+                try:  # an entry with a number that cannot be read is skipped with a message
+                    values = _numbers(entry, path, None, f"log_history[{i}].")
+                except RunFormatError as err:
+                    problems.add(err)
+                    continue
+                out.setdefault(entry["step"], {}).update(values)
         return out
     for line, _, value in iter_jsonl(path, problems):
         if not (isinstance(value, dict) and isinstance(value.get("data"), dict)):
             problems.add(RunFormatError(path, line, "data", "expected {step, data}"))
             continue
         if isinstance(value.get("step"), int):
-            out.setdefault(value["step"], {}).update(_numbers(value["data"]))
+            try:
+                values = _numbers(value["data"], path, line, "data.")
+            except RunFormatError as err:
+                problems.add(err)
+                continue
+            out.setdefault(value["step"], {}).update(values)
     return out
 
 

@@ -21,6 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from roll_viz.data.runs.json_document import read_json_document
+from roll_viz.data.runs.json_numbers import Unreadable
 from roll_viz.data.runs.parse import (
     Problems,
     RunFormatError,
@@ -29,7 +31,6 @@ from roll_viz.data.runs.parse import (
     get_numbers,
     get_text,
     is_number,
-    read_json_document,
     require_object,
     rows_from_jsonl,
 )
@@ -60,10 +61,14 @@ def matches_jsonl(first: Any) -> bool:
     return isinstance(first, dict) and first.get("type") == "header"
 
 
-def _metrics(entry: dict) -> dict[str, float]:
+def _metrics(entry: dict, file: str, line: int | None, where: str) -> dict[str, float]:
+    """The entry's finite metrics (NaN/inf left out); an unreadable number skips the entry."""
     raw = entry.get("metrics")
     if not isinstance(raw, dict):
         return {}
+    for key, v in raw.items():
+        if isinstance(v, Unreadable):
+            raise RunFormatError(file, line, f"{where}metrics.{key}", v.why)
     return {str(k): float(v) for k, v in raw.items() if is_number(v) and math.isfinite(float(v))}
 
 
@@ -72,7 +77,7 @@ def entry_rows(entry: Any, file: str, line: int | None, where: str) -> list[Row]
     if not isinstance(entry, dict):
         raise RunFormatError(file, line, where or None, "expected an object (a step entry)")
     step = get_int(entry, "step", file, line)
-    metrics = _metrics(entry)
+    metrics = _metrics(entry, file, line, where)
     prompts = entry.get("prompts") or []
     if not isinstance(prompts, list):
         raise RunFormatError(file, line, f"{where}prompts", "expected a list")

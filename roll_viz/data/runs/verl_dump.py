@@ -22,7 +22,7 @@ from roll_viz.data.runs.parse import (
     get_int,
     get_number,
     get_text,
-    is_number,
+    number_columns,
     require_object,
     rows_from_jsonl,
 )
@@ -64,11 +64,7 @@ def convert(value: Any, file: str, line: int) -> Row:
                 file, line, "uid", f"expected '<sample>_<rollout>_<output>', got {uid!r:.60}"
             )
         group = parts[0]
-    columns = {
-        key: float(v)
-        for key, v in obj.items()
-        if key not in _BASE_KEYS and is_number(v) and float(v) == float(v)
-    }
+    columns = number_columns(obj, _BASE_KEYS, file, line)
     return Row(
         step=step,
         prompt=get_text(obj, "input", file, line),
