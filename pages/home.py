@@ -153,16 +153,24 @@ with ui.page_guard("Home"):
             "- Each page ends with a link to the next stage."
         )
         spec = state.model if state.live else ui.model_spec()
-        if ui.model_loaded(spec):
-            st.caption(f":material/check_circle: Model {spec} loaded: live pages answer at once.")
+        if ui.is_warm(spec):
+            st.caption(
+                f":material/check_circle: Model {spec} loaded and warm: live pages and the "
+                "Update step answer at once."
+            )
         elif st.button(
             "Warm up the model",
             key="warm_up",
             icon=":material/local_fire_department:",
-            help="Loads the policy and reference model now (up to a minute or two on a CPU), "
-            "so the first live page in class does not wait.",
+            help="Loads the policy and reference model now (up to a minute or two on a CPU) and "
+            "takes one throwaway update step on a scratch adapter, so the first live page and "
+            "the first Update step in class do not wait. Your own adapter stays at step 0.",
         ):
-            ui.ensure_model(spec)
-            st.success(f"Model {spec} is ready.", icon=":material/check_circle:")
+            seconds = ui.warm_up(spec)
+            st.success(
+                f"Model {spec} is ready (update path warmed in {seconds:.1f} s; your adapter is "
+                "untouched).",
+                icon=":material/check_circle:",
+            )
 
     ui.next_page("samples", "Next: Samples")

@@ -36,12 +36,14 @@ from roll_viz.ui.flow import (
     current_batch,
     ensure_model,
     instant_payload,
+    is_warm,
     kl_estimates,
     local_global_payload,
     reset_running,
     running_batches,
     running_moments,
     try_trace,
+    warm_up,
 )
 from roll_viz.ui.guard import page_guard
 from roll_viz.ui.instant import instant_local_global, instant_panel
@@ -164,6 +166,7 @@ __all__ = [
     "instant_panel",
     "instant_payload",
     "is_present",
+    "is_warm",
     "kl_estimates",
     "kl_placement_overrides",
     "local_global_payload",
@@ -188,6 +191,7 @@ __all__ = [
     "trace_json",
     "try_trace",
     "use_run_step",
+    "warm_up",
     "widget_default",
     "zero_kl_notice",
 ]

@@ -39,7 +39,7 @@ from roll_viz.core.records import (
 from roll_viz.data import presets
 from roll_viz.lm import models as models_mod
 from roll_viz.lm import sampling as sampling_mod
-from roll_viz.lm import serving
+from roll_viz.lm import serving, warm
 from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.ui import adapters, instant, rollout_engine
 from roll_viz.ui import your_run_page as runs
@@ -101,6 +101,20 @@ def ensure_model(spec: str) -> Any:
             icon=":material/check_circle:",
         )
     return bundle
+
+
+def is_warm(spec: str) -> bool:
+    """True when ``spec`` is loaded and its throwaway update step was taken (``lm.warm``)."""
+    return model_loaded(spec) and warm.is_warm(cached_models(spec))
+
+
+def warm_up(spec: str) -> float:
+    """Load ``spec`` and take the throwaway step on a scratch adapter; returns its seconds.
+
+    The session's own adapter is not touched: a lecture's first press of the Update page's
+    step is still this session's step 1, with every ratio 1 at epoch 1.
+    """
+    return warm.warm_up(ensure_model(spec))
 
 
 def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:

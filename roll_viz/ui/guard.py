@@ -101,9 +101,12 @@ def leave_legacy_pages_runner() -> None:
     runner, whose navigation lists every file of ``pages/`` plus ``app``, and a first visit to
     ``/vote`` runs the page script without the router. ``st.navigation`` (the router) switches
     the runner off; a page the legacy runner started switches it off here and reruns, so the
-    router draws the page and its navigation holds exactly the page table.
+    router draws the page and its navigation holds exactly the page table. That first run
+    carries no widget event, so the rerun loses nothing. AppTest resets the flag before every
+    run (a rerun there would drop the click under test): it runs such a page alone, as a page
+    script may run (``page_setup`` draws the sidebar).
     """
-    if PagesManager.uses_pages_directory:
+    if PagesManager.uses_pages_directory and real_server() is not None:
         PagesManager.uses_pages_directory = False
         st.rerun()
 

@@ -8,11 +8,13 @@ training curves say which share they plot.
 from __future__ import annotations
 
 import tomllib
+import weakref
 
 import torch
 from streamlit import config as st_config
 
 from roll_viz import rewards, ui
+from roll_viz.lm import warm
 from roll_viz.ui import resources
 from tests.ui.apptest import ROOT, open_page
 
@@ -72,9 +74,10 @@ def test_preset_click_leaves_the_server_log_quiet():
     assert "global.disableWidgetStateDuplicationWarning" in st_config._config_options_template
 
 
-def test_warm_up_button_and_a_note_on_the_first_model_use():
+def test_warm_up_button_and_a_note_on_the_first_model_use(monkeypatch):
     """A teacher loads the model before class; the first page that needs it says why it waits."""
     resources._LOADED.clear()  # as in a fresh server process
+    monkeypatch.setattr(warm, "_WARMED", weakref.WeakSet())
     home = open_page()
     assert not ui.model_loaded(ui.model_spec())
     home.button(key="warm_up").click().run()
@@ -83,7 +86,7 @@ def test_warm_up_button_and_a_note_on_the_first_model_use():
     assert ui.model_loaded(ui.model_spec())
     home.run()
     assert not [b for b in home.button if b.key == "warm_up"]  # loaded: a line says so instead
-    assert any("loaded: live pages answer at once" in c.value for c in home.caption)
+    assert any("loaded and warm: live pages and the Update step" in c.value for c in home.caption)
     resources._LOADED.clear()
     update = open_page("update", live="true", G="2", T="8")
     assert any(i.value.startswith("First use of the model") for i in update.info) or any(
