@@ -5,8 +5,10 @@ gets one message naming the gate and the field), start it, and get a room code, 
 code. Each step shows one question; the teacher opens, locks and reveals the vote, asks for a
 re-vote after discussion, resets, moves next or back, and downloads the answers as CSV. On
 reveal the class's distribution stands next to the pipeline's own answer, with its formula and
-one figure. The room lives in the server's vote store (``votes.STORE``); its code and the
-teacher's key are in the page's URL, so a refresh (or a second browser) keeps the room.
+one figure. The room lives in the server's vote store (``votes.STORE``). The page's URL carries
+the room code only: the teacher key is derived from this browser's student-key cookie
+(``reconnect.student_key``, ``SameSite=Strict``; ``votes.owner_key``), so the projected or copied
+link controls nothing, while a refresh of the teacher's own browser keeps the room.
 
 Why a page of the app and not a custom ``/api/vote`` route: a route needs Streamlit's ASGI entry
 point (``st.App`` under uvicorn), while the embedded default is ``streamlit run app.py``, which
@@ -38,14 +40,16 @@ from roll_viz.data.lessons import (
     load_lesson,
     parse_lesson,
 )
-from roll_viz.ui import flow
-from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text
+from roll_viz.ui import flow, reconnect
+from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text, owner_key
 from roll_viz.views import lesson_charts
 from roll_viz.views.text import md_escape
 
 TEACHER_POLL_S = 2.0
 VOTE_PATH = nav.url_path("vote")  # the phone page's URL path
 KEY_LESSON_CHOICE = "lesson"  # in the URL: ?lesson=seed_chain
+KEY_ROOM = "room"  # in the URL: ?room=<code>, the only part of a room a URL carries
+OLD_KEY = "key"  # where the teacher key used to be: dropped from any URL that still has it
 KEY_UPLOAD = "lesson_upload"
 UPLOAD_CHOICE = "Upload a lesson file (.toml)"
 LETTERS = "ABCDEFGH"
@@ -214,23 +218,29 @@ def qr_png(text: str, scale: int = 8) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
+def teacher_key(code: str) -> str:
+    """This browser's teacher key for room ``code`` (derived from its student key, never shown)."""
+    return owner_key(reconnect.student_key(), code)
+
+
 def _start_room(lesson: Lesson) -> None:
     try:
-        code, key = STORE.create_room(
-            lesson.id, [answer_spec(g) for g in lesson.steps], content=lesson
+        code, _ = STORE.create_room(
+            lesson.id,
+            [answer_spec(g) for g in lesson.steps],
+            content=lesson,
+            owner=reconnect.student_key(),
         )
     except VoteError as err:
         st.session_state["_lesson_error"] = str(err)
         return
-    st.query_params["room"] = code
-    st.query_params["key"] = key
+    st.query_params[KEY_ROOM] = code
 
 
 def _end_room(code: str, key: str) -> None:
     with contextlib.suppress(VoteError):
         STORE.close(code, key)
-    for name in ("room", "key"):
-        st.query_params.pop(name, None)
+    st.query_params.pop(KEY_ROOM, None)
 
 
 def _teacher_action(code: str, key: str, action: str) -> None:
@@ -329,6 +339,10 @@ def _join_panel(code: str) -> None:
     st.markdown(f'<div class="lesson-code">{code}</div>', unsafe_allow_html=True)
     st.image(qr_png(link), width=220)
     st.caption(f"Phones: scan, or open {md_escape(link)}")
+    st.caption(
+        "Only this browser controls the room (a cookie, not the link): a refresh keeps it; "
+        "a copy of this page's link shows no controls."
+    )
 
 
 @st.fragment(run_every=TEACHER_POLL_S)
@@ -465,17 +479,34 @@ def _room_view(state: Any, code: str, key: str) -> None:
     )
 
 
+def _not_yours(code: str) -> None:
+    """A live room opened from a browser that did not start it: no controls, the phone link."""
+    st.info(
+        f"Lesson room {code} is run from the teacher's browser; this copy of its link has no "
+        "controls (they stay with the browser that started it). To answer, open the phone "
+        "page below; to start a lesson of your own, open Lesson without the room in the link.",
+        icon=":material/co_present:",
+    )
+    st.caption(md_escape(vote_link(code)))
+
+
 def teacher_page(state: Any) -> None:
-    """The teacher's page (after ``page_setup``): start a lesson, or run the room in the URL."""
-    code = st.query_params.get("room")
-    key = st.query_params.get("key")
-    if code and key and STORE.is_teacher(code, key):
-        _room_view(state, code.upper(), key)
-        return
+    """The teacher's page (after ``page_setup``): start a lesson, or run this browser's room."""
+    st.query_params.pop(OLD_KEY, None)  # an old link's key: never kept in a URL, never obeyed
+    code = (st.query_params.get(KEY_ROOM) or "").strip().upper()
     if code:
-        st.info("That lesson room has ended or expired: start a new one.")
-        for name in ("room", "key"):
-            st.query_params.pop(name, None)
+        key = teacher_key(code)
+        if STORE.is_teacher(code, key):
+            _room_view(state, code, key)
+            return
+        try:
+            STORE.view(code)
+        except VoteError:
+            st.info("That lesson room has ended or expired: start a new one.")
+            st.query_params.pop(KEY_ROOM, None)
+        else:
+            _not_yours(code)
+            return
     message = st.session_state.pop("_lesson_error", None)
     if message:
         st.warning(md_escape(message))

@@ -1,23 +1,27 @@
 """The phones' page of a lesson: join a room, answer the current question, nothing else.
 
 ``pages/vote.py``: no sidebar, no login, large buttons, 360 px wide. It joins with the room
-code from its link, gets an anonymous token (kept in its own URL, so a refresh keeps the
-student's vote), shows only the current question and the student's own answer, and polls the
-room every ``PHONE_POLL_S`` seconds so it follows the teacher. It never shows other students'
-answers or how many answered. Every vote goes through the bounded store (``votes.STORE``).
+code from its link under an anonymous token derived from the phone's browser
+(``votes.voter_token`` of its student-key cookie, ``reconnect.student_key``): the token is never
+in the URL, so a refresh keeps the student's vote and a made-up token in a link adds no student.
+It shows only the current question and the student's own answer, and polls the room every
+``PHONE_POLL_S`` seconds so it follows the teacher. It never shows other students' answers or
+how many answered. Every vote goes through the bounded store (``votes.STORE``).
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
+from roll_viz.ui import reconnect
 from roll_viz.ui.lesson_page import LETTERS, answer_label
-from roll_viz.ui.votes import STORE, VoteError
+from roll_viz.ui.votes import STORE, VoteError, voter_token
 from roll_viz.views.text import md_escape
 
 PHONE_POLL_S = 2.0
 KEY_PHONE_MSG = "_vote_message"
 KEY_NUMBER = "vote_number"
+OLD_TOKEN = "s"  # where the token used to be: dropped from any URL that still has it
 
 PHONE_CSS = """<style>
 [data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
@@ -119,12 +123,13 @@ def phone_page() -> None:
             st.warning("No lesson with this room code (it may have ended).")
         _join_form()
         return
-    token = st.query_params.get("s")
+    st.query_params.pop(OLD_TOKEN, None)  # a token in a link is never obeyed (old or forged)
+    reconnect.remember_student()  # the cookie that makes a reload the same student
+    token = voter_token(reconnect.student_key(), code)
     if not STORE.knows(code, token):
         try:
-            token = STORE.join(code)
+            STORE.join(code, token)
         except VoteError as err:
             st.error(md_escape(str(err)))
             return
-        st.query_params["s"] = token
     _phone_question(code, token)

@@ -12,12 +12,16 @@ more answers) or ``revealed`` (the teacher shows the distribution and the real a
 
 Who may do what:
 
-- the teacher holds the room's secret ``teacher_key`` (in the teacher page's URL, so a refresh
-  keeps the room): next, back, lock, open, reveal, re-vote, reset, tally, export;
-- a phone joins with the short room code and gets an anonymous student token (kept in its own
-  URL); it may answer the current step and round while the phase is open, and read back only its
-  own answer. Votes are keyed by that token: one answer per student per round (changing it before
-  the lock replaces it, so it is counted once).
+- the teacher holds the room's secret ``teacher_key``: next, back, lock, open, reveal, re-vote,
+  reset, tally, export. The pages derive it from the teacher's browser (``owner_key``: an HMAC of
+  the browser's student-key cookie and the room code), so it is never in a URL: the projected or
+  copied link carries the room code only, and a refresh of the teacher's browser finds the key
+  again;
+- a phone joins with the short room code under an anonymous student token that the page derives
+  from the phone's browser the same way (``voter_token``); it may answer the current step and
+  round while the phase is open, and read back only its own answer. Votes are keyed by that
+  token: one answer per student per round (changing it before the lock replaces it, so it is
+  counted once). The token is never read from a URL, so a made-up one cannot add a student.
 
 Bounds (the phones' requests are untrusted): ``MAX_ROOMS`` rooms, ``MAX_STUDENTS`` students a
 room, ``MAX_CHANGES`` answer changes a student per round, ``MAX_STEPS`` steps a lesson; an answer
@@ -27,7 +31,9 @@ must be one of the step's options or a finite number in its range; a room expire
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
 import hmac
 import io
 import math
@@ -52,6 +58,27 @@ PHASES = ("open", "locked", "revealed")
 
 _CODE_RE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+
+
+def _derive(browser_key: str, purpose: str, code: str) -> str:
+    digest = hmac.new(
+        browser_key.encode(), f"roll-viz lesson {purpose} {code.upper()}".encode(), hashlib.sha256
+    ).digest()
+    return base64.urlsafe_b64encode(digest[:18]).decode()  # 24 URL-safe characters, 144 bits
+
+
+def owner_key(browser_key: str, code: str) -> str:
+    """The teacher key of room ``code`` for the browser whose secret key is ``browser_key``.
+
+    One-way (HMAC-SHA256): the key reveals nothing of the browser's own key, and a browser
+    without that key cannot compute it.
+    """
+    return _derive(browser_key, "teacher", code)
+
+
+def voter_token(browser_key: str, code: str) -> str:
+    """The anonymous student token of that browser in room ``code`` (one browser, one student)."""
+    return _derive(browser_key, "voter", code)
 
 
 class VoteError(ValueError):
@@ -217,7 +244,11 @@ class VoteStore:
     # ---------------------------------------------------------------------------- the teacher
 
     def create_room(
-        self, lesson_id: str, specs: Sequence[AnswerSpec], content: object = None
+        self,
+        lesson_id: str,
+        specs: Sequence[AnswerSpec],
+        content: object = None,
+        owner: str | None = None,
     ) -> tuple[str, str]:
         """Open a room for a lesson.
 
@@ -226,6 +257,8 @@ class VoteStore:
             specs: one AnswerSpec per step of the lesson (1..MAX_STEPS).
             content: what the pages need to show the questions (the parsed lesson); public to
                 anyone with the room code, like the questions on the projector.
+            owner: the teacher's browser key; the teacher key is then ``owner_key(owner, code)``
+                (without one it is random, for callers that keep it themselves).
 
         Returns:
             (room code, teacher key).
@@ -243,7 +276,7 @@ class VoteStore:
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
             while code in self._rooms:
                 code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-            key = secrets.token_urlsafe(16)
+            key = secrets.token_urlsafe(16) if owner is None else owner_key(owner, code)
             self._rooms[code] = _Room(
                 code=code,
                 teacher_key=key,
@@ -365,17 +398,26 @@ class VoteStore:
         with self._lock:
             return self._room(code).content
 
-    def join(self, code: object) -> str:
-        """A new anonymous student token for this room.
+    def join(self, code: object, token: str | None = None) -> str:
+        """Join the room as a student; the same ``token`` joining again is the same student.
+
+        Args:
+            code: room code.
+            token: the page's ``voter_token`` for this browser; None draws a random one.
 
         Raises:
-            VoteError: "no_room", or "full" when MAX_STUDENTS phones joined.
+            VoteError: "no_room", "unknown_student" for a token of the wrong form, or "full"
+                when MAX_STUDENTS phones joined.
         """
         with self._lock:
             room = self._room(code)
+            if token is not None and (not isinstance(token, str) or not _TOKEN_RE.match(token)):
+                raise VoteError("unknown_student", "not a student token")
+            if token in room.students:
+                return token
             if len(room.students) >= self.max_students:
                 raise VoteError("full", "this room is full")
-            token = secrets.token_urlsafe(12)
+            token = token or secrets.token_urlsafe(12)
             room.students[token] = len(room.students) + 1
             return token
 

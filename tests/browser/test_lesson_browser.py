@@ -43,7 +43,7 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     teacher.wait_for_url("**room=*", timeout=60_000)
     query = urllib.parse.parse_qs(urllib.parse.urlparse(teacher.url).query)
     code = query["room"][0]
-    assert query["key"][0]
+    assert set(query) <= {"room", "present", "hide", "lesson"}, query  # no teacher key in it
     sp.wait_idle(teacher)
     assert teacher.get_by_test_id("stImage").count() >= 1  # the QR code
     _wait_text(teacher, code)
@@ -105,10 +105,33 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     assert "first vote: 3 answers, 67% right" in main
     assert sp.exceptions(teacher) == []
 
-    # a refresh keeps the room and the step
+    # a refresh keeps the room and the step (the browser's cookie, not the URL)
     teacher.reload()
     sp.wait_idle(teacher)
     _wait_text(teacher, "question 1 of 14")
+    assert teacher.locator(".st-key-lesson_next button").is_visible()
+
+    # a phone that reloads, then opens a doctored link with a made-up token: still one student
+    _, pg = phones[0]
+    pg.reload()
+    sp.wait_idle(pg)
+    _wait_text(pg, "Your answer")
+    sp.goto(pg, f"{server}/vote?room={code}&s=madeUpVoterToken123456")
+    _wait_text(pg, "Your answer")
+    teacher.reload()  # a fresh run of the count: answers / phones in the room
+    sp.wait_idle(teacher)
+    _metric(teacher, "3 / 3")
+    assert "s" not in sp.query(pg.url)
+
+    # the projected link opened in another browser: the room, but none of its controls
+    copy_ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    copy = copy_ctx.new_page()
+    sp.goto(copy, teacher.url)
+    _wait_text(copy, f"Lesson room {code} is run from the teacher's browser")
+    assert copy.locator(".st-key-lesson_next button").count() == 0
+    assert copy.locator(".st-key-lesson_end button").count() == 0
+    assert sp.exceptions(copy) == []
+    copy_ctx.close()
     for ctx, _ in phones:
         ctx.close()
     teacher_ctx.close()

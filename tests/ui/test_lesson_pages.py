@@ -7,8 +7,8 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.data.lessons import LessonError, builtin_lessons
-from roll_viz.ui import lesson_page, vote_page
-from roll_viz.ui.votes import STORE
+from roll_viz.ui import lesson_page, reconnect, vote_page
+from roll_viz.ui.votes import STORE, owner_key, voter_token
 from tests.ui.apptest import ROOT, TIMEOUT
 
 TEACHER = str(ROOT / nav.page("lesson").file)
@@ -26,18 +26,32 @@ def click(at: AppTest, key: str) -> AppTest:
     return run(at)
 
 
-def teacher(**params: str) -> AppTest:
-    at = AppTest.from_file(TEACHER, default_timeout=TIMEOUT)
+def _open(script: str, browser: str | None, params: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(script, default_timeout=TIMEOUT)
+    if browser is not None:  # the same browser again: its student-key cookie, as after a reload
+        at.session_state[reconnect.KEY_STUDENT] = browser
     for key, value in params.items():
         at.query_params[key] = value
     return run(at)
 
 
-def phone(**params: str) -> AppTest:
-    at = AppTest.from_file(PHONE, default_timeout=TIMEOUT)
-    for key, value in params.items():
-        at.query_params[key] = value
-    return run(at)
+def teacher(browser: str | None = None, **params: str) -> AppTest:
+    """A teacher page in a new session (``browser``: the student key of a browser seen before)."""
+    return _open(TEACHER, browser, params)
+
+
+def phone(browser: str | None = None, **params: str) -> AppTest:
+    """A phone page in a new session (``browser``: the student key of a browser seen before)."""
+    return _open(PHONE, browser, params)
+
+
+def browser_key(at: AppTest) -> str:
+    return at.session_state[reconnect.KEY_STUDENT]
+
+
+def url_param(at: AppTest, name: str) -> str | None:
+    value = at.query_params.get(name)
+    return value[0] if isinstance(value, list) else value
 
 
 def texts(at: AppTest) -> str:
@@ -61,9 +75,8 @@ def started():
     at = teacher()
     assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
     click(at, "lesson_start")
-    code, key = at.query_params["room"], at.query_params["key"]
-    code = code[0] if isinstance(code, list) else code
-    key = key[0] if isinstance(key, list) else key
+    code = url_param(at, "room")
+    key = owner_key(browser_key(at), code)  # the teacher's browser holds it, the URL does not
     assert STORE.is_teacher(code, key)
     yield at, code, key
     STORE.close(code, key) if STORE.is_teacher(code, key) else None
@@ -115,17 +128,39 @@ def test_teacher_runs_a_room(started):
 
 
 def test_room_survives_a_refresh(started):
-    _, code, key = started
+    at, code, key = started
     STORE.next(code, key)
-    again = teacher(room=code, key=key)  # a new session: the teacher's browser refreshed
+    # a new session of the same browser (its cookie): the teacher's page was refreshed
+    again = teacher(browser_key(at), room=code)
     assert "question 2 of 14" in texts(again)
+    assert again.button(key="lesson_next") is not None
 
 
-def test_wrong_key_does_not_control_the_room(started):
+def test_teacher_key_is_never_in_the_url(started):
+    at, code, key = started
+    assert url_param(at, "room") == code
+    assert "key" not in at.query_params
+    assert not [v for v in at.query_params.values() if key in str(v)]
+    # an old link that still carries a key: the key leaves the URL and is not obeyed
+    copied = teacher(room=code, key=key)
+    assert url_param(copied, "key") is None
+    assert not [b for b in copied.button if b.key in ("lesson_next", "lesson_revealed")]
+
+
+def test_projected_link_in_another_browser_does_not_control_the_room(started):
     _, code, _ = started
-    at = teacher(room=code, key="not-the-key")
-    assert "ended or expired" in texts(at)
-    assert not at.button(key="lesson_start").disabled
+    at = teacher(room=code)  # another browser (a student copied the projected URL)
+    assert f"Lesson room {code} is run from the teacher's browser" in texts(at)
+    assert not [b for b in at.button if (b.key or "").startswith("lesson_")]
+    assert STORE.view(code).step == 0
+
+
+def test_an_ended_room_says_so(started):
+    at, code, key = started
+    STORE.close(code, key)
+    again = teacher(browser_key(at), room=code)
+    assert "ended or expired" in texts(again)
+    assert not again.button(key="lesson_start").disabled
 
 
 def test_bad_upload_gets_one_message():
@@ -139,16 +174,16 @@ def test_bad_upload_gets_one_message():
 def test_phone_joins_and_votes(started):
     _, code, key = started
     at = phone(room=code)
-    token = at.query_params["s"]
-    token = token[0] if isinstance(token, list) else token
+    token = voter_token(browser_key(at), code)
     assert STORE.knows(code, token)
+    assert url_param(at, "s") is None  # the token is not in the phone's URL either
     labels = [b.label for b in at.button]
     assert any("Answer 2" in label for label in labels)
     click(at, "vote_0_1_2")
     assert STORE.my_answer(code, token) == 2.0
     assert "Your answer: Answer 2" in texts(at).replace("\\", "")
-    # a refresh keeps the same student (token in the URL): still one vote
-    again = phone(room=code, s=token)
+    # a refresh keeps the same student (the browser's cookie): still one vote
+    again = phone(browser_key(at), room=code)
     click(again, "vote_0_1_1")
     assert STORE.tally(code, key).answered[1] == 1
     # the phone never shows other students' answers or counts
@@ -169,11 +204,23 @@ def test_phone_number_gate(started):
     _, code, key = started
     STORE.next(code, key)  # "how_much": a number on a slider
     at = phone(room=code)
-    token = at.query_params["s"]
-    token = token[0] if isinstance(token, list) else token
+    token = voter_token(browser_key(at), code)
     at.slider(key=f"{vote_page.KEY_NUMBER}_1_1").set_value(-1.1)
     click(at, "vote_send_1_1")
     assert STORE.my_answer(code, token) == pytest.approx(-1.1)
+
+
+def test_a_made_up_voter_token_adds_no_student(started):
+    _, code, key = started
+    at = phone(room=code)
+    click(at, "vote_0_1_2")
+    assert STORE.view(code).students == 1
+    for forged in ("madeUpToken12345", "AAAAAAAAAAAAAAAAAAAAAAAA", "x"):
+        again = phone(browser_key(at), room=code, s=forged)  # the same phone, a doctored link
+        assert url_param(again, "s") is None
+        assert not STORE.knows(code, forged)
+    assert STORE.view(code).students == 1
+    assert STORE.tally(code, key).answered[1] == 1
 
 
 def test_phone_without_room_shows_the_join_form():
@@ -227,16 +274,17 @@ answer = "where(min(advantage) < 0, 1, 0)"
 
 def test_live_gate_uses_the_class_batch():
     lesson = lesson_page.read_upload(LIVE_LESSON.encode(), "live.toml")
+    browser = reconnect.new_student_key()
     code, key = STORE.create_room(
-        lesson.id, [lesson_page.answer_spec(g) for g in lesson.steps], content=lesson
+        lesson.id, [lesson_page.answer_spec(g) for g in lesson.steps], content=lesson, owner=browser
     )
     try:
         STORE.set_phase(code, key, "revealed")
         # not live in the sidebar: one clear message naming the gate and the field
-        at = teacher(room=code, key=key)
+        at = teacher(browser, room=code)
         assert "gate 'mine', field 'batch'" in plain(at)
         # the sidebar samples live (tiny test model): the reveal is computed on that batch
-        at = teacher(room=code, key=key, live="true", G="2", T="4")
+        at = teacher(browser, room=code, live="true", G="2", T="4")
         assert "The pipeline's answer:" in plain(at)
         assert not at.error
     finally:

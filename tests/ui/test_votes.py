@@ -11,7 +11,15 @@ import time
 import pytest
 
 from roll_viz.ui import votes
-from roll_viz.ui.votes import AnswerSpec, VoteError, VoteStore, csv_text, neutral_cell
+from roll_viz.ui.votes import (
+    AnswerSpec,
+    VoteError,
+    VoteStore,
+    csv_text,
+    neutral_cell,
+    owner_key,
+    voter_token,
+)
 
 SPECS = [AnswerSpec(options=3), AnswerSpec(low=-3.0, high=0.0), AnswerSpec(options=2)]
 
@@ -281,3 +289,26 @@ def test_sixty_phones_voting_at_once():
     assert tally.rounds[1] == {0.0: 15, 1.0: 15, 2.0: 15, 3.0: 15}
     p95 = statistics.quantiles(seconds, n=20)[-1]
     assert p95 < 0.1, p95
+
+
+def test_owner_key_and_voter_token_are_per_browser_and_per_room(store):
+    mine, theirs = "a" * 32, "b" * 32
+    code, key = store.create_room("seed_chain", SPECS, owner=mine)
+    assert key == owner_key(mine, code)
+    assert store.is_teacher(code, owner_key(mine, code))
+    assert not store.is_teacher(code, owner_key(theirs, code))
+    assert owner_key(mine, code) != voter_token(mine, code)  # a phone of the teacher's browser
+    other, _ = store.create_room("seed_chain", SPECS, owner=mine)
+    assert owner_key(mine, other) != owner_key(mine, code)
+
+
+def test_joining_twice_with_one_token_is_one_student(store, room):
+    code, _ = room
+    token = voter_token("c" * 32, code)
+    assert store.join(code, token) == token
+    assert store.join(code, token) == token
+    assert store.view(code).students == 1
+    with pytest.raises(VoteError) as info:
+        store.join(code, "bad token!")
+    assert info.value.reason == "unknown_student"
+    assert store.view(code).students == 1
