@@ -1000,7 +1000,9 @@ BUGS: tuple[SilentBug, ...] = (
         thread="NVIDIA-NeMo/RL#4158",
         question="Eight answers: one scored 0, seven scored 0.95. With a leave-one-out baseline "
         "and std normalisation, what is the first answer's advantage?",
-        choices=("about -1", "-0.95", "about -2075"),
+        # the wrong options are the misconceptions (a z-score over the group; the bug's number),
+        # none near -0.95: "about -1" was one and read as right
+        choices=("about -2.5 (a z-score over the group)", "-0.95", "about -2075"),
         answer=1,
         quantity="advantage of the answer that scored 0",
         batch=(("rewards", "0, 0.95 x 7 (one prompt)"),),

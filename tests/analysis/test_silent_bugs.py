@@ -8,6 +8,7 @@ computes, so each lesson is a regression test of the pipeline.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -310,3 +311,23 @@ def test_zero_advantage_filter_drops_the_ce_gradient():
     assert right.flatten().tolist() == pytest.approx([-0.5 / 4] * 4, abs=1e-12)
     out = sb.bug("ce-filter").compute()
     assert (out.wrong, out.right) == (0.0, pytest.approx(0.25))
+
+
+def _number(choice: str) -> float | None:
+    """The number a choice states first ("about -2.5 (...)" -> -2.5), None for a sentence."""
+    found = re.match(r"^(?:about\s+)?([+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?)", choice)
+    return float(found.group(1)) if found else None
+
+
+@pytest.mark.parametrize("bug_id", sb.IDS)
+def test_only_the_right_choice_is_near_the_revealed_number(bug_id):
+    """A wrong choice never states (about) the number the reveal shows as right."""
+    bug = sb.bug(bug_id)
+    right = bug.compute().right
+    numbers = [_number(c) for c in bug.choices]
+    if numbers[bug.answer] is None or not math.isfinite(right):
+        return  # a sentence answer: nothing numeric to confuse
+    near = [
+        i for i, x in enumerate(numbers) if x is not None and abs(x - right) <= 0.1 * abs(right)
+    ]
+    assert near == [bug.answer], (bug.choices, right)
