@@ -59,8 +59,8 @@ with ui.page_guard("Eras"):
                 st.json(era_diff.ERAS[key].config(fw))
             for note in diff.notes[key]:
                 st.caption(note)
-    st.dataframe(diff.summary, key="eras_summary", hide_index=True, width="stretch")
-    st.dataframe(diff.samples, key="eras_samples", hide_index=True, width="stretch")
+    ui.table(diff.summary, key="eras_summary", point="era")
+    ui.table(diff.samples, key="eras_samples")
     ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")
 
     st.header("2. MaxRL: divide by the pass rate")
@@ -73,7 +73,7 @@ with ui.page_guard("Eras"):
     )
     cmp = era_diff.maxrl_vs_grpo(scores, rollout.group_ids, prompts)
     ui.plot(era_charts.maxrl_bars(cmp), key="eras_maxrl")
-    st.dataframe(cmp.groups, key="eras_maxrl_groups", hide_index=True, width="stretch")
+    ui.table(cmp.groups, key="eras_maxrl_groups")
     if cmp.groups.filter(like="A right").isna().any().any():
         st.caption(era_diff.NO_RIGHT_ANSWER)
     ui.explainer(

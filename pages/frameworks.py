@@ -133,9 +133,9 @@ with ui.page_guard("Frameworks"):
                 )
 
     st.subheader("Numbers")
-    st.dataframe(cmp.summary, key="fw_summary", hide_index=True, width="stretch")
+    ui.table(cmp.summary, key="fw_summary", point="dialect")
     ui.download_csv(cmp.summary, "frameworks_summary", key="fw_summary_csv")
-    st.dataframe(cmp.samples, key="fw_table", hide_index=True, width="stretch")
+    ui.table(cmp.samples, key="fw_table")
     ui.download_csv(cmp.samples, "frameworks_per_sample", key="fw_table_csv")
     with st.expander("Each dialect's full config and notes"):
         for fw, trace in cmp.traces.items():

@@ -119,7 +119,7 @@ with ui.page_guard("Local vs global"):
         with c2:
             ui.plot(charts_compare.group_std_bars(lg_hand.groups), key="lg_hand_std")
         st.markdown(stretch_sentence(lg_hand))
-        st.dataframe(lg_hand.samples, key="lg_hand_table", hide_index=True, width="stretch")
+        ui.table(lg_hand.samples, key="lg_hand_table", point="global advantage")
         ui.download_csv(lg_hand.samples, "local_vs_global_table", key="lg_hand_csv")
 
     # ---------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ with ui.page_guard("Local vs global"):
         with c2:
             ui.plot(charts_compare.group_std_bars(lg.groups), key="lg_batch_std")
     with st.expander("Per-sample and per-prompt tables"):
-        st.dataframe(lg.samples, key="lg_batch_table", hide_index=True, width="stretch")
+        ui.table(lg.samples, key="lg_batch_table", point="global advantage")
         ui.download_csv(lg.samples, "local_vs_global_batch", key="lg_batch_csv")
         st.dataframe(
             shown_groups(lg.groups), key="lg_batch_groups", hide_index=True, width="stretch"

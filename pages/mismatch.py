@@ -28,7 +28,7 @@ with ui.page_guard("Sampler ≠ trainer"):
         with c1:
             ui.plot(charts.delta_histogram(lab), key="mm_hist")
         with c2:
-            st.dataframe(page.stats_table(lab, got.outside), hide_index=True, key="mm_stats")
+            ui.table(page.stats_table(lab, got.outside), key="mm_stats", share=0.4)
         ui.plot(charts.delta_heatmap(lab, rollout), key="mm_heat")
         ui.explainer(
             "Each cell is one sampled token: blue where the trainer's float32 recompute gives it "
@@ -53,8 +53,7 @@ with ui.page_guard("Sampler ≠ trainer"):
         with st.expander("Thresholds of every framework (each under its own name)"):
             page.threshold_controls()
         ui.plot(charts.corrections_figure(lab.table), key="mm_corr")
-        st.dataframe(lab.table, hide_index=True, key="mm_table", width="stretch",
-                     column_order=page.table_columns(lab.table))  # fmt: skip
+        ui.table(lab.table[page.table_columns(lab.table)], key="mm_table")
         ui.download_csv(lab.table, "rollout_corrections", key="mm_csv")
         index = page.pick_correction(lab)
         st.caption(page.note_of(lab, index))

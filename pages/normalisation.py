@@ -35,7 +35,7 @@ with ui.page_guard("Normalisation"):
         "with several prompts.",
         title="What to look at",
     )
-    st.dataframe(matrix.summary, key="norm_summary", hide_index=True, width="stretch")
+    ui.table(matrix.summary, key="norm_summary")
     ui.download_csv(matrix.samples, "normalisation_matrix", key="norm_csv")
 
     st.header("3. Phantom advantages from a shaped reward")
@@ -57,7 +57,7 @@ with ui.page_guard("Normalisation"):
         f"**{phantom.fail_max_abs_group:.3g}**, under the batch std "
         f"**{phantom.fail_max_abs_batch:.3g}**."
     )
-    st.dataframe(phantom.table, key="norm_phantom_table", hide_index=True, width="stretch")
+    ui.table(phantom.table, key="norm_phantom_table")
 
     st.header("4. Zero-variance groups: what each policy does to the loss")
     st.markdown(
@@ -83,7 +83,7 @@ with ui.page_guard("Normalisation"):
     )
     outcome = group_health.zero_variance_policies(demo, beta=float(beta), eps=float(eps))
     ui.plot(charts.policies_figure(outcome), key="norm_policies")
-    st.dataframe(outcome.table, key="norm_policies_table", hide_index=True, width="stretch")
+    ui.table(outcome.table, key="norm_policies_table")
     ui.explainer(
         "The demo batch has an all-right group, an all-wrong group, an all-wrong group whose "
         "rewards differ by a millionth (a length term), and a mixed group; the loss is TRL's "

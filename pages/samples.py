@@ -83,7 +83,7 @@ with ui.page_guard("Samples"):
 
     st.subheader("All samples")
     table = tables.samples_table(rollout, scores)
-    st.dataframe(table, hide_index=True, key="samples_table")
+    ui.table(table, key="samples_table")
     c1, c2 = st.columns(2)
     with c1:
         ui.download_csv(table, "samples", key="dl_samples")

@@ -100,7 +100,7 @@ with ui.page_guard("Teacher as reference"):
     def named(df):
         return df.assign(sample=[labels[b] for b in df["sample"]])
 
-    st.dataframe(named(signal.answers), key="opd_answers", hide_index=True, width="stretch")
+    ui.table(named(signal.answers), key="opd_answers")
     with st.expander("Every token"):
         st.dataframe(named(signal.tokens), key="opd_tokens", hide_index=True, width="stretch")
         ui.download_csv(signal.tokens, "teacher_tokens", key="opd_tokens_csv")

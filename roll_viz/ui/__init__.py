@@ -86,6 +86,7 @@ from roll_viz.ui.state import (
     PRESET_REWARD,
     AppState,
 )
+from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import (
     accept_index_url,
     beta_note,
@@ -188,6 +189,7 @@ __all__ = [
     "select_preset",
     "share_reward_table",
     "stop_run",
+    "table",
     "trace_json",
     "try_trace",
     "use_run_step",

@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from roll_viz import nav
+from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import page_link
 
 #: (addition, roll-viz page key, ROLL, verl, OpenRLHF, TRL)
@@ -94,7 +95,7 @@ def additions_2026() -> None:
         "**teacher**. Each row is shown on the current batch on its page; the columns give the "
         "setting under the name each framework uses ('-': no key the calculator reads)."
     )
-    st.dataframe(additions_table(), key="fw_additions", hide_index=True, width="stretch")
+    table(additions_table(), key="fw_additions")
     cols = st.columns(4)
     links = [
         ("eras", "Eras: 2024 vs 2026"),

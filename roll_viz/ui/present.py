@@ -26,6 +26,8 @@ from roll_viz.ui.url import bound
 #: what a hidden control's key may be (it goes into a CSS selector)
 HIDE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
+# No zoom on tables: they draw on a canvas sized by its container, and a zoomed one was laid out
+# wider than it showed, its right-hand columns cut; ``table_fit`` fits their columns instead.
 PRESENT_CSS = """
 <style>
 [data-testid="stMain"] { font-size: 21px; }
@@ -43,8 +45,6 @@ PRESENT_CSS = """
 [data-testid="stMain"] [data-testid="stCaptionContainer"] { font-size: 1.05rem; }
 /* the header bar holds only the menu (and "Show the controls"): start the page under it */
 [data-testid="stMainBlockContainer"] { padding-top: 3.5rem; }
-/* tables draw on a canvas: zoom scales their text with the mode, inside the column's width */
-[data-testid="stMain"] [data-testid="stDataFrame"] { zoom: 1.25; max-width: 80%; }
 </style>
 """
 
@@ -79,6 +79,11 @@ _TOP = threading.local()  # this script run's slot at the top of the main column
 def is_present() -> bool:
     """Whether this session shows the projector mode (``?present=true``)."""
     return bool(st.session_state.get(KEY_PRESENT))
+
+
+def sidebar_hidden() -> bool:
+    """Whether ``hide`` names the whole sidebar (the projector's link: ``hide=sidebar``)."""
+    return "sidebar" in (h.strip() for h in str(st.session_state.get(KEY_HIDE) or "").split(","))
 
 
 def open_top_slot() -> None:

@@ -29,6 +29,7 @@ from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import AppState
+from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import explainer, plot
 from roll_viz.views import heatmaps, text, training_charts
 
@@ -544,7 +545,7 @@ def scrubber(run: TrainRun, key: str) -> int | None:
             "answer at step 0": list(first.responses) if first else [""] * len(samples.responses),
         }
     )
-    st.dataframe(frame, hide_index=True, width="stretch")
+    table(frame, key="tr_step_answers")
     return step
 
 

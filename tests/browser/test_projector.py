@@ -4,10 +4,11 @@ first screen and nothing runs off the right edge.
 For each page the test opens the lecture link (``present=true&hide=sidebar``, as the README's
 recipe projects it) in a 1280 x 720 window, measures where the first figure (a Plotly chart, a
 table, an image, the instant component or Home's chain) starts in the main column, and checks that
-neither the document nor the main column scrolls sideways: wide tables and formulas scroll inside
-themselves. At 800 px the explainer of a figure stacks under it instead of squeezing into a
-narrow column (``test_explainer_stacks_below_1000_px``). The screenshots are the projector's view
-(first screen only).
+neither the document nor the main column scrolls sideways and that every table shows all its
+columns (``ui.table`` fits them to the screen; formulas scroll inside themselves). At 800 px
+the explainer of a figure stacks under it instead of squeezing into a narrow column
+(``test_explainer_stacks_below_1000_px``). The screenshots are the projector's view (first screen
+only).
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ MEASURE_JS = """(sel) => {
           mainWidth: main.scrollWidth, mainClient: main.clientWidth,
           inner: window.innerWidth, wide: wide};
 }"""
+
+#: every visible table whose columns run past its own width (it would scroll sideways and the
+#: projector would show its first columns only): its header cells and the two widths
+TABLES_JS = """() => Array.from(
+    document.querySelectorAll("[data-testid='stMain'] [data-testid='stDataFrame']"))
+  .filter(df => df.getBoundingClientRect().height > 0)
+  .map(df => ({scroller: df.querySelector('.dvn-scroller'),
+               heads: Array.from(df.querySelectorAll('th')).map(h => h.textContent).slice(0, 4)}))
+  .filter(t => t.scroller && t.scroller.scrollWidth > t.scroller.clientWidth + 1)
+  .map(t => ({heads: t.heads, content: t.scroller.scrollWidth, shown: t.scroller.clientWidth}))"""
 
 
 #: pages whose figure needs one action first: extra query and the button or option to press
@@ -99,6 +110,7 @@ def test_first_figure_in_first_screen(projector, server, tmp_path, key):
     assert m["first"] < HEIGHT - IN_VIEW, f"{key}: first figure starts at y = {m['first']:.0f}"
     assert m["docWidth"] <= m["inner"], f"{key}: page is {m['docWidth']} px wide, {m['wide']}"
     assert m["mainWidth"] <= m["mainClient"], f"{key}: main column scrolls sideways, {m['wide']}"
+    assert projector.evaluate(TABLES_JS) == [], f"{key}: tables cut at the right edge"
 
 
 #: width of the column holding each explainer, and of the main block around it

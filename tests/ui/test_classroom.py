@@ -254,13 +254,32 @@ def test_presentation_mode_scales_chart_fonts_and_folds_the_explainer():
     at = open_page("advantages", preset="quantum", present="true")
     css = " ".join(h.proto.body for h in at.get("html"))
     assert "flex-direction: column" in css  # an explainer's row stacks when the column is narrow
-    assert "zoom: 1.25" in css  # table text, kept inside the column (max-width 80 %)
+    assert "zoom" not in css  # a zoomed table canvas was laid out wider than shown: cut
     assert "What am I looking at?" in [e.label for e in at.expander]  # folded on a projector
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert fig["layout"]["font"]["size"] == 18
     assert fig["layout"]["xaxis"]["tickfont"]["size"] == 18
     plain = json.loads(open_page("advantages", preset="quantum").get("plotly_chart")[0].proto.spec)
     assert "size" not in plain["layout"].get("font", {})
+
+
+def test_presentation_mode_fits_a_wide_table_to_the_screen():
+    import json
+
+    def columns(at, column):  # the column settings of the first table holding ``column``
+        return json.loads(next(d.proto.columns for d in at.dataframe if column in d.value))
+
+    shown = open_page("local_global", present="true", hide="sidebar")
+    config = columns(shown, "global advantage")
+    assert config["global advantage"]["pinned"] is True  # the page's point stays in view
+    plain = columns(open_page("local_global"), "global advantage")
+    assert "global advantage" not in plain  # outside the projector: Streamlit's own widths
+    wide = columns(
+        open_page("eras", preset="quantum", present="true", hide="sidebar"), "A [2024]"
+    )
+    widths = [c["width"] for c in wide.values() if "width" in c]
+    assert len(widths) == len(wide) - 1  # every column but the hidden index
+    assert sum(widths) <= ui.table_fit.MAIN_PX[True]
 
 
 def test_a_hidden_sidebar_leaves_a_way_back():
