@@ -95,6 +95,7 @@ class RunResult:
         error_alerts: bodies of st.error boxes the run drew.
         widgets: user key -> Widget, for the sliders / checkboxes / buttons the run drew.
         progress: the text of every progress bar the run drew (e.g. a training run's status).
+        toasts: the text of every toast the run showed (not content: left out of the digest).
     """
 
     ms: float
@@ -105,6 +106,7 @@ class RunResult:
     error_alerts: list[str] = dataclasses.field(default_factory=list)
     widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
     progress: list[str] = dataclasses.field(default_factory=list)
+    toasts: list[str] = dataclasses.field(default_factory=list)
 
 
 def _user_key(widget_id: str) -> str:
@@ -245,7 +247,7 @@ class Session:
                     params[key] = url_value(value)
             self.query = urllib.parse.urlencode(params)
         cs.query_string = self.query
-        if page is not None and page != self.page:
+        if page is not None:  # the hash of the page asked for (a page ran instead may differ)
             self.page = page
             self.page_hash = self.page_hashes.get(page, "")
         cs.page_name = self.page
@@ -278,7 +280,15 @@ class Session:
                 info.file_urls.delete_url = f.upload_url
         t0 = time.perf_counter()
         await self.ws.send(msg.SerializeToString())
-        return await self._read_run(t0)
+        result = await self._read_run(t0)
+        if result.status.startswith("page_not_found") and self.page in self.page_hashes:
+            # A session's first run on a fresh server names the page before the client knows
+            # the page table: the server answers "not found", runs the main page (whose
+            # navigation gives the table) and the same request goes again with the page's hash.
+            cs.page_script_hash = self.page_hash = self.page_hashes[self.page]
+            await self.ws.send(msg.SerializeToString())
+            result = await self._read_run(t0)
+        return result
 
     async def file_urls(self, names: list[str]) -> list[tuple[str, str]]:
         """Ask for upload URLs as a file uploader does; (file id, upload URL) per name given.
@@ -306,6 +316,7 @@ class Session:
     async def _read_run(self, t0: float) -> RunResult:
         elements: dict[tuple[int, ...], tuple[str, bytes, str]] = {}
         result = RunResult(ms=0.0, status="")
+        not_found = None  # the server runs the main page after "page not found": read it too
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while True:
             left = deadline - time.monotonic()
@@ -328,6 +339,7 @@ class Session:
                 result.exceptions.clear()
                 result.error_alerts.clear()
                 result.progress.clear()
+                result.toasts.clear()
             elif kind in ("navigation", "page_info_changed"):
                 self._track(fm)
             elif kind == "delta":
@@ -336,13 +348,12 @@ class Session:
                 result.status = "unexpected ref_hash (client sent no cached hashes)"
                 break
             elif kind == "page_not_found":
-                result.status = f"page_not_found: {fm.page_not_found.page_name}"
-                break
+                not_found = f"page_not_found: {fm.page_not_found.page_name}"
             elif kind == "script_finished":
                 status = ForwardMsg.ScriptFinishedStatus.Name(fm.script_finished)
                 if status == "FINISHED_EARLY_FOR_RERUN":
                     continue  # the server started a newer run; its script_finished follows
-                result.status = status
+                result.status = not_found or status
                 break
         result.ms = (time.perf_counter() - t0) * 1000.0
         self.runs += 1
@@ -412,6 +423,8 @@ class Session:
             elements[path] = (ek, body.SerializeToString(deterministic=True), text[:160])
         elif ek == "progress":
             result.progress.append(body.text)
+        elif ek == "toast":
+            result.toasts.append(body.body)
         elif ek == NUMBER:
             key = _user_key(body.id)
             if key:

@@ -12,13 +12,23 @@ itself is not changed):
 
 - ``get_upload_urls`` (Streamlit's answer to the page's ``FileURLsRequest``, sent when a file is
   picked on an ``st.file_uploader``) gives out file ids only while the session's page has a file
-  uploader (a widget of type ``file_uploader_state_value`` in the session's widget state), at
-  most ``MAX_PENDING_IDS`` per session, and records each id it gave;
+  uploader (a widget of type ``file_uploader_state_value`` in the session's widget state) that
+  takes every name asked for (its ``type=`` list, checked by Streamlit's own
+  ``enforce_filename_restriction``), at most ``MAX_PENDING_IDS`` per session, and records each
+  id it gave with its name and the uploaders that take it (the request does not say which
+  uploader asked: the protocol has no field for it);
 - the upload route asks ``runtime.is_active_session`` before it reads the body: for a session
   that was given no id it answers no, so such a PUT is refused (400) before any byte is read;
-- ``add_file`` keeps a file only under an id given to that session (else 403), at most
+- ``add_file`` keeps a file only under an id given to that session (else 403), under the name
+  the id was given for (else 403), of a type an uploader of the page takes (else 415), at most
   ``MAX_FILE_BYTES`` (the app's cap, ``data.runs.uploads.MAX_UPLOAD_BYTES``; else 413), and at
   most ``MAX_SERVER_BYTES`` held by all sessions together (the upload quota; else 413);
+- ``get_files`` (what an uploader's widget value reads while the page runs) leaves out a file
+  set on an uploader that was not among those its id was given for, or whose type that
+  uploader does not take, and says so in a toast: Streamlit would raise "Invalid file
+  extension" before the page code runs, on this and every later rerun of the session (#33: a
+  crafted client set ``bomb.jsonl.gz`` on *Your run* and the session showed "This app has
+  encountered an error" for good); the uploader reads an empty slot instead;
 - a sweeper thread (every ``SWEEP_S``) frees the files and ids of each session that has not
   been connected for ``server.disconnectedSessionTTL`` seconds (120 by default, the time
   Streamlit keeps it for a reconnect), and of a session Streamlit shut down.
@@ -34,11 +44,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import streamlit as st
 from starlette.exceptions import HTTPException
 from streamlit import config
+from streamlit.elements.lib.file_uploader_utils import enforce_filename_restriction
+from streamlit.errors import StreamlitAPIException
 from streamlit.runtime import Runtime
 
 from roll_viz.data.runs import uploads
+from roll_viz.views.text import md_escape
 
 _LOG = logging.getLogger(__name__)
 
@@ -49,23 +63,84 @@ MAX_PENDING_IDS = uploads.MAX_UPLOAD_FILES
 #: one file (the app's cap; Streamlit's server.maxUploadSize is the same 200 MB)
 MAX_FILE_BYTES = uploads.MAX_UPLOAD_BYTES
 #: all uploaded bytes the server holds in memory at once (the upload folder's quota)
-MAX_SERVER_BYTES = uploads.UPLOAD_QUOTA_BYTES
+MAX_SERVER_BYTES = uploads.quota_from_env()
 #: how often the sweeper looks for sessions that went away (s)
 SWEEP_S = 5.0
 
 
-def page_has_uploader(runtime: Any, session_id: str) -> bool:
-    """Whether the last run of ``session_id`` drew a file uploader (False when unknown)."""
+#: an uploader's accepted types as Streamlit normalised them (``.jsonl``), or None for any
+Types = Sequence[str] | None
+
+
+def _session_state(runtime: Any, session_id: str) -> Any:
+    """The session's ``SessionState`` (Streamlit's, not the script's proxy), or None."""
     session = runtime.get_app_session(session_id)
-    if session is None:
-        return False
-    try:
-        widgets = session.session_state._new_widget_state.widget_metadata
-        kinds = [m.value_type for m in list(widgets.values())]
-    except (AttributeError, RuntimeError):  # another Streamlit layout: refuse, never guess
+    return None if session is None else getattr(session, "session_state", None)
+
+
+def _widget_state(runtime: Any, session_id: str) -> Any:
+    """The session's widget state (Streamlit's ``WStates``), or None when unknown."""
+    state = getattr(_session_state(runtime, session_id), "_new_widget_state", None)
+    if state is None:  # another Streamlit layout: nothing known, so nothing given
         _LOG.warning("upload guard: cannot read the session's widgets; upload refused")
+    return state
+
+
+def page_uploaders(runtime: Any, session_id: str) -> dict[str, Types]:
+    """Widget id -> accepted types of each file uploader the session's last run drew ({}: none).
+
+    The types are those of the uploader's own deserializer (Streamlit's ``FileUploaderSerde``,
+    the object that raises on a wrong type); an uploader of another kind (camera, audio) that
+    Streamlit does not check reads None. Streamlit keeps the metadata of every widget a session
+    ever drew, so only those with a value are the page's: a run's end drops the values of the
+    widgets it did not draw, and the next run's start moves the rest to ``_old_state``.
+    """
+    session_state = _session_state(runtime, session_id)
+    state = _widget_state(runtime, session_id)
+    if state is None:
+        return {}
+    try:
+        metadata = list(state.widget_metadata.items())
+        live = set(state.states) | set(session_state._old_state)
+    except (AttributeError, RuntimeError):
+        return {}
+    return {
+        widget_id: getattr(getattr(m.deserializer, "__self__", None), "allowed_types", None)
+        for widget_id, m in metadata
+        if m.value_type == UPLOADER_VALUE_TYPE and widget_id in live
+    }
+
+
+def takes(name: str, types: Types) -> bool:
+    """Whether an uploader with ``types`` takes a file called ``name`` (Streamlit's own check)."""
+    if "\0" in name:
         return False
-    return UPLOADER_VALUE_TYPE in kinds
+    if not types:
+        return True
+    try:
+        enforce_filename_restriction(name, types)
+    except StreamlitAPIException:
+        return False
+    return True
+
+
+def _uploader_holding(state: Any, file_ids: Sequence[str]) -> str | None:
+    """The uploader whose value (as the client sent it) names exactly ``file_ids``."""
+    try:
+        items = list(state.states.items())
+    except (AttributeError, RuntimeError):
+        return None
+    wanted = list(file_ids)
+    for widget_id, wstate in items:
+        proto = getattr(wstate, "value", None)
+        if getattr(proto, "WhichOneof", None) is None:
+            continue  # already read this run (a Value, not the client's proto)
+        if proto.WhichOneof("value") != UPLOADER_VALUE_TYPE:
+            continue
+        ids = [f.file_id for f in proto.file_uploader_state_value.uploaded_file_info]
+        if ids == wanted:
+            return widget_id
+    return None
 
 
 class UploadGuard:
@@ -74,33 +149,46 @@ class UploadGuard:
     Args:
         runtime: the server's Runtime (``is_active_session``, ``get_app_session``).
         manager: its uploaded-file manager (``get_upload_urls``, ``add_file``, ...).
-        has_uploader: ``(runtime, session_id) -> bool``, whether the session's page has an
-            uploader.
+        uploaders: ``(runtime, session_id) -> {widget id: types}``, the uploaders of the
+            session's page (``page_uploaders``).
         grace_s: how long a disconnected session's files wait (None: Streamlit's
             ``server.disconnectedSessionTTL``).
+        holder: ``(runtime, session_id, file_ids) -> widget id or None``, the uploader whose
+            value is being read (None: the session's widget state is searched).
     """
 
     def __init__(
         self,
         runtime: Any,
         manager: Any,
-        has_uploader: Callable[[Any, str], bool] = page_has_uploader,
+        uploaders: Callable[[Any, str], dict[str, Types]] = page_uploaders,
         grace_s: float | None = None,
+        holder: Callable[[Any, str, Sequence[str]], str | None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.manager = manager
-        self.has_uploader = has_uploader
+        self.uploaders = uploaders
+        self.holder = holder or (
+            lambda rt, sid, ids: _uploader_holding(_widget_state(rt, sid), ids)
+        )
         self.grace_s = (
             float(config.get_option("server.disconnectedSessionTTL"))
             if grace_s is None
             else grace_s
         )
         self._lock = threading.Lock()
-        self._ids: dict[str, set[str]] = {}  # session -> file ids given out and not deleted
+        # session -> file id given out (and not deleted) -> (its name, the uploaders taking it)
+        self._ids: dict[str, dict[str, tuple[str, frozenset[str]]]] = {}
         self._away_since: dict[str, float] = {}
         self._orig = {
             name: getattr(manager, name)
-            for name in ("get_upload_urls", "add_file", "remove_file", "remove_session_files")
+            for name in (
+                "get_upload_urls",
+                "add_file",
+                "remove_file",
+                "remove_session_files",
+                "get_files",
+            )
         }
         self._orig_active = runtime.is_active_session
         self._stop = threading.Event()
@@ -109,26 +197,44 @@ class UploadGuard:
 
     # -- the wrapped manager methods ------------------------------------------------------------
     def get_upload_urls(self, session_id: str, file_names: Sequence[str]) -> list[Any]:
-        """Upload URLs for the page's uploader; none for a page without one."""
-        if not self.has_uploader(self.runtime, session_id):
+        """Upload URLs for names the page's uploaders take; none at all if one is refused.
+
+        All or nothing: the response lists URLs in the order of the names, and a browser
+        (which filters by type itself) never asks for a refused one.
+        """
+        uploaders = self.uploaders(self.runtime, session_id)
+        names = list(file_names)
+        taken_by = [
+            frozenset(w for w, types in uploaders.items() if takes(name, types)) for name in names
+        ]
+        if not uploaders or not all(taken_by):
             self.refused += 1
             return []
         with self._lock:
-            held = self._ids.setdefault(session_id, set())
+            held = self._ids.setdefault(session_id, {})
             room = max(MAX_PENDING_IDS - len(held), 0)
-        infos = list(self._orig["get_upload_urls"](session_id, list(file_names)[:room]))
+        infos = list(self._orig["get_upload_urls"](session_id, names[:room]))
         with self._lock:
-            self._ids.setdefault(session_id, set()).update(i.file_id for i in infos)
+            given = self._ids.setdefault(session_id, {})
+            for info, name, widgets in zip(infos, names, taken_by, strict=False):
+                given[info.file_id] = (name, widgets)
         self._start_sweeper()
         return infos
 
     def add_file(self, session_id: str, file: Any) -> None:
-        """Keep ``file`` only under an id given to this session, within the caps."""
+        """Keep ``file`` only under an id given to this session for its name, within the caps."""
         with self._lock:
-            given = file.file_id in self._ids.get(session_id, ())
-        if not given:
+            given = self._ids.get(session_id, {}).get(file.file_id)
+        if given is None:
             self.refused += 1
             raise HTTPException(status_code=403, detail="No uploader asked for this file")
+        if file.name != given[0]:
+            self.refused += 1
+            raise HTTPException(status_code=403, detail="This upload URL is for another file")
+        uploaders = self.uploaders(self.runtime, session_id)
+        if not any(takes(file.name, uploaders.get(w, ())) for w in given[1] if w in uploaders):
+            self.refused += 1
+            raise HTTPException(status_code=415, detail="Not a file type this uploader takes")
         size = len(file.data)
         held = sum(len(f.data) for f in self.held_files(session_id, file.file_id))
         if size > MAX_FILE_BYTES or self.total_bytes() - held + size > MAX_SERVER_BYTES:
@@ -136,11 +242,37 @@ class UploadGuard:
             raise HTTPException(status_code=413, detail="File too large")
         self._orig["add_file"](session_id, file)
 
+    def get_files(self, session_id: str, file_ids: Sequence[str]) -> list[Any]:
+        """Stored files for an uploader's value, less those that uploader would refuse.
+
+        Called by Streamlit while the page runs (the uploader's deserializer), which raises on a
+        name its types do not take: such a file is left out with a toast, and the uploader
+        reads an empty slot. Outside a widget read (no uploader holds these ids) all are given.
+        """
+        recs = list(self._orig["get_files"](session_id, file_ids))
+        if not recs:
+            return recs
+        widget_id = self.holder(self.runtime, session_id, file_ids)
+        if widget_id is None:
+            return recs
+        types = self.uploaders(self.runtime, session_id).get(widget_id)
+        with self._lock:
+            given = dict(self._ids.get(session_id, {}))
+        kept = []
+        for rec in recs:
+            widgets = given.get(rec.file_id, ("", frozenset()))[1]
+            if widget_id in widgets and takes(rec.name, types):
+                kept.append(rec)
+                continue
+            self.refused += 1
+            _notice(f"Upload refused: {md_escape(rec.name)} is not a file this uploader takes.")
+        return kept
+
     def remove_file(self, session_id: str, file_id: str) -> None:
         """The page removed a file: its bytes and its id go."""
         self._orig["remove_file"](session_id, file_id)
         with self._lock:
-            self._ids.get(session_id, set()).discard(file_id)
+            self._ids.get(session_id, {}).pop(file_id, None)
 
     def remove_session_files(self, session_id: str) -> None:
         """Streamlit shut the session down: its files and ids go."""
@@ -164,7 +296,7 @@ class UploadGuard:
             ids = list(self._ids.get(session_id, ()))
         if file_id is not None:
             ids = [file_id] if file_id in ids else []
-        return list(self.manager.get_files(session_id, ids))
+        return list(self._orig["get_files"](session_id, ids))
 
     def total_bytes(self) -> int:
         """Bytes the manager holds for every session (Streamlit's own count)."""
@@ -226,6 +358,14 @@ class UploadGuard:
             setattr(self.manager, name, getattr(self, name))
         self.runtime.is_active_session = self.is_active_session
         return self
+
+
+def _notice(text: str) -> None:
+    """A toast on the page being run (nothing outside a page run; never raises into Streamlit)."""
+    try:
+        st.toast(text, icon=":material/block:")
+    except Exception:  # a toast is a courtesy: the refusal itself already happened
+        _LOG.warning("upload guard: could not show the refusal notice")
 
 
 _GUARD: list[UploadGuard] = []

@@ -12,6 +12,7 @@ the release is seen within the test.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import re
 import time
 import urllib.request
@@ -99,4 +100,75 @@ def test_uploads_only_where_an_uploader_is_and_released_with_the_session():
     # the uploaded zip opened as a run: its Format metric reads verl
     assert any(kind == "metric" and text == "verl" for _, kind, _, text in run.parts), run.parts
     assert out["held_after_close"] == 0
+    assert tracebacks == []
+
+
+async def _crafted(base: str) -> dict:
+    """The #33 attack: an upload URL for ``bomb.jsonl.gz``, the PUT, the uploader set to it."""
+    xsrf = xsrf_cookie(base)
+    out: dict = {}
+    student = Session(base)
+    await student.connect()
+    res = await student.run(page="Your_run")
+    out["uploader"] = "run_upload" in res.widgets
+    bomb = gzip.compress(b'{"prompt": "p", "response": "r", "reward": 1}\n' * 1000)
+    out["bomb_urls"] = await student.file_urls(["bomb.jsonl.gz"])
+    # asked as a good name, sent under the crafted one
+    ((file_id, url),) = await student.file_urls(["steps.jsonl"])
+    out["renamed_put"] = put_file(base, url, "bomb.jsonl.gz", bomb, xsrf)[0]
+    # set on the uploader anyway (as a crafted client may): the page must still run
+    crafted = UploadedFile(file_id, "bomb.jsonl.gz", len(bomb), url)
+    out["set_run"] = await student.run(files={"run_upload": [crafted]}, widgets=res.widgets)
+    out["again"] = await student.run(files={"run_upload": [crafted]}, widgets=res.widgets)
+    # over the server's upload quota (1 MB here): refused before it is stored
+    ((_, big_url),) = await student.file_urls(["big.jsonl"])
+    out["big_put"] = put_file(base, big_url, "big.jsonl", b"x" * (QUOTA_MB * 2**20 + 1), xsrf)[0]
+    await asyncio.sleep(METRICS_TTL_S)
+    out["held_after_refusals"] = held_bytes(base)
+    # and the session keeps working: a good upload opens as a run
+    data = (FIXTURES / "uploads" / "verl_steps.zip").read_bytes()
+    ((good_id, good_url),) = await student.file_urls(["verl_steps.zip"])
+    out["good_put"] = put_file(base, good_url, "verl_steps.zip", data, xsrf)[0]
+    good = UploadedFile(good_id, "verl_steps.zip", len(data), good_url)
+    out["good_run"] = await student.run(files={"run_upload": [good]}, widgets=res.widgets)
+    # an id given on the Training page (its run-file uploader takes .jsonl), set on Your run's
+    train = await student.run(page="Training")
+    out["train_uploader"] = "tr_open_file" in train.widgets
+    ((other_id, other_url),) = await student.file_urls(["r.jsonl"])
+    out["other_put"] = put_file(base, other_url, "r.jsonl", b'{"type": "header"}\n', xsrf)[0]
+    res = await student.run(page="Your_run")
+    other = UploadedFile(other_id, "r.jsonl", 19, other_url)
+    out["cross_run"] = await student.run(files={"run_upload": [other]}, widgets=res.widgets)
+    await student.close()
+    return out
+
+
+QUOTA_MB = 1  # the guard's cap on all held uploads (ROLL_VIZ_UPLOAD_QUOTA_MB); Streamlit's 200
+
+
+def test_issue_33_a_crafted_name_and_size_are_refused_and_the_session_keeps_working():
+    env = {"ROLL_VIZ_UPLOAD_QUOTA_MB": str(QUOTA_MB)}
+    with streamlit_server(model="tiny", extra_env=env) as srv:
+        out = asyncio.run(_crafted(srv.base))
+        tracebacks = srv.tracebacks()
+    assert out["uploader"]
+    assert out["bomb_urls"] == []  # no uploader on the page takes .gz: no URL
+    assert out["renamed_put"] == 403  # the URL was given for steps.jsonl
+    for key in ("set_run", "again"):
+        run = out[key]
+        assert run.status == "FINISHED_SUCCESSFULLY", key
+        assert run.exceptions == [], (key, run.exceptions)  # was "This app has encountered..."
+    assert out["big_put"] == 413
+    assert out["held_after_refusals"] == 0  # nothing of the refused files was kept
+    assert out["good_put"] == 204
+    good = out["good_run"]
+    assert good.status == "FINISHED_SUCCESSFULLY"
+    assert good.exceptions == []
+    assert any(kind == "metric" and text == "verl" for _, kind, _, text in good.parts), good.parts
+    assert out["train_uploader"]
+    assert out["other_put"] == 204
+    cross = out["cross_run"]
+    assert cross.status == "FINISHED_SUCCESSFULLY"
+    assert cross.exceptions == []
+    assert cross.toasts == ["Upload refused: r.jsonl is not a file this uploader takes."]
     assert tracebacks == []

@@ -142,7 +142,8 @@ def zip_members(data: bytes, limit: int = MAX_UNZIPPED_BYTES) -> Iterator[tuple[
         yield place, chunks(info)
 
 
-def _quota_from_env() -> int:
+def quota_from_env() -> int:
+    """The upload quota in bytes: ``ROLL_VIZ_UPLOAD_QUOTA_MB`` (1 MB - 1 TB), else 1 GiB."""
     raw = os.environ.get("ROLL_VIZ_UPLOAD_QUOTA_MB", "")
     try:
         mb = int(raw)
@@ -192,7 +193,7 @@ class UploadStore:
         self, parent: str | Path | None = None, quota: int | None = None, grace_s: float = GRACE_S
     ) -> None:
         self.parent = Path(parent) if parent is not None else Path(tempfile.gettempdir())
-        self.quota = _quota_from_env() if quota is None else int(quota)
+        self.quota = quota_from_env() if quota is None else int(quota)
         self.grace_s = grace_s
         self._lock = threading.RLock()  # ``jail`` is read while the lock is held
         self._holders: dict[str, set[str]] = {}  # digest -> holders
