@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11:
-#   make run   -> creates .venv, installs, starts the app (app.py) on the bundled default model
+#   make run   -> creates .venv, installs, starts the app (app.py) on the bundled default model;
+#                 prints this computer's address and the one phones on the same network open
 #   make test  -> same install, runs the whole suite (unit, AppTest, browser); CI runs this
 # and, for development:
 #   make test-fast    -> the suite without the browser, the servers, the real model and benchmarks

@@ -6,15 +6,25 @@ other page and the server's health answer waited 0.4-1.2 s (``churn_load``'s
 ``warmup_health_max_ms``). ``serve`` imports them first, then starts Streamlit in the same
 process, so the first page finds them loaded. ``make run`` uses it. SCRIPT defaults to the
 router (``app.py`` at the repository root); the rest goes to ``streamlit run`` unchanged.
+
+Before the server starts it prints two addresses: the one for this computer (the projector) and
+the one phones on the same network open (``lm.network.network_ip``, as the Lesson page's QR code
+uses), or says plainly that this computer has no network address. So that the printed port is
+the server's, the port is pinned to 8501 when neither ``--server.port`` nor
+``STREAMLIT_SERVER_PORT`` sets one (Streamlit would otherwise move to a free port without a word
+when 8501 is taken; pinned, it says the port is in use).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import runpy
 import sys
 import time
 from pathlib import Path
+
+from roll_viz.lm import network
 
 MODEL_STACK = ("torch", "transformers", "peft")
 ROUTER = Path(__file__).resolve().parents[2] / "app.py"
@@ -28,6 +38,49 @@ def warm_imports() -> float:
     return time.perf_counter() - t0
 
 
+def flag(argv: list[str], name: str) -> str | None:
+    """The value of a Streamlit flag (``--name=value`` or ``--name value``), else its env var."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+        if arg == f"--{name}" and i + 1 < len(argv):
+            return argv[i + 1]
+    return os.environ.get("STREAMLIT_" + name.upper().replace(".", "_")) or None
+
+
+def address_lines(argv: list[str], lan_ip: str | None) -> list[str]:
+    """What ``serve`` prints before the server starts: this computer's and the phones' address.
+
+    Args:
+        argv: the flags for ``streamlit run``.
+        lan_ip: this machine's network address (``network.network_ip()``), None when offline.
+    """
+    port = flag(argv, "server.port") or str(network.DEFAULT_PORT)
+    bound = flag(argv, "server.address")
+    here = f"roll-viz: on this computer (the projector): http://localhost:{port}"
+    if bound and network.is_loopback(bound):
+        return [
+            here,
+            f"roll-viz: phones cannot reach this server: it listens on {bound} only (start it "
+            "without --server.address, or with --server.address=0.0.0.0)",
+        ]
+    if bound and bound not in {"0.0.0.0", "::"}:  # one address given: the one everyone uses
+        url = f"http://{network.host_port(bound, int(port))}"
+        return [f"roll-viz: on this computer and on phones: {url}"]
+    if lan_ip is None:
+        return [
+            here,
+            "roll-viz: phones: this computer has no network address, so no phone can reach it: "
+            "connect it to the classroom network or a phone's hotspot, then open the Lesson "
+            'page again (docs/lessons.md, "Classroom network")',
+        ]
+    return [
+        here,
+        f"roll-viz: phones on the same network:       http://{lan_ip}:{port} (the Lesson "
+        "page's QR code uses it)",
+    ]
+
+
 def main(argv: list[str]) -> int:
     """Warm the imports, then run Streamlit on SCRIPT (returns Streamlit's exit code)."""
     if argv and argv[0] in {"-h", "--help"}:
@@ -39,8 +92,12 @@ def main(argv: list[str]) -> int:
     if not script.is_file():
         print(f"error: no app script {script.name}: run from a roll-viz checkout", file=sys.stderr)
         return 2
+    if flag(argv, "server.port") is None:
+        argv = [*argv, f"--server.port={network.DEFAULT_PORT}"]  # the port printed is the port
     seconds = warm_imports()
     print(f"roll-viz: model stack imported in {seconds:.1f} s; starting the server", flush=True)
+    for line in address_lines(argv, network.network_ip()):
+        print(line, flush=True)
     # ``python -m streamlit run SCRIPT ...`` in this process (the cli layer drives Streamlit's own
     # command line; it does not use Streamlit's API)
     sys.argv = ["streamlit", "run", str(script), *argv]

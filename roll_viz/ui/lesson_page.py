@@ -22,8 +22,9 @@ import contextlib
 import functools
 import hashlib
 import io
+import urllib.parse
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import segno
 import streamlit as st
@@ -40,6 +41,7 @@ from roll_viz.data.lessons import (
     load_lesson,
     parse_lesson,
 )
+from roll_viz.lm import network
 from roll_viz.ui import flow, reconnect
 from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text, owner_key
 from roll_viz.views import lesson_charts
@@ -192,17 +194,65 @@ def export_csv(code: str, key: str, lesson: Lesson, state: Any = None) -> str:
     return csv_text(header, rows)
 
 
-def vote_link(code: str) -> str:
-    """The phone link of a room, on the host the teacher's browser used."""
-    base = ""
+class PhoneLink(NamedTuple):
+    """Where phones join a room.
+
+    Attributes:
+        url: the phone page's link with the room code, or None when no phone could open one
+            (the page is on a loopback host and this machine has no network address).
+        note: one line for the teacher about it ("" when there is nothing to say).
+    """
+
+    url: str | None
+    note: str
+
+
+SAME_NETWORK = "Phones must be on the same network as this computer."
+NO_NETWORK = (
+    "This computer has no network address, so no phone can reach it: connect it to the "
+    "classroom network or a phone's hotspot, then reload this page (docs/lessons.md, "
+    "Classroom network)."
+)
+
+
+def phone_link(page_url: str | None, code: str, lan_ip: str | None) -> PhoneLink:
+    """The phones' link of a room, from the teacher page's own URL.
+
+    On a loopback host (``localhost``, ``127.x``, ``[::1]``: the teacher's browser runs on the
+    server) the link takes this machine's network address instead, as Streamlit's "Network URL"
+    does, with the port and scheme of the page; any other host is kept (the phones reach the
+    server the way the teacher's browser did).
+
+    Args:
+        page_url: the teacher page's URL (``st.context.url``), None when unknown.
+        code: the room code.
+        lan_ip: this machine's network address (``network.network_ip()``), None when offline.
+    """
+    path = f"/{VOTE_PATH}?room={code}"
+    if not page_url or not page_url.startswith(("http://", "https://")):
+        return PhoneLink(path, "")
+    parts = urllib.parse.urlsplit(page_url)
     try:
-        url = st.context.url or ""
+        port = parts.port
+    except ValueError:  # a malformed port: keep the host as the browser sent it
+        return PhoneLink(f"{parts.scheme}://{parts.netloc}{path}", "")
+    if not network.is_loopback(parts.hostname):
+        return PhoneLink(f"{parts.scheme}://{parts.netloc}{path}", "")
+    if lan_ip is None:
+        return PhoneLink(None, NO_NETWORK)
+    return PhoneLink(f"{parts.scheme}://{network.host_port(lan_ip, port)}{path}", SAME_NETWORK)
+
+
+def _page_url() -> str | None:
+    try:
+        return st.context.url
     except (AttributeError, RuntimeError):
-        url = ""
-    if url.startswith(("http://", "https://")):
-        scheme, rest = url.split("://", 1)
-        base = f"{scheme}://{rest.split('/', 1)[0]}"
-    return f"{base}/{VOTE_PATH}?room={code}"
+        return None
+
+
+def vote_link(code: str) -> PhoneLink:
+    """The phones' link of a room as this teacher's browser should show it (``phone_link``)."""
+    return phone_link(_page_url(), code, network.network_ip())
 
 
 @functools.lru_cache(maxsize=64)
@@ -337,12 +387,11 @@ def _start_view(state: Any) -> None:
 def _join_panel(code: str) -> None:
     link = vote_link(code)
     st.markdown(f'<div class="lesson-code">{code}</div>', unsafe_allow_html=True)
-    st.image(qr_png(link), width=220)
-    st.caption(f"Phones: scan, or open {md_escape(link)}")
-    st.caption(
-        "Only this browser controls the room (a cookie, not the link): a refresh keeps it; "
-        "a copy of this page's link shows no controls."
-    )
+    if link.url is None:
+        st.warning(link.note, icon=":material/wifi_off:")
+    else:
+        st.image(qr_png(link.url), width=220)
+        st.caption(f"Phones: scan, or open {md_escape(link.url)}. {link.note}".strip())
 
 
 @st.fragment(run_every=TEACHER_POLL_S)
@@ -487,7 +536,8 @@ def _not_yours(code: str) -> None:
         "page below; to start a lesson of your own, open Lesson without the room in the link.",
         icon=":material/co_present:",
     )
-    st.caption(md_escape(vote_link(code)))
+    link = vote_link(code)
+    st.caption(md_escape(link.url or link.note))
 
 
 def teacher_page(state: Any) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import urllib.parse
 
+from roll_viz.lm import network
 from tests.browser import streamlit_page as sp
 
 PHONE = {"width": 360, "height": 740}
@@ -45,8 +46,18 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     code = query["room"][0]
     assert set(query) <= {"room", "present", "hide", "lesson"}, query  # no teacher key in it
     sp.wait_idle(teacher)
-    assert teacher.get_by_test_id("stImage").count() >= 1  # the QR code
     _wait_text(teacher, code)
+    # the teacher's page is on 127.0.0.1: the room link and QR code use the network address
+    lan = network.network_ip()
+    main = teacher.get_by_test_id("stMain").inner_text()
+    port = urllib.parse.urlparse(server).port
+    if lan is None:  # a machine with no network: said plainly, no link
+        assert "no network address" in main
+    else:
+        assert f"http://{lan}:{port}/vote?room={code}" in main
+        assert "Phones must be on the same network" in main
+        assert teacher.get_by_test_id("stImage").count() >= 1  # the QR code
+    assert "127.0.0.1" not in main
 
     phones = []
     for _ in range(3):

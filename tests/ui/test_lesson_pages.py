@@ -306,3 +306,47 @@ def test_a_late_tap_after_the_teacher_moved_on(started):
     assert "the teacher has moved on" in plain(at)
     assert "question 2 of 14" in plain(at)  # and it now shows the current question
     assert STORE.tally(code, key, step=0).answered[1] == 0
+
+
+@pytest.mark.parametrize(
+    ("page_url", "lan_ip", "link", "note"),
+    [
+        # the teacher's browser on the server: the phones get the network address, same port
+        ("http://localhost:8501/Lesson", "192.168.1.23", "http://192.168.1.23:8501", "same"),
+        ("http://127.0.0.1:8765/Lesson", "10.0.0.7", "http://10.0.0.7:8765", "same"),
+        ("http://[::1]:8501/Lesson", "10.0.0.7", "http://10.0.0.7:8501", "same"),
+        ("https://localhost/Lesson", "10.0.0.7", "https://10.0.0.7", "same"),
+        # already on an address phones reach: kept as the browser used it
+        ("http://192.168.1.23:8501/Lesson", "10.9.9.9", "http://192.168.1.23:8501", ""),
+        ("https://class.example.org/Lesson", None, "https://class.example.org", ""),
+        # on the server and no network at all: no dead link, one plain sentence
+        ("http://localhost:8501/Lesson", None, None, "no network"),
+    ],
+)
+def test_phone_link_on_a_loopback_host_uses_the_network_address(page_url, lan_ip, link, note):
+    got = lesson_page.phone_link(page_url, "ABCDE", lan_ip)
+    assert got.url == (None if link is None else f"{link}/vote?room=ABCDE")
+    assert {"same": "same network", "no network": "no network address", "": ""}[note] in got.note
+    assert bool(note) == bool(got.note)
+
+
+def test_teacher_page_shows_the_network_link_and_says_so(monkeypatch):
+    monkeypatch.setattr(lesson_page, "_page_url", lambda: "http://localhost:8501/Lesson")
+    monkeypatch.setattr(lesson_page.network, "network_ip", lambda: "192.168.1.23")
+    at = teacher()
+    click(at, "lesson_start")
+    code = url_param(at, "room")
+    try:
+        shown = plain(at)
+        assert f"http://192.168.1.23:8501/vote?room={code}" in shown
+        assert "localhost" not in shown
+        assert "Phones must be on the same network" in shown
+        assert at.get("image")  # the QR code
+        # no network address at all: said plainly, no QR code of a dead link
+        monkeypatch.setattr(lesson_page.network, "network_ip", lambda: None)
+        run(at)
+        assert "no network address" in plain(at)
+        assert not at.get("image")
+        assert "/vote?room=" not in plain(at)
+    finally:
+        STORE.close(code, owner_key(browser_key(at), code))
