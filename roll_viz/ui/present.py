@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import streamlit as st
 
+from roll_viz.ui import a11y
 from roll_viz.ui.state import KEY_HIDE, KEY_PRESENT
 from roll_viz.ui.url import bound
 
@@ -151,6 +152,7 @@ def inject_css(present: bool, hide: tuple[str, ...]) -> None:
     if rules:
         css += "<style>" + ", ".join(rules) + " { display: none !important; }</style>"
     st.html(css)
+    a11y.inject()  # WCAG fixes on Streamlit's markup (navigation list, formulas, charts)
     if "sidebar" in hide:
         # the sidebar and its toggle are hidden: leave a visible way back (same tab, same state)
         st.button(

@@ -1,0 +1,106 @@
+"""Every page passes axe-core's WCAG 2.0 / 2.1 A and AA rules with no serious or critical violation.
+
+axe-core is the copy pinned in requirements-dev.txt (``axe-playwright-python`` ships
+``axe.min.js``; nothing is fetched at test time). Each page of ``roll_viz.nav.PAGES`` is opened
+in a fresh browser, in the default and in the projector mode, and axe runs once the app is idle
+and ``roll_viz/ui/a11y.js`` has applied its fixes. A failure prints each rule, its impact, how
+many nodes and the first node's target. The same visit checks that every chart has a text
+alternative with its numbers; the last test scrolls a wide formula from the keyboard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from axe_playwright_python.base import AXE_SCRIPT
+
+from roll_viz import nav
+from tests.browser import streamlit_page as sp
+
+TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
+BLOCKING = ("serious", "critical")
+MODES = {"default": "", "projector": "?present=true"}
+#: resolves once a11y.js has no fix pending (true at once on a page that never loaded it)
+SETTLED = "() => !window.__rvA11y || !window.__rvA11y.pending"
+
+
+def axe(page) -> list[dict]:
+    """The WCAG A/AA violations axe-core finds on the page as it is now."""
+    page.wait_for_function(SETTLED)
+    page.evaluate(AXE_SCRIPT)
+    options = {"runOnly": {"type": "tag", "values": TAGS}, "resultTypes": ["violations"]}
+    return page.evaluate(f"() => axe.run(document, {json.dumps(options)})")["violations"]
+
+
+def report(violations: list[dict]) -> str:
+    """One line per rule: id, impact, node count, the first node's target and its markup."""
+    return "\n".join(
+        f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes): {v['nodes'][0]['target']} "
+        f"{v['nodes'][0]['html'][:160]}"
+        for v in violations
+    )
+
+
+def js_number(v: float) -> str:
+    """A number as a11y.js writes it: 3 significant digits, exponent when tiny or huge."""
+    if v and not 1e-3 <= abs(v) < 1e5:
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{v:.2e}")
+    return f"{float(f'{v:.3g}'):g}"
+
+
+def chart_labels(page) -> list[tuple[str | None, str | None]]:
+    """(role, aria-label) of every Plotly chart on the page."""
+    return page.locator(".js-plotly-plot").evaluate_all(
+        "els => els.map(e => [e.getAttribute('role'), e.getAttribute('aria-label')])"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("key", [p.key for p in nav.PAGES])
+def test_no_serious_or_critical_violation(key, mode, page, server):
+    sp.goto(page, f"{server}/{nav.page(key).url_path}{MODES[mode]}")
+    assert not sp.exceptions(page)
+    blocking = [v for v in axe(page) if v["impact"] in BLOCKING]
+    assert not blocking, f"{key} ({mode}):\n{report(blocking)}"
+    # every chart is a named figure whose name carries numbers (WCAG 1.1.1 text alternative)
+    for role, label in chart_labels(page):
+        assert role == "figure", (key, role, label)
+        assert (label or "").startswith("Chart"), (key, label)
+        assert any(c.isdigit() for c in label), (key, label)
+
+
+def test_the_chart_text_names_the_figures_numbers(page, server):
+    """Token KL's heatmap: its label gives the z grid's size and its value range."""
+    sp.goto(page, f"{server}/{nav.url_path('kl')}")
+    page.wait_for_function(SETTLED)
+    rows, cols, low, top = page.evaluate(
+        """() => {
+          const z = Array.from(document.querySelector('.js-plotly-plot')._fullData[0].z);
+          const vals = z.flatMap(r => Array.from(r)).filter(Number.isFinite);
+          return [z.length, Math.max(...z.map(r => r.length)), Math.min(...vals),
+                  Math.max(...vals)];
+        }"""
+    )
+    _role, label = chart_labels(page)[0]
+    assert f"{rows} by {cols}" in label, label
+    assert f"values {js_number(low)} to {js_number(top)}" in label, (label, low, top)
+
+
+def test_a_wide_formula_scrolls_from_the_keyboard(page, server):
+    """A display formula wider than its column is a tab stop that the arrow keys scroll."""
+    page.set_viewport_size({"width": 700, "height": 900})  # narrow: the formulas overflow
+    sp.goto(page, f"{server}/{nav.url_path('kl')}")
+    page.wait_for_function(SETTLED)
+    wide = page.locator("[data-testid=stMain] .katex-display").evaluate_all(
+        "els => els.map((e, i) => [i, e.scrollWidth > e.clientWidth, e.tabIndex])"
+    )
+    assert wide, "no display formula on Token KL"
+    assert all(tab == 0 for _i, _w, tab in wide), wide
+    first = next(i for i, overflows, _tab in wide if overflows)
+    formula = page.locator("[data-testid=stMain] .katex-display").nth(first)
+    formula.focus()
+    assert formula.evaluate("e => document.activeElement === e")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("e => e.scrollLeft > 0", arg=formula.element_handle())
