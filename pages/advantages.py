@@ -8,7 +8,7 @@ from roll_viz.views import chips, explain, heatmaps, scales, tables, text
 
 with ui.page_guard("Advantages"):
     state = ui.page_setup("Advantages")
-    st.title("4. Advantages: which tokens get pushed up, which down")
+    ui.lecture_title("advantages", "Advantages: which tokens get pushed up, which down")
 
     rollout = ui.cached_rollout(state)
     mask = rollout.response_mask
@@ -185,4 +185,4 @@ with ui.page_guard("Advantages"):
         for est in ordered:
             st.markdown(f"**{est}**\n" + "\n".join(f"- {n}" for n in results[est].notes))
 
-    ui.next_page("local_global", "Next: Local vs global")
+    ui.back_next("advantages")

@@ -168,4 +168,4 @@ with ui.page_guard("Eras"):
         "KL(ref || pi)."
     )
     ui.download_csv(view.tokens, "kl_gradient_per_token", key="eras_kl_csv")
-    ui.next_page("frameworks", "Next: Frameworks - the same batch in four dialects")
+    ui.back_next("eras")

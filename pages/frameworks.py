@@ -10,7 +10,7 @@ from roll_viz.views import text
 with ui.page_guard("Frameworks"):
     state = ui.page_setup("Frameworks")
 
-    st.title("Frameworks: one batch, four dialects")
+    ui.lecture_title("frameworks", "Frameworks: one batch, four dialects")
     with ui.folded("The conventions, in formulas"):
         st.markdown(
             'ROLL, verl, OpenRLHF and TRL all say "GRPO" or "REINFORCE++", but they differ in '
@@ -155,4 +155,4 @@ with ui.page_guard("Frameworks"):
 
     fw_ui.additions_2026()
 
-    ui.next_page("self_test", "Next: Self-test - check the math live")
+    ui.back_next("frameworks")

@@ -173,4 +173,4 @@ with ui.page_guard("Home"):
                 icon=":material/check_circle:",
             )
 
-    ui.next_page("samples", "Next: Samples")
+    ui.back_next("home")

@@ -37,7 +37,7 @@ def stretch_sentence(lg) -> str:
 with ui.page_guard("Local vs global"):
     state = ui.page_setup("Local vs global")
 
-    st.title("Local vs global normalization")
+    ui.lecture_title("local_global", "Local vs global normalization")
     with ui.folded("Local and global, in formulas"):
         st.markdown(
             "Group methods (GRPO and friends) turn rewards into advantages by subtracting a mean and "
@@ -194,4 +194,4 @@ with ui.page_guard("Local vs global"):
         )
         ui.download_csv(lg.groups, "group_stats_batch", key="lg_groups_csv")
 
-    ui.next_page("sensitivity", "Next: Sensitivity - sweep beta, gamma, lambda and G")
+    ui.back_next("local_global")

@@ -67,4 +67,4 @@ with ui.page_guard("Sampler ≠ trainer"):
             "masked token has no gradient at all; a truncated one has a smaller one.",
             title="Loss and gradient",
         )
-    ui.next_page("training", "Next: Training - many steps in a row")
+    ui.back_next("mismatch")

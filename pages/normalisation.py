@@ -8,7 +8,7 @@ from roll_viz.views import normalisation_charts as charts
 with ui.page_guard("Normalisation"):
     state = ui.page_setup("Normalisation")
 
-    st.title("The normalisation matrix")
+    ui.lecture_title("normalisation", "The normalisation matrix")
     st.markdown(
         "Every group method computes **A = (r - mean) / (std + eps)**. They differ in where the "
         "mean and the std come from: **nothing**, the prompt's **group**, or the whole **batch**. "
@@ -96,4 +96,4 @@ with ui.page_guard("Normalisation"):
         "- **mask, new denominator**: the same numbers as dropping (ROLL's difficulty mask).",
         title="What to look at",
     )
-    ui.next_page("sensitivity", "Next: Sensitivity - sweep beta, gamma, lambda and G")
+    ui.back_next("normalisation")

@@ -8,7 +8,7 @@ from roll_viz.views import charts, explain, tables, text
 
 with ui.page_guard("Rewards"):
     state = ui.page_setup("Rewards")
-    st.title("2. Rewards: one number per response, then post-processing")
+    ui.lecture_title("rewards", "Rewards: one number per response, then post-processing")
 
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
@@ -131,4 +131,4 @@ with ui.page_guard("Rewards"):
     with st.expander("Conventions the dialect applied"):
         st.markdown("\n".join(f"- {n}" for n in trace.notes) or "none")
 
-    ui.next_page("kl", "Next: Token KL")
+    ui.back_next("rewards")

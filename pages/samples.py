@@ -10,7 +10,7 @@ from roll_viz.views import chips, tables, text
 
 with ui.page_guard("Samples"):
     state = ui.page_setup("Samples")
-    st.title("1. Samples: what the policy wrote")
+    ui.lecture_title("samples", "Samples: what the policy wrote")
 
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
@@ -94,4 +94,4 @@ with ui.page_guard("Samples"):
         st.dataframe(tokens, hide_index=True, key="samples_tokens")
         ui.download_csv(tokens, "sample_tokens", key="dl_sample_tokens")
 
-    ui.next_page("rewards", "Next: Rewards")
+    ui.back_next("samples")

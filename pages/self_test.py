@@ -85,4 +85,4 @@ with ui.page_guard("Self-test"):
         title="What is checked",
     )
 
-    ui.next_page("home", "Back to the start: the whole signal chain")
+    ui.back_next("self_test")

@@ -178,4 +178,4 @@ with ui.page_guard("Sensitivity"):
     st.dataframe(table, key="sw_table", hide_index=True, width="stretch")
     ui.download_csv(table, f"sweep_{param}" + (f"_{param2}" if param2 else ""), key="sw_csv")
 
-    ui.next_page("frameworks", "Next: Frameworks - the same batch in ROLL, verl, OpenRLHF and TRL")
+    ui.back_next("sensitivity")

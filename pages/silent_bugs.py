@@ -15,3 +15,4 @@ with ui.page_guard("Silent bugs"):
     )
     bug = silent_bugs_page.choose_bug()
     silent_bugs_page.lesson(bug)
+    ui.back_next("silent_bugs")

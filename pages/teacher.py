@@ -104,4 +104,4 @@ with ui.page_guard("Teacher as reference"):
     with st.expander("Every token"):
         st.dataframe(named(signal.tokens), key="opd_tokens", hide_index=True, width="stretch")
         ui.download_csv(signal.tokens, "teacher_tokens", key="opd_tokens_csv")
-    ui.next_page("frameworks", "Next: Frameworks - the same batch in four dialects")
+    ui.back_next("teacher")

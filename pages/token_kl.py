@@ -9,7 +9,7 @@ from roll_viz.views import charts, explain, heatmaps, scales, tables
 
 with ui.page_guard("Token KL"):
     state = ui.page_setup("Token KL")
-    st.title("3. Token KL: how far did the policy drift, token by token?")
+    ui.lecture_title("kl", "Token KL: how far did the policy drift, token by token?")
 
     rollout = ui.cached_rollout(state)
     mask = rollout.response_mask
@@ -271,4 +271,4 @@ with ui.page_guard("Token KL"):
     with c2:
         ui.download_trace_json(trace, key="dl_trace_kl", state=state, rollout=rollout)
 
-    ui.next_page("advantages", "Next: Advantages")
+    ui.back_next("kl")

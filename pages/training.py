@@ -37,7 +37,7 @@ def _start_hacking(state) -> None:
 
 with ui.page_guard("Training"):
     state = ui.page_setup("Training")
-    st.title("10. Training: the whole loop, step after step")
+    ui.lecture_title("training", "Training: the whole loop, step after step")
     ui.prose(
         "Every other page shows **one** step. Here the loop runs: sample G answers per prompt "
         "from the policy, score them, compute the per-token KL to the reference, turn rewards "
@@ -284,3 +284,4 @@ with ui.page_guard("Training"):
     if tabs[6].open:
         with tabs[6]:
             demos.era_tab(state, refresh)
+    ui.back_next("training")

@@ -9,7 +9,7 @@ from roll_viz.views import text, update_charts
 
 with ui.page_guard("Update"):
     state = ui.page_setup("Update")
-    st.title("Update: one real gradient step on the model")
+    ui.lecture_title("update", "Update: one real gradient step on the model")
 
     rollout = ui.cached_rollout(state)
     trace = ui.cached_trace(state)
@@ -45,7 +45,7 @@ with ui.page_guard("Update"):
         if problem:
             st.info(problem + " Sample a live batch with the loaded model to take a step.")
             st.button("Use the live model", key="upd_go_live", on_click=ui.go_live)
-            st.stop()
+            ui.stop_page("update")
         c1, c2 = st.columns([1, 1])
         with c1:
             clicked = st.button("Take one update step", key=upd.KEY_STEP, type="primary")
@@ -69,7 +69,7 @@ with ui.page_guard("Update"):
     if result is None:
         with main:
             st.caption("No step taken on this batch yet.")
-        st.stop()
+        ui.stop_page("update")
 
     with main:
         st.markdown(upd.summary_markdown(result))
@@ -156,3 +156,4 @@ with ui.page_guard("Update"):
     if result.delta is None:  # last: the step's figures are on screen while this runs
         why = upd.finish_rescore(state, rollout, result)  # reruns the page when done
         rescoring.update(state="error", label=why)
+    ui.back_next("update")

@@ -46,7 +46,7 @@ with ui.page_guard("Your run"):
         )
     if not choices:
         st.info("Upload a file, or ask whoever runs the server for a runs folder.")
-        st.stop()
+        ui.stop_page("your_run")
     run_id = st.selectbox(
         "Run", choices, format_func=lambda c: c.split(":", 1)[1].split("/")[-1], key="run_pick"
     )
@@ -54,7 +54,7 @@ with ui.page_guard("Your run"):
         run = runs.open_cached(run_id)
     except (ValueError, OSError) as err:
         st.error(f"Cannot open this run: {text.md_escape(str(err))}", icon=":material/error:")
-        st.stop()
+        ui.stop_page("your_run")
 
     with ui.folded("What was detected in the run"):
         c1, c2, c3, c4 = st.columns(4)
@@ -83,7 +83,7 @@ with ui.page_guard("Your run"):
                 st.markdown(f"- {text.md_escape(str(warning))}")
     if not run.steps:
         st.warning("The file has no steps with samples.")
-        st.stop()
+        ui.stop_page("your_run")
 
     # --- 2. choose a step and make it the data of every page -----------------------------------
     pick, use = st.columns([3, 1], vertical_alignment="bottom")
@@ -200,3 +200,4 @@ with ui.page_guard("Your run"):
             run_id, step_no, m, result.results["max_variance"].rewards
         )
         ui.plot(history_charts.pods_sweep(sweep_rows), key="run_pods_sweep")
+    ui.back_next("your_run")

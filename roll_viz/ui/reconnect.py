@@ -39,6 +39,8 @@ from typing import Any
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+from roll_viz.data.runs.timers import Deadline, Deadlines
+
 DEFAULT_GRACE_S = 120.0
 GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
 
@@ -127,6 +129,11 @@ def session_id() -> str:
     return ctx.session_id if ctx is not None else "no-session"
 
 
+#: the one thread that frees parked items whose grace ended (a ``threading.Timer`` each held a
+#: thread per closed session for the whole grace, after every class: #33)
+EXPIRIES = Deadlines("roll-viz-parking")
+
+
 class Parking:
     """Items of closed sessions, each kept ``grace_s`` seconds for the same session to return.
 
@@ -137,19 +144,17 @@ class Parking:
     def __init__(self, grace_s: float = RECONNECT_GRACE_S) -> None:
         self.grace_s = grace_s
         self._lock = threading.Lock()
-        self._items: dict[Hashable, tuple[Any, threading.Timer]] = {}
+        self._items: dict[Hashable, tuple[Any, Deadline]] = {}
 
     def park(self, key: Hashable, item: Any, on_expire: Callable[[Any], object]) -> None:
         """Keep ``item`` under ``key``; ``on_expire(item)`` runs if nobody takes it in time."""
-        timer = threading.Timer(self.grace_s, self._expire, args=(key, item, on_expire))
-        timer.daemon = True
-        with self._lock:
+        with self._lock:  # scheduled under the lock: ``_expire`` finds the item in place
             old = self._items.pop(key, None)
+            timer = EXPIRIES.call_later(self.grace_s, self._expire, key, item, on_expire)
             self._items[key] = (item, timer)
         if old is not None and old[0] is not item:
             old[1].cancel()
             on_expire(old[0])
-        timer.start()
 
     def take(self, key: Hashable) -> Any:
         """The item parked under ``key`` (its timer cancelled), or None."""

@@ -7,7 +7,7 @@ import html
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 import streamlit as st
@@ -84,10 +84,37 @@ def zero_kl_notice(text: str, key: str) -> None:
         )
 
 
-def next_page(page: str, label: str) -> None:
-    """The "Next ->" link at the bottom of a page (keeps the whole state)."""
+def lecture_title(page: str, text: str) -> None:
+    """The page's title, numbered when it is a lecture page ("6. The normalisation matrix").
+
+    The number is the page's place in ``nav.LECTURE`` (the README's recipe), the one the Back and
+    Next links show.
+    """
+    n = nav.number(page)
+    st.title(f"{n}. {text}" if n else text)
+
+
+def stop_page(page: str) -> NoReturn:
+    """End ``page`` here (``st.stop``) with its Back and Next links: an empty state leads on."""
+    back_next(page)
+    st.stop()
+
+
+def back_next(page: str) -> None:
+    """The Back and Next links at the bottom of ``page``, in the lecture's order.
+
+    The order is ``nav.tour()`` (the README's recipe, then the other pages in the navigation's
+    order), so no page names its neighbours; each link keeps the whole state (``page_link``).
+    """
+    back, after = nav.neighbours(page)
     st.divider()
-    page_link(page, label + " \u2192")
+    left, right = st.columns(2)
+    if back is not None:
+        with left:
+            page_link(back, f"\u2190 Back: {nav.numbered_title(back)}")
+    with right:
+        label = "Back to the start" if after == nav.HOME else "Next"
+        page_link(after, f"{label}: {nav.numbered_title(after)} \u2192")
 
 
 def page_link(page: str, label: str, *, icon: str | None = None) -> None:

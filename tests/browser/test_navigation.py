@@ -111,7 +111,7 @@ def test_a_shared_link_keeps_its_state_through_sidebar_links_and_back(server, br
     assert _history(page) == entries + 2
 
     # the in-page "Next" link keeps the state too
-    link = page.get_by_role("link", name=re.compile("^Next: Local vs global"))
+    link = page.get_by_role("link", name=re.compile(r"^Next: 5\. Local vs global"))
     sp.after_rerun(page, link.click)
     assert _path(page.url) == "Local_vs_Global"
     assert {k: sp.query(page.url).get(k) for k in LINK} == LINK

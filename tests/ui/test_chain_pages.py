@@ -86,14 +86,14 @@ def test_home_has_chain_presets_and_next_link():
     labels = [b.label for b in at.button]
     assert {"quantum", "arithmetic", "sentiment", "pirate", "Use the live model"} <= set(labels)
     links = page_links(at)
-    assert any(label.startswith("Next: Samples") for label in links.values())
+    assert any(label.startswith("Next: 1. Samples") for label in links.values())
     for target in ("Samples", "Rewards", "Token_KL", "Advantages", "Local_vs_Global"):
         assert target in links
 
 
 def test_next_link_keeps_the_state():
     at = open_page("kl", preset="pirate", beta="0.3", G="2")
-    assert list(page_links(at)) == ["Advantages"]
+    assert list(page_links(at)) == ["Rewards", "Advantages"]  # Back and Next
     at.switch_page(page_file("advantages"))  # what the link does
     rerun(at)
     assert at.title[0].value.startswith("4. Advantages")
@@ -107,10 +107,11 @@ def test_a_page_alone_links_with_the_state_in_the_url():
     at.query_params.update({"preset": "pirate", "beta": "0.3", "G": "2"})
     rerun(at)
     links = [h.proto.body for h in at.get("html") if h.proto.body.startswith("<a ")]
-    assert len(links) == 1
-    assert 'href="Advantages?' in links[0]
+    assert len(links) == 2  # Back and Next
+    assert 'href="Rewards?' in links[0]
+    assert 'href="Advantages?' in links[1]
     for part in ("preset=pirate", "beta=0.3", "G=2"):
-        assert part in links[0]
+        assert all(part in link for link in links)
 
 
 def test_home_preset_button_loads_the_preset_instantly():

@@ -96,6 +96,12 @@ def _local_global(at: AppTest) -> None:
     assert (table["local advantage"] - table[glob]).abs().max() > 0.1  # local amplifies
 
 
+def _normalisation(at: AppTest) -> None:
+    line = next(m.value for m in at.markdown if m.value.startswith("All-fail group"))
+    group, batch = (float(x) for x in re.findall(r"under (?:the )?\w+ std \*\*([\d.]+)", line))
+    assert group > 10 * batch  # the group std turns length noise into a full-size advantage
+
+
 def _step(at: AppTest) -> AppTest:
     at.button(key=upd.KEY_STEP).click().run()
     assert not at.exception
@@ -136,6 +142,7 @@ CLAIMS = {
     "Advantages?preset=pirate&est=grpo": _advantages_grpo,
     "Advantages?preset=pirate&est=gae": _advantages_gae,
     "Local_vs_Global": _local_global,
+    "Normalisation": _normalisation,
     "Update?live=true&G=4&T=16&policy=identical&est=grpo": _update_zero_loss,
     "Update?live=true&G=4&T=16&policy=steered": _update_steered,
     "Training?tab=Reward+hacking": _training,

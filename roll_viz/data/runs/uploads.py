@@ -9,7 +9,10 @@
   removes the uploads nobody holds, then is refused with a message;
 - holders: a session that saves or opens an upload holds it (``hold``); ``release(holder)`` when
   the session ends drops its holds, and an upload nobody holds is removed ``GRACE_S`` seconds
-  later (a reconnecting session, which Streamlit gives a new websocket, takes it back in time);
+  later (a reconnecting session, which Streamlit gives a new websocket, takes it back in time):
+  the reconnect grace of the runs (``ROLL_VIZ_RECONNECT_GRACE_S``, 120 s by default), the
+  removal timed on one shared thread (``timers.Deadlines``; a ``threading.Timer`` per closed
+  session held 20 threads for 120 s after each class, #33);
 - the folder is compared by real path (``RunsJail``), so a temp folder reached through a link
   (macOS's ``/tmp``) works.
 
@@ -40,11 +43,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from roll_viz.data.runs.jail import RunsJail
+from roll_viz.data.runs.timers import Deadlines
 
 PREFIX = "roll-viz-uploads"
 UPLOAD_QUOTA_BYTES = 1024 * 2**20  # all uploads of one server together (default 1 GiB)
 MAX_UPLOAD_BYTES = 200 * 2**20  # one file (Streamlit's server.maxUploadSize is the same)
-GRACE_S = 120.0  # an upload nobody holds is removed this long after its last holder left
+
+
+def _grace_from_env(default: float = 120.0) -> float:
+    """``ROLL_VIZ_RECONNECT_GRACE_S`` in [1, 3600] s (as ``ui.reconnect`` reads it), else 120."""
+    try:
+        value = float(os.environ.get("ROLL_VIZ_RECONNECT_GRACE_S", ""))
+    except ValueError:
+        return default
+    return value if 1.0 <= value <= 3600.0 else default
+
+
+GRACE_S = _grace_from_env()  # an upload nobody holds is removed this long after its last holder
+#: the one thread that removes uploads whose grace ended (shared by the stores of a process)
+TIMERS = Deadlines("roll-viz-upload-purge")
 UPLOAD_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 ZIP_SUFFIX = ".zip"
 MAX_ZIP_MEMBERS = 2000  # entries of one zip (folders and skipped files count too)
@@ -345,17 +362,17 @@ class UploadStore:
     def release(self, holder: str) -> None:
         """``holder`` (a session) ended: its uploads nobody else holds go after ``grace_s``."""
         now = time.monotonic()
+        orphaned = False
         with self._lock:
             for digest, holders in list(self._holders.items()):
                 holders.discard(holder)
                 if not holders:
                     del self._holders[digest]
                     self._orphaned[digest] = now
+                    orphaned = True
             self._purge()
-        if self.grace_s > 0:
-            timer = threading.Timer(self.grace_s + 0.5, self.purge)
-            timer.daemon = True
-            timer.start()
+        if orphaned and self.grace_s > 0:
+            TIMERS.call_later(self.grace_s + 0.5, self.purge)
 
     def purge(self) -> list[str]:
         """Remove the uploads nobody held for ``grace_s``; returns their hashes."""
