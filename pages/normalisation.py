@@ -26,6 +26,12 @@ with ui.page_guard("Normalisation"):
     st.header("2. All nine cells on the current batch")
     matrix = normalisation.normalisation_matrix(scores, rollout.group_ids, rollout.prompts)
     ui.plot(charts.matrix_figure(matrix), key="norm_matrix")
+    if len(set(rollout.group_ids.tolist())) == 1:  # say why 4 of the 9 cells repeat
+        st.caption(
+            "One prompt in this batch: its group is the whole batch, so every 'group' cell "
+            "shows the same numbers as the 'batch' cell beside it (4 of the 9 repeat). Pick a "
+            "preset with several prompts to see them differ."
+        )
     ui.explainer(
         "Each panel is one (mean level, std level) pair; each dot one answer, in its prompt's "
         "colour. Down a column the baseline changes (none -> group -> batch); along a row the "

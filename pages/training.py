@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.ui import run_files, training_mu
+from roll_viz.ui import run_files, training_mu, training_steps
 from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
 from roll_viz.views import training_charts
@@ -92,10 +92,10 @@ with ui.page_guard("Training"):
                 if run.status != "done" and run.message:
                     st.caption(f"Status: {run.status}: {run.message}.")
                 tr.curves([run], key="tr_rec_curves")
-                tr.scrubber(run, key="rec")
+                training_steps.scrubber(run, key="rec")
                 with st.expander("Settings and the command that made it"):
                     st.code(meta.command, language="bash")
-                    tr.settings_panel([run])
+                    training_steps.settings_panel([run])
             with st.expander(
                 "Open a run file: a run of yours, downloaded from Train live, or one the CLI wrote",
                 expanded=run_files.KEY_PARSED in st.session_state,
@@ -154,7 +154,7 @@ with ui.page_guard("Training"):
                 run = runner.run()
                 tr.curves([run], key="tr_live_curves")
                 if runner.status != "running":
-                    tr.scrubber(run, key="live")
+                    training_steps.scrubber(run, key="live")
                 else:
                     st.caption("Pause or wait for the end to scrub through the samples.")
                 if live and not tr.any_running():
@@ -205,7 +205,7 @@ with ui.page_guard("Training"):
                 differ = training_charts.differing_settings(runs)
                 if differ:
                     st.caption("Differ in: " + ", ".join(f"`{d}`" for d in differ[:8]))
-                tr.settings_panel(runs)
+                training_steps.settings_panel(runs)
 
             compare_panel()
 

@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from streamlit.runtime.pages_manager import PagesManager  # noqa: TID251  (see router_owns_the_pages)
+
 from roll_viz.lm import network
 
 MODEL_STACK = ("torch", "transformers", "peft")
@@ -81,6 +83,18 @@ def address_lines(argv: list[str], lan_ip: str | None) -> list[str]:
     ]
 
 
+def router_owns_the_pages() -> None:
+    """Tell Streamlit before its first session that ``pages/`` is not its old multipage folder.
+
+    Streamlit 1.67 decides at its first session whether a folder named ``pages`` beside the
+    entry script makes this an old-style app, and then runs that session's first script through
+    its legacy runner: a first visit to ``/Update`` got a "Page not found" dialog over the page
+    (and ``/vote`` ran without the router). The router's ``st.navigation`` owns the pages, so the
+    answer is no, given here once for the process. ``ui.guard`` covers ``streamlit run app.py``.
+    """
+    PagesManager.uses_pages_directory = False
+
+
 def main(argv: list[str]) -> int:
     """Warm the imports, then run Streamlit on SCRIPT (returns Streamlit's exit code)."""
     if argv and argv[0] in {"-h", "--help"}:
@@ -98,6 +112,7 @@ def main(argv: list[str]) -> int:
     print(f"roll-viz: model stack imported in {seconds:.1f} s; starting the server", flush=True)
     for line in address_lines(argv, network.network_ip()):
         print(line, flush=True)
+    router_owns_the_pages()
     # ``python -m streamlit run SCRIPT ...`` in this process (the cli layer drives Streamlit's own
     # command line; it does not use Streamlit's API)
     sys.argv = ["streamlit", "run", str(script), *argv]

@@ -15,6 +15,7 @@ import streamlit as st
 from roll_viz.lm.runfile import TrainRun
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import training_page as tr
+from roll_viz.ui import training_steps
 from roll_viz.views import text
 
 #: the largest run file the page opens (a 50-step run with samples every 5 steps is ~0.3 MB)
@@ -91,6 +92,6 @@ def run_file_panel() -> None:
         f"status {text.md_escape(run.status)}. {text.md_escape(run.settings.describe())}"
     )
     tr.curves([run], key="tr_file_curves")
-    tr.scrubber(run, key="file")
+    training_steps.scrubber(run, key="file")
     with st.expander("Settings of this run"):
-        tr.settings_panel([run])
+        training_steps.settings_panel([run])

@@ -248,6 +248,7 @@ def plot(fig: Any, key: str, **kwargs: Any) -> None:
     """
     if st.session_state.get(KEY_PRESENT):
         fig = scales.projector_fonts(fig)
+    fig = scales.stacked_header(fig)  # title, legend, plot: one above the other at any font size
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
 
 

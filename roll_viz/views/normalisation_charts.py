@@ -29,10 +29,9 @@ def matrix_figure(matrix: NormMatrix) -> go.Figure:
     Returns:
         The figure; hover shows prompt, sample, reward and advantage.
     """
-    titles = [f"mean {m} / std {s}: {cell_name(m, s)}" for m in LEVELS for s in LEVELS]
-    fig = make_subplots(
-        rows=3, cols=3, subplot_titles=[short(t, 44) for t in titles], vertical_spacing=0.12
-    )
+    # two short lines a cell: one long line ran into its neighbours' titles at a projector's size
+    titles = [f"mean {m} / std {s}<br>{short(cell_name(m, s), 26)}" for m in LEVELS for s in LEVELS]
+    fig = make_subplots(rows=3, cols=3, subplot_titles=titles, vertical_spacing=0.12)
     samples = matrix.samples
     prompts = list(dict.fromkeys(samples["prompt"]))
     for r, m in enumerate(LEVELS, start=1):
@@ -64,6 +63,8 @@ def matrix_figure(matrix: NormMatrix) -> go.Figure:
                 )
             fig.add_hline(y=0, line={"color": "#999999", "width": 1}, row=r, col=c)
     fig.update_annotations(font_size=11)
+    # the legend names the prompts: per-cell tick labels only ran into the next row's titles
+    fig.update_xaxes(showticklabels=False)
     fig.update_layout(
         height=760,
         margin={"l": 50, "r": 20, "t": 60, "b": 40},

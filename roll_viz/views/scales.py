@@ -173,3 +173,60 @@ def projector_fonts(fig: go.Figure, scale: float = 1.5) -> go.Figure:
     if out.layout.title is not None and out.layout.title.text:
         out.update_layout(title_font={"size": size + 4})
     return out
+
+
+#: Plotly's figure height when a figure sets none (Streamlit draws it this tall too)
+DEFAULT_HEIGHT = 450
+#: pixels above the title, and between the title block and a legend under it
+HEADER_GAP_PX = 6
+
+
+def stacked_header(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` whose title, horizontal legend and plot are stacked, never overlapping.
+
+    Figures placed a horizontal legend in fractions of the plot (``y = 1.06`` above it, ``-0.3``
+    under it) inside fixed margins: with longer names or a projector's larger fonts it ran over
+    the title or the x axis title. Here the title hangs from the figure's top edge, a horizontal
+    legend sits right under it (both placed in pixels of the figure, ``yref="container"``), and
+    Plotly pushes the plot down below them (its automatic margins). Vertical legends stay.
+    """
+    out = go.Figure(fig)
+    layout = out.layout
+    height = layout.height or DEFAULT_HEIGHT
+    header_px = HEADER_GAP_PX
+    if layout.title is not None and layout.title.text:
+        size = layout.title.font.size or (layout.font.size or 12) + 3
+        lines = str(layout.title.text).count("<br>") + 1
+        out.update_layout(
+            title={"yref": "container", "y": 1 - header_px / height, "yanchor": "top"},
+            title_automargin=True,
+        )
+        header_px += math.ceil(lines * size * 1.3) + HEADER_GAP_PX
+    legend = layout.legend.orientation == "h" and layout.showlegend is not False
+    if legend:
+        out.update_layout(
+            legend={"yref": "container", "y": 1 - header_px / height, "yanchor": "top"}
+        )
+    above = _titles_above_plot(layout)
+    if above:  # subplot titles sit on the plot's top edge: keep the title and legend clear
+        room = (_legend_px(out) if legend else 0) + above + 2 * HEADER_GAP_PX
+        out.update_layout(title_automargin=True, title_pad_b=room, margin_t=header_px + room)
+    return out
+
+
+def _titles_above_plot(layout: go.Layout) -> int:
+    """Pixels that subplot titles take above the top row (0 when there are none)."""
+    heights = [
+        (a.font.size or (layout.font.size or 12) + 2) * (str(a.text).count("<br>") + 1)
+        for a in layout.annotations or ()
+        if a.yref == "paper" and a.yanchor == "bottom" and (a.y or 0) >= 0.999
+    ]
+    return math.ceil(max(heights) * 1.4) if heights else 0
+
+
+def _legend_px(fig: go.Figure) -> int:
+    """A horizontal legend's height, estimated: its entries wrapped at 900 px a row."""
+    size = fig.layout.legend.font.size or fig.layout.font.size or 12
+    names = {t.legendgroup or t.name for t in fig.data if t.showlegend is not False and t.name}
+    width = sum(len(str(n)) * 0.6 * size + 45 for n in names)
+    return math.ceil(max(1, math.ceil(width / 900)) * size * 1.6) + 8

@@ -61,6 +61,32 @@ TABLES_JS = """() => Array.from(
   .filter(t => t.scroller && t.scroller.scrollWidth > t.scroller.clientWidth + 1)
   .map(t => ({heads: t.heads, content: t.scroller.scrollWidth, shown: t.scroller.clientWidth}))"""
 
+#: text boxes of each figure (title, legend, axis titles, subplot titles) that overlap one
+#: another or stick out of the figure: "kind:text" pairs
+OVERLAPS_JS = """() => {
+  const out = [];
+  const apart = (a, b) => a.right <= b.left + 1 || b.right <= a.left + 1
+                       || a.bottom <= b.top + 1 || b.bottom <= a.top + 1;
+  document.querySelectorAll("[data-testid='stMain'] .js-plotly-plot").forEach(plot => {
+    const fig = plot.getBoundingClientRect();
+    if (fig.height === 0) return;
+    const boxes = [];
+    const add = (sel, kind) => plot.querySelectorAll(sel).forEach(e => {
+      const r = e.getBoundingClientRect();
+      const name = kind + ':' + e.textContent.slice(0, 30);
+      if (r.width > 0 && r.height > 0) boxes.push({name, r});
+    });
+    add('.gtitle', 'title'); add('.legend .bg', 'legend'); add('.annotation-text-g', 'note');
+    add("text[class$='title']:not(.gtitle)", 'axis');  // xtitle, y2title, ...
+    boxes.forEach((a, i) => {
+      if (a.r.left < fig.left - 1 || a.r.right > fig.right + 1 || a.r.top < fig.top - 1)
+        out.push(a.name + ' sticks out');
+      boxes.slice(i + 1).forEach(b => { if (!apart(a.r, b.r)) out.push(a.name + ' / ' + b.name); });
+    });
+  });
+  return out;
+}"""
+
 
 #: pages whose figure needs one action first: extra query and the button or option to press
 SETUP = {
@@ -111,6 +137,7 @@ def test_first_figure_in_first_screen(projector, server, tmp_path, key):
     assert m["docWidth"] <= m["inner"], f"{key}: page is {m['docWidth']} px wide, {m['wide']}"
     assert m["mainWidth"] <= m["mainClient"], f"{key}: main column scrolls sideways, {m['wide']}"
     assert projector.evaluate(TABLES_JS) == [], f"{key}: tables cut at the right edge"
+    assert projector.evaluate(OVERLAPS_JS) == [], f"{key}: text boxes overlap in a figure"
 
 
 #: width of the column holding each explainer, and of the main block around it
