@@ -47,7 +47,10 @@ with ui.page_guard("Eras"):
         "1 everywhere, so the clip ranges do not act yet; what differs is the advantage (group "
         "std vs batch std), who is in the loss (filtered groups have no bar in 2026), the "
         "divisor (the answer's own length x the number of answers vs every token of the batch) "
-        "and the KL term, which in 2024 still pulls on answers whose advantage is 0.",
+        "and the KL term, which in 2024 still pulls on answers whose advantage is 0. The middle "
+        "panel is that divisor as each answer's weight in the loss (the weights add up to 1): "
+        "under a token mean a long answer weighs more, under a sequence mean every answer the "
+        "same.",
         title="What to look at",
     )
     cols = st.columns(len(diff.runs))

@@ -94,8 +94,9 @@ class EraDiff:
         framework: the dialect.
         runs: era key -> EraRun (oldest first).
         samples: one row per answer: sample, prompt, score, then per era (tag in brackets)
-            "A", "denominator", "loss share", "KL share", "gradient" (sum over its tokens of
-            d loss / d log pi) and "filtered".
+            "A", "denominator", "loss weight" (its tokens' aggregation weights summed: the
+            answer's say in the loss, >= 0), "loss share" (its signed part of the loss value),
+            "KL share", "gradient" (sum over its tokens of d loss / d log pi) and "filtered".
         summary: one row per era: recipe, native estimator, loss, policy term, KL term, the
             denominator, rows and tokens in the loss, groups filtered, clip range.
         notes: era key -> what this dialect cannot say of the era's recipe.
@@ -305,6 +306,7 @@ def diff_eras(
         pg_share = (er.weights * er.pg_loss).sum(-1)
         table[f"A [{tag}]"] = _first_valid(er.advantages, mask).tolist()
         table[f"denominator [{tag}]"] = [1.0 / x if x > 0 else float("nan") for x in w.tolist()]
+        table[f"loss weight [{tag}]"] = er.weights.sum(-1).tolist()
         table[f"loss share [{tag}]"] = (pg_share + er.kl_share).tolist()
         table[f"KL share [{tag}]"] = er.kl_share.tolist()
         table[f"gradient [{tag}]"] = er.grad.sum(-1).tolist()

@@ -15,10 +15,12 @@ from roll_viz.analysis.era_diff import EraDiff, MaxRLComparison
 from roll_viz.analysis.kl_placement import VARIANT_LABELS, KLView
 from roll_viz.views.compare_charts import OKABE_ITO, short
 
-#: Per-sample columns of ``EraDiff.samples`` drawn as panels (column stem, panel title).
+#: Per-sample columns of ``EraDiff.samples`` drawn as panels (column stem, panel title). The
+#: middle panel is the answer's weight in the loss, not its signed part of the loss value: at
+#: ratio 1 that part equals the gradient panel below it, bar for bar, and read as a negative share
 ERA_PANELS: tuple[tuple[str, str], ...] = (
     ("A", "advantage per answer"),
-    ("loss share", "each answer's share of the loss"),
+    ("loss weight", "each answer's weight in the loss (its tokens' weights summed)"),
     ("gradient", "sum over its tokens of d loss / d log pi"),
 )
 

@@ -20,6 +20,24 @@ def test_era_bars_one_trace_per_era_and_panel_filtered_rows_empty():
     assert any(filtered)
 
 
+def test_the_middle_panel_is_each_answers_weight_not_a_copy_of_the_gradient():
+    # at ratio 1 an answer's signed part of the loss equals its gradient sum: drawing it too
+    # showed one panel twice, with "negative shares"
+    batch = group_health.demo_batch()
+    diff = era_diff.diff_eras(batch, "roll")
+    s = diff.samples
+    for tag in ("2024", "2026"):
+        kept = ~s[f"filtered [{tag}]"]
+        weight = s[f"loss weight [{tag}]"][kept]
+        assert (weight > 0).all()
+        assert abs(weight.sum() - 1.0) < 1e-9  # the mean modes: weights over kept answers add to 1
+    assert not s["loss weight [2024]"].equals(s["loss weight [2026]"])  # sequence vs token mean
+    fig = era_charts.era_bars(diff)
+    middle = [t for t in fig.data if t.yaxis == "y2"]
+    assert list(middle[0].y) == s["loss weight [2024]"].tolist()
+    assert list(middle[0].y) != s["gradient [2024]"].tolist()
+
+
 def test_maxrl_bars():
     cmp = era_diff.maxrl_vs_grpo(torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 0, 0, 0]))
     fig = era_charts.maxrl_bars(cmp)
