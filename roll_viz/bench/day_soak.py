@@ -137,11 +137,16 @@ async def _knobs(idx: int, base: str, rng: random.Random, out: dict) -> None:
         await s.abandon()
 
 
-async def one_class(base: str, students: int, seed: int, hold_s: float, out: dict) -> None:
-    """One class: every student's job at once (see the module docstring)."""
+ROLES = (0, 1, 2, 3)  # train, update, upload, knobs (see the module docstring)
+
+
+async def one_class(
+    base: str, students: int, seed: int, hold_s: float, out: dict, roles: tuple = ROLES
+) -> None:
+    """One class: every student's job at once (student i does ``roles[i % len(roles)]``)."""
     xsrf = await asyncio.to_thread(xsrf_cookie, base)
     data = UPLOAD_FIXTURE.read_bytes()
-    roles = [i % 4 for i in range(students)]
+    roles = [roles[i % len(roles)] for i in range(students)]
     b_train = asyncio.Barrier(max(roles.count(0), 1))
     b_update = asyncio.Barrier(max(roles.count(1), 1))
     jobs = []
@@ -180,6 +185,7 @@ async def day(
     grace_s: float,
     settle_s: float,
     hold_s: float = 6.0,
+    roles: tuple = ROLES,
     emit=None,
 ) -> dict[str, Any]:
     """Run the day against the server at ``base`` (process ``pid``); returns the day's line.
@@ -193,6 +199,7 @@ async def day(
         grace_s: the server's reconnect grace (the wait after a class is ``grace_s + settle_s``).
         settle_s: seconds past the grace before the figures are read.
         hold_s: a training student keeps its tab 1 to ``hold_s`` s after Start.
+        roles: the jobs students take in turn (a subset finds which one leaves memory behind).
         emit: called with each class's line as it ends (None: nothing).
     """
     warm = _new_out()
@@ -218,7 +225,7 @@ async def day(
         peak = [0.0]
         stop = asyncio.Event()
         sampler = asyncio.create_task(_peak(pid, peak, stop))
-        await one_class(base, students, seed=k, hold_s=hold_s, out=out)
+        await one_class(base, students, seed=k, hold_s=hold_s, out=out, roles=roles)
         closed = process_figures(pid)
         await asyncio.sleep(grace_s + settle_s)
         stop.set()
@@ -300,7 +307,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="ROLL_VIZ_MODEL (--day: smollm2, else tiny)")
     ap.add_argument("--grace", type=float, default=None, help="reconnect grace, s (app: 120)")
     ap.add_argument("--settle", type=float, default=20.0, help="s past the grace before reading")
+    ap.add_argument(
+        "--roles", default="0,1,2,3", help="jobs in turn: 0 train, 1 update, 2 upload, 3 knobs"
+    )
     args = ap.parse_args(argv)
+    try:
+        roles = tuple(int(r) for r in args.roles.split(","))
+    except ValueError:
+        roles = ()
+    if not roles or not set(roles) <= set(ROLES):
+        ap.error("--roles: a comma-separated list of 0, 1, 2, 3")
     classes = args.classes or (8 if args.day else 3)
     students = args.students or (20 if args.day else 6)
     model = args.model or ("smollm2" if args.day else "tiny")
@@ -319,9 +335,11 @@ def main(argv: list[str] | None = None) -> int:
             students=students,
             grace_s=grace,
             settle_s=args.settle,
+            roles=roles,
             emit=lambda c: print(json.dumps({"name": "day_soak_class", **c}), flush=True),
         )
         line["model"] = model
+        line["roles"] = list(roles)
         line["health_after"] = health(srv.base)
         line["server_tracebacks"] = len(srv.tracebacks())
     print(json.dumps(line), flush=True)
