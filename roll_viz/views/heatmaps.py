@@ -127,7 +127,8 @@ def _token_layout(title: str, rows: int) -> dict:
         "paper_bgcolor": "rgba(0,0,0,0)",
         "hoverlabel": {"font": {"family": FONT}},
         "yaxis": {
-            "title": {"text": "sample (prompt p / sample s)"},
+            # a few rows leave no room for the long title beside them (it ran past the plot)
+            "title": {"text": "sample (prompt p / sample s)" if rows > 6 else "sample p/s"},
             "autorange": "reversed",
             "type": "category",
         },

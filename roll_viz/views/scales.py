@@ -196,11 +196,17 @@ def stacked_header(fig: go.Figure) -> go.Figure:
     header_px = HEADER_GAP_PX
     if layout.title is not None and layout.title.text:
         size = layout.title.font.size or (layout.font.size or 12) + 3
-        lines = str(layout.title.text).count("<br>") + 1
+        # a two-line title becomes title + subtitle: Plotly writes a <br> title's further lines
+        # above its anchor, out of the figure; a subtitle goes under the title
+        first, _, rest = str(layout.title.text).partition("<br>")
+        if rest:
+            out.update_layout(title_text=first, title_subtitle_text=rest)
+            out.update_layout(title_subtitle_font_size=round(size * 0.8))
         out.update_layout(
             title={"yref": "container", "y": 1 - header_px / height, "yanchor": "top"},
             title_automargin=True,
         )
+        lines = 1 + (rest.count("<br>") + 1 if rest else 0)
         header_px += math.ceil(lines * size * 1.3) + HEADER_GAP_PX
     legend = layout.legend.orientation == "h" and layout.showlegend is not False
     if legend:

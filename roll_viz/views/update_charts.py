@@ -106,7 +106,7 @@ def grad_coef_heatmap(result: Any, rollout: Rollout) -> go.Figure:
         push,
         mask,
         rollout=rollout,
-        title="Gradient coefficient -dL/d log pi per token, epoch 1 (what the backward pass sees)",
+        title="Gradient coefficient -dL/d log pi per token, epoch 1<br>what the backward pass sees",
         quantity="-dL/dlog pi",
         signed=True,
         zmax=nice_ceiling(symmetric_range(push, mask)),
@@ -204,9 +204,9 @@ def loss_terms_bars(epochs: Sequence[Any]) -> go.Figure:
         fig.update_yaxes(range=[-1, 1])
     else:
         fig.update_yaxes(range=[min(min(shown_all), 0) * 1.3 - 0.05 * top, top * 1.3])
-    fig.update_yaxes(title_text="value (mean over minibatches)")
+    fig.update_yaxes(title_text="mean value")  # over minibatches; a longer title ran past the bars
     # two lines: the figure usually shares a row with the ratio panel
-    fig = _layout(fig, "Loss terms per epoch<br>a term of 0 can still have a gradient")
+    fig = _layout(fig, "Loss terms per epoch<br>a term of 0 can still push")
     return fig.update_layout(margin={"t": 80})
 
 

@@ -76,8 +76,9 @@ OVERLAPS_JS = """() => {
       const name = kind + ':' + e.textContent.slice(0, 30);
       if (r.width > 0 && r.height > 0) boxes.push({name, r});
     });
-    add('.gtitle', 'title'); add('.legend .bg', 'legend'); add('.annotation-text-g', 'note');
-    add("text[class$='title']:not(.gtitle)", 'axis');  // xtitle, y2title, ...
+    add('.gtitle, .gtitle-subtitle', 'title'); add('.legend .bg', 'legend');
+    add('.annotation-text-g', 'note');
+    add("text[class$='title']:not(.gtitle):not(.gtitle-subtitle)", 'axis');  // xtitle, ...
     boxes.forEach((a, i) => {
       if (a.r.left < fig.left - 1 || a.r.right > fig.right + 1 || a.r.top < fig.top - 1)
         out.push(a.name + ' sticks out');
