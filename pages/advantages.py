@@ -17,26 +17,11 @@ with ui.page_guard("Advantages"):
     current = ui.generic_value(state, "estimator")
     health_ui.batch_health(state, key="adv_health", era="advantages")
 
+    # the heatmaps first, the instant knobs under them: the page's point in a projector's first
+    # screen (the strip above them had pushed them to 938 px)
     controls, side = st.columns([3, 1], gap="large")
-    with controls:
+    with side:
         critic = ui.critic_radio(captions=True)
-
-    with controls:
-        st.subheader("Instant knobs: recomputed in your browser as you drag")
-        with ui.folded("How the instant knobs work"):
-            st.caption(
-                "The same pipeline in JavaScript (checked against the Python one to 1e-9): no "
-                "server round trip while you drag. On release the sidebar takes the values and the "
-                "figures below follow."
-            )
-        knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
-        ui.instant_panel(
-            ui.instant_payload(state, critic),
-            {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
-            | {"G": state.group_size},
-            key="adv_instant",
-            knobs=knobs,
-        )
 
     estimators = ui.estimator_options(fw)
     results = {}
@@ -75,6 +60,21 @@ with ui.page_guard("Advantages"):
             ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
         for est, message in errors.items():
             st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
+        st.subheader("Instant knobs: recomputed in your browser as you drag")
+        with ui.folded("How the instant knobs work"):
+            st.caption(
+                "The same pipeline in JavaScript (checked against the Python one to 1e-9): no "
+                "server round trip while you drag. On release the sidebar takes the values and the "
+                "heatmaps above follow."
+            )
+        knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
+        ui.instant_panel(
+            ui.instant_payload(state, critic),
+            {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
+            | {"G": state.group_size},
+            key="adv_instant",
+            knobs=knobs,
+        )
         st.latex(
             r"\text{GAE: } A_t=\sum_{l\ge0}(\gamma\lambda)^l\delta_{t+l},\ "
             r"\delta_t=r_t+\gamma V_{t+1}-V_t"

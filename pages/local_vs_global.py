@@ -64,7 +64,7 @@ with ui.page_guard("Local vs global"):
 
     # ---------------------------------------------------------------------------------------------
     st.header("1. Try it by hand (no model needed)")
-    edit_col, info_col = st.columns([2, 3])
+    edit_col, scatter_col = st.columns([2, 3])  # the scatter in the first screen
     with edit_col:
         base, link_problem = ui.reward_table_base()
         if link_problem:
@@ -90,34 +90,34 @@ with ui.page_guard("Local vs global"):
         if st.button("Reset to the example", key="lg_reset", icon=":material/restart_alt:"):
             ui.reset_reward_table()
             st.rerun()
-    with info_col:
-        ui.explainer(
-            "The table starts with the seed's example: the prompt **quantum** with rewards "
-            "8.2, 6.5 and 9.1, and a second prompt whose rewards are almost equal (5.0, 5.1, 4.9).\n\n"
-            "- Each dot in the scatter is one answer: x = its global advantage, y = its local one. "
-            "On the dashed diagonal both agree.\n"
-            "- The low-variance prompt's dots shoot far off the diagonal: a reward difference of "
-            "0.1 becomes an advantage of about +-1, because it is divided by its tiny group std.\n\n"
-            "**Try:** change a reward, add a row (click below the last row), make all rewards of "
-            "one prompt equal (its local advantages become exactly 0), or give a prompt a single "
-            "row (its group std is undefined)."
-        )
-
-    try:
-        table = reward_table.parse_reward_table(edited)
-    except reward_table.RewardTableError as err:
-        st.error(f"Cannot read the table: {text.md_escape(err)}", icon=":material/error:")
-        table = None
+        try:
+            table = reward_table.parse_reward_table(edited)
+        except reward_table.RewardTableError as err:  # the message under the table it is about
+            st.error(f"Cannot read the table: {text.md_escape(err)}", icon=":material/error:")
+            table = None
+        for message in table.messages if table is not None else ():
+            st.info(text.md_escape(message), icon=":material/info:")
 
     if table is not None:
-        for message in table.messages:
-            st.info(text.md_escape(message), icon=":material/info:")
         lg_hand = local_global.local_vs_global(table.scores, table.group_ids, table.prompts)
+        with scatter_col:
+            ui.plot(charts_compare.local_global_scatter(lg_hand.samples), key="lg_hand_scatter")
         c1, c2 = st.columns([3, 2])
         with c1:
-            ui.plot(charts_compare.local_global_scatter(lg_hand.samples), key="lg_hand_scatter")
-        with c2:
             ui.plot(charts_compare.group_std_bars(lg_hand.groups), key="lg_hand_std")
+        with c2:
+            ui.explainer(
+                "The table starts with the seed's example: the prompt **quantum** with rewards "
+                "8.2, 6.5 and 9.1, and a second prompt whose rewards are almost equal (5.0, 5.1, 4.9).\n\n"
+                "- Each dot in the scatter is one answer: x = its global advantage, y = its local one. "
+                "On the dashed diagonal both agree.\n"
+                "- The low-variance prompt's dots shoot far off the diagonal: a reward difference of "
+                "0.1 becomes an advantage of about +-1, because it is divided by its tiny group std.\n\n"
+                "**Try:** change a reward, add a row (click below the last row), make all rewards of "
+                "one prompt equal (its local advantages become exactly 0), or give a prompt a single "
+                "row (its group std is undefined)."
+            )
+
         st.markdown(stretch_sentence(lg_hand))
         ui.table(lg_hand.samples, key="lg_hand_table", point="global advantage")
         ui.download_csv(lg_hand.samples, "local_vs_global_table", key="lg_hand_csv")

@@ -99,13 +99,6 @@ with ui.page_guard("Sensitivity"):
     for note in notes:
         st.info(note, icon=":material/info:")
 
-    st.subheader("The live point: move it and the advantages recompute in your browser")
-    ui.instant_panel(
-        ui.instant_payload(state, critic),
-        {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")},
-        key="sw_instant",
-        knobs=("estimator", "beta", "gamma", "lam"),
-    )
     batch = ui.current_batch(state, values=critic)
     G = state.group_size
     values = runs.capped_grid(sweep.default_grid(param, G, points=11 if param2 is None else 7))
@@ -175,7 +168,15 @@ with ui.page_guard("Sensitivity"):
             title="What to look at",
         )
 
-    st.dataframe(table, key="sw_table", hide_index=True, width="stretch")
+    # under the sweep: the sweep is the page's point and opens a projector's first screen
+    st.subheader("The live point: move it and the advantages recompute in your browser")
+    ui.instant_panel(
+        ui.instant_payload(state, critic),
+        {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")},
+        key="sw_instant",
+        knobs=("estimator", "beta", "gamma", "lam"),
+    )
+    ui.table(table, key="sw_table")
     ui.download_csv(table, f"sweep_{param}" + (f"_{param2}" if param2 else ""), key="sw_csv")
 
     ui.back_next("sensitivity")

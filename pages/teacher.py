@@ -71,6 +71,7 @@ with ui.page_guard("Teacher as reference"):
     st.subheader("Per token: the teacher's advantage")
     bound = teacher_charts.signal_scale(signal)
     labels = text.sample_labels(rollout)
+    ui.chips(teacher_charts.chips_key_html(bound))  # the colours' key, above the answers
     for b in range(min(len(rollout.responses), 8)):
         c1, c2 = st.columns([1, 7], vertical_alignment="center")
         c1.markdown(f"**{labels[b]}**  \nreward {float(batch.scores[b]):.3g}")

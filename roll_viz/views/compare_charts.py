@@ -17,6 +17,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from roll_viz.views.scales import ADVANTAGE_RANGE
+
 #: Okabe-Ito colours (colour-blind safe), the low-contrast yellow moved to the end.
 OKABE_ITO: tuple[str, ...] = (
     "#0072B2",
@@ -32,7 +34,6 @@ OKABE_ITO: tuple[str, ...] = (
 SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "x", "cross", "star")
 DIVERGING = "RdBu"
 #: The app's fixed symmetric advantage colour range (widened only if a value falls outside).
-ADVANTAGE_RANGE = 3.0
 SEQUENTIAL = "Viridis"
 
 #: Display names of the sweep metrics (columns of ``analysis.sweep``) and whether they are signed.

@@ -7,7 +7,7 @@ import math
 import plotly.graph_objects as go
 
 from roll_viz.analysis.teacher_signal import TeacherSignal
-from roll_viz.views.chips import token_chips_html
+from roll_viz.views.chips import colorbar_html, token_chips_html
 from roll_viz.views.compare_charts import OKABE_ITO, short
 from roll_viz.views.scales import SIGNED_SCALE
 
@@ -59,6 +59,13 @@ def signal_scale(signal: TeacherSignal) -> float:
     """One symmetric colour bound for every answer's chips: the largest |teacher A| (>= 1e-6)."""
     top = float(signal.opd.advantages.abs().max()) if signal.opd.advantages.numel() else 0.0
     return top if math.isfinite(top) and top > 1e-6 else 1e-6
+
+
+def chips_key_html(bound: float) -> str:
+    """The key to the answers' token colours: red = the teacher liked it less, blue = more."""
+    return colorbar_html(
+        SIGNED_SCALE, -bound, bound, "teacher advantage (red: the teacher liked the token less):"
+    )
 
 
 def answer_chips_html(signal: TeacherSignal, tokens: list[str], b: int, bound: float) -> str:

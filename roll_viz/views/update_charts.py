@@ -31,6 +31,8 @@ AGG_MODES: dict[str, str] = {
 }
 #: below this a loss term or a ratio's distance from 1 is float rounding, drawn as exactly 0 / 1
 ROUNDING = 1e-6
+#: the ratio histogram's x axis ends here (0..2: the 0.8-1.2 clip band is a fifth of it)
+RATIO_AXIS_MAX = 2.0
 RATIO_ROUNDING = 1e-4
 #: the scatter's categories: (name, colour) by sign(delta log pi) against sign(A)
 MOVED = (
@@ -257,12 +259,17 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
                 col=1,
             )
             continue
+        # a fixed window: one ratio of 26 had stretched the axis and squashed the clip band
+        beyond = int((ratios > RATIO_AXIS_MAX).sum())
+        note = (
+            f" ({beyond} above {RATIO_AXIS_MAX:g}, max {float(ratios.max()):.3g})" if beyond else ""
+        )
         fig.add_trace(
             go.Histogram(
-                x=ratios.tolist(),
-                name=f"epoch {e.epoch}",
+                x=ratios.clamp(max=RATIO_AXIS_MAX).tolist(),
+                name=f"epoch {e.epoch}{note}",
                 opacity=0.6,
-                nbinsx=40,
+                xbins={"start": 0.0, "end": RATIO_AXIS_MAX + 1e-9, "size": RATIO_AXIS_MAX / 40},
                 marker_color=colour,
                 legendgroup=f"e{e.epoch}",
             ),
@@ -285,7 +292,8 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
             col=2,
         )
     fig.update_layout(barmode="overlay")
-    fig.update_xaxes(title_text="r", row=1, col=1)
+    fig.update_xaxes(title_text="r (above 2: in the last bin)", row=1, col=1)
+    fig.update_xaxes(range=[0.0, RATIO_AXIS_MAX * 1.02], row=1, col=1)
     fig.update_yaxes(title_text="tokens", row=1, col=1)
     fig.update_yaxes(title_text="share of tokens", tickformat=".0%", range=[0, 1], row=1, col=2)
     # one title per panel (no figure title above them to collide with); the legend sits under

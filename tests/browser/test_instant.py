@@ -18,6 +18,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from roll_viz.bench.browser import bench_inputs
 from roll_viz.bench.server import streamlit_server
+from roll_viz.views import scales
 from tests.browser import streamlit_page as sp
 from tests.browser.conftest import CHROMIUM
 
@@ -240,6 +241,10 @@ def test_strip_has_row_labels_and_one_fixed_scale(page, instant_server):
     legend = page.locator("[data-testid=rv-legend]")
     before = legend.inner_text()
     assert "fixed scale" in before
+    # the heatmaps' rule (never under +-3): a colour means the same number in the strip
+    peak = max(abs(a) for row in _js_state(page)["advantages"] for a in row)
+    shown = float(before.split("red -")[1].split(" ")[0])
+    assert shown == max(scales.ADVANTAGE_RANGE, scales.nice_ceiling(peak)), (before, peak)
     bench_inputs(page, "rv-beta", [0.0, 0.5, 1.0])  # moves the advantages, not the scale
     after = legend.inner_text()
     assert after.split(" .. ")[0] == before.split(" .. ")[0], (before, after)

@@ -27,10 +27,11 @@ PROJECTED = (
     "sensitivity", "frameworks", "eras", "teacher", "mismatch", "training", "your_run",
     "self_test",
 )  # fmt: skip
+#: a page's figure: a chart, a table, an image, Home's chain or token chips; not the instant
+#: strip (a small in-browser view of the main figure, drawn under it)
 FIGURE = (
     ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stImage'], "
-    "[data-testid='stCustomComponentV1'], [data-testid='stIFrame'], "
-    "[data-testid^='stBidiComponent'], .st-key-rv_chain, .rv-chips"
+    ".st-key-rv_chain, .rv-chips"
 )
 #: where the first figure starts (px from the top of the window) and the widths that overflow
 MEASURE_JS = """(sel) => {

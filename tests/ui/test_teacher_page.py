@@ -45,6 +45,8 @@ def test_preset_teacher_is_instant():
     assert not [b for b in at.button if b.key == tp.KEY_SCORE]
     assert len(at.get("plotly_chart")) == 1
     chips = [h for h in at.get("html") if 'class="rv-chips"' in h.proto.body]
+    keys = [h for h in at.get("html") if "teacher advantage (red" in h.proto.body]
+    assert len(keys) == 1  # the colours have a key above the answers
     assert len(chips) == 8
     shown = answers(at)
     want = expected("arithmetic").answers

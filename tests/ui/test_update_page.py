@@ -223,3 +223,14 @@ def test_gradient_formula_uses_the_heatmap_sign():
     a_html, delta_html = upd.answer_chips(result, rollout, 0, 0)
     assert "A = 1.0000" in a_html
     assert "delta log pi = 0.1000" in delta_html
+
+
+def test_ratio_histogram_keeps_the_clip_band_readable_when_one_ratio_is_huge():
+    """One ratio of 26 (a steered batch) stretched the axis to 0..26: the 0.8-1.2 band vanished."""
+    mask = torch.ones(2, 3)
+    ratio = torch.tensor([[0.9, 1.0, 1.1], [1.05, 0.95, 26.0]])
+    fig = update_charts.ratio_figure([_epoch(2, 0.01, ratio)], mask).to_plotly_json()
+    hist = fig["data"][0]
+    assert max(hist["x"]) == update_charts.RATIO_AXIS_MAX  # drawn in the last bin
+    assert "1 above 2, max 26" in hist["name"]
+    assert fig["layout"]["xaxis"]["range"][1] < 3

@@ -52,7 +52,9 @@ function absMax(z, mask) {
 function niceCeil(x) {
   if (!(x > 0) || !Number.isFinite(x)) return 1;
   const p = 10 ** Math.floor(Math.log10(x));
-  for (const m of [1, 2, 5, 10]) if (m * p >= x * (1 - 1e-12)) return m * p;
+  // 1, 2, 3 or 5 times a power of ten: views.scales.nice_ceiling's steps, so the strip and the
+  // heatmaps round a range the same way
+  for (const m of [1, 2, 3, 5, 10]) if (m * p >= x * (1 - 1e-12)) return m * p;
   return 10 * p;
 }
 
@@ -259,10 +261,12 @@ function update(state) {
   const t1 = performance.now();
   state.trace = out;
   const view = ui.view.value;
-  // one fixed scale per view while the knobs move: set on the view's first draw of this batch
+  // one fixed scale per view while the knobs move: set on the view's first draw of this batch;
+  // advantages never below the heatmaps' +-3 (payload.scale_floor), so a colour means the same
   state.scales = state.scales || {};
   if (!(view in state.scales)) {
-    state.scales[view] = niceCeil(absMax(out[view], state.shown.response_mask));
+    const floor = (payload.scale_floor || {})[view] || 0;
+    state.scales[view] = Math.max(floor, niceCeil(absMax(out[view], state.shown.response_mask)));
   }
   const zmax = state.scales[view];
   const labels = rowLabels(state.shown.group_ids);

@@ -31,6 +31,7 @@ from roll_viz.core.pipeline import (
 )
 from roll_viz.core.records import Batch, RunningMoments
 from roll_viz.views.compare_charts import OKABE_ITO
+from roll_viz.views.scales import ADVANTAGE_RANGE
 
 PAYLOAD_VERSION = 1
 
@@ -153,7 +154,8 @@ def instant_payload(
     Returns:
         JSON-serializable dict: version, framework, config (resolved), batch (encoded),
         running, estimator_key, estimators (the framework's choices), aliases (generic knob ->
-        config key or None), sliders, max_group_size.
+        config key or None), sliders, max_group_size, scale_floor (view -> the smallest
+        colour range it draws: the advantages share the heatmaps' +-3).
     """
     cfg = resolve_config(framework, config)
     est_key = ESTIMATOR_KEY[framework]
@@ -170,6 +172,7 @@ def instant_payload(
         "aliases": dict(ALIASES[framework]),
         "sliders": {k: list(v) for k, v in SLIDERS.items()},
         "max_group_size": max_group_size(batch),
+        "scale_floor": {"advantages": ADVANTAGE_RANGE},
     }
 
 
