@@ -114,13 +114,14 @@
     }
   }
 
-  // A display formula too wide for its column scrolls sideways: a keyboard must reach it.
-  function fixFormulas(root) {
+  // A display formula or code block too wide for its column scrolls: a keyboard must reach it.
+  function fixScrollers(root) {
     for (const el of root.querySelectorAll('[data-testid="stMain"] .katex-display')) {
       set(el, "tabindex", "0");
       set(el, "role", "group");
       set(el, "aria-label", "formula");
     }
+    for (const el of root.querySelectorAll('[data-testid="stCode"] pre')) set(el, "tabindex", "0");
   }
 
   const described = new WeakMap(); // chart div -> the data it was described from
@@ -138,7 +139,7 @@
 
   function fix() {
     fixNav(document);
-    fixFormulas(document);
+    fixScrollers(document);
     fixCharts(document);
   }
 

@@ -3,21 +3,24 @@
 axe-core is the copy pinned in requirements-dev.txt (``axe-playwright-python`` ships
 ``axe.min.js``; nothing is fetched at test time). Each page of ``roll_viz.nav.PAGES`` is opened
 in a fresh browser, in the default and in the projector mode, and axe runs once the app is idle
-and ``roll_viz/ui/a11y.js`` has applied its fixes. A failure prints each rule, its impact, how
-many nodes and the first node's target. The same visit checks that every chart has a text
-alternative with its numbers; the last test scrolls a wide formula from the keyboard.
+and ``roll_viz/ui/a11y.js`` has applied its fixes, then again with every expander open. A
+failure prints each rule, its impact, how many nodes and the first node's target. The same visit
+checks that every chart has a text alternative with its numbers. Two more tests use the keyboard
+alone: a wide formula scrolls, and the README's lecture recipe is walked with Tab and Enter.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 
 import pytest
 from axe_playwright_python.base import AXE_SCRIPT
 
 from roll_viz import nav
 from tests.browser import streamlit_page as sp
+from tests.ui.test_recipe import recipe_links
 
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 BLOCKING = ("serious", "critical")
@@ -26,8 +29,26 @@ MODES = {"default": "", "projector": "?present=true"}
 SETTLED = "() => !window.__rvA11y || !window.__rvA11y.pending"
 
 
+def show_everything(page) -> None:
+    """Grow the viewport to the content's height (Streamlit scrolls inside its main block).
+
+    axe checks colour contrast only where an element is on screen, and the main block is a
+    scroll container: at 1000 px it saw the first screen only.
+    """
+    height = page.evaluate(
+        """() => Math.max(...["[data-testid='stMain']", "[data-testid='stMainBlockContainer']",
+                              "[data-testid='stSidebarContent']"]
+                 .map(s => document.querySelector(s)).filter(Boolean)
+                 .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
+    )
+    page.set_viewport_size({"width": page.viewport_size["width"], "height": int(height) + 40})
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    sp.wait_idle(page)
+
+
 def axe(page) -> list[dict]:
-    """The WCAG A/AA violations axe-core finds on the page as it is now."""
+    """The WCAG A/AA violations axe-core finds on the whole page as it is now."""
+    show_everything(page)
     page.wait_for_function(SETTLED)
     page.evaluate(AXE_SCRIPT)
     options = {"runOnly": {"type": "tag", "values": TAGS}, "resultTypes": ["violations"]}
@@ -64,6 +85,16 @@ def test_no_serious_or_critical_violation(key, mode, page, server):
     assert not sp.exceptions(page)
     blocking = [v for v in axe(page) if v["impact"] in BLOCKING]
     assert not blocking, f"{key} ({mode}):\n{report(blocking)}"
+    # again with every expander open: explainers, code and the projector's folded prose
+    opened = page.evaluate(
+        """() => { const s = [...document.querySelectorAll('details')]
+                     .filter(d => !d.open).map(d => d.querySelector('summary'));
+                   s.forEach(x => x.click()); return s.length; }"""
+    )
+    if opened:
+        sp.wait_idle(page)
+        blocking = [v for v in axe(page) if v["impact"] in BLOCKING]
+        assert not blocking, f"{key} ({mode}, {opened} expanders opened):\n{report(blocking)}"
     # every chart is a named figure whose name carries numbers (WCAG 1.1.1 text alternative)
     for role, label in chart_labels(page):
         assert role == "figure", (key, role, label)
@@ -104,3 +135,39 @@ def test_a_wide_formula_scrolls_from_the_keyboard(page, server):
     assert formula.evaluate("e => document.activeElement === e")
     page.keyboard.press("ArrowRight")
     page.wait_for_function("e => e.scrollLeft > 0", arg=formula.element_handle())
+
+
+#: what a keyboard can reach: the element focused, its link target and whether focus is drawn
+FOCUSED = """() => {
+  const e = document.activeElement, s = e ? getComputedStyle(e) : null;
+  return {href: e && e.href ? e.href : "", drawn: !!s && ((s.outlineStyle !== "none"
+          && parseFloat(s.outlineWidth) > 0) || s.boxShadow !== "none")};
+}"""
+MAX_TABS = 120  # the sidebar's widgets and the page's controls between two navigation links
+
+
+def tab_to(page, path: str) -> dict:
+    """Press Tab (then Shift+Tab) until a link to ``/path`` has the focus; its FOCUSED state."""
+    for key in ("Tab", "Shift+Tab"):
+        for _ in range(MAX_TABS):
+            page.keyboard.press(key)
+            state = page.evaluate(FOCUSED)
+            if urllib.parse.urlparse(state["href"]).path == f"/{path}" and state["href"]:
+                return state
+    raise AssertionError(f"no link to /{path} within {MAX_TABS} Tab and Shift+Tab presses")
+
+
+def test_the_recipe_is_given_from_the_keyboard(page, server):
+    """The README's lecture recipe, page after page, with Tab and Enter on the navigation.
+
+    Projector mode; each link the focus lands on shows a focus ring (WCAG 2.4.7).
+    """
+    paths = list(dict.fromkeys(link.lstrip("/").partition("?")[0] for link in recipe_links()))
+    sp.goto(page, f"{server}/?present=true")
+    for path in paths[1:]:  # the recipe starts on Home
+        state = tab_to(page, path)
+        assert state["drawn"], f"the focused link to /{path} shows no focus ring"
+        sp.after_rerun(page, lambda: page.keyboard.press("Enter"))
+        assert urllib.parse.urlparse(page.url).path == f"/{path}", page.url
+        assert sp.query(page.url).get("present") == "true", page.url
+        assert not sp.exceptions(page)
