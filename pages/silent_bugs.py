@@ -8,7 +8,7 @@ from roll_viz.ui import silent_bugs_page
 with ui.page_guard("Silent bugs"):
     ui.page_setup("Silent bugs")
     st.title("Silent bugs: the wrong number and the right one")
-    st.markdown(
+    ui.prose(
         "Each of these bugs was reported in a real framework and trained models without any "
         "error message. Pick one, read the tiny batch, **predict** the answer, then reveal the "
         "number the buggy formula gives next to the one roll-viz computes."

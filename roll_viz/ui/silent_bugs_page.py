@@ -8,6 +8,7 @@ is shown through ``text.md_escape`` or ``st.code`` (plain text): nothing is rend
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import streamlit as st
 
@@ -98,11 +99,15 @@ def thread_links(thread: str) -> list[tuple[str, str]]:
 
 
 def lesson(bug: silent_bugs.SilentBug) -> None:
-    """One lesson: the question first, then on Reveal the two numbers, formula and figure."""
+    """One lesson: the question first, then on Reveal the numbers, verdict, formula and figure.
+
+    The two numbers go above the batch and the verdict under the prediction, where the Reveal
+    button was: both in a projector's first screen (they had been at 1150 px).
+    """
     st.subheader(text.md_escape(bug.title))
-    st.caption(f"Reported in {text.md_escape(bug.thread)}")
-    batch_col, question_col = st.columns([2, 3], gap="large")
+    batch_col, question_col = st.columns(2, gap="large")
     with batch_col:
+        numbers = st.container()  # on Reveal the two numbers, above the batch they come from
         st.markdown(
             "**The batch**\n\n"
             + "\n".join(f"- {text.md_escape(name)}: {text.md_escape(v)}" for name, v in bug.batch)
@@ -116,8 +121,7 @@ def lesson(bug: silent_bugs.SilentBug) -> None:
             format_func=lambda i: text.md_escape(bug.choices[i]),
             key=f"silent_bug_pick_{bug.id}",
         )
-        revealed = bug.id in _revealed()
-        if not revealed:
+        if bug.id not in _revealed():
             st.button(
                 "Reveal",
                 key=f"silent_bug_reveal_{bug.id}",
@@ -126,7 +130,13 @@ def lesson(bug: silent_bugs.SilentBug) -> None:
                 on_click=_reveal,
                 args=(bug.id,),
             )
+            st.caption(f"Reported in {text.md_escape(bug.thread)}")
             return
+    outcome = bug.compute()
+    with numbers:
+        _numbers(bug, outcome)
+    with question_col:
+        _verdict(bug, pick)
         st.button(
             "Hide and predict again",
             key=f"silent_bug_hide_{bug.id}",
@@ -134,11 +144,28 @@ def lesson(bug: silent_bugs.SilentBug) -> None:
             on_click=_hide,
             args=(bug.id,),
         )
-    _answer(bug, pick)
+    st.caption(f"Reported in {text.md_escape(bug.thread)}")
+    _details(bug, outcome)
 
 
-def _answer(bug: silent_bugs.SilentBug, pick: int | None) -> None:
-    outcome = bug.compute()
+def _numbers(bug: silent_bugs.SilentBug, outcome: Any) -> None:
+    """The two numbers: what the buggy formula gives and what the pipeline computes."""
+    st.markdown(f"**{text.md_escape(bug.quantity)}**")
+    wrong_col, right_col = st.columns(2)
+    with wrong_col:
+        st.metric(
+            text.md_escape(f"Wrong: {bug.wrong_label}"),
+            silent_bugs_charts.value_text(outcome.wrong),
+        )
+    with right_col:
+        st.metric(
+            text.md_escape(f"Right: {bug.right_label}"),
+            silent_bugs_charts.value_text(outcome.right),
+        )
+
+
+def _verdict(bug: silent_bugs.SilentBug, pick: int | None) -> None:
+    """The prediction against the answer."""
     right_choice = text.md_escape(bug.choices[bug.answer])
     if pick is None:
         st.info(f"The answer: {right_choice}", icon=":material/lightbulb:")
@@ -150,18 +177,10 @@ def _answer(bug: silent_bugs.SilentBug, pick: int | None) -> None:
             f"{right_choice}",
             icon=":material/help:",
         )
-    st.markdown(f"**{text.md_escape(bug.quantity)}**")
-    wrong_col, right_col = st.columns(2, gap="large")
-    with wrong_col:
-        st.metric(
-            text.md_escape(f"Wrong: {bug.wrong_label}"),
-            silent_bugs_charts.value_text(outcome.wrong),
-        )
-    with right_col:
-        st.metric(
-            text.md_escape(f"Right: {bug.right_label}"),
-            silent_bugs_charts.value_text(outcome.right),
-        )
+
+
+def _details(bug: silent_bugs.SilentBug, outcome: Any) -> None:
+    """Under the numbers: why they differ, the formula, the figure and the thread."""
     st.markdown(text.md_escape(bug.explanation))
     st.code(outcome.formula, language=None, wrap_lines=True)
     plot(

@@ -184,3 +184,19 @@ def test_metric_values_stay_large_in_presentation_mode(projector, server):
     sp.goto(projector, f"{server}/?present=true&hide=sidebar")
     sizes = projector.evaluate(METRIC_JS)
     assert sizes["value"] >= 2 * sizes["label"], sizes
+
+
+def test_silent_bugs_revealed_numbers_in_the_first_screen(projector, server):
+    """After Reveal, the wrong and the right number are in the first screen, for every bug."""
+    from roll_viz.analysis import silent_bugs
+
+    for bug in silent_bugs.BY_ID.values():
+        url = f"{server}/{nav.url_path('silent_bugs')}?bug={bug.id}&present=true&hide=sidebar"
+        sp.goto(projector, url, 240_000)
+        reveal = projector.locator(f".st-key-silent_bug_reveal_{bug.id} button")
+        sp.after_rerun(projector, reveal.click)
+        metrics = projector.locator("[data-testid='stMetric']")
+        assert metrics.count() == 2, bug.id
+        for i in range(2):
+            box = metrics.nth(i).bounding_box()
+            assert box["y"] + box["height"] <= HEIGHT, f"{bug.id}: number at y = {box['y']:.0f}"
