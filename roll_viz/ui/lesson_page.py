@@ -445,7 +445,8 @@ def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
     )
 
 
-def _reveal(code: str, key: str, gate: Gate, result: GateResult) -> None:
+def _reveal_votes(code: str, key: str, gate: Gate, result: GateResult) -> None:
+    """The pipeline's answer and the class's votes, where the options were (first screen)."""
     tally = STORE.tally(code, key)
     st.success(f"The pipeline's answer: **{md_escape(result.shown)}**", icon=":material/check:")
     if gate.kind == "number":
@@ -461,6 +462,10 @@ def _reveal(code: str, key: str, gate: Gate, result: GateResult) -> None:
     )
     if both:
         st.caption(both)
+
+
+def _reveal_details(gate: Gate, result: GateResult) -> None:
+    """Under the controls: the step's figure, its explanation and formula."""
     left, right = st.columns(2)
     with left:
         figure = lesson_charts.gate_figure(result)
@@ -483,6 +488,12 @@ def _room_view(state: Any, code: str, key: str) -> None:
     lesson = STORE.content(code)
     view = STORE.view(code)
     gate = lesson.steps[view.step]
+    result, problem = None, None
+    if view.phase == "revealed":
+        try:
+            result = step_result(lesson, view.step, state)
+        except LessonError as err:
+            problem = str(err)
     st.html(TEACHER_CSS)
     main, side = st.container(key="lesson_top").columns([3, 1])
     with side:
@@ -506,17 +517,16 @@ def _room_view(state: Any, code: str, key: str) -> None:
                 else:
                     for i, label in enumerate(gate.labels):
                         st.markdown(f"**{LETTERS[i]}.** {md_escape(label)}")
+        elif result is not None:  # in the options' place: the reveal in a projector's first screen
+            _reveal_votes(code, key, gate, result)
     message = st.session_state.pop("_lesson_error", None)
     if message:
         st.warning(md_escape(message))
     _controls(code, key, view.phase, view.step, view.n_steps)
-    if view.phase == "revealed":
-        try:
-            result = step_result(lesson, view.step, state)
-        except LessonError as err:
-            st.error(md_escape(str(err)), icon=":material/error:")
-        else:
-            _reveal(code, key, gate, result)
+    if problem:
+        st.error(md_escape(problem), icon=":material/error:")
+    if result is not None:
+        _reveal_details(gate, result)
     st.download_button(
         "Download the answers (CSV)",
         export_csv(code, key, lesson, state),

@@ -98,6 +98,8 @@ def test_a_lesson_with_three_phones(server, browser, shots):
     assert teacher.get_by_test_id("stPlotlyChart").count() == 2
     data = sp.chart_data(teacher, 0)
     assert data[0]["x"] == [1, 0, 2, 0]  # votes per option, as cast
+    votes = teacher.get_by_test_id("stPlotlyChart").first.bounding_box()
+    assert votes["y"] < 720 - 120, f"the vote chart starts at y = {votes['y']:.0f}"  # first screen
     for _, pg in phones:
         _wait_text(pg, "Look at the screen")
     teacher.get_by_test_id("stPlotlyChart").first.scroll_into_view_if_needed()
