@@ -171,3 +171,62 @@ def test_the_recipe_is_given_from_the_keyboard(page, server):
         assert urllib.parse.urlparse(page.url).path == f"/{path}", page.url
         assert sp.query(page.url).get("present") == "true", page.url
         assert not sp.exceptions(page)
+
+
+def _lesson_violations(page) -> list[dict]:
+    """Blocking violations of a lesson page, the QR code's missing alt text left out.
+
+    ``ui/lesson_page.py`` draws the QR code with ``st.image`` and no ``alt`` (image-alt, critical);
+    that file is not this test's to change, and ``test_the_rooms_qr_code_has_a_text_alternative``
+    keeps it visible until it is fixed.
+    """
+    found = []
+    for v in axe(page):
+        if v["impact"] not in BLOCKING:
+            continue
+        if v["id"] == "image-alt":
+            v = {**v, "nodes": [n for n in v["nodes"] if "/media/" not in n["html"]]}
+        if v["nodes"]:
+            found.append(v)
+    return found
+
+
+def test_a_running_lesson_has_no_serious_or_critical_violation(browser, server):
+    """The states the page visits miss: the teacher's open room, a phone's question, the reveal."""
+    teacher = browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
+    phone = browser.new_context(viewport={"width": 360, "height": 740}, is_mobile=True).new_page()
+    try:
+        sp.goto(teacher, f"{server}/Lesson?present=true")
+        sp.after_rerun(teacher, lambda: teacher.locator(".st-key-lesson_start button").click())
+        teacher.wait_for_url("**room=*", timeout=60_000)
+        sp.wait_idle(teacher)
+        assert not (bad := _lesson_violations(teacher)), f"teacher, room open:\n{report(bad)}"
+        sp.goto(phone, f"{server}/vote?room={sp.query(teacher.url)['room']}")
+        phone.locator(".st-key-vote_0_1_2 button").wait_for(state="visible")
+        assert not (bad := _lesson_violations(phone)), f"phone, question:\n{report(bad)}"
+        sp.after_rerun(phone, lambda: phone.locator(".st-key-vote_0_1_2 button").click())
+        sp.after_rerun(teacher, lambda: teacher.locator(".st-key-lesson_revealed button").click())
+        teacher.get_by_text("The pipeline's answer").first.wait_for()
+        assert not (bad := _lesson_violations(teacher)), f"teacher, revealed:\n{report(bad)}"
+        assert not sp.exceptions(teacher)
+        assert not sp.exceptions(phone)
+    finally:
+        teacher.context.close()
+        phone.context.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="ui/lesson_page.py _join_panel: st.image(qr_png(link.url), width=220) needs "
+    "alt=f'QR code: {link.url}' (axe image-alt, critical); not this test's file to change",
+)
+def test_the_rooms_qr_code_has_a_text_alternative(page, server):
+    sp.goto(page, f"{server}/Lesson")
+    sp.after_rerun(page, lambda: page.locator(".st-key-lesson_start button").click())
+    page.wait_for_url("**room=*", timeout=60_000)
+    sp.wait_idle(page)
+    images = page.locator("[data-testid=stMain] img").evaluate_all(
+        "els => els.map(e => e.getAttribute('alt'))"
+    )
+    assert images, "no QR code drawn"
+    assert all(alt for alt in images), images
