@@ -45,10 +45,10 @@ JSON_COLOURS = {
 CSS = """
 [data-testid="stMain"] .katex-display:focus-visible, [data-testid="stCode"] pre:focus-visible {
   outline: 2px solid #2166ac; outline-offset: 2px; }
-/* a caption is its text at 60 % opacity, which made a link in it #7c95d2 (2.96:1 on white):
-   a caption with a link is drawn opaque in about the same grey (5.1:1 on white, 5.0:1 on the
-   sidebar's grey) and its link in the theme's blue (5.9:1, 5.4:1) */
-[data-testid="stCaptionContainer"]:has(a) { opacity: 1; color: #6d6d78; }
+/* a caption is its text at 60 % opacity, which made a link in it #7c95d2 (2.96:1 on white) and
+   inline code too faint: a caption with a link or code is drawn opaque in about the same grey
+   (5.1:1 on white, 5.0:1 on the sidebar's grey) and its link in the theme's blue (5.9:1, 5.4:1) */
+[data-testid="stCaptionContainer"]:has(a, code) { opacity: 1; color: #6d6d78; }
 [data-testid="stCaptionContainer"] a { color: #2166ac; }
 /* Streamlit marks a focused page link with the same faint tint as the current page's */
 [data-testid="stSidebarNavLink"]:focus-visible, [data-testid="stPageLink-NavLink"]:focus-visible {

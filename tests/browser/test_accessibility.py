@@ -102,6 +102,21 @@ def test_no_serious_or_critical_violation(key, mode, page, server):
         assert any(c.isdigit() for c in label), (key, label)
 
 
+def test_every_training_tab_has_no_serious_or_critical_violation(page, server):
+    """Only the open tab of Training runs: each is opened by its link (``?tab=``) and checked."""
+    sp.goto(page, f"{server}/{nav.url_path('training')}")
+    labels = page.locator("[data-testid=stMain] [role=tab]").all_inner_texts()
+    assert len(labels) > 1, labels
+    for label in labels[1:]:  # the first is the page the parametrized test saw
+        query = urllib.parse.urlencode({"tab": label.strip()})
+        sp.goto(page, f"{server}/{nav.url_path('training')}?{query}")
+        page.set_viewport_size({"width": 1400, "height": 1000})  # axe grew it for the last tab
+        selected = page.locator("[data-testid=stMain] [role=tab][aria-selected=true]")
+        assert selected.inner_text().strip() == label.strip()
+        blocking = [v for v in axe(page) if v["impact"] in BLOCKING]
+        assert not blocking, f"Training, tab {label!r}:\n{report(blocking)}"
+
+
 def test_the_chart_text_names_the_figures_numbers(page, server):
     """Token KL's heatmap: its label gives the z grid's size and its value range."""
     sp.goto(page, f"{server}/{nav.url_path('kl')}")
