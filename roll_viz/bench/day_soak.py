@@ -15,7 +15,8 @@ to change it) and runs 8 classes of 20 students back to back, the server never r
 
 After each class the driver waits until the reconnect grace has passed (``--grace``: the app's
 120 s by default; the server is started with it, for the parked runs and Streamlit's
-``server.disconnectedSessionTTL``) plus ``--settle`` seconds, and reads, from outside the
+``server.disconnectedSessionTTL``) plus ``--settle`` seconds, then until the server is idle
+(``wait_idle``: the steps closed mid-flight finished and freed), and reads, from outside the
 process: RSS, threads, open file descriptors, the bytes in the server's upload folder
 (``<temp>/roll-viz-uploads-<pid>``) and the upload bytes Streamlit holds in memory (its own
 ``/_stcore/metrics``); threads are also read right after the last tab closed (the timers
@@ -59,6 +60,8 @@ UPLOAD_FIXTURE = ROOT / "tests" / "fixtures" / "uploads" / "verl_steps.zip"
 UPLOAD_SHOWS = "verl"  # the Format metric Your run shows for that fixture (a verl dump)
 UPLOAD_PREFIX = "roll-viz-uploads"  # ``data.runs.uploads.PREFIX`` (the folder of one server)
 KNOB_PAGE, SAMPLES_PAGE, RUN_PAGE = "Advantages", "Samples", "Your_run"
+IDLE_CPU_PERCENT = 10.0  # the server is done with a class's work below this (one core = 100)
+IDLE_WAIT_MAX_S = 180.0  # at most this long past the grace for it to get there
 _HELD = re.compile(r'cache_memory_bytes\{cache_type="UploadedFileManager"[^}]*\}\s+(\d+)')
 
 
@@ -88,6 +91,21 @@ def process_figures(pid: int) -> dict[str, Any]:
             "fds": proc.num_fds(),
             "open_files": len(proc.open_files()),
         }
+
+
+def wait_idle(pid: int, max_s: float = IDLE_WAIT_MAX_S) -> float:
+    """Wait until the server's CPU use over 2 s is under ``IDLE_CPU_PERCENT``; seconds waited.
+
+    A step closed mid-flight stops at its next boundary and its memory is freed after it: on a
+    loaded 2-core machine that can be later than grace + settle, and RSS read then is the
+    step's, not what the class left (one update-only class read 3.0 GB there, 1.3 GB idle).
+    """
+    proc = psutil.Process(pid)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        if proc.cpu_percent(interval=2.0) < IDLE_CPU_PERCENT:
+            break
+    return round(time.monotonic() - t0, 1)
 
 
 async def _uploader(idx: int, base: str, xsrf: str, data: bytes, out: dict) -> None:
@@ -213,6 +231,7 @@ async def day(
         await churn_load._open(s, page, query, "warm-up", warm)
         await s.close()
     await asyncio.sleep(grace_s + settle_s)
+    await asyncio.to_thread(wait_idle, pid)
     baseline = {
         **process_figures(pid),
         "upload_disk_bytes": upload_disk_bytes(pid),
@@ -228,6 +247,7 @@ async def day(
         await one_class(base, students, seed=k, hold_s=hold_s, out=out, roles=roles)
         closed = process_figures(pid)
         await asyncio.sleep(grace_s + settle_s)
+        idle_wait = await asyncio.to_thread(wait_idle, pid)
         stop.set()
         await sampler
         window = [m for m, t in zip(probe.ms, probe.at, strict=False) if t >= t0]
@@ -236,6 +256,7 @@ async def day(
             **process_figures(pid),
             "rss_peak_mib": round(peak[0], 1),
             "threads_at_close": closed["threads"],
+            "idle_wait_s": idle_wait,
             "upload_disk_bytes": upload_disk_bytes(pid),
             "upload_held_bytes": await asyncio.to_thread(held_upload_bytes, base),
             "health_max_ms": round(max(window), 1) if window else None,
