@@ -44,7 +44,7 @@ JSON_COLOURS = {
 #: the same hues to at least 4.8:1 on #f0f2f6
 CSS = """
 [data-testid="stMain"] .katex-display:focus-visible, [data-testid="stCode"] pre:focus-visible {
-  outline: 2px solid #2166ac; outline-offset: 2px; }
+  outline: 2px solid #2166ac; outline-offset: -2px; }
 /* a caption is its text at 60 % opacity, which made a link in it #7c95d2 (2.96:1 on white) and
    inline code too faint: a caption with a link or code is drawn opaque in about the same grey
    (5.1:1 on white, 5.0:1 on the sidebar's grey) and its link in the theme's blue (5.9:1, 5.4:1) */
