@@ -390,7 +390,7 @@ def _join_panel(code: str) -> None:
     if link.url is None:
         st.warning(link.note, icon=":material/wifi_off:")
     else:
-        st.image(qr_png(link.url), width=220)
+        st.image(qr_png(link.url), width=220, alt=f"QR code of the phone link {link.url}")
         st.caption(f"Phones: scan, or open {md_escape(link.url)}. {link.note}".strip())
 
 

@@ -230,11 +230,6 @@ def test_a_running_lesson_has_no_serious_or_critical_violation(browser, server):
         phone.context.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ui/lesson_page.py _join_panel: st.image(qr_png(link.url), width=220) needs "
-    "alt=f'QR code: {link.url}' (axe image-alt, critical); not this test's file to change",
-)
 def test_the_rooms_qr_code_has_a_text_alternative(page, server):
     sp.goto(page, f"{server}/Lesson")
     sp.after_rerun(page, lambda: page.locator(".st-key-lesson_start button").click())
