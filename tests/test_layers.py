@@ -43,6 +43,9 @@ THIRD_PARTY_ONLY: dict[str, set[str]] = {
 #: in its own process and tells it, before the first session, that ``pages/`` belongs to the router
 SERVE_SWITCH = ("roll_viz/cli/serve.py", "streamlit.runtime.pages_manager")
 
+#: the benchmarks: outside the product package (nothing a user runs imports them), one layer
+BENCH_DIR = "benchmarks"
+
 #: the "pages" layer: the router and the page scripts (outside the package)
 PAGE_DIRS = ("pages",)
 PAGE_FILES = ("app.py",)
@@ -68,12 +71,15 @@ def _layer_of(path: Path, root: Path = ROOT) -> str:
     rel = path.relative_to(root)
     if rel.parts[0] in PAGE_DIRS or str(rel) in PAGE_FILES:
         return "pages"
+    if rel.parts[0] == BENCH_DIR:
+        return "bench"
     inner = rel.relative_to("roll_viz")
     return inner.parts[0].removesuffix(".py") if len(inner.parts) > 1 else inner.stem
 
 
 def _sources(root: Path = ROOT) -> list[Path]:
     files = sorted((root / "roll_viz").rglob("*.py"))
+    files += sorted((root / BENCH_DIR).rglob("*.py"))
     for folder in PAGE_DIRS:
         files += sorted((root / folder).glob("*.py"))
     files += [root / name for name in PAGE_FILES if (root / name).exists()]
@@ -103,7 +109,9 @@ def violations(root: Path = ROOT) -> list[str]:
         for line, module in _imports(path):
             top = module.split(".")[0]
             where = f"{path.relative_to(root)}:{line}"
-            if top == "roll_viz":
+            if top == BENCH_DIR and layer != "bench":
+                out.append(f"{where}: imports {module} (the product never imports the benchmarks)")
+            elif top == "roll_viz":
                 parts = module.split(".")
                 target = parts[1] if len(parts) > 1 else "__init__"
                 if target not in allowed:

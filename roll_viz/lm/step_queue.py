@@ -15,7 +15,7 @@ A waiting runner whose session closed leaves the line at once (``cancelled`` is 
 ``share_the_interpreter()`` shortens CPython's switch interval (5 ms -> ``GIL_SWITCH_S``) in the
 server: the pure-Python parts of the model threads (sampling loops, LoRA injection, reward
 scoring) and of the page scripts hand the interpreter on sooner, so the event loop that answers
-every student waits less for it after each socket write. ``python -m roll_viz.bench.churn_load
+every student waits less for it after each socket write. ``python -m benchmarks.churn_load
 --students 12`` on 2 cores, the server alone toggled, four runs each at load 10-12: health p99
 795 -> 569 ms (mean), max 1.0-2.5 s -> 0.73-1.6 s (median 1.43 -> 0.89 s); the shipped setting
 at load 8-10: p99 360-500 ms, max 0.81-1.47 s. It shortens the tail; it does not bound it by 1 s

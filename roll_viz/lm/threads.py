@@ -15,7 +15,7 @@ decode step            1 thread        2 threads
 18 rows, int8, busy    72 / 85         56 / 86
 =====================  ==============  ==============
 
-(two repeats per cell; ``python -m roll_viz.bench --sampling --only threads`` prints the table
+(two repeats per cell; ``python -m benchmarks --sampling --only threads`` prints the table
 quiet and under a competing single-thread matmul process.) Two threads win when the second core
 is free (a big scoring pass ~1.5x, an int8 decode step ~1.5x), but lose up to ten times over as
 soon as anything else holds a core (OpenMP threads wait on each other at every op): three

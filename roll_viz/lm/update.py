@@ -29,7 +29,7 @@ the loss on all rows' (detached) log-probs: no extra model forward. The test
 Learning rate: DEFAULT_LR = 2e-4 with rank 8, alpha 16. policy-update.md 2.3 measured LoRA r16
 at 1e-4 as "visible" (mean |dlogp| 0.038 per token, 2.1 % of tokens outside [0.8, 1.2] for a
 second epoch) and 1e-3 as "too big" (48 %) on SmolLM2-135M. The same probe for this adapter
-(``python -m roll_viz.bench.update --lr-probe smollm2``: 8 x 48 sampled tokens, one K=1 step,
+(``python -m benchmarks.update --lr-probe smollm2``: 8 x 48 sampled tokens, one K=1 step,
 verl loss) measured mean |dlogp| 0.0023 / 0.023 / 0.046 / 0.23 and next-epoch clip share
 0 / 1.1 / 3.8 / 32 % at lr 1e-5 / 1e-4 / 2e-4 / 1e-3, with 80-82 % of tokens moving in their
 advantage's direction at every lr. 2e-4 is therefore in the "visible" band (a few per cent clip

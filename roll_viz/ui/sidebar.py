@@ -336,7 +336,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Draw the answers with an int8 copy of the model (CPU): about 1.3x faster for a "
         "classroom request. Approximate: its next-token distributions differ from the float "
         "model's (about 0.13 nats of KL per token; the top token agrees about 83 % of the time, "
-        "measured by `python -m roll_viz.bench --sampling --only fidelity`). Every log-prob, KL "
+        "measured by `python -m benchmarks --sampling --only fidelity`). Every log-prob, KL "
         "and entropy shown is still the float model's, so the numbers stay exact for the tokens "
         "drawn. Seeded and deterministic like the float path.",
     )

@@ -64,7 +64,7 @@ MAX_MINIBATCHES = 4
 #: the base model's matmul precisions offered (UpdateConfig.precision), the exact one first
 PRECISIONS = ("float32", "bf16")
 #: |log pi_bf16 - log pi_fp32| per token, measured on SmolLM2-135M, 2 x 8 x 32
-#: (``python -m roll_viz.bench.update``; ``tests/lm/test_update_precision.py`` bounds the tiny
+#: (``python -m benchmarks.update``; ``tests/lm/test_update_precision.py`` bounds the tiny
 #: model's): max, mean
 BF16_GAP = (0.207, 0.033)
 

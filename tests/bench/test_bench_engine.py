@@ -1,15 +1,15 @@
 """The engine and GPU benchmarks run and print their lines (structure only, never times).
 
 The engine benchmark runs against the stub server over the tiny model (``tests/lm/engine_stub``);
-the real server's figures come from ``python -m roll_viz.bench --engine`` (README). The GPU
+the real server's figures come from ``python -m benchmarks --engine`` (README). The GPU
 script runs in its ``--cpu-check`` form.
 """
 
 import json
 
-from roll_viz.bench import engine as engine_bench
-from roll_viz.bench import gpu
-from roll_viz.bench.pipeline import main
+from benchmarks import engine as engine_bench
+from benchmarks import gpu
+from benchmarks.pipeline import main
 from roll_viz.lm.engine import LocalEngine
 from roll_viz.lm.engine_http import HttpEngine
 from roll_viz.lm.models import load_models

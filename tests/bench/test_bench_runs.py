@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll_viz.bench import runs as bench
+from benchmarks import runs as bench
 from roll_viz.core.pipeline import run
 from roll_viz.data.runs import fast_lines, load_step, open_run
 

@@ -4,8 +4,8 @@ import os
 
 import torch
 
-from roll_viz.bench import machine
-from roll_viz.bench import sampling as bench
+from benchmarks import machine
+from benchmarks import sampling as bench
 
 
 def test_decode_lines_pair_every_variant_with_generate_at_the_same_thread_count(tiny):

@@ -1,8 +1,8 @@
 """The training benchmark's plumbing (no model run: the peers are measured by the benchmark)."""
 
-from roll_viz.bench import train as bench
-from roll_viz.bench.__main__ import SPEED
-from roll_viz.bench.machine import context
+from benchmarks import train as bench
+from benchmarks.__main__ import SPEED
+from benchmarks.machine import context
 
 
 def test_only_benchmark_lines_are_read_from_a_peer_s_output():

@@ -4,7 +4,7 @@ import json
 
 import torch
 
-from roll_viz.bench import update as bench
+from benchmarks import update as bench
 
 
 def test_ours_and_bf16_cases_run_on_the_tiny_model():

@@ -9,7 +9,7 @@ none slower than ``HEALTH_BOUND_MS`` (the 1 s goal holds on a quiet machine; the
 runs other work beside the server, so the test bound is the defect's 5 s with a margin), and RSS
 after the churn within ``RSS_MARGIN_MIB`` of the warm baseline, read after the reconnect grace
 (the server keeps closed sessions ``GRACE_S`` instead of 120 s, so the freeing happens within the
-test). The figures are printed as a BENCHMARK line (``python -m roll_viz.bench.churn_load`` for
+test). The figures are printed as a BENCHMARK line (``python -m benchmarks.churn_load`` for
 more students).
 """
 
@@ -19,8 +19,8 @@ import json
 
 import pytest
 
-from roll_viz.bench import churn_load
-from roll_viz.bench.server import health, streamlit_server
+from benchmarks import churn_load
+from benchmarks.server import health, streamlit_server
 from roll_viz.ui import reconnect
 
 pytestmark = pytest.mark.server

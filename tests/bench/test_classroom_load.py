@@ -1,7 +1,7 @@
 """A classroom on one server: N = 5 websocket students for ~15 s, three sampling live at once.
 
 Runs in ``make test`` (no browser: the students speak Streamlit's protobuf protocol over the
-websocket, see roll_viz.bench.classroom_load). Asserts only what must never happen under load:
+websocket, see benchmarks.classroom_load). Asserts only what must never happen under load:
 errors (dropped connections, unfinished runs), exceptions on a page, a student's numbers changing
 because of the others (every (page, settings) key shows one page, equal to the same URL opened
 alone), a server that stops answering. Latency, reruns/s and RSS are printed as a BENCHMARK line.
@@ -14,8 +14,8 @@ import urllib.parse
 
 import pytest
 
-from roll_viz.bench import classroom_load, st_client
-from roll_viz.bench.server import Server, health, streamlit_server
+from benchmarks import classroom_load, st_client
+from benchmarks.server import Server, health, streamlit_server
 
 pytestmark = pytest.mark.server  # every test here starts (or reads) a streamlit server
 

@@ -16,8 +16,8 @@ import math
 
 import pytest
 
-from roll_viz.bench.server import streamlit_server
-from roll_viz.bench.st_client import Session, run_coroutine
+from benchmarks.server import streamlit_server
+from benchmarks.st_client import Session, run_coroutine
 
 pytestmark = pytest.mark.server
 

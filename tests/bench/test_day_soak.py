@@ -1,6 +1,6 @@
 """A shortened teaching day (#33): 3 classes of 6 on one tiny-model server, figures printed.
 
-``python -m roll_viz.bench.day_soak`` is the benchmark (``--day``: 8 classes of 20 on the
+``python -m benchmarks.day_soak`` is the benchmark (``--day``: 8 classes of 20 on the
 bundled model). Here each class trains, updates, uploads a run and moves knobs, closes every tab,
 and the figures are read past the reconnect grace (shortened to ``GRACE_S`` for the server, its
 parked runs and its uploads). Printed as a BENCHMARK line; no time is asserted. Asserted: no
@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from roll_viz.bench import churn_load, day_soak
-from roll_viz.bench.server import health, streamlit_server
+from benchmarks import churn_load, day_soak
+from benchmarks.server import health, streamlit_server
 from roll_viz.data.runs import uploads
 
 pytestmark = [pytest.mark.server, pytest.mark.bench]

@@ -1,6 +1,6 @@
 """60 phones vote at once on one server: every vote counted once, p95 of a vote, teacher responsive.
 
-The phones and the teacher speak Streamlit's websocket protocol (``roll_viz.bench.st_client``),
+The phones and the teacher speak Streamlit's websocket protocol (``benchmarks.st_client``),
 pressing the pages' buttons as the frontend does (a ``trigger_value`` in ``WidgetStates``). The
 teacher starts the built-in lesson on the Lesson page; 60 phones open ``/vote?room=<code>``; all
 press an option at the same moment while the teacher's page reruns; then the teacher's page must
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
-from roll_viz.bench import st_client
-from roll_viz.bench.server import health, streamlit_server
+from benchmarks import st_client
+from benchmarks.server import health, streamlit_server
 
 pytestmark = pytest.mark.server
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from roll_viz.bench import framework_peers, pipeline
+from benchmarks import framework_peers, pipeline
 from roll_viz.core.pipeline import dialects, run
 
 P, G, T = 4, 4, 32

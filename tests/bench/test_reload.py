@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from roll_viz.bench.server import streamlit_server
-from roll_viz.bench.st_client import Session, run_coroutine
+from benchmarks.server import streamlit_server
+from benchmarks.st_client import Session, run_coroutine
 from roll_viz.ui.reconnect import STUDENT_COOKIE, new_student_key
 
 pytestmark = pytest.mark.server

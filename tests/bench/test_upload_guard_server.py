@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from roll_viz.bench.server import streamlit_server
-from roll_viz.bench.st_client import Session, UploadedFile, put_file, xsrf_cookie
+from benchmarks.server import streamlit_server
+from benchmarks.st_client import Session, UploadedFile, put_file, xsrf_cookie
 
 pytestmark = pytest.mark.server
 

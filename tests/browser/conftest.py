@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.browser import CHROMIUM, CHROMIUM_ARGS
+from benchmarks.server import streamlit_server
 from roll_viz import nav
-from roll_viz.bench.browser import CHROMIUM, CHROMIUM_ARGS
-from roll_viz.bench.server import streamlit_server
 
 ROOT = Path(__file__).resolve().parents[2]
 #: where ``make screenshots`` writes the README's images (the suite itself never writes there)

@@ -14,8 +14,8 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks import browser
 from roll_viz import nav
-from roll_viz.bench import browser
 from roll_viz.ui.state import KEY_SAMPLE_APPLY
 
 # the run-state selectors, the observer and the waits are the benchmark's (one copy)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import classroom
 from roll_viz import nav
-from roll_viz.bench import classroom
 from tests.browser import streamlit_page as sp
 
 #: Minimum number of Plotly charts each page draws on the default preset.

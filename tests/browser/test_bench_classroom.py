@@ -1,4 +1,4 @@
-"""``python -m roll_viz.bench --classroom --quick`` end to end: a real server, Chromium, students.
+"""``python -m benchmarks --classroom --quick`` end to end: a real server, Chromium, students.
 
 Checks the structure and sanity of the printed lines (never the timings): the instant knobs send
 nothing to the server, the sidebar moves do and land on the value walked to, every block of
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from roll_viz.bench import classroom
+from benchmarks import classroom
 from tests.browser.conftest import ROOT
 
 
@@ -31,7 +31,7 @@ def test_fresh_values_never_repeat_the_previous_or_the_current_value():
 @pytest.fixture(scope="module")
 def lines() -> list[dict]:
     proc = subprocess.run(
-        [sys.executable, "-m", "roll_viz.bench", "--classroom", "--quick"],
+        [sys.executable, "-m", "benchmarks", "--classroom", "--quick"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.server import streamlit_server
 from roll_viz import nav
-from roll_viz.bench.server import streamlit_server
 from roll_viz.lm.engine import LocalEngine
 from roll_viz.lm.models import load_models
 from tests.browser import streamlit_page as sp

@@ -16,8 +16,8 @@ import statistics
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from roll_viz.bench.browser import bench_inputs
-from roll_viz.bench.server import streamlit_server
+from benchmarks.browser import bench_inputs
+from benchmarks.server import streamlit_server
 from roll_viz.views import scales
 from tests.browser import streamlit_page as sp
 from tests.browser.conftest import CHROMIUM

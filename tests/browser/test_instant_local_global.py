@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.browser import bench_inputs
+from benchmarks.classroom import CLASSROOM
 from roll_viz.analysis.local_global import local_vs_global
-from roll_viz.bench.browser import bench_inputs
-from roll_viz.bench.classroom import CLASSROOM
 from roll_viz.ui.instant.payload import subset_scores
 from tests.browser import streamlit_page as sp
 from tests.js.test_local_global_conformance import pipeline_oracle

@@ -10,8 +10,8 @@ from __future__ import annotations
 import statistics
 import urllib.parse
 
-from roll_viz.bench.browser import bench_inputs
-from roll_viz.bench.classroom import CLASSROOM
+from benchmarks.browser import bench_inputs
+from benchmarks.classroom import CLASSROOM
 from tests.browser import streamlit_page as sp
 
 READY = "[data-testid=rv-instant][data-state=ready]"

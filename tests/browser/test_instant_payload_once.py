@@ -18,8 +18,8 @@ import urllib.parse
 
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-from roll_viz.bench.browser import Traffic, bench_inputs
-from roll_viz.bench.classroom import CLASSROOM
+from benchmarks.browser import Traffic, bench_inputs
+from benchmarks.classroom import CLASSROOM
 from tests.browser import streamlit_page as sp
 
 ROOT_SEL = "[data-testid=rv-instant]"

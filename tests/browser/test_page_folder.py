@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.server import streamlit_server
 from roll_viz import nav
-from roll_viz.bench.server import streamlit_server
 from tests.browser import streamlit_page as sp
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_quick_prints_json_lines():
     proc = subprocess.run(
-        [sys.executable, "-m", "roll_viz.bench", "--quick"],
+        [sys.executable, "-m", "benchmarks", "--quick"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -1,6 +1,6 @@
 """The server shortens the interpreter's switch interval so the event loop waits less for it.
 
-``python -m roll_viz.bench.churn_load --students 12`` (load 10-12, 2 cores, four runs each):
+``python -m benchmarks.churn_load --students 12`` (load 10-12, 2 cores, four runs each):
 health p99 795 -> 569 ms on average with 1 ms instead of CPython's 5 ms.
 """
 

@@ -2,7 +2,7 @@
 no re-score; each deterministic per seed and the same under one and two torch threads.
 
 Each test uses its own tiny bundle (module fixture) and closes every adapter it makes. No timing
-is asserted here (``python -m roll_viz.bench`` measures the speed).
+is asserted here (``python -m benchmarks`` measures the speed).
 """
 
 from __future__ import annotations

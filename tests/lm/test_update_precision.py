@@ -4,7 +4,7 @@ The fused forward (``LoraPolicy.fused``: the adapter added by one in-place addmm
 numbers of peft's own forward; the bf16 path (frozen base matmuls in bfloat16, adapter, head and
 everything else in float32) moves the log-probs by a bounded amount, and both are deterministic
 per seed and the same under one and two torch threads. No timing is asserted here
-(``python -m roll_viz.bench.update`` measures it).
+(``python -m benchmarks.update`` measures it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ CFG = SamplingConfig(
 )
 # |log-prob gap| per token, bf16 base matmuls against float32. Measured on this tiny model: max
 # 0.073, mean 0.018 (delta log pi: mean gap 0.014 against a mean |delta| of 0.10); SmolLM2-135M
-# on 2 x 8 x 32 (python -m roll_viz.bench.update): max 0.21, mean 0.033
+# on 2 x 8 x 32 (python -m benchmarks.update): max 0.21, mean 0.033
 BF16_MAX_GAP = 0.15
 BF16_MEAN_GAP = 0.04
 

@@ -47,12 +47,12 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(1, str(HERE.parents[1]))  # the repository root: roll_viz.bench.framework_peers
+sys.path.insert(1, str(HERE.parents[1]))  # the repository root: benchmarks.framework_peers
 import peer_inputs as pin  # noqa: E402
 import peer_roll  # noqa: E402
 import peer_stubs as stubs  # noqa: E402
 
-from roll_viz.bench import framework_peers  # noqa: E402
+from benchmarks import framework_peers  # noqa: E402
 
 OUT = HERE.parent / "fixtures" / "peers"
 MIRRORS = Path("/work/.mirror")

@@ -1,7 +1,7 @@
 """Stand-ins for the frameworks' heavy imports, and the calls into their loss code.
 
 The machinery (``mod``, ``real``, ``reset``, ``function_from``, the config and ``DataProto``
-stand-ins, verl's ``core_algos`` loader) is ``roll_viz.bench.framework_peers``'s. Only what the
+stand-ins, verl's ``core_algos`` loader) is ``benchmarks.framework_peers``'s. Only what the
 extracted files import at module level is stubbed (ray, megatron, deepspeed,
 tensordict, omegaconf, transformers, the config dataclasses, the data containers); the loss,
 KL, aggregation and advantage functions themselves are the frameworks' own, imported from the
@@ -21,7 +21,7 @@ import torch
 
 # the stand-in machinery and verl's core_algos loader live with the benchmark that times verl's
 # compute_advantage; re-exported here for make_vectors and peer_roll
-from roll_viz.bench.framework_peers import (  # noqa: F401
+from benchmarks.framework_peers import (  # noqa: F401
     AlgoConfig,
     Cfg,
     DataProtoStub,

@@ -8,8 +8,8 @@ Both are the same widget key: the URL's ``G=`` and the instant knobs' release dr
 
 from __future__ import annotations
 
+from benchmarks import classroom
 from roll_viz import ui
-from roll_viz.bench import classroom
 from roll_viz.ui import resources, state
 from tests.ui.apptest import open_page
 

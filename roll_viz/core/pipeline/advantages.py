@@ -663,7 +663,7 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
 
 #: Estimators added for the 2026 frameworks (OPO, GPG, pass@k; MaxRL, which no framework
 #: ships, offered as roll-viz's own on the Eras page), kept out of
-#: ``ADVANTAGE_ESTIMATORS`` because ``roll_viz.bench`` pairs every entry there with its own loop
+#: ``ADVANTAGE_ESTIMATORS`` because ``benchmarks`` pairs every entry there with its own loop
 #: implementation; their loop oracles are in tests/core/test_estimators_2026.py (MaxRL's in
 #: tests/core/test_maxrl.py).
 EXTRA_ESTIMATORS: dict[str, AdvantageFn] = {

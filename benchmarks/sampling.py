@@ -1,6 +1,6 @@
 """Sampling benchmark: our batched decode loop against plain ``model.generate`` on the same model.
 
-``python -m roll_viz.bench --sampling`` (or ``python -m roll_viz.bench.sampling``) prints one JSON
+``python -m benchmarks --sampling`` (or ``python -m benchmarks.sampling``) prints one JSON
 line per measurement: the median wall time of a few runs after one warm-up run, and tokens/s.
 Peers of one line group take turns (a, b, c, a, b, c, ...), so a busy spell on the shared machine
 slows them alike; ``loadavg`` records how busy it was.
@@ -52,7 +52,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from roll_viz.bench.machine import context, decode_compute_floor
+from benchmarks.machine import context, decode_compute_floor
 from roll_viz.lm.decode import (
     BF16_DECODE,
     FAST_DECODE,
@@ -454,7 +454,7 @@ def peak_rss(model: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sampling benchmark; prints JSON lines, returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench --sampling")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks --sampling")
     parser.add_argument(
         "--sampling", action="store_true", help="(accepted for the bench dispatcher)"
     )
@@ -513,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(line) + "\n")
         out.write(json.dumps(bench_sample(gpu, group=8, new_tokens=128, runs=args.runs)) + "\n")
     if not args.no_rss:
-        cmd = [sys.executable, "-m", "roll_viz.bench.sampling", "--rss"]
+        cmd = [sys.executable, "-m", "benchmarks.sampling", "--rss"]
         if args.model:
             cmd += ["--model", args.model]
         if args.threads:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from roll_viz import nav
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENTRY = nav.ENTRY  # the script `streamlit run` starts (the router)
 SERVER_START_TIMEOUT_S = 90.0
 

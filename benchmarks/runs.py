@@ -1,4 +1,4 @@
-"""``python -m roll_viz.bench.runs``: open a big RL Logging Board dump; the pipeline at RL scale.
+"""``python -m benchmarks.runs``: open a big RL Logging Board dump; the pipeline at RL scale.
 
 Prints one JSON line per measurement:
 
@@ -61,7 +61,7 @@ from pathlib import Path
 
 import torch
 
-from roll_viz.bench.machine import context
+from benchmarks.machine import context
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
 from roll_viz.data.runs import MAX_STEP_TOKENS, fast_lines, json_numbers, load_step, open_run, parse
@@ -224,7 +224,7 @@ print(json.dumps({
 
 def extract_commit(commit: str, dest: Path) -> str:
     """``git archive`` the ``roll_viz`` tree of ``commit`` into ``dest``; returns its short sha."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     sha = subprocess.run(
         ["git", "-C", str(root), "rev-parse", "--short", f"{commit}^{{commit}}"],
         capture_output=True, text=True, check=True,
@@ -475,7 +475,7 @@ READERS = ("baseline", "scan", "scan_plain", "scan_checked", "pyarrow", "polars"
 
 def main(argv: list[str]) -> int:
     """Run every phase in a subprocess and print one JSON line each."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench.runs")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runs")
     parser.add_argument("--prompts", type=int, default=512)
     parser.add_argument("--group", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=4096)
@@ -531,7 +531,7 @@ def main(argv: list[str]) -> int:
                     })  # fmt: skip
                 continue
             cmd = [
-                sys.executable, "-m", "roll_viz.bench.runs", "--phase", phase, "--dir",
+                sys.executable, "-m", "benchmarks.runs", "--phase", phase, "--dir",
                 str(folder), "--prompts", str(args.prompts), "--group", str(args.group),
                 "--tokens", str(args.tokens), "--loop-prompts", str(args.loop_prompts),
             ]  # fmt: skip

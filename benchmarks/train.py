@@ -1,6 +1,6 @@
 """Training-step benchmark: seconds per live RL step, phase by phase, against TRL's GRPOTrainer.
 
-``python -m roll_viz.bench --train`` (or ``python -m roll_viz.bench.train``) prints JSON lines:
+``python -m benchmarks --train`` (or ``python -m benchmarks.train``) prints JSON lines:
 
 - per model (the bundled SmolLM2-135M and the tiny test model; ``--model`` picks one), in a fresh
   subprocess so its peak RSS is that run's own: one line per training step of 4 prompts x 4
@@ -51,8 +51,8 @@ import time
 
 import torch
 
-from roll_viz.bench.machine import context, decode_compute_floor, gemm_rate
-from roll_viz.bench.sampling import memory_bandwidth, weight_bytes
+from benchmarks.machine import context, decode_compute_floor, gemm_rate
+from benchmarks.sampling import memory_bandwidth, weight_bytes
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import RewardChoice, TrainSettings
@@ -331,7 +331,7 @@ def _side_by_side(model: str, steps: int, checkpointing: bool) -> int:
     floor = machine_floor(model)
     print(json.dumps(floor), flush=True)
     env = {**os.environ, "ROLL_VIZ_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    base = [sys.executable, "-m", "roll_viz.bench.train", "--model", model, "--steps", str(steps)]
+    base = [sys.executable, "-m", "benchmarks.train", "--model", model, "--steps", str(steps)]
     trl_cmd = base + ["--trl-one"] + ([] if checkpointing else ["--trl-no-checkpointing"])
     procs = {
         "roll_viz": subprocess.Popen(
@@ -376,7 +376,7 @@ def _side_by_side(model: str, steps: int, checkpointing: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the training benchmark; prints JSON lines, returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench --train")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks --train")
     parser.add_argument("--train", action="store_true", help="(accepted for the dispatcher)")
     parser.add_argument("--model", action="append", default=None, help="smollm2 / tiny / path")
     parser.add_argument("--steps", type=int, default=3, help="steps per model (first = warm-up)")
@@ -402,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(context()), flush=True)
     code = 0
     for model in models:
-        cmd = [sys.executable, "-m", "roll_viz.bench.train", "--one", "--model", model,
+        cmd = [sys.executable, "-m", "benchmarks.train", "--one", "--model", model,
                "--steps", str(args.steps), "--group-size", str(args.group_size),
                "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
         if args.threads:

@@ -1,6 +1,6 @@
 """A teaching day on one server: classes back to back, what the server holds after each.
 
-``python -m roll_viz.bench.day_soak --day`` starts one server (the bundled model: ``--model``
+``python -m benchmarks.day_soak --day`` starts one server (the bundled model: ``--model``
 to change it) and runs 8 classes of 20 students back to back, the server never restarted
 (``--classes``, ``--students`` for other sizes). Each student is one websocket session
 (``bench.st_client``) doing one of four things, by index:
@@ -50,12 +50,12 @@ from typing import Any
 
 import psutil
 
-from roll_viz.bench import churn_load
-from roll_viz.bench.churn_load import HealthProbe, rss_mib
-from roll_viz.bench.server import health, streamlit_server
-from roll_viz.bench.st_client import Session, UploadedFile, put_file, run_coroutine, xsrf_cookie
+from benchmarks import churn_load
+from benchmarks.churn_load import HealthProbe, rss_mib
+from benchmarks.server import health, streamlit_server
+from benchmarks.st_client import Session, UploadedFile, put_file, run_coroutine, xsrf_cookie
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 UPLOAD_FIXTURE = ROOT / "tests" / "fixtures" / "uploads" / "verl_steps.zip"
 UPLOAD_SHOWS = "verl"  # the Format metric Your run shows for that fixture (a verl dump)
 UPLOAD_PREFIX = "roll-viz-uploads"  # ``data.runs.uploads.PREFIX`` (the folder of one server)
@@ -321,7 +321,7 @@ def run_day(base: str, pid: int, **kwargs: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: a JSON line per class, then the day's; exit 1 on an error, exception or traceback."""
-    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.day_soak", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.day_soak", description=__doc__)
     ap.add_argument("--day", action="store_true", help="8 classes of 20 on the bundled model")
     ap.add_argument("--classes", type=int, default=None)
     ap.add_argument("--students", type=int, default=None)

@@ -1,6 +1,6 @@
 """The engine benchmark: N students sampling the lecture request at once, in-process vs vLLM.
 
-``python -m roll_viz.bench --engine --students 1 3 6`` (or ``python -m roll_viz.bench.engine``)
+``python -m benchmarks --engine --students 1 3 6`` (or ``python -m benchmarks.engine``)
 prints one JSON line per measurement, side by side in one run:
 
 - ``engine_conformance``: ``lm.engine_check.conformance`` of the server against the in-process
@@ -127,7 +127,7 @@ def bench_identical(bundle: Any, engine: HttpEngine, students: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the engine benchmark's JSON lines (module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench --engine")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks --engine")
     parser.add_argument("--students", type=int, nargs="+", default=[1, 3, 6])
     parser.add_argument("--url", default=None, help="a running server (default: start one)")
     parser.add_argument("--model", default="smollm2", help="the app's spec the server serves")

@@ -1,6 +1,6 @@
 """Update-step benchmark: ``lm.update.update_step`` against the same step written plainly.
 
-``python -m roll_viz.bench.update`` prints one JSON line per (model, shape, implementation);
+``python -m benchmarks.update`` prints one JSON line per (model, shape, implementation);
 ``--lr-probe smollm2`` instead measures how far one step moves real sampled text per lr.
 
 - shapes: P prompts x G samples x T tokens, 2 x 8 x 32 (the Update page's batch: under 5 s is
@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from roll_viz.bench.machine import context
+from benchmarks.machine import context
 from roll_viz.core.records import Rollout
 from roll_viz.lm import lora, update
 from roll_viz.lm.models import ModelBundle, load_models
@@ -325,7 +325,7 @@ def lr_probe(model: str, lrs: tuple[float, ...] = (1e-5, 1e-4, 2e-4, 1e-3)) -> l
 
 def main(argv: list[str] | None = None) -> int:
     """Run every case in a fresh subprocess and print one JSON line each (plus the oracle diff)."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench.update")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.update")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     parser.add_argument(
@@ -369,7 +369,7 @@ def _run_cases(model: str, shape: str, impls: tuple[str, ...], env: dict) -> dic
     """Run ``impls`` as subprocesses started together; print their lines, return their tensors."""
     procs = {
         impl: subprocess.Popen(
-            [sys.executable, "-m", "roll_viz.bench.update", "--one", model, shape, impl],
+            [sys.executable, "-m", "benchmarks.update", "--one", model, shape, impl],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -15,7 +15,7 @@ import torch
 
 from roll_viz.lm.cpu_features import cpu_flags
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def commit() -> str:

@@ -1,6 +1,6 @@
 """The GPU benchmark, prepared for a session lent a GPU: one call, JSON lines, under 5 minutes.
 
-``python -m roll_viz.bench --gpu`` (or ``python -m roll_viz.bench.gpu``) on a CUDA host prints:
+``python -m benchmarks --gpu`` (or ``python -m benchmarks.gpu``) on a CUDA host prints:
 
 - ``gpu_device``: the device, torch and CUDA versions;
 - ``gpu_sample_in_process``: ``sampling.sample`` of 1 prompt x 8 answers x 128 tokens (EOS
@@ -156,7 +156,7 @@ def bench_train(bundle: Any, group: int, tokens: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the GPU benchmark's JSON lines (module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m roll_viz.bench --gpu")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks --gpu")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--cpu-check", action="store_true", help="tiny model on the CPU, GPU-only parts skipped"

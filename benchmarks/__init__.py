@@ -1,4 +1,4 @@
-"""Benchmarks, ``python -m roll_viz.bench [--sampling|--classroom|...]``: timings as JSON lines.
+"""Benchmarks, ``python -m benchmarks [--sampling|--classroom|...]``: timings as JSON lines.
 
 Speed is measured here, never asserted in tests; each line times a peer in the same run.
 May import every layer except ``ui`` (the browser benchmarks start ``streamlit run`` as a

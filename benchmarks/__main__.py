@@ -1,4 +1,4 @@
-"""``python -m roll_viz.bench``: dispatch to one benchmark family (see the package docstring).
+"""``python -m benchmarks``: dispatch to one benchmark family (see the package docstring).
 
 ``--speed`` runs, one after the other, every figure of the "speed where a lecture waits" list,
 each with its peer in the same run and a ``context`` line (commit, load average) per family:
@@ -22,7 +22,7 @@ smaller form that still measures the lecture's shapes).
 
 import sys
 
-from roll_viz.bench.pipeline import main
+from benchmarks.pipeline import main
 
 SPEED = (
     ["--train", "--peer", "trl", "--model", "smollm2", "--steps", "3"],

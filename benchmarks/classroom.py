@@ -1,6 +1,6 @@
 """The classroom benchmark: one run, every figure of issue #12 side by side.
 
-``python -m roll_viz.bench --classroom`` (or ``python -m roll_viz.bench.classroom``) starts one
+``python -m benchmarks --classroom`` (or ``python -m benchmarks.classroom``) starts one
 ``streamlit run app.py`` on 127.0.0.1 with the tiny live model, opens the classroom batch
 (8 prompts x G = 8 x 128 new tokens, steered policy, KL in the reward: ``CLASSROOM``) in Debian's
 Chromium (playwright, imported lazily) and prints one JSON line per measurement::
@@ -72,9 +72,9 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from roll_viz.bench import classroom_load, st_client
-from roll_viz.bench import sampling as bench_sampling
-from roll_viz.bench.browser import (
+from benchmarks import classroom_load, st_client
+from benchmarks import sampling as bench_sampling
+from benchmarks.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     MOVE_DONE_JS,
@@ -85,7 +85,7 @@ from roll_viz.bench.browser import (
     goto,
     wait_idle,
 )
-from roll_viz.bench.server import Server, health, streamlit_server
+from benchmarks.server import Server, health, streamlit_server
 from roll_viz.lm.models import load_models
 
 #: The classroom batch: 8 prompts x G = 8 x 128 new tokens from the live (tiny) model, steered
@@ -594,7 +594,7 @@ def sampling_benchmarks(runs: int, model: str | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: every line of the module docstring in one run."""
-    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench --classroom", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks --classroom", description=__doc__)
     ap.add_argument("--classroom", action="store_true", help="(accepted for the dispatcher)")
     ap.add_argument("--students", type=int, nargs="+", default=None, help="N values (5 15 30)")
     ap.add_argument("--seconds", type=float, default=None, help="load per N (default 20)")

@@ -10,7 +10,7 @@ ray) is compiled alone from the wheel's source, with ``core_algos`` and a ``Data
 stand-in (a dict of tensors and a dict of numpy arrays) in its scope: the function body is
 verl's, unchanged.
 
-Dev benchmarks only (``python -m roll_viz.bench --only run_vs_stages``); nothing in the app
+Dev benchmarks only (``python -m benchmarks --only run_vs_stages``); nothing in the app
 imports this module or downloads anything. The golden-vector tool ``tests/peers/make_vectors.py``
 uses the same stand-ins (``tests/peers/peer_stubs.py`` imports them from here).
 

@@ -1,6 +1,6 @@
 """Churn load: students train and update on one server and close their tabs mid-step.
 
-``python -m roll_viz.bench.churn_load --students 12`` starts a server (the tiny model, a free
+``python -m benchmarks.churn_load --students 12`` starts a server (the tiny model, a free
 local port) and prints one JSON line::
 
     {"name": "churn_load", "students": 12, "health_max_ms": ..., "health_p99_ms": ...,
@@ -55,8 +55,8 @@ from typing import Any
 
 import psutil
 
-from roll_viz.bench.server import health, streamlit_server
-from roll_viz.bench.st_client import RunResult, Session, run_coroutine
+from benchmarks.server import health, streamlit_server
+from benchmarks.st_client import RunResult, Session, run_coroutine
 
 HEALTH_PERIOD_S = 0.1
 HEALTH_TIMEOUT_S = 30.0
@@ -376,7 +376,7 @@ def run_churn(base: str, students: int, **kwargs: Any) -> ChurnResult:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: one JSON line; exit 1 when health went over 1 s or a student saw an error."""
-    ap = argparse.ArgumentParser(prog="python -m roll_viz.bench.churn_load", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.churn_load", description=__doc__)
     ap.add_argument("--students", type=int, default=12)
     ap.add_argument("--hold", type=float, default=6.0, help="training tabs stay 1-HOLD s")
     ap.add_argument(

@@ -1,6 +1,6 @@
 """Classroom load: N simulated students on one ``streamlit run app.py`` server on 127.0.0.1.
 
-``python -m roll_viz.bench.classroom_load --students 5 15 30 --seconds 30`` starts one server
+``python -m benchmarks.classroom_load --students 5 15 30 --seconds 30`` starts one server
 per N (the tiny model, a free local port), runs the classroom and prints one JSON line per N::
 
     {"name": "classroom_load", "students": 5, "interactions": ..., "p50_ms": ..., "p95_ms": ...,
@@ -58,9 +58,8 @@ from typing import Any
 
 import psutil
 
-from roll_viz import nav
-from roll_viz.bench.server import health, streamlit_server
-from roll_viz.bench.st_client import (
+from benchmarks.server import health, streamlit_server
+from benchmarks.st_client import (
     RUN_TIMEOUT_S,
     RunResult,
     Session,
@@ -68,6 +67,7 @@ from roll_viz.bench.st_client import (
     run_coroutine,
     url_value,
 )
+from roll_viz import nav
 
 #: Pages the students wander through (url path names; "" is Home): the page table's, those of
 #: them the server lists, less ``LEFT_OUT``. Update and Training are only drawn (nobody presses
@@ -556,9 +556,7 @@ def run_classroom(base: str, students: int, seconds: float, **kwargs: Any) -> Cl
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: one JSON line per N (a fresh server each)."""
-    ap = argparse.ArgumentParser(
-        prog="python -m roll_viz.bench.classroom_load", description=__doc__
-    )
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.classroom_load", description=__doc__)
     ap.add_argument("--students", type=int, nargs="+", default=[5, 15, 30])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--live", type=int, default=3, help="students sampling live at once")

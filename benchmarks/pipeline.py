@@ -1,4 +1,4 @@
-"""``python -m roll_viz.bench``: time the vectorized pipeline against a plain Python loop.
+"""``python -m benchmarks``: time the vectorized pipeline against a plain Python loop.
 
 Prints one JSON line per measurement::
 
@@ -25,7 +25,7 @@ in the same loop (``framework_peer_ms``, ``framework_peer_cpu_ms``; ``run_vs_pee
 ``run_vs_peer_cpu`` = run / peer) and give the largest difference of its advantages and returns
 from ``run``'s over the response tokens (``peer_max_abs_diff_*``; ``*_f64``: verl on float64
 copies). verl is not a dependency (its package imports ray at the top):
-``roll_viz.bench.framework_peers`` fetches its wheel with ``pip download --no-deps`` into
+``benchmarks.framework_peers`` fetches its wheel with ``pip download --no-deps`` into
 ``--peer-cache DIR`` (default ``~/.cache/roll-viz/peers``), stubs the heavy imports and runs
 verl's functions; without pip or network the line says ``"framework_peer": "skipped:
 <reason>"``. ``--no-peer`` leaves the peer out; so does ``--quick`` unless ``--peer-cache`` is
@@ -37,7 +37,7 @@ run_vs_stages) prints only those lines. ``--quick`` uses tiny batches (for the s
 shared 2-core machine OpenMP/MKL threading made the classroom pipeline ~15x slower, 68 ms vs
 3.8 ms, while other processes held the cores; the loop peer is single-threaded anyway);
 ``--sampling``, ``--update``, ``--train``, ``--runs``, ``--load`` and ``--classroom`` delegate to
-the module of that family (``roll_viz.bench.<family>``; ``--load`` runs ``classroom_load``).
+the module of that family (``benchmarks.<family>``; ``--load`` runs ``classroom_load``).
 
 Targets: classroom batch (8 prompts x 8 samples x 256 tokens) < 20 ms on CPU; >= 20x faster
 than the loop at RL scale (64 x 16 x 1024).
@@ -58,8 +58,8 @@ from types import ModuleType
 
 import torch
 
-from roll_viz.bench import framework_peers
-from roll_viz.bench.machine import context
+from benchmarks import framework_peers
+from benchmarks.machine import context
 from roll_viz.core import ops
 from roll_viz.core.ops import SCAN_BLOCK, masked_whiten
 from roll_viz.core.pipeline import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, EstimatorParams, run
@@ -531,14 +531,14 @@ def main(argv: list[str] | None = None) -> int:
     """Print one JSON line per measurement; ``--quick`` for tiny sizes."""
     argv = list(sys.argv[1:] if argv is None else argv)
     families = {  # --flag -> the module whose main(argv) runs that benchmark family
-        "--sampling": "roll_viz.bench.sampling",
-        "--update": "roll_viz.bench.update",
-        "--train": "roll_viz.bench.train",
-        "--runs": "roll_viz.bench.runs",
-        "--load": "roll_viz.bench.classroom_load",
-        "--classroom": "roll_viz.bench.classroom",
-        "--engine": "roll_viz.bench.engine",
-        "--gpu": "roll_viz.bench.gpu",
+        "--sampling": "benchmarks.sampling",
+        "--update": "benchmarks.update",
+        "--train": "benchmarks.train",
+        "--runs": "benchmarks.runs",
+        "--load": "benchmarks.classroom_load",
+        "--classroom": "benchmarks.classroom",
+        "--engine": "benchmarks.engine",
+        "--gpu": "benchmarks.gpu",
     }
     if argv and argv[0] in families:
         module = __import__(families[argv[0]], fromlist=["main"])
