@@ -144,7 +144,12 @@ def test_the_check_catches_a_violation(tmp_path):
         "def f():\n    from roll_viz.ui import flow\n    import plotly\n"
     )
     (tmp_path / "pages" / "x.py").write_text("from roll_viz.lm import models\n")
+    (tmp_path / "roll_viz" / "core" / "timed.py").write_text("from benchmarks import server\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "b.py").write_text("from roll_viz.ui import flow\n")
     problems = violations(tmp_path)
+    assert any("timed.py:1: imports benchmarks" in p for p in problems)
+    assert any("b.py:1: imports roll_viz.ui" in p and "bench never" in p for p in problems)
     assert any("bad.py:2: imports roll_viz.ui" in p and "pure tensor math" in p for p in problems)
     assert any("bad.py:3: imports plotly" in p for p in problems)
     assert any("x.py:1: imports roll_viz.lm" in p and "pages are thin" in p for p in problems)
