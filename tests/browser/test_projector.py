@@ -13,6 +13,8 @@ only).
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
 
 from roll_viz import nav
@@ -200,3 +202,15 @@ def test_silent_bugs_revealed_numbers_in_the_first_screen(projector, server):
         for i in range(2):
             box = metrics.nth(i).bounding_box()
             assert box["y"] + box["height"] <= HEIGHT, f"{bug.id}: number at y = {box['y']:.0f}"
+
+
+def test_every_training_tab_has_its_figures_text_clear(projector, server):
+    """Each Training tab at the projector's size: no title, legend or axis title over another."""
+    base = f"{server}/{nav.url_path('training')}"
+    sp.goto(projector, f"{base}?present=true&hide=sidebar", 240_000)
+    labels = projector.locator("[data-testid=stMain] [role=tab]").all_inner_texts()
+    assert len(labels) > 1, labels
+    for label in labels[1:]:  # the first tab is the page the per-page test saw
+        query = urllib.parse.urlencode({"tab": label.strip(), "present": "true", "hide": "sidebar"})
+        sp.goto(projector, f"{base}?{query}", 240_000)
+        assert projector.evaluate(OVERLAPS_JS) == [], f"Training, tab {label!r}"
