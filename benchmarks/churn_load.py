@@ -7,7 +7,7 @@ local port) and prints one JSON line::
      "health_over_1s": 0, "rss_mib_before": ..., "rss_mib_peak": ..., "rss_mib_after": ...,
      "progress": [...], "closed_mid_step": ..., "errors": 0, ...}
 
-What happens (every student is one websocket session, ``bench.st_client.Session``):
+What happens (every student is one websocket session, ``benchmarks.st_client.Session``):
 
 1. warm-up: one session opens the Training page and the Update page with a live batch and
    leaves, so the model and the pages are loaded; then ``rss_mib_before`` is read;

@@ -13,7 +13,7 @@ fresh sampling seed (``seeds`` in the line). Lines (``students`` is 0 alone, N u
 
 - ``browser_client_path``: the instant component's knob (Advantages: ``rv-gamma``; Local vs
   Global: ``rv-lg-G``) moved by programmatic ``input`` events, one new value each
-  (``bench.browser.bench_inputs``). ``redraw_*``: input -> recomputed + redrawn (synchronous);
+  (``benchmarks.browser.bench_inputs``). ``redraw_*``: input -> recomputed + redrawn (synchronous);
   ``painted_*``: input -> the frame after (two animation frames, so about 16-33 ms at least at
   60 Hz).
   ``ws_bytes_per_move`` / ``http_bytes_per_move``: websocket frame payloads sent + received
@@ -28,11 +28,11 @@ fresh sampling seed (``seeds`` in the line). Lines (``students`` is 0 alone, N u
   ``ws_*_bytes_per_move``: that move's websocket traffic (the rerun request sent, the new page
   received); ``final_value_ok``: the URL ended on the value the walk expected.
 - ``server_script_time``: the same moves alone from a websocket protocol client
-  (``bench.st_client.Session``, no browser, fresh seeds of its own): rerun request ->
+  (``benchmarks.st_client.Session``, no browser, fresh seeds of its own): rerun request ->
   ``script_finished``, i.e. the server's script time plus localhost transfer, next to the
   browser's figure; ``received_bytes_per_move_by_kind`` splits what one move ships by element
   kind (``plotly_chart``, ``bidi_component`` = the instant panel's payload, ...).
-- per N of ``--students``: ``classroom_load`` (``bench.classroom_load``'s line: N simulated
+- per N of ``--students``: ``classroom_load`` (``benchmarks.classroom_load``'s line: N simulated
   students on the same server for ``--seconds``: p50/p95/max, reruns/s, errors, isolation) and
   ``classroom_under_load``, which puts side by side the browser student's client-path and
   server-path median/p95 measured WHILE those students ran (after a 2 s ramp: the client path
@@ -41,7 +41,7 @@ fresh sampling seed (``seeds`` in the line). Lines (``students`` is 0 alone, N u
   alone, and the students' p50/p95 and reruns/s. The client path sends 0 bytes whatever N is:
   its moves never queue on the server (its p95 can still rise when the browser shares the
   CPUs with the server and the students).
-- ``sampling``: ``bench.sampling``'s CPU lines on the bundled model (the 2 x 8 x 64 lecture
+- ``sampling``: ``benchmarks.sampling``'s CPU lines on the bundled model (the 2 x 8 x 64 lecture
   request, float and int8 decode; the decode line: 8 rows x 64 tokens, ours vs
   ``model.generate``), unless ``--skip-sampling`` (``--sampling-model`` picks another model).
 - ``server``: tracebacks the server logged and its health at the end; ``classroom_done``: wall
@@ -435,7 +435,8 @@ def server_script_time(
             k: round(v / n) for k, v in _bytes_by_kind(received).items()
         },
         "client": (
-            "websocket protocol client (bench.st_client.Session), alone: rerun -> script_finished"
+            "websocket protocol client (benchmarks.st_client.Session), alone: "
+            "rerun -> script_finished"
         ),
     }
 
@@ -572,7 +573,7 @@ def browser_benchmarks(srv: Server, query: dict[str, str], args: argparse.Namesp
 
 
 def sampling_benchmarks(runs: int, model: str | None = None) -> None:
-    """Part 3: ``bench.sampling``'s lecture request and CPU decode line.
+    """Part 3: ``benchmarks.sampling``'s lecture request and CPU decode line.
 
     Args:
         runs: timed runs after one warm-up (each part).
@@ -586,7 +587,7 @@ def sampling_benchmarks(runs: int, model: str | None = None) -> None:
     for part, fn in parts.items():
         try:
             lines = fn()
-        except Exception as err:  # bench.sampling is being changed: say so, keep the rest
+        except Exception as err:  # benchmarks.sampling is being changed: say so, keep the rest
             lines = [{"what": part, "error": repr(err)}]
         for line in lines:
             _emit({"name": "sampling", "part": part, **line}, {})

@@ -7,9 +7,9 @@ per N (the tiny model, a free local port), runs the classroom and prints one JSO
      "max_ms": ..., "reruns_per_s": ..., "errors": 0, "exceptions": 0, "isolation_ok": true,
      "rss_mib_start": ..., "rss_mib_peak": ..., "rss_mib_end": ..., ...}
 
-A student is one websocket session speaking the browser's protocol (``bench.st_client.Session``:
-protobuf ``BackMsg`` / ``ForwardMsg`` over ``/_stcore/stream``), far cheaper than a browser per
-student. It opens a
+A student is one websocket session speaking the browser's protocol
+(``benchmarks.st_client.Session``: protobuf ``BackMsg`` / ``ForwardMsg`` over
+``/_stcore/stream``), far cheaper than a browser per student. It opens a
 page, switches page once, then every 0.5-1.5 s (its own seeded ``random.Random``) moves a
 sidebar slider (beta, gamma, lambda, G) or switches page (``page_script_hash`` from the
 ``navigation`` message). Like the frontend it sends the moved slider's new value in
@@ -35,7 +35,7 @@ Two runs with the same key must show the same digest, whoever ran them and whate
 alongside; after the load, up to ``reference_keys`` of the keys (most-shared first) are opened
 alone by a fresh session through the shareable URL (``page?beta=...``) and must match too; a
 mismatch names the first differing elements. Server RSS is sampled with psutil on the server
-pid; ``Server.tracebacks()`` reads the exceptions the server logged (``bench.server``).
+pid; ``Server.tracebacks()`` reads the exceptions the server logged (``benchmarks.server``).
 
 Traffic goes only to the server's 127.0.0.1 port; every loop is bounded in count and time.
 """

@@ -3,7 +3,7 @@
 ``python -m benchmarks.day_soak --day`` starts one server (the bundled model: ``--model``
 to change it) and runs 8 classes of 20 students back to back, the server never restarted
 (``--classes``, ``--students`` for other sizes). Each student is one websocket session
-(``bench.st_client``) doing one of four things, by index:
+(``benchmarks.st_client``) doing one of four things, by index:
 
 - 0: opens Training, presses Start with the others at the same moment, reads its status once
   and closes the tab mid-run (``churn_load``'s trainer);

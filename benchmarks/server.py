@@ -2,8 +2,9 @@
 
 ``streamlit_server(script=..., model=...)`` runs the app headless on a free 127.0.0.1 port with
 the tiny test model by default, waits until ``/_stcore/health`` answers, yields a ``Server`` and
-kills the server's whole process group afterwards. The load benchmark (``bench.classroom_load``),
-the classroom benchmark and the browser tests start their servers here; ``Server.tracebacks()``
+kills the server's whole process group afterwards. The load benchmark
+(``benchmarks.classroom_load``), the classroom benchmark and the browser tests start their servers
+here; ``Server.tracebacks()``
 reads the exceptions the server logged.
 """
 

@@ -2,7 +2,7 @@
 
 The defect: files PUT to ``/_stcore/upload_file/<session>/<id>`` from a page with no uploader
 were accepted (4 x 25 MB) and stayed in memory after the session closed. Here websocket clients
-(``bench.st_client``) open a page without an uploader and the *Your run* page, ask for upload
+(``benchmarks.st_client``) open a page without an uploader and the *Your run* page, ask for upload
 URLs as the frontend does and PUT bytes with the XSRF cookie; the bytes the server holds are
 read from Streamlit's own metrics (``/_stcore/metrics``, ``UploadedFileManager``; cached 5 s).
 The server keeps a closed session 2 s instead of 120 s (``server.disconnectedSessionTTL``) so
