@@ -282,6 +282,19 @@ async def _updater(
         await s.abandon()
 
 
+def empty_result() -> dict[str, Any]:
+    """The per-student tallies a churn (or a day-soak class) fills in."""
+    return {
+        "errors": [],
+        "exceptions": [],
+        "progress": [],
+        "positions": [],
+        "closed_mid_step": 0,
+        "page_s": [],
+        "start_s": [],
+    }
+
+
 async def churn(
     base: str,
     students: int,
@@ -308,15 +321,7 @@ async def churn(
     Returns:
         The ChurnResult.
     """
-    out: dict[str, Any] = {
-        "errors": [],
-        "exceptions": [],
-        "progress": [],
-        "positions": [],
-        "closed_mid_step": 0,
-        "page_s": [],
-        "start_s": [],
-    }
+    out = empty_result()
     for page, query in ((TRAIN_PAGE, TRAIN_QUERY), (UPDATE_PAGE, "live=true")):
         warm = Session(base)
         await _open(warm, page, query, "warm-up", out)

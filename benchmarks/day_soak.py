@@ -181,18 +181,6 @@ async def one_class(
     await asyncio.gather(*jobs)
 
 
-def _new_out() -> dict[str, Any]:
-    return {
-        "errors": [],
-        "exceptions": [],
-        "progress": [],
-        "positions": [],
-        "closed_mid_step": 0,
-        "page_s": [],
-        "start_s": [],
-    }
-
-
 async def day(
     base: str,
     pid: int,
@@ -220,7 +208,7 @@ async def day(
         roles: the jobs students take in turn (a subset finds which one leaves memory behind).
         emit: called with each class's line as it ends (None: nothing).
     """
-    warm = _new_out()
+    warm = churn_load.empty_result()
     for page, query in (
         (churn_load.TRAIN_PAGE, churn_load.TRAIN_QUERY),
         (churn_load.UPDATE_PAGE, "live=true"),
@@ -239,7 +227,7 @@ async def day(
     }
     lines = []
     for k in range(classes):
-        out = _new_out()
+        out = churn_load.empty_result()
         t0 = time.monotonic()
         peak = [0.0]
         stop = asyncio.Event()

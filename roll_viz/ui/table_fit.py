@@ -44,13 +44,18 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def natural_widths(frame: pd.DataFrame) -> dict[Any, int]:
+    """Column -> its uncut width (``natural_width``)."""
+    return {c: natural_width(frame, c) for c in frame.columns}
+
+
 def fitted_widths(frame: pd.DataFrame, width_px: int, point: str | None = None) -> dict[Any, int]:
     """Column -> width so the columns add up to ``width_px`` at most; {} when the frame fits.
 
     The widest columns are cut to one common cap (the largest that fits), never below
     ``MIN_PX``; ``point`` keeps its natural width.
     """
-    natural = {c: natural_width(frame, c) for c in frame.columns}
+    natural = natural_widths(frame)
     if sum(natural.values()) <= width_px:
         return {}
     fixed = natural.get(point, 0) if point in natural else 0
@@ -86,10 +91,9 @@ def table(
     config: dict[Any, Any] = {}
     if is_present():
         widths = fitted_widths(frame, int(MAIN_PX[sidebar_hidden()] * share), point)
+        natural = natural_widths(frame) if widths else {}
         config = {  # a cut header names itself on hover
-            c: st.column_config.Column(
-                width=w, help=str(c) if w < natural_width(frame, c) else None
-            )
+            c: st.column_config.Column(width=w, help=str(c) if w < natural[c] else None)
             for c, w in widths.items()
         }
         if point in frame.columns:
