@@ -175,7 +175,11 @@ def test_upload_a_lesson_file(server, page, tmp_path):
     assert any("bad.toml: gate 'mine', field 'stage'" in a for a in alerts), alerts
     good = tmp_path / "good.toml"
     good.write_text(GOOD)
-    sp.after_rerun(page, lambda: page.locator("input[type='file']").set_input_files(str(good)))
+    # Replacing the file is two reruns: the old file's removal (no file) and the new upload. On a
+    # loaded machine the first one can finish before the upload does, so wait for the lesson.
+    page.locator("input[type='file']").set_input_files(str(good))
+    _wait_text(page, "My lesson", timeout=180_000)
+    sp.wait_idle(page)
     main = page.get_by_test_id("stMain").inner_text()
     assert "<script>alert(1)</script> My lesson" in main  # shown as text, never run
     assert dialogs == []
