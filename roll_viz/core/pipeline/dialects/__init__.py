@@ -58,6 +58,7 @@ REQUIRED: tuple[str, ...] = (
     "KL_NAMES",
     "KL_ESTIMATOR_KEY",
     "BETA_KEY",
+    "CONTROLLER_KEYS",
     "CLIP_KEYS",
     "ADAPTIVE_BETA",
     "HAS_REWARD_NORM",

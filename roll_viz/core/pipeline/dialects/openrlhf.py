@@ -195,6 +195,8 @@ LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_loss", "init_coef", "kl_estim
 
 #: Where beta (the KL coefficient, in the reward or in the loss) lives.
 BETA_KEY = "init_coef"
+#: What ``train_config`` sets from a run's beta and controller (the sidebar's values dropped).
+CONTROLLER_KEYS: tuple[str, ...] = (BETA_KEY, "target", "horizon")
 #: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
 CLIP_KEYS: tuple[str, ...] = ("eps_clip",)
 #: OpenRLHF has an adaptive KL controller (``target`` set).

@@ -238,6 +238,8 @@ LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_kl_loss", "kl_loss_coef")
 
 #: Where beta (the in-reward KL coefficient) lives.
 BETA_KEY = "init_kl_coef"
+#: What ``train_config`` sets from a run's beta and controller (the sidebar's values dropped).
+CONTROLLER_KEYS: tuple[str, ...] = (BETA_KEY, "add_token_level_kl", "target_kl", "kl_horizon")
 #: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
 CLIP_KEYS: tuple[str, ...] = ("pg_clip", "pg_clip_low", "pg_clip_high")
 #: ROLL has an adaptive KL controller (``target_kl`` set).

@@ -190,6 +190,8 @@ LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "beta")
 
 #: Where beta (the loss KL coefficient) lives.
 BETA_KEY = "beta"
+#: What ``train_config`` sets from a run's beta and controller (the sidebar's values dropped).
+CONTROLLER_KEYS: tuple[str, ...] = (BETA_KEY,)
 #: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
 CLIP_KEYS: tuple[str, ...] = ("epsilon",)
 #: TRL has no adaptive KL controller (removed in PR #2174).

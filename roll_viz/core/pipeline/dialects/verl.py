@@ -283,6 +283,14 @@ LOSS_KEYS: tuple[str, ...] = (*LOSS_DEFAULTS, "use_kl_loss", "kl_loss_coef", "kl
 
 #: Where beta (the in-reward KL coefficient) lives.
 BETA_KEY = "kl_coef"
+#: What ``train_config`` sets from a run's beta and controller (the sidebar's values dropped).
+CONTROLLER_KEYS: tuple[str, ...] = (
+    BETA_KEY,
+    "use_kl_in_reward",
+    "kl_ctrl_type",
+    "target_kl",
+    "horizon",
+)
 #: The PPO clip epsilon's key(s); a training run's ``clip_eps`` fills them.
 CLIP_KEYS: tuple[str, ...] = ("clip_ratio", "clip_ratio_low", "clip_ratio_high")
 #: verl has an adaptive KL controller (``kl_ctrl_type: adaptive``, in-reward KL only).
