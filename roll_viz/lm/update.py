@@ -66,7 +66,9 @@ from roll_viz.lm.scoring import response_hidden, shared_context_hidden
 
 DEFAULT_LR = 2e-4
 MAX_LR = 1e-2
-MAX_EPOCHS = 8
+#: passes K over one batch, the Update page's bound and UpdateConfig's: the frameworks ship 1,
+#: and on a CPU step K > 4 only repeats what K = 4 shows, ever further from pi_old
+MAX_EPOCHS = 4
 MAX_RANK = 64
 MICRO_TOKENS = 1024  # rows per micro-batch are chosen so rows * T stays below this
 #: UpdateConfig.precision -> the dtype of the frozen base's matmuls

@@ -31,6 +31,7 @@ from roll_viz.lm.cpu_features import bf16_slower_than_float32
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, options_for
 from roll_viz.lm.update import (
+    MAX_EPOCHS,
     UpdateConfig,
     behaviour_mu,
     group_difficulty,
@@ -58,7 +59,6 @@ KEY_PRECISION = "upd_precision"
 
 #: the learning rates offered (LoRA r8, alpha 16): 1e-5 barely moves, 1e-3 and up clip a lot
 LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
-MAX_EPOCHS = 4
 MAX_MINIBATCHES = 4
 
 #: the base model's matmul precisions offered (UpdateConfig.precision), the exact one first
