@@ -20,7 +20,7 @@ from typing import Any
 import streamlit as st
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm import sampling
+from roll_viz.lm import rollout
 from roll_viz.ui import rollout_engine
 from roll_viz.ui.resources import cached_models
 
@@ -87,12 +87,10 @@ def _sampled(spec: str, config: Any, name: str, steps: int, _policy: Any) -> Rol
             bar.progress(min(max(fraction, 0.0), 1.0))
 
         # the adapter synced to the operator's engine when one is up (else, or on failure: here)
-        rollout = rollout_engine.adapted_sample(
-            bundle, spec, config, _policy, steps, progress,
-            lambda: sampling.sample(bundle, config, progress=progress, source=_policy),
-        )  # fmt: skip
+        request = rollout.Request(config, policy=_policy, steps=steps)
+        drawn = rollout_engine.engine(spec, bundle).sample(request, progress)
         status.update(label="Sampled from the adapted policy", state="complete", expanded=False)
-    return rollout
+    return drawn
 
 
 def policy_rollout(source: str, model: str, config: Any) -> Rollout:

@@ -38,9 +38,7 @@ from roll_viz.core.records import (
 )
 from roll_viz.data import presets
 from roll_viz.lm import models as models_mod
-from roll_viz.lm import sampling as sampling_mod
-from roll_viz.lm import serving, warm
-from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
+from roll_viz.lm import rollout as rollout_door
 from roll_viz.ui import adapters, instant, rollout_engine
 from roll_viz.ui import your_run_page as runs
 from roll_viz.ui.present import top_slot
@@ -105,7 +103,7 @@ def ensure_model(spec: str) -> Any:
 
 def is_warm(spec: str) -> bool:
     """True when ``spec`` is loaded and its throwaway update step was taken (``lm.warm``)."""
-    return model_loaded(spec) and warm.is_warm(cached_models(spec))
+    return model_loaded(spec) and rollout_door.is_warm(cached_models(spec))
 
 
 def warm_up(spec: str) -> float:
@@ -114,7 +112,7 @@ def warm_up(spec: str) -> float:
     The session's own adapter is not touched: a lecture's first press of the Update page's
     step is still this session's step 1, with every ratio 1 at epoch 1.
     """
-    return warm.warm_up(ensure_model(spec))
+    return rollout_door.warm_up(ensure_model(spec))
 
 
 def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
@@ -129,7 +127,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         The Rollout.
     """
     store = live_store()
-    key = (model, sampling, decode, rollout_engine.cache_key(model))
+    key = (model, sampling, decode, rollout_door.label(model))
     rollout = store.get(key)
     if rollout is not None:
         return rollout
@@ -139,8 +137,8 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         st.error(f"The live model is not available: {err}")
         st.stop()
     n_rows = len(sampling.prompts) * sampling.group_size
-    options = FAST_DECODE if decode == "int8" else DecodeOptions()
-    plan = serving.plan(bundle, sampling, options)
+    request = rollout_door.Request(sampling, decode)
+    plan = rollout_door.plan(bundle, sampling, rollout_door.decode_options(decode))
     estimate, fast = plan.seconds, plan.fast_seconds
     guess = "" if plan.measured else " (a first guess)"
     drawn = " (int8 answers, float scores)" if decode == "int8" else ""
@@ -158,12 +156,9 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
             # the sampler's text says the queue position, then "320 / 1152 tokens, about 6 s left"
             bar.progress(min(max(float(fraction), 0.0), 1.0), text=text)
 
-        # identical requests in flight at the same moment share one sampling run
-        def in_process() -> Rollout:
-            return sampling_mod.shared_sample(bundle, sampling, progress=progress, decode=options)
-
-        # on the operator's engine when one is configured and up (else, or when it fails: here)
-        rollout = rollout_engine.sample(bundle, model, sampling, progress, in_process)
+        # on the operator's engine when one is configured and up (else, or when it fails: the
+        # in-process model, where identical requests in flight at once share one sampling run)
+        rollout = rollout_engine.engine(model, bundle).sample(request, progress)
         status.update(label=f"Sampled {n_rows} responses", state="complete", expanded=False)
     store.put(key, rollout)
     return rollout

@@ -2,8 +2,8 @@
 
 import pytest
 
+from roll_viz.lm import rollout
 from roll_viz.lm.engine import LocalEngine
-from roll_viz.ui import rollout_engine
 from roll_viz.ui.resources import cached_models
 from tests.lm.engine_stub import Stub
 
@@ -14,7 +14,7 @@ def stub_engine(monkeypatch):
     stub = Stub(LocalEngine(cached_models("tiny")))
     monkeypatch.setenv("ROLL_VIZ_ENGINE", stub.url)
     monkeypatch.setenv("ROLL_VIZ_ENGINE_SPEC", "tiny")
-    rollout_engine._probe.clear()
+    rollout.forget()
     yield stub
     stub.close()
-    rollout_engine._probe.clear()
+    rollout.forget()

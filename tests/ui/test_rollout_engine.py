@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from roll_viz.ui import rollout_engine
+from roll_viz.lm import rollout
 from tests.ui.apptest import open_page
 
 
@@ -35,7 +35,7 @@ def garbage_url():
 def test_unusable_engine_says_so_and_the_app_answers(kind, garbage_url, monkeypatch):
     url = {"unreachable": "http://127.0.0.1:1", "garbage": garbage_url, "bad": "nonsense"}[kind]
     monkeypatch.setenv("ROLL_VIZ_ENGINE", url)
-    rollout_engine._probe.clear()
+    rollout.forget()
     at = open_page("kl", live="true", G="2", T="4", prompts="Hi")
     captions = [c.value for c in at.sidebar.caption]
     assert "answers from: the in-process model (the engine is not available)" in captions

@@ -1,0 +1,309 @@
+"""The one door into the model for a rollout: which engine answers, and the Rollout it returns.
+
+``current(spec, bundle)`` is the engine for model ``spec``; ``engine.sample(request, progress)``
+returns the ``Rollout``. The choice is made here, never by a page:
+
+- the in-process model (``InProcess``) answers by default: ``lm.sampling.sample`` (identical
+  concurrent requests share one run), with the float or the int8 decode (``Request.decode``),
+  and a session's LoRA policy (``Request.policy``) as the policy source;
+- the operator's vLLM server (``Remote``) answers when ``ROLL_VIZ_ENGINE`` is set, the server is
+  up (probed once per ``PROBE_TTL_S`` for the whole process) and it serves ``spec``
+  (``ROLL_VIZ_ENGINE_SPEC``, ``smollm2`` by default): ``lm.engine_rollout``, a LoRA policy's
+  adapter synced to the server first (``lm.engine_sync``);
+- a server that fails mid-request is marked down (re-probed before the next use) and the request
+  runs in-process: nothing is lost; ``on_failure`` (a page's warning) hears why.
+
+Other model specs (``tiny``, a folder) always run in-process: the server serves one model. A
+visitor never chooses: the operator's environment does.
+
+The behaviour samplers of a training run (``fp32``, ``bf16``, ``int8``, ``top_p``:
+``lm.behaviour_sampler.draw``) stay behind ``lm.train``: a step needs the sampler's log mu beside
+its Rollout. An engine gives a training run its own sampler (``training_sampler``).
+
+The names the pages need from the sampling side of ``lm`` (limits, the queue's plan, the warm-up,
+the mismatch lab's behaviour log-probs, the teacher's scores) are offered here too, so ``ui`` and
+the pages reach ``lm`` through six modules only (``tests/test_layers.py``): ``rollout``,
+``models``, ``lora``, ``update``, ``train`` and ``runfile``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from roll_viz.core.records import Rollout
+from roll_viz.lm import engine_check, engine_rollout, sampling
+from roll_viz.lm.behaviour import ENGINE_SOURCE as ENGINE_SOURCE
+from roll_viz.lm.behaviour import SOURCE_LABELS as SOURCE_LABELS
+from roll_viz.lm.behaviour import SOURCES as SOURCES
+from roll_viz.lm.behaviour import Behaviour, behaviour_logprobs, engine_behaviour
+from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
+from roll_viz.lm.engine import EngineError
+from roll_viz.lm.engine_http import ENV_MODEL, ENV_URL, HttpEngine, from_env
+from roll_viz.lm.engine_sync import AdapterSync
+from roll_viz.lm.models import DEFAULT_MODEL, ModelBundle
+from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as MAX_INSTRUCTION_CHARS
+from roll_viz.lm.request import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
+from roll_viz.lm.request import SamplingConfig, policy_source
+from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE as CLASS_MAX_GROUP_SIZE
+from roll_viz.lm.sampling import CLASS_MAX_NEW_TOKENS as CLASS_MAX_NEW_TOKENS
+from roll_viz.lm.sampling import CLASS_MAX_PROMPTS as CLASS_MAX_PROMPTS
+from roll_viz.lm.sampling import calibrate as calibrate
+from roll_viz.lm.sampling import capped as capped
+from roll_viz.lm.serving import plan as plan
+from roll_viz.lm.teacher import PRESET_TEMPLATES as PRESET_TEMPLATES
+from roll_viz.lm.teacher import recorded_teacher as recorded_teacher
+from roll_viz.lm.teacher import score_teacher as score_teacher
+from roll_viz.lm.teacher import teacher_instruction as teacher_instruction
+from roll_viz.lm.warm import is_warm as is_warm
+from roll_viz.lm.warm import warm_up as warm_up
+
+ENV_SPEC = "ROLL_VIZ_ENGINE_SPEC"
+PROBE_TTL_S = 30.0
+
+#: a failure message for a page, or None (the caller says nothing)
+OnFailure = Callable[[EngineError], None] | None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to sample, from which policy, with which decode weights.
+
+    Attributes:
+        cfg: prompts, G, temperature, ... (``SamplingConfig``).
+        decode: "float" or "int8": which weights draw the answers in-process (scores stay float;
+            an engine always draws with its own weights).
+        policy: a session's LoRA policy (``lm.lora.LoraPolicy``), None for ``policy_source(cfg)``.
+        steps: the policy's updates so far (the version an engine serves it under).
+    """
+
+    cfg: SamplingConfig
+    decode: str = "float"
+    policy: Any = None
+    steps: int = 0
+
+
+def decode_options(decode: str) -> DecodeOptions:
+    """The in-process decode loop's options for ``Request.decode`` ("float" or "int8")."""
+    return FAST_DECODE if decode == "int8" else DecodeOptions()
+
+
+class Engine(Protocol):
+    """A rollout engine behind the door: ``label`` ("" in-process) and ``sample``."""
+
+    label: str
+
+    def sample(self, request: Request, progress: Any = None) -> Rollout:
+        """The request's Rollout (B = P * G rows, rows of one prompt contiguous)."""
+        ...
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """The shared in-process model: ``lm.sampling.sample``, bit for bit.
+
+    A prompt-only policy (identical or steered) goes through ``sampling.shared_sample``, so
+    identical concurrent requests share one run; a LoRA policy samples alone.
+    """
+
+    bundle: ModelBundle
+    label: str = ""
+
+    def sample(self, request: Request, progress: Any = None) -> Rollout:
+        """The Rollout of ``request`` from the in-process model."""
+        options = decode_options(request.decode)
+        if request.policy is None:
+            return sampling.shared_sample(self.bundle, request.cfg, progress, options)
+        return sampling.sample(self.bundle, request.cfg, progress, options, request.policy)
+
+
+@dataclass(frozen=True)
+class Remote:
+    """The operator's vLLM server, falling back to ``InProcess`` when it fails mid-request."""
+
+    bundle: ModelBundle
+    http: HttpEngine
+    on_failure: OnFailure = None
+
+    @property
+    def label(self) -> str:
+        """How pages name the engine ("vLLM at <url>")."""
+        return self.http.label
+
+    def sample(self, request: Request, progress: Any = None) -> Rollout:
+        """The Rollout of ``request`` from the server (else from the in-process model)."""
+        try:
+            if request.policy is None:
+                return engine_rollout.shared_engine_sample(
+                    self.bundle, self.http, request.cfg, progress
+                )
+            name = adapter_sync(self.http.url).served_name(request.policy, request.steps)
+            return engine_rollout.engine_sample(
+                self.bundle, self.http, request.cfg, request.policy, name, progress
+            )
+        except EngineError as err:
+            _DOWN.set()
+            if self.on_failure is not None:
+                self.on_failure(err)
+            return InProcess(self.bundle).sample(request, progress)
+
+
+# ---------------------------------------------------------------------------------------------
+# The choice: environment, probe, fallback
+
+
+@dataclass(frozen=True)
+class Probe:
+    """The operator's engine as last probed.
+
+    Attributes:
+        engine: the server, None when none is configured or it is not usable.
+        why: one sentence when configured but not usable ("" otherwise).
+    """
+
+    engine: HttpEngine | None
+    why: str
+
+
+_PROBES: dict[tuple[str, str], tuple[float, Probe]] = {}
+_SYNCS: dict[str, AdapterSync] = {}
+_LOCK = threading.Lock()
+_DOWN = threading.Event()  # a request failed: re-probe before the next use
+
+
+def configured() -> bool:
+    """Whether the operator set ``ROLL_VIZ_ENGINE``."""
+    return bool((os.environ.get(ENV_URL) or "").strip())
+
+
+def served_spec() -> str:
+    """The app's model spec the engine serves (other specs stay in-process)."""
+    return (os.environ.get(ENV_SPEC) or DEFAULT_MODEL).strip()
+
+
+def forget() -> None:
+    """Drop every probe: the next use probes again (the server restarted, a test's new stub)."""
+    with _LOCK:
+        _PROBES.clear()
+
+
+def probe() -> Probe:
+    """The operator's engine, probed at most once per ``PROBE_TTL_S`` for the whole process."""
+    if not configured():
+        return Probe(None, "")
+    if _DOWN.is_set():
+        forget()
+        _DOWN.clear()
+    key = (os.environ.get(ENV_URL, ""), os.environ.get(ENV_MODEL, ""))
+    now = time.monotonic()
+    with _LOCK:
+        found = _PROBES.get(key)
+    if found is not None and now - found[0] < PROBE_TTL_S:
+        return found[1]
+    engine, why = from_env({ENV_URL: key[0], ENV_MODEL: key[1]})
+    answer = Probe(engine, why)
+    with _LOCK:
+        _PROBES[key] = (now, answer)
+    return answer
+
+
+def remote(spec: str) -> HttpEngine | None:
+    """The server that answers for model ``spec`` (None: the in-process model answers)."""
+    if spec != served_spec():
+        return None
+    return probe().engine
+
+
+def label(spec: str) -> str:
+    """What distinguishes a sample by engine: "" in-process, else the server's label."""
+    found = remote(spec)
+    return found.label if found is not None else ""
+
+
+def current(spec: str, bundle: ModelBundle, on_failure: OnFailure = None) -> Engine:
+    """The engine that answers for model ``spec`` (``bundle`` is its in-process model).
+
+    Args:
+        spec: the model spec the page asks for.
+        bundle: the in-process model of ``spec`` (the fallback, and the tokenizer the server's
+            answers are decoded with).
+        on_failure: called with the error when the server fails mid-request (the request then
+            runs in-process).
+    """
+    found = remote(spec)
+    if found is None:
+        return InProcess(bundle)
+    return Remote(bundle, found, on_failure)
+
+
+def adapter_sync(url: str) -> AdapterSync:
+    """The one adapter sync of the server at ``url`` (made on first use, kept for the process)."""
+    with _LOCK:
+        found = _SYNCS.get(url)
+        if found is None:
+            found = _SYNCS[url] = AdapterSync(HttpEngine(url))
+    return found
+
+
+def training_sampler(spec: str, bundle: ModelBundle) -> Any:
+    """A ``Trainer.sampler`` whose steps sample on the server (None: the run's own sampler)."""
+    found = remote(spec)
+    if found is None:
+        return None
+    return engine_rollout.training_sampler(bundle, found, adapter_sync(found.url))
+
+
+def conformance(bundle: ModelBundle, url: str, model: str) -> engine_check.Conformance:
+    """The server at ``url`` (serving ``model``) checked against the in-process ``bundle``."""
+    return engine_check.conformance(bundle, HttpEngine(url, model), adapter_sync(url))
+
+
+# ---------------------------------------------------------------------------------------------
+# The mismatch lab: behaviour log-probs of a batch
+
+
+def _contexts(bundle: ModelBundle, cfg: SamplingConfig, rollout: Rollout) -> list[list[int]]:
+    """Each row's policy context (caller holds ``bundle.lock``)."""
+    src = policy_source(cfg)
+    return [src.context_ids(bundle, cfg.prompts[g]) for g in rollout.group_ids.tolist()]
+
+
+def behaviour_of(
+    bundle: ModelBundle, cfg: SamplingConfig, rollout: Rollout, source: str, **options: Any
+) -> Behaviour:
+    """pi_old and mu of ``rollout``'s tokens under behaviour ``source`` (``lm.behaviour``).
+
+    Args:
+        bundle: the in-process model the batch was sampled from.
+        cfg: the batch's SamplingConfig (its prompts, policy and temperature).
+        rollout: the batch.
+        source: one of ``SOURCES``.
+        **options: ``top_p`` / ``top_k`` for those sources.
+    """
+    temperature = cfg.temperature if cfg.temperature > 0 else 1.0
+    with bundle.lock, torch.inference_mode():
+        contexts = _contexts(bundle, cfg, rollout)
+        mask = rollout.response_mask > 0
+        return behaviour_logprobs(
+            bundle,
+            contexts,
+            rollout.token_ids,
+            mask,
+            source=source,
+            temperature=temperature,
+            **options,
+        )
+
+
+def engine_behaviour_of(bundle: ModelBundle, cfg: SamplingConfig, rollout: Rollout) -> Behaviour:
+    """The engine's log-probs of a batch it drew (mu) against the float32 trainer's (pi_old)."""
+    with bundle.lock, torch.inference_mode():
+        contexts = _contexts(bundle, cfg, rollout)
+        mask = rollout.response_mask > 0
+        return engine_behaviour(bundle, contexts, rollout.token_ids, mask, rollout.logprobs)
