@@ -48,7 +48,13 @@ from typing import Any
 
 import torch
 
+from roll_viz.lm.admission import PAGE_SLOTS as PAGE_SLOTS
 from roll_viz.lm.admission import ModelLock
+from roll_viz.lm.network import host_port as host_port
+from roll_viz.lm.network import is_loopback as is_loopback
+from roll_viz.lm.network import network_ip as network_ip
+from roll_viz.lm.reaper import freeze_heap as freeze_heap
+from roll_viz.lm.step_queue import share_the_interpreter as share_the_interpreter
 from roll_viz.lm.threads import MONITOR, configure_threads
 
 logger = logging.getLogger(__name__)

@@ -72,6 +72,8 @@ from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.core.records import Rollout
 from roll_viz.lm.loss_options import DEFAULT_OPTION, SAMPLERS, option_keys, options_for
+from roll_viz.lm.loss_options import OPTION_IDS as OPTION_IDS
+from roll_viz.lm.loss_options import SAMPLER_LABELS as SAMPLER_LABELS
 from roll_viz.rewards import (
     EXTRA_PARAMS,
     EXTRA_REWARDS,

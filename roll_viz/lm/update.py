@@ -60,6 +60,7 @@ from roll_viz.core.pipeline import dialects, policy_loss
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
 from roll_viz.lm.behaviour import Behaviour, behaviour_logprobs
+from roll_viz.lm.cpu_features import bf16_slower_than_float32 as bf16_slower_than_float32
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import response_hidden, shared_context_hidden

@@ -23,8 +23,7 @@ import streamlit as st
 from streamlit.runtime import Runtime
 from streamlit.runtime.pages_manager import PagesManager
 
-from roll_viz.lm import reaper
-from roll_viz.lm.admission import PAGE_SLOTS
+from roll_viz.lm import models
 from roll_viz.ui import upload_guard
 from roll_viz.views import text
 
@@ -60,7 +59,7 @@ def install_server_guards() -> bool:
         import peft  # noqa: F401  (imported before the freeze: they live as long as the process)
         import transformers  # noqa: F401
 
-        frozen = reaper.freeze_heap()
+        frozen = models.freeze_heap()
         _INSTALLED.append(True)
     LOG.info("server guards installed; %d start-up objects frozen out of collection", frozen)
     return True
@@ -72,7 +71,7 @@ def page_slot() -> contextlib.AbstractContextManager[bool]:
     A page that waits for the model gives the turn back meanwhile; none waits more than
     ``admission.MAX_WAIT_S`` for it.
     """
-    return PAGE_SLOTS.page()
+    return models.PAGE_SLOTS.page()
 
 
 def failure_hint(err: Exception) -> str:

@@ -41,7 +41,7 @@ from roll_viz.data.lessons import (
     load_lesson,
     parse_lesson,
 )
-from roll_viz.lm import network
+from roll_viz.lm import models
 from roll_viz.ui import flow, reconnect
 from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text, owner_key
 from roll_viz.views import lesson_charts
@@ -226,7 +226,7 @@ def phone_link(page_url: str | None, code: str, lan_ip: str | None) -> PhoneLink
     Args:
         page_url: the teacher page's URL (``st.context.url``), None when unknown.
         code: the room code.
-        lan_ip: this machine's network address (``network.network_ip()``), None when offline.
+        lan_ip: this machine's network address (``models.network_ip()``), None when offline.
     """
     path = f"/{VOTE_PATH}?room={code}"
     if not page_url or not page_url.startswith(("http://", "https://")):
@@ -236,11 +236,11 @@ def phone_link(page_url: str | None, code: str, lan_ip: str | None) -> PhoneLink
         port = parts.port
     except ValueError:  # a malformed port: keep the host as the browser sent it
         return PhoneLink(f"{parts.scheme}://{parts.netloc}{path}", "")
-    if not network.is_loopback(parts.hostname):
+    if not models.is_loopback(parts.hostname):
         return PhoneLink(f"{parts.scheme}://{parts.netloc}{path}", "")
     if lan_ip is None:
         return PhoneLink(None, NO_NETWORK)
-    return PhoneLink(f"{parts.scheme}://{network.host_port(lan_ip, port)}{path}", SAME_NETWORK)
+    return PhoneLink(f"{parts.scheme}://{models.host_port(lan_ip, port)}{path}", SAME_NETWORK)
 
 
 def _page_url() -> str | None:
@@ -252,7 +252,7 @@ def _page_url() -> str | None:
 
 def vote_link(code: str) -> PhoneLink:
     """The phones' link of a room as this teacher's browser should show it (``phone_link``)."""
-    return phone_link(_page_url(), code, network.network_ip())
+    return phone_link(_page_url(), code, models.network_ip())
 
 
 @functools.lru_cache(maxsize=64)

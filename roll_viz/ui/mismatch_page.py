@@ -1,12 +1,12 @@
 """Streamlit glue of the "Sampler != trainer" page: the mu source, the thresholds, the views.
 
 mu comes from ``data.behaviour_presets`` for a preset (committed, instant, no model) or from
-``lm.behaviour`` on the shared model when live mode is on (cached per batch and source). Every
-knob is bound to the URL (``url.bound``), so a shared link keeps the source and the thresholds;
-numbers are checked on the server first (``fields.check_fields``), and a threshold a framework
-refuses (verl's ``rollout_rs_threshold`` syntax, an inverted [low, high]) gets a message under
-its field while the lab uses that framework's default. Model output reaches the page only as
-escaped hover text and plain dataframe cells.
+``lm.rollout.behaviour_of`` on the shared model when live mode is on (cached per batch and
+source). Every knob is bound to the URL (``url.bound``), so a shared link keeps the source and
+the thresholds; numbers are checked on the server first (``fields.check_fields``), and a
+threshold a framework refuses (verl's ``rollout_rs_threshold`` syntax, an inverted [low, high])
+gets a message under its field while the lab uses that framework's default. Model output
+reaches the page only as escaped hover text and plain dataframe cells.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from roll_viz.analysis import mismatch
 from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.records import Rollout
 from roll_viz.data import behaviour_presets as stored
-from roll_viz.lm import behaviour
-from roll_viz.lm.request import policy_source
+from roll_viz.lm import rollout as behaviour
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.flow import ensure_model
 from roll_viz.ui.state import AppState
@@ -130,15 +129,7 @@ def _stored(preset: str, source: str, value: Any) -> behaviour.Behaviour | None:
 @st.cache_data(show_spinner=False, max_entries=16)
 def _engine(_rollout: Rollout, key: tuple) -> behaviour.Behaviour:
     model, sampling = key[0], key[1]
-    bundle = ensure_model(model)
-    src = policy_source(sampling)
-    with bundle.lock, torch.inference_mode():
-        contexts = [
-            src.context_ids(bundle, sampling.prompts[g]) for g in _rollout.group_ids.tolist()
-        ]
-        return behaviour.engine_behaviour(
-            bundle, contexts, _rollout.token_ids, _rollout.response_mask > 0, _rollout.logprobs
-        )
+    return behaviour.engine_behaviour_of(ensure_model(model), sampling, _rollout)
 
 
 def _engine_behaviour(state: AppState, rollout: Rollout) -> behaviour.Behaviour | None:
@@ -158,22 +149,12 @@ def _engine_behaviour(state: AppState, rollout: Rollout) -> behaviour.Behaviour 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _live(_rollout: Rollout, key: tuple, source: str, value: Any) -> behaviour.Behaviour:
     model, sampling = key[0], key[1]
-    bundle = ensure_model(model)
-    src = policy_source(sampling)
     kwargs: dict[str, Any] = {}
     if source == "top_p":
         kwargs["top_p"] = float(value)
     if source == "top_k":
         kwargs["top_k"] = int(value)
-    temperature = sampling.temperature if sampling.temperature > 0 else 1.0
-    with bundle.lock, torch.inference_mode():
-        contexts = [
-            src.context_ids(bundle, sampling.prompts[g]) for g in _rollout.group_ids.tolist()
-        ]
-        return behaviour.behaviour_logprobs(
-            bundle, contexts, _rollout.token_ids, _rollout.response_mask > 0, source=source,
-            temperature=temperature, **kwargs,
-        )  # fmt: skip
+    return behaviour.behaviour_of(ensure_model(model), sampling, _rollout, source, **kwargs)
 
 
 def _rows_of(full_groups: torch.Tensor, group_size: int) -> torch.Tensor:

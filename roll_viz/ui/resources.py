@@ -15,7 +15,7 @@ from typing import Any
 import streamlit as st
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm import models, sampling
+from roll_viz.lm import models, rollout
 
 #: live Rollouts kept for every session together (a click back to a setting is a cache hit)
 LIVE_CACHE_ENTRIES = 16
@@ -43,7 +43,7 @@ _LOADED: set[str] = set()  # model specs this process has loaded (the first use 
 def cached_models(spec: str | None = None) -> Any:
     """The shared ModelBundle (one per process). ``spec`` None reads ROLL_VIZ_MODEL."""
     bundle = models.load_models(spec or model_spec())
-    sampling.calibrate(bundle)  # one tiny sample, so the first time estimate is measured
+    rollout.calibrate(bundle)  # one tiny sample, so the first time estimate is measured
     mark_loaded(spec)
     return bundle
 

@@ -14,13 +14,13 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from roll_viz import nav
-from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as SAMPLER_MAX_INSTRUCTION_CHARS
-from roll_viz.lm.request import MAX_PROMPT_CHARS as SAMPLER_MAX_PROMPT_CHARS
-from roll_viz.lm.sampling import (
+from roll_viz.lm.rollout import (
     CLASS_MAX_GROUP_SIZE,
     CLASS_MAX_NEW_TOKENS,
     CLASS_MAX_PROMPTS,
 )
+from roll_viz.lm.rollout import MAX_INSTRUCTION_CHARS as SAMPLER_MAX_INSTRUCTION_CHARS
+from roll_viz.lm.rollout import MAX_PROMPT_CHARS as SAMPLER_MAX_PROMPT_CHARS
 
 # ---------------------------------------------------------------------------------------------
 # Widget keys (also the URL query-parameter names). Keep them short and stable.

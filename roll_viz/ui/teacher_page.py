@@ -18,7 +18,7 @@ import streamlit as st
 
 from roll_viz.core.pipeline.opd import KL_PENALTIES
 from roll_viz.core.records import Rollout
-from roll_viz.lm import teacher as teacher_lm
+from roll_viz.lm import rollout as rollout_door
 from roll_viz.ui.flow import ensure_model
 from roll_viz.ui.resources import cached_models, model_choices
 from roll_viz.ui.state import AppState
@@ -69,7 +69,7 @@ class TeacherChoice:
 
 def preset_template(state: AppState) -> str:
     """The instruction recorded for the current preset (the default of the field)."""
-    return teacher_lm.PRESET_TEMPLATES.get(state.preset, DEFAULT_TEMPLATE)
+    return rollout_door.PRESET_TEMPLATES.get(state.preset, DEFAULT_TEMPLATE)
 
 
 def controls(state: AppState, rollout: Rollout) -> TeacherChoice:
@@ -139,16 +139,16 @@ def controls(state: AppState, rollout: Rollout) -> TeacherChoice:
 
 
 def _instructions(rollout: Rollout, template: str) -> list[str]:
-    return [teacher_lm.teacher_instruction(p, template) for p in rollout.prompts]
+    return [rollout_door.teacher_instruction(p, template) for p in rollout.prompts]
 
 
 def recorded(state: AppState, rollout: Rollout, choice: TeacherChoice) -> Any:
     """The committed teacher scores when the batch is a preset and the teacher its recorded one."""
     if not state.source.startswith("preset:") or choice.kind != SAME:
         return None
-    if choice.template != teacher_lm.PRESET_TEMPLATES.get(state.preset):
+    if choice.template != rollout_door.PRESET_TEMPLATES.get(state.preset):
         return None
-    return teacher_lm.recorded_teacher(state.preset, rollout)
+    return rollout_door.recorded_teacher(state.preset, rollout)
 
 
 def stored(state: AppState, choice: TeacherChoice) -> Any:
@@ -175,7 +175,7 @@ def score_live(state: AppState, rollout: Rollout, choice: TeacherChoice) -> str:
         str(meta.get("instruction", "")) if meta.get("policy_mode") == "steered" else ""
     )
     try:
-        scores = teacher_lm.score_teacher(
+        scores = rollout_door.score_teacher(
             bundle,
             rollout,
             _instructions(rollout, choice.template),

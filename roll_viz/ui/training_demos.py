@@ -17,8 +17,7 @@ from dataclasses import replace
 import streamlit as st
 
 from roll_viz.core.pipeline.eras import DEFAULTS_2026, GRPO_2024
-from roll_viz.lm.loss_options import DEFAULT_OPTION
-from roll_viz.lm.runfile import TrainRun, TrainSettings
+from roll_viz.lm.runfile import DEFAULT_OPTION, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import training_page as tr
 from roll_viz.ui.resources import cached_models

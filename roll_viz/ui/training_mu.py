@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from roll_viz.lm.loss_options import (
+from roll_viz.lm.runfile import (
     DEFAULT_OPTION,
     OPTION_IDS,
     SAMPLER_LABELS,

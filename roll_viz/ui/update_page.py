@@ -26,14 +26,14 @@ import streamlit as st
 import torch
 
 from roll_viz.core.records import Rollout, Trace
-from roll_viz.lm.behaviour import SOURCE_LABELS
-from roll_viz.lm.cpu_features import bf16_slower_than_float32
 from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
-from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, options_for
+from roll_viz.lm.rollout import SOURCE_LABELS
+from roll_viz.lm.runfile import DEFAULT_OPTION, OPTION_IDS, options_for
 from roll_viz.lm.update import (
     MAX_EPOCHS,
     UpdateConfig,
     behaviour_mu,
+    bf16_slower_than_float32,
     group_difficulty,
     loss_inputs,
     rescore,

@@ -332,7 +332,7 @@ def test_phone_link_on_a_loopback_host_uses_the_network_address(page_url, lan_ip
 
 def test_teacher_page_shows_the_network_link_and_says_so(monkeypatch):
     monkeypatch.setattr(lesson_page, "_page_url", lambda: "http://localhost:8501/Lesson")
-    monkeypatch.setattr(lesson_page.network, "network_ip", lambda: "192.168.1.23")
+    monkeypatch.setattr(lesson_page.models, "network_ip", lambda: "192.168.1.23")
     at = teacher()
     click(at, "lesson_start")
     code = url_param(at, "room")
@@ -343,7 +343,7 @@ def test_teacher_page_shows_the_network_link_and_says_so(monkeypatch):
         assert "Phones must be on the same network" in shown
         assert at.get("image")  # the QR code
         # no network address at all: said plainly, no QR code of a dead link
-        monkeypatch.setattr(lesson_page.network, "network_ip", lambda: None)
+        monkeypatch.setattr(lesson_page.models, "network_ip", lambda: None)
         run(at)
         assert "no network address" in plain(at)
         assert not at.get("image")
