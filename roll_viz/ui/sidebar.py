@@ -544,7 +544,7 @@ def _draw_sidebar() -> AppState:
     """Draw the shared sidebar and return the state it describes."""
     messages: list[str] = []
     raw_url = st.query_params.to_dict()  # before the bound widgets drop what they refuse
-    url.start()
+    url.start(raw_url)
     source, preset, sampling = _sidebar_data(messages)
     model = _sidebar_model(source == "live")
     rollout_engine.sidebar_line()  # "answers from: vLLM at ..." when the operator set one
