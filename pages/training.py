@@ -37,6 +37,7 @@ def _start_hacking(state) -> None:
 
 with ui.page_guard("Training"):
     state = ui.page_setup("Training")
+    tr.link_beta()  # a link's beta=x trains at x (the page's own tr_beta= wins)
     ui.lecture_title("training", "Training: the whole loop, step after step")
     ui.prose(
         "Every other page shows **one** step. Here the loop runs: sample G answers per prompt "

@@ -6,6 +6,10 @@
    across the library folders (``cli/`` and ``bench/`` may reuse the name of what they drive).
 4. Framework names are compared only inside ``core/pipeline/dialects/``: every other layer asks
    the dialect instead of branching on its name.
+5. One knob, one name: a shared key or bound (``ONE_DEFINITION``: ``KEY_BETA``, ``MAX_EPOCHS``)
+   is assigned in one module; every other module imports it (a second copy drifts: the Update
+   page allowed 4 epochs while ``UpdateConfig`` allowed 8, and ``KEY_BETA`` meant "beta" in the
+   sidebar and "tr_beta" on the Training page).
 
 Each rule has a self-test that shows it catches a violation (as ``test_layers.py`` does).
 """
@@ -40,6 +44,8 @@ MAX_LINES = 600
 LIBRARY = ("core", "lm", "data", "analysis", "views", "ui")
 FRAMEWORK_BRANCH = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](roll|verl|openrlhf|trl)["']""")
 DIALECTS = Path("roll_viz/core/pipeline/dialects")
+#: names assigned at module level in exactly one module (rule 5)
+ONE_DEFINITION = ("KEY_BETA", "MAX_EPOCHS")
 
 
 def _sources(root: Path) -> list[Path]:
@@ -202,6 +208,24 @@ def framework_branches(root: Path = ROOT) -> list[str]:
     return out
 
 
+def second_definitions(root: Path = ROOT) -> list[str]:
+    """Module-level assignments of a ``ONE_DEFINITION`` name beyond its first module."""
+    seen: dict[str, list[str]] = {name: [] for name in ONE_DEFINITION}
+    for path in _sources(root):
+        for node in ast.parse(path.read_text()).body:
+            targets = (
+                node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            )
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in seen:
+                    seen[target.id].append(f"{path.relative_to(root)}:{node.lineno}")
+    return [
+        f"{where}: {name} is assigned again (first in {places[0]}; import that one)"
+        for name, places in seen.items()
+        for where in places[1:]
+    ]
+
+
 def test_no_import_circle():
     found = circles()
     assert not found, (
@@ -226,6 +250,11 @@ def test_module_names_are_unique():
 
 def test_framework_names_stay_in_the_dialects():
     found = framework_branches()
+    assert not found, "\n".join(found)
+
+
+def test_one_knob_is_defined_once():
+    found = second_definitions()
     assert not found, "\n".join(found)
 
 
@@ -262,3 +291,14 @@ def test_the_checks_catch_violations(tmp_path):
     branches = framework_branches(tmp_path)
     assert branches == [branches[0]]
     assert branches[0].startswith("pages/p.py:1")
+
+
+def test_one_definition_catches_a_second(tmp_path):
+    _write(tmp_path, "roll_viz/lm/update.py", "MAX_EPOCHS = 4\nKEY_BETA: str = 'beta'\n")
+    _write(tmp_path, "roll_viz/ui/page.py", "from roll_viz.lm.update import MAX_EPOCHS\n")
+    assert second_definitions(tmp_path) == []  # one assignment each, the rest import it
+    _write(tmp_path, "roll_viz/ui/page.py", "MAX_EPOCHS = 8\n\ndef f():\n    KEY_BETA = 1\n")
+    _write(tmp_path, "roll_viz/ui/train.py", "KEY_BETA: str = 'tr_beta'\n")
+    found = second_definitions(tmp_path)
+    assert [v.split(": ")[0] for v in found] == ["roll_viz/ui/train.py:1", "roll_viz/ui/page.py:1"]
+    assert "first in roll_viz/lm/update.py:2" in found[0]

@@ -24,9 +24,9 @@ from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu
+from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu, url
 from roll_viz.ui.fields import Field, check_fields
-from roll_viz.ui.state import AppState
+from roll_viz.ui.state import KEY_BETA, AppState
 from roll_viz.ui.widgets import explainer, plot
 from roll_viz.views import text, training_charts
 
@@ -34,8 +34,9 @@ KEY_RUNNERS = "_train_runners"
 KEY_RUN = "run"  # URL: a recorded run to open (?run=hack_beta0)
 KEY_STEPS = "tr_steps"
 KEY_LR = "tr_lr"
-KEY_BETA_MODE = "tr_beta_mode"
-KEY_BETA = "tr_beta"
+KEY_TRAIN_BETA_MODE = "tr_beta_mode"
+#: the run's initial beta; a link's sidebar ``beta=`` starts it (``link_beta``), ``tr_beta=`` wins
+KEY_TRAIN_BETA = "tr_beta"
 KEY_TARGET = "tr_target"
 KEY_HORIZON = "tr_horizon"
 KEY_SEED = "tr_seed"
@@ -103,13 +104,6 @@ KNOBS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ),
     ],
 }
-
-# Dialect keys the page sets itself (beta and the controller); the sidebar's values are dropped.
-_OWN_KEYS = {
-    "init_kl_coef", "kl_coef", "init_coef", "beta", "target_kl", "kl_horizon", "horizon", "target",
-    "kl_ctrl_type", "add_token_level_kl", "use_kl_in_reward",
-}  # fmt: skip
-
 
 # ---------------------------------------------------------------------------------------------
 # Session runners
@@ -285,12 +279,14 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         noise_sigma=state.reward.noise_sigma,
         noise_seed=state.reward.noise_seed,
     )
-    config = {k: v for k, v in state.config.items() if k not in _OWN_KEYS}
+    dialect = dialects.get(state.framework)
+    # beta and the controller come from the page's controls (dialect.train_config sets them)
+    config = {k: v for k, v in state.config.items() if k not in dialect.CONTROLLER_KEYS}
     option, sampler, mu_notes = training_mu.chosen(state.framework)
     notes += mu_notes
-    mode = _field(KEY_BETA_MODE)
-    if mode == "adaptive" and not dialects.get(state.framework).ADAPTIVE_BETA:
-        notes.append("TRL has no adaptive KL controller: fixed beta.")
+    mode = _field(KEY_TRAIN_BETA_MODE)
+    if mode == "adaptive" and not dialect.ADAPTIVE_BETA:
+        notes.append(f"{dialect.LABEL} has no adaptive KL controller: fixed beta.")
         mode = "fixed"
     settings = TrainSettings(
         prompts=prompts,
@@ -304,7 +300,7 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         framework=state.framework,
         config=config,
         beta_mode=mode,
-        beta=float(_field(KEY_BETA)),
+        beta=float(_field(KEY_TRAIN_BETA)),
         target_kl=float(_field(KEY_TARGET)),
         horizon=float(_field(KEY_HORIZON)),
         lr=float(_field(KEY_LR)),
@@ -333,8 +329,8 @@ def field_specs() -> dict[str, Field]:
         KEY_STEPS: Field(20.0, 1, CAP_STEPS, integer=True),
         KEY_SEED: Field(0.0, 0, 10_000, integer=True),
         KEY_LR: Field(5e-4, options=LR_CHOICES),
-        KEY_BETA_MODE: Field("fixed", options=("fixed", "adaptive")),
-        KEY_BETA: Field(0.0, 0.0, 5.0),
+        KEY_TRAIN_BETA_MODE: Field("fixed", options=("fixed", "adaptive")),
+        KEY_TRAIN_BETA: Field(0.0, 0.0, 5.0),
         KEY_TARGET: Field(0.05, 0.001, 10.0),
         KEY_HORIZON: Field(100.0, 1.0, 100_000.0),
         KEY_SLOT: Field("A", options=SLOTS),
@@ -347,6 +343,26 @@ def _field(key: str) -> Any:
     spec = field_specs()[key]
     value = st.session_state.get(key, spec.default)
     return value if spec.accepts(value) else spec.default
+
+
+def link_beta() -> None:
+    """Start the run's beta at a link's sidebar ``beta=x``: one knob, one name (call first).
+
+    The sidebar's beta and the run's initial beta are the same coefficient, so a link that says
+    ``beta=0.3`` trains at 0.3 (the dialect's own key is set from it by ``train_config``). The
+    page's own ``tr_beta=`` (links shared before) is the more specific and wins; without either
+    the run starts at the field's default, 0. Only while the control has no value of its own:
+    once drawn it holds what the student set.
+    """
+    if KEY_TRAIN_BETA in st.session_state or KEY_TRAIN_BETA in st.query_params:
+        return
+    raw = url.link_value(KEY_BETA)  # the link's, even when equal to the sidebar's default
+    try:
+        value = float(raw) if raw is not None else None
+    except ValueError:
+        return  # the sidebar's link notice names the refused value
+    if value is not None and field_specs()[KEY_TRAIN_BETA].accepts(value):
+        st.session_state[KEY_TRAIN_BETA] = value
 
 
 def check_controls() -> None:
@@ -386,13 +402,13 @@ def controls(disabled: bool = False) -> None:
         )
     with c3:
         st.segmented_control(
-            "beta", ["fixed", "adaptive"], default="fixed", key=KEY_BETA_MODE,
+            "beta", ["fixed", "adaptive"], default="fixed", key=KEY_TRAIN_BETA_MODE,
             bind="query-params", required=True, disabled=disabled,
             help="Adaptive: the framework's controller (Ziegler et al.), beta <- beta * (1 + "
             "clip(KL / target - 1, -0.2, 0.2) * batch size / horizon), on each step's real KL.",
         )  # fmt: skip
         st.number_input(
-            "initial beta", 0.0, 5.0, 0.0, step=0.05, key=KEY_BETA, bind="query-params",
+            "initial beta", 0.0, 5.0, 0.0, step=0.05, key=KEY_TRAIN_BETA, bind="query-params",
             disabled=disabled, format="%.3f",
             help="KL coefficient: in the token rewards (ROLL, verl, OpenRLHF) or the loss (TRL).",
         )  # fmt: skip

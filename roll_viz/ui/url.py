@@ -19,9 +19,28 @@ import streamlit as st
 _RUN = threading.local()
 
 
-def start() -> None:
-    """Forget the previous run's bound keys (call before drawing the bound widgets)."""
+def start(link: Mapping[str, Any] | None = None) -> None:
+    """Forget the previous run's bound keys (call before drawing the bound widgets).
+
+    Args:
+        link: the query parameters as this run found them (``link_value`` reads them after the
+            bound widgets have dropped the values equal to their defaults).
+    """
     _RUN.allowed = {}
+    _RUN.link = dict(link or {})
+
+
+def link_value(key: str) -> str | None:
+    """The value this run's link gave ``key``, even one a bound widget has since dropped.
+
+    A bound widget removes its parameter from the URL when the value is its default, so a
+    page drawn after the sidebar no longer sees ``?beta=0.2`` in ``st.query_params`` when 0.2 is
+    the dialect's default; the link still said it.
+    """
+    value = getattr(_RUN, "link", {}).get(key)
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    return None if value is None else str(value)
 
 
 def _allowed_text(widget: Callable, args: tuple, kwargs: dict) -> str:

@@ -48,7 +48,7 @@ def test_update_page_crafted_value_gets_a_notice_and_the_session_lives(key, valu
     [
         (tr.KEY_STEPS, 10**9),
         (tr.KEY_STEPS, math.nan),
-        (tr.KEY_BETA, -1.0),
+        (tr.KEY_TRAIN_BETA, -1.0),
         (tr.KEY_HORIZON, math.inf),
         (tr.KEY_SLOT, "Z"),
         (tr.KEY_LR, 42.0),
@@ -68,7 +68,7 @@ def test_training_page_crafted_value_gets_a_notice(key, value):
     ("key", "raw"),
     [
         (tr.KEY_STEPS, "1000000"),
-        (tr.KEY_BETA, "nan"),
+        (tr.KEY_TRAIN_BETA, "nan"),
         (tr.KEY_HORIZON, "-5"),
         (tr.KEY_LR, "7"),
         (tr.KEY_SLOT, "Q"),

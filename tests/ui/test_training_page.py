@@ -83,7 +83,7 @@ def test_start_run_progress_and_compare_two_runs():
     assert "tr_live_curves" in charts(at)
     # a second run in slot B with another beta, then overlay both
     at.session_state[tr.KEY_SLOT] = "B"
-    at.session_state[tr.KEY_BETA] = 0.3
+    at.session_state[tr.KEY_TRAIN_BETA] = 0.3
     at.run()
     button(at, "tr_start").click()
     at.run()
