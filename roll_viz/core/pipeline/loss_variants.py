@@ -29,7 +29,7 @@ def dppo(
     old: Tensor,
     adv: Tensor,
     r: Tensor,
-    kind: str,
+    divergence: str,
     low: float,
     high: float,
     trunc_c: float,
@@ -37,15 +37,16 @@ def dppo(
     """Verl DPPO-Binary-TV / -KL (``compute_policy_loss_dppo_tv`` / ``_dppo_kl``).
 
     ``-A * sg(min(r, c)) * logp * valid``; ``valid`` is a trust region on the sampled token's
-    probability p vs p_old, with ``clip_ratio_low/high`` read as divergence thresholds: TV keeps
-    A>0 tokens with p - p_old <= high and the others with p - p_old >= -low; KL keeps A>0 tokens
-    with binary KL <= high or p <= p_old, the others with binary KL <= low or p >= p_old.
+    probability p vs p_old (``divergence`` "tv" or "kl"), with ``clip_ratio_low/high`` read as
+    divergence thresholds: TV keeps A>0 tokens with p - p_old <= high and the others with
+    p - p_old >= -low; KL keeps A>0 tokens with binary KL <= high or p <= p_old, the others with
+    binary KL <= low or p >= p_old.
 
     Returns:
         ((B, T) per-token loss, (B, T) d loss / d logp, (B, T) bool valid).
     """
     prob, old_prob = torch.exp(lp.detach()), torch.exp(old)
-    if kind == "dppo_tv":
+    if divergence == "tv":
         pos = (prob - old_prob) <= high
         neg = (prob - old_prob) >= -low
     else:

@@ -63,8 +63,18 @@ from torch import Tensor
 from roll_viz.core.ops import as_bool
 from roll_viz.core.pipeline import loss_variants as variants
 from roll_viz.core.pipeline.kl import token_kl
+from roll_viz.core.pipeline.policy_terms import (
+    PolicyInputs,
+    PolicyTerm,
+    TermResult,
+    policy_term,
+)
+from roll_viz.core.pipeline.policy_terms import ppo_token_loss as ppo_token_loss  # re-export
 
 F64 = torch.float64
+
+#: The bool per-token clip masks every loss reports (a kind may add its own: ``clip_masks``).
+CLIP_MASKS: tuple[str, ...] = ("clipped_high", "clipped_low", "dual_clipped")
 
 # canonical aggregation modes: name -> what it computes (x masked, L_i row lengths, n = rows
 # with at least one token, B = all rows, T = tensor width, f = scale factor)
@@ -111,6 +121,8 @@ class LossResult:
         notes: conventions applied, in order.
         metric_notes: metric name -> a note printed beside it where the framework's logged
             number is not the meaningful one (the masked value and why they differ).
+        clip_masks: the names in ``per_token`` of the bool clip masks (``CLIP_MASKS`` and the
+            kind's own, e.g. Clip-Cov's zeroed tokens).
     """
 
     framework: str
@@ -121,6 +133,7 @@ class LossResult:
     metrics: dict[str, float]
     notes: tuple[str, ...] = ()
     metric_notes: dict[str, str] = field(default_factory=dict)
+    clip_masks: tuple[str, ...] = CLIP_MASKS
 
 
 # ------------------------------------------------------------------------------- aggregation
@@ -233,38 +246,6 @@ def importance_ratio(
     return torch.where(mask, ratio, 0.0)
 
 
-def ppo_token_loss(
-    ratio: Tensor,
-    advantages: Tensor,
-    eps_low: float,
-    eps_high: float,
-    dual_clip: float | None = None,
-    delta: float | None = None,
-) -> Tensor:
-    """PPO clipped surrogate per token, ``-min(r1 A, clip(r, 1-eps_low, 1+eps_high) A)``.
-
-    ``r1 = min(r, delta)`` (TRL's two-sided cap) or r. With ``dual_clip`` c, tokens with A<0
-    take ``min(loss, -c A)`` (verl always, c = 3; ROLL c = 1 + 2 pg_clip; OpenRLHF optional).
-
-    Args:
-        ratio: (B, T) importance ratio (differentiable).
-        advantages: (B, T) advantages.
-        eps_low: lower clip epsilon.
-        eps_high: upper clip epsilon.
-        dual_clip: dual-clip constant c > 1, or None.
-        delta: TRL delta cap, or None.
-
-    Returns:
-        (B, T) per-token loss.
-    """
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    r1 = ratio if delta is None else ratio.clamp(max=delta)
-    loss = -torch.minimum(r1 * advantages, clipped * advantages)
-    if dual_clip is not None:
-        loss = torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
-    return loss
-
-
 def value_loss(
     values: Tensor,
     old_values: Tensor | None,
@@ -310,8 +291,7 @@ def value_loss(
 class LossSpec:
     """One framework's policy loss, resolved from its config by its dialect module."""
 
-    kind: str  # "ppo" | "pg" | "cispo" | "sapo" | "dppo_tv" | "dppo_kl" | "geo_mean" | "kl_cov"
-    #            | "kimi" | "vespo"
+    kind: str  # a key of policy_terms.POLICY_TERMS
     level: str  # "token" | "sequence" | "sequence-token"
     clamp: float | None
     eps_low: float = 0.2
@@ -330,6 +310,7 @@ class LossSpec:
     kl_log_ratio_clamp: float | None = None
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
+    entropy_adaptive: bool = False  # TRL use_adaptive_entropy: the metric reads the entropy
     rl_coef: float = 1.0
     value_clip: float | None = None
     has_critic: bool = True
@@ -362,6 +343,78 @@ class LossSpec:
 # -------------------------------------------------------------------- inputs and entry point
 
 
+@dataclass(frozen=True)
+class LossInputs:
+    """The tensors one loss reads: (B, T) unless said otherwise, constants unless said otherwise.
+
+    Padding may hold anything (even inf) in every tensor.
+
+    Attributes:
+        logprobs: current-policy log-probs of the sampled tokens; may require grad.
+        old_logprobs: rollout ("old") log-probs.
+        advantages: (B, T) or (B,) advantages.
+        response_mask: 0/1 loss mask.
+        ref_logprobs: reference log-probs; needed when the KL loss is on.
+        entropy: policy entropy per position; needed when the entropy coefficient is not 0.
+            Kept differentiable if it requires grad.
+        values: new critic predictions (kept differentiable); with ``returns`` (and
+            ``old_values`` when the framework clips) gives ``terms["value"]``.
+        old_values: critic values at rollout time.
+        returns: value targets.
+        scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
+        rollout_logprobs: the sampler's log-probs mu; needed by a train/rollout correction
+            (``LossSpec.is_correction``).
+        difficulty: (B,) each sample's difficulty in [0, 1] (ROLL ``difficulty_loss_weight``;
+            without it the weight is skipped, as ROLL skips it without the data).
+        policy_mask: 0/1 subset of ``response_mask`` the policy term and its metrics run on
+            (verl ``bypass_mode``: the rejection mask); the KL and entropy terms keep
+            ``response_mask``, and token-mean still divides by ``response_mask``'s token count
+            (verl's ``batch_num_tokens`` is counted before the loss rejects tokens).
+        policy_weights: constant multipliers of the per-token policy loss (verl ``bypass_mode``
+            reinforce: the rollout IS weights).
+        metric_mask: 0/1 mask the dialect's metric function may read as
+            ``MetricContext.metric_mask`` (ROLL: the response mask before its sample-level mask,
+            over which it logs some metrics); the loss does not use it.
+        entropy_mask: 0/1 mask of the entropy term in place of ``response_mask`` (ROLL
+            aggregates its entropy over the unmasked ``response_mask``).
+    """
+
+    logprobs: Tensor
+    old_logprobs: Tensor
+    advantages: Tensor
+    response_mask: Tensor
+    ref_logprobs: Tensor | None = None
+    entropy: Tensor | None = None
+    values: Tensor | None = None
+    old_values: Tensor | None = None
+    returns: Tensor | None = None
+    scores: Tensor | None = None
+    rollout_logprobs: Tensor | None = None
+    difficulty: Tensor | None = None
+    policy_mask: Tensor | None = None
+    policy_weights: Tensor | None = None
+    metric_mask: Tensor | None = None
+    entropy_mask: Tensor | None = None
+
+
+def loss_reads(spec: LossSpec) -> frozenset[str]:
+    """The optional ``LossInputs`` a spec's loss reads: the dialect's switches, named by input.
+
+    "scores" (a kind that splits rows by score, the term's ``reads``), "difficulty" (ROLL
+    ``difficulty_loss_weight``), "rollout_logprobs" (a train/rollout correction, or a ratio
+    against mu) and "entropy" (an entropy bonus, an entropy quantile mask, or an adaptive
+    entropy coefficient whose metric needs it).
+    """
+    needs = set(policy_term(spec.kind).reads)
+    if spec.difficulty_weights:
+        needs.add("difficulty")
+    if spec.is_correction is not None or spec.ratio_vs_rollout or spec.sampler_is is not None:
+        needs.add("rollout_logprobs")
+    if spec.entropy_coef != 0 or spec.entropy_quantile < 1.0 or spec.entropy_adaptive:
+        needs.add("entropy")
+    return frozenset(needs)
+
+
 def _as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) -> Tensor:
     t = torch.as_tensor(x)
     if not keep_grad:
@@ -377,6 +430,95 @@ def _as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) ->
     return torch.where(mask, t.to(F64), 0.0)
 
 
+def _mask_input(name: str, x: Any, shape: tuple) -> Tensor:
+    """A 0/1 mask input as bool, checked for shape."""
+    flags = torch.as_tensor(x).detach() > 0
+    if tuple(flags.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {tuple(flags.shape)}")
+    return flags
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """The validated float64 inputs (0 on padding) and the masks the terms run on."""
+
+    shape: tuple
+    full_m: Tensor  # (B, T) float response_mask: the KL / entropy terms, token-mean's count
+    mask: Tensor  # (B, T) bool policy-term mask (response_mask, narrowed by policy_mask)
+    m: Tensor  # (B, T) float of ``mask``
+    lengths: Tensor  # (B, 1) tokens per row of ``mask``
+    lp: Tensor  # differentiable
+    old: Tensor
+    adv: Tensor
+    d: Tensor  # lp - old on response_mask, detached
+    ref: Tensor | None
+    ent: Tensor | None
+    ent_m: Tensor
+    mu: Tensor | None
+    metric_bool: Tensor | None
+    metric_d: Tensor | None
+
+
+def _prepare(spec: LossSpec, x: LossInputs) -> _Batch:
+    """Check and convert the inputs (the error names the argument first)."""
+    mask_raw = torch.as_tensor(x.response_mask).detach()
+    if mask_raw.dim() != 2 or mask_raw.shape[1] == 0:
+        raise ValueError(f"response_mask: expected (B, T>=1), got {tuple(mask_raw.shape)}")
+    if not bool(((mask_raw == 0) | (mask_raw == 1)).all()):
+        raise ValueError("response_mask: must contain only 0 and 1")
+    mask = mask_raw > 0
+    shape = tuple(mask.shape)
+    m = mask.to(F64)
+    lp = _as_input("logprobs", x.logprobs, shape, mask, keep_grad=True)
+    old = _as_input("old_logprobs", x.old_logprobs, shape, mask, keep_grad=False)
+    adv = _as_input("advantages", x.advantages, shape, mask, keep_grad=False)
+    ref = None
+    if x.ref_logprobs is not None:
+        ref = _as_input("ref_logprobs", x.ref_logprobs, shape, mask, keep_grad=False)
+    if spec.kl_on and not spec.kl_zero and ref is None:
+        raise ValueError("ref_logprobs: needed for the KL loss term")
+    ent, ent_m = None, m
+    if x.entropy_mask is not None:
+        ent_m = _mask_input("entropy_mask", x.entropy_mask, shape).to(F64)
+    if x.entropy is not None:
+        ent = _as_input("entropy", x.entropy, shape, ent_m > 0, keep_grad=True)
+    if spec.entropy_coef != 0 and ent is None:
+        raise ValueError("entropy: needed when the entropy coefficient is not 0")
+    mu = None
+    if x.rollout_logprobs is not None:
+        mu = _as_input("rollout_logprobs", x.rollout_logprobs, shape, mask, keep_grad=False)
+    if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
+        raise ValueError("rollout_logprobs: needed for the train/rollout correction")
+    metric_bool, metric_d = None, None
+    if x.metric_mask is not None:
+        metric_bool = _mask_input("metric_mask", x.metric_mask, shape)
+        if bool((mask & ~metric_bool).any()):
+            raise ValueError("metric_mask: must cover every token of response_mask")
+        lp_u = _as_input("logprobs", x.logprobs, shape, metric_bool, keep_grad=False)
+        metric_d = lp_u - _as_input("old_logprobs", x.old_logprobs, shape, metric_bool, False)
+    full_m = m
+    if x.policy_mask is not None:
+        mask = mask & _mask_input("policy_mask", x.policy_mask, shape)
+        m = mask.to(F64)
+    return _Batch(
+        shape,
+        full_m,
+        mask,
+        m,
+        m.sum(-1, keepdim=True),
+        lp,
+        old,
+        adv,
+        lp.detach() - old,
+        ref,
+        ent,
+        ent_m,
+        mu,
+        metric_bool,
+        metric_d,
+    )
+
+
 def loss_from_spec(
     spec: LossSpec,
     modes: dict[str, tuple[str, Any] | None],
@@ -385,24 +527,13 @@ def loss_from_spec(
     framework: str,
     config: dict[str, Any],
     notes: list[str],
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    ref_logprobs: Tensor | None = None,
-    entropy: Tensor | None = None,
-    values: Tensor | None = None,
-    old_values: Tensor | None = None,
-    returns: Tensor | None = None,
-    scores: Tensor | None = None,
-    rollout_logprobs: Tensor | None = None,
-    difficulty: Tensor | None = None,
-    policy_mask: Tensor | None = None,
-    policy_weights: Tensor | None = None,
-    metric_mask: Tensor | None = None,
-    entropy_mask: Tensor | None = None,
+    inputs: LossInputs,
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
+
+    ``total = rl * (policy + c_kl * kl) - c_ent * entropy``: the policy term is the kind's
+    (``POLICY_TERMS[spec.kind]``) under the dialect's aggregation weights, keep masks and
+    per-sample weights; the gradient coefficient adds the KL term's in closed form.
 
     Args:
         spec: the dialect's ``LossSpec`` for this config.
@@ -412,403 +543,261 @@ def loss_from_spec(
         framework: the dialect's name (recorded in the result).
         config: the resolved dialect config (handed to ``metrics``).
         notes: conventions applied so far (the spec's); the loss appends its own.
-        logprobs: (B, T) current-policy log-probs of the sampled tokens; may require grad.
-        old_logprobs: (B, T) rollout ("old") log-probs (treated as constants).
-        advantages: (B, T) or (B,) advantages (constants).
-        response_mask: (B, T) 0/1 loss mask.
-        ref_logprobs: (B, T) reference log-probs; needed when the KL loss is on.
-        entropy: (B, T) policy entropy per position; needed when the entropy coefficient is not 0.
-            Kept differentiable if it requires grad.
-        values: (B, T) new critic predictions (kept differentiable); with ``returns`` (and
-            ``old_values`` when the framework clips) gives ``terms["value"]``.
-        old_values: (B, T) critic values at rollout time.
-        returns: (B, T) value targets.
-        scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
-        rollout_logprobs: (B, T) the sampler's log-probs mu (constants); needed by a
-            train/rollout correction (``LossSpec.is_correction``).
-        difficulty: (B,) each sample's difficulty in [0, 1] (ROLL ``difficulty_loss_weight``;
-            without it the weight is skipped, as ROLL skips it without the data).
-        policy_mask: (B, T) 0/1 subset of ``response_mask`` the policy term and its metrics run
-            on (verl ``bypass_mode``: the rejection mask); the KL and entropy terms keep
-            ``response_mask``, and token-mean still divides by ``response_mask``'s token count
-            (verl's ``batch_num_tokens`` is counted before the loss rejects tokens).
-        policy_weights: (B, T) constant multipliers of the per-token policy loss (verl
-            ``bypass_mode`` reinforce: the rollout IS weights).
-        metric_mask: (B, T) 0/1 mask the dialect's metric function may read as
-            ``MetricContext.metric_mask`` (ROLL: the response mask before its sample-level mask,
-            over which it logs some metrics); the loss does not use it.
-        entropy_mask: (B, T) 0/1 mask of the entropy term in place of ``response_mask`` (ROLL
-            aggregates its entropy over the unmasked ``response_mask``).
+        inputs: the batch (``LossInputs``).
 
     Returns:
-        LossResult (see its docstring). Padding may hold anything (even inf) in every input.
+        LossResult (see its docstring).
 
     Raises:
         ValueError: a shape mismatch, a non-finite value on a response token, or a missing input
             the config needs (the message starts with the argument's name).
     """
-    cfg = config
-    mask_raw = torch.as_tensor(response_mask).detach()
-    if mask_raw.dim() != 2 or mask_raw.shape[1] == 0:
-        raise ValueError(f"response_mask: expected (B, T>=1), got {tuple(mask_raw.shape)}")
-    if not bool(((mask_raw == 0) | (mask_raw == 1)).all()):
-        raise ValueError("response_mask: must contain only 0 and 1")
-    mask = mask_raw > 0
-    shape = tuple(mask.shape)
-    m = mask.to(F64)
-    lp = _as_input("logprobs", logprobs, shape, mask, keep_grad=True)
-    old = _as_input("old_logprobs", old_logprobs, shape, mask, keep_grad=False)
-    adv = _as_input("advantages", advantages, shape, mask, keep_grad=False)
-    ref = None
-    if ref_logprobs is not None:
-        ref = _as_input("ref_logprobs", ref_logprobs, shape, mask, keep_grad=False)
-    if spec.kl_on and not spec.kl_zero and ref is None:
-        raise ValueError("ref_logprobs: needed for the KL loss term")
-    ent, ent_m = None, m
-    if entropy_mask is not None:
-        ent_bool = torch.as_tensor(entropy_mask).detach() > 0
-        if tuple(ent_bool.shape) != shape:
-            raise ValueError(f"entropy_mask: expected shape {shape}, got {tuple(ent_bool.shape)}")
-        ent_m = ent_bool.to(F64)
-    if entropy is not None:
-        ent = _as_input("entropy", entropy, shape, ent_m > 0, keep_grad=True)
-    if spec.entropy_coef != 0 and ent is None:
-        raise ValueError("entropy: needed when the entropy coefficient is not 0")
-
-    lengths = m.sum(-1, keepdim=True)
-    d = lp.detach() - old  # (B, T), 0 on padding
-    w_pol = agg_weights(m, *modes["policy"])
-
-    mu = None
-    if rollout_logprobs is not None:
-        mu = _as_input("rollout_logprobs", rollout_logprobs, shape, mask, keep_grad=False)
-    if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
-        raise ValueError("rollout_logprobs: needed for the train/rollout correction")
-    full_m = m  # response_mask: the KL / entropy terms and token-mean's denominator
-    metric_bool, metric_d = None, None
-    if metric_mask is not None:
-        metric_bool = torch.as_tensor(metric_mask).detach() > 0
-        if tuple(metric_bool.shape) != shape:
-            raise ValueError(f"metric_mask: expected shape {shape}, got {tuple(metric_bool.shape)}")
-        if bool((mask & ~metric_bool).any()):
-            raise ValueError("metric_mask: must cover every token of response_mask")
-        lp_u = _as_input("logprobs", logprobs, shape, metric_bool, keep_grad=False)
-        metric_d = lp_u - _as_input("old_logprobs", old_logprobs, shape, metric_bool, False)
-    if policy_mask is not None:
-        pmask = torch.as_tensor(policy_mask).detach()
-        if tuple(pmask.shape) != shape:
-            raise ValueError(f"policy_mask: expected shape {shape}, got {tuple(pmask.shape)}")
-        mask = mask & (pmask > 0)
-        m = mask.to(F64)
-        lengths = m.sum(-1, keepdim=True)
-
-    extra: dict[str, Tensor] = {}
-    sampler_w = None
-    if spec.sampler_is is not None and mu is not None:
-        if spec.kind == "vespo" and spec.sampler_is[0].startswith("sequence"):
-            raise ValueError(
-                "vllm_importance_sampling_mode: VESPO takes token_truncate or token_mask"
-            )
-        sampler_w = variants.sampler_is_ratio(old, mu, m, *spec.sampler_is)
-        extra["is_ratio_unit"] = sampler_w
-
-    # ---- policy term: value (autograd) and closed-form dl/dlogp
-    base = mu if spec.ratio_vs_rollout else old
-    ratio = importance_ratio(lp, base, m, spec.level, spec.clamp)
-    r = ratio.detach()
-    false = torch.zeros_like(mask)
-    clipped_high, clipped_low, dual = false, false, false
-    dl_dlogp, seq_policy = None, None
-    ratio_shown = r
-    if spec.kind == "pg":
-        pg = -adv * lp
-        dl_dlogp = -adv
-        ratio_shown = torch.where(mask, torch.exp(d), 0.0)
-    elif spec.kind == "cispo":
-        low = 0.0 if spec.cispo_low is None else spec.cispo_low
-        weight = r.clamp(min=spec.cispo_low, max=spec.cispo_high)  # TRL: no lower bound
-        keep = torch.ones_like(r)
-        if spec.unified_mask:
-            killed = ((adv > 0) & (r > spec.cispo_high)) | ((adv < 0) & (r < low))
-            keep = (~killed).to(F64)
-            notes.append("cispo_use_unified_mask: PPO-clipped tokens get zero weight")
-        pg = -weight * adv * lp * keep
-        dl_dlogp = -weight * adv * keep
-        clipped_high = (r > spec.cispo_high) & mask
-        clipped_low = (r < spec.cispo_low) & mask if spec.cispo_low is not None else false
-    elif spec.kind in ("dppo_tv", "dppo_kl"):
-        pg, dl_dlogp, valid = variants.dppo(
-            lp, old, adv, r, spec.kind, spec.eps_low, spec.eps_high, spec.trunc_c
-        )
-        clipped_high = (~valid) & (adv > 0) & mask
-        clipped_low = (~valid) & (adv <= 0) & mask
-        extra["valid"] = valid & mask
-    elif spec.kind == "topr":
-        if scores is None:
-            raise ValueError("scores: needed for pg_variant topr (it splits rows by score sign)")
-        positive = (torch.as_tensor(scores).to(F64) > 0)[:, None].expand_as(r)
-        w_pos, w_neg = spec.topr_weights
-        weight = torch.where(positive, w_pos, w_neg * r.clamp(0.0, 1.0))
-        pg = -weight * adv * lp
-        dl_dlogp = -weight * adv
-        clipped_high = (~positive) & (r > 1.0) & mask
-        extra["topr_positive"] = positive & mask
-        extra["topr_positive_unit"] = positive[:, :1]  # (B, 1), empty rows included: for metrics
-    elif spec.kind == "kimi":
-        pg = -adv * lp + 0.5 * spec.kimi_tau * (lp - old) ** 2
-        dl_dlogp = -adv + spec.kimi_tau * d
-        ratio_shown = torch.where(mask, torch.exp(d), 0.0)
-    elif spec.kind == "vespo":
-        phi = variants.vespo_phi(d, adv, m, spec.vespo, sampler_w)
-        pg = -phi * adv * lp
-        dl_dlogp = -phi * adv
-        extra["phi"] = phi
-    elif spec.kind == "kl_cov":
-        chosen = variants.kl_cov_tokens(adv, lp.detach(), mask, spec.kl_cov_ratio)
-        pg = -adv * ratio + spec.kl_cov_coef * (lp - old).abs() * chosen
-        dl_dlogp = -adv * r + spec.kl_cov_coef * torch.sign(d) * chosen
-        extra["kl_cov_chosen"] = chosen > 0
-    elif spec.kind == "geo_mean":
-        seq_policy, pg, g_geo, clipped = variants.geo_mean(
-            lp, old, adv, m, spec.eps_low, spec.eps_high
-        )
-        clipped_high = clipped & (adv > 0)
-        clipped_low = clipped & (adv < 0)
-        ratio_shown = torch.where(mask, torch.exp(g_geo["log_ratio"]), 0.0)
-    else:
-        if spec.kind in ("ppo", "clip_cov"):
-            pg = ppo_token_loss(ratio, adv, spec.eps_low, spec.eps_high, spec.dual_clip, spec.delta)
-            dl_dr, clipped_high, clipped_low, dual = _ppo_dr(r, adv, spec, mask)
-            if spec.kind == "clip_cov":
-                corr = variants.clip_cov_keep(
-                    r, adv, lp.detach(), mask, spec.eps_low, spec.eps_high, spec.clip_cov
-                )
-                pg, dl_dr = pg * corr, dl_dr * corr
-                extra["clip_cov_zeroed"] = corr == 0
-        else:
-            tau_pos, tau_neg = (
-                torch.tensor(spec.tau_pos, dtype=F64),
-                torch.tensor(spec.tau_neg, dtype=F64),
-            )
-            tau = torch.where(adv > 0, tau_pos, tau_neg)  # float64 (Python floats give float32)
-            pg = -torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * adv
-            sig = torch.sigmoid(tau * (r - 1.0))
-            dl_dr = -adv * 4.0 * sig * (1.0 - sig)
-    pg = torch.where(mask, pg, 0.0)
-
-    # per-token keep masks (TRL off_policy_mask_threshold, top_entropy_quantile) and ROLL's
-    # per-sample weights: they scale the policy term's weights, not the KL's
-    keep = torch.ones_like(m)
-    if spec.is_correction is not None and spec.kind == "ppo" and spec.level == "token":
-        coef, filtered = variants.rollout_correction(old, mu, mask, *spec.is_correction)
-        keep = keep * torch.where(mask, coef, 0.0)
-        extra["is_coef"] = coef.detach()
-        extra["is_filtered"] = filtered.expand_as(m) & mask
-        extra["is_filtered_unit"] = filtered  # (B, T) or (B, 1) with empty rows: for metrics
-    if mu is not None:
-        extra["log_w"] = old - mu  # log pi_old / mu, the train/rollout mismatch per token
-    if sampler_w is not None and spec.kind != "vespo":
-        keep = keep * torch.where(mask, sampler_w.expand_as(m), 0.0)
-    if spec.off_policy_threshold is not None:
-        d_sampling = d if mu is None else lp.detach() - mu
-        keep = keep * variants.off_policy_keep(adv, d_sampling, m, spec.off_policy_threshold)
-        extra["off_policy_kept"] = (keep > 0) & mask
-    if spec.entropy_quantile < 1.0:
-        if ent is None:
-            raise ValueError("entropy: needed for top_entropy_quantile < 1")
-        high = variants.high_entropy_mask(ent.detach(), mask, 1.0 - spec.entropy_quantile)
-        keep = keep * high.to(F64)
-        extra["entropy_kept"] = high
-    row_w = torch.ones((shape[0], 1), dtype=F64)
-    use_difficulty = spec.difficulty_weights and difficulty is not None
-    if spec.length_weights or use_difficulty:
-        diff = None
-        if use_difficulty:
-            diff = torch.as_tensor(difficulty).detach().to(F64)
-            if diff.shape != (shape[0],) or not bool(torch.isfinite(diff).all()):
-                raise ValueError(f"difficulty: expected ({shape[0]},) finite values")
-        row_w = variants.sample_weights(m, diff, spec.length_weights)[:, None]
-    w_pol = agg_weights(m, *modes["policy"]) * row_w
-    if policy_mask is not None and modes["policy"][0] == "token-mean":
-        w_pol = m / full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
-    if policy_weights is not None:
-        pw = _as_input("policy_weights", policy_weights, shape, mask, keep_grad=False)
-        keep = keep * pw
-    w_eff = w_pol * keep
-
-    if seq_policy is not None:  # verl geo_mean: a sequence-level loss, mean over all rows
-        g_policy = g_geo["coef"] * keep
-        policy = seq_policy
-        w_pol = g_geo["weights"]
-        w_eff = w_pol
-    elif dl_dlogp is not None:
-        g_policy = w_eff * dl_dlogp
-    elif spec.level == "token":
-        d_ratio = lp.detach() - base
-        inside = torch.ones_like(r) if spec.clamp is None else (d_ratio.abs() <= spec.clamp).to(F64)
-        g_policy = w_eff * dl_dr * r * inside
-    elif spec.level == "sequence":
-        coupling = (w_eff * dl_dr).sum(-1, keepdim=True)
-        g_policy = m * r / lengths.clamp(min=1.0) * coupling
-    else:  # verl GSPO-token: own token only, log s <= clamp
-        seq_mean = d.sum(-1, keepdim=True) / lengths.clamp(min=1.0)
-        g_policy = w_eff * dl_dr * r * (seq_mean <= spec.clamp).to(F64)
-    if seq_policy is None:
-        policy = (w_eff * pg).sum()
-    outside = None if metric_bool is None else metric_bool & ~mask
-    if (
-        spec.kind == "kimi"
-        and spec.unmasked_token_sum
-        and modes["policy"][0] == "token-mean"
-        and outside is not None
-        and bool(outside.any())
-    ):
-        lp_out = _as_input("logprobs", logprobs, shape, outside, keep_grad=True)
-        d_out = lp_out - _as_input("old_logprobs", old_logprobs, shape, outside, False)
-        w_out = outside.to(F64) / m.sum().clamp(min=1.0) * row_w
-        reg = 0.5 * spec.kimi_tau * d_out**2
-        policy = policy + (w_out * reg).sum()
-        g_policy = g_policy + w_out * spec.kimi_tau * d_out.detach()
-        extra["kimi_outside_unit"] = reg.detach()
-        notes.append(
-            "ROLL token-mean sums loss_mat without the mask: kimi15's tau/2 d^2 on the "
-            f"{int(outside.sum())} tokens of dropped samples adds to the loss, divided by the "
-            "final mask's token count"
-        )
-
-    # ---- KL term (on response_mask: a policy_mask narrows the policy term only)
-    pol_mask, pol_m = mask, m
-    mask, m = full_m > 0, full_m
-    kl_tok, kl_term, g_kl = None, None, torch.zeros_like(m)
-    w_kl = agg_weights(m, *modes["kl"])
-    if spec.kl_on:
-        if spec.kl_zero:
-            kl_tok = torch.zeros_like(m)
-            kl_term = torch.zeros((), dtype=F64)
-        else:
-            kl_tok = token_kl(lp, ref, m, spec.kl_estimator, spec.kl_clamp, spec.kl_log_ratio_clamp)
-            slope = _kl_grad(lp.detach() - ref, spec, mask)
-            if spec.kl_straight_through:  # verl "+": forward value, k2 gradient
-                k2 = 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
-                kl_tok = k2 - k2.detach() + kl_tok.detach()
-                slope = torch.where(mask, lp.detach() - ref, 0.0)
-            elif spec.kl_is_weight_clip is not None:  # OpenRLHF unbiased_gradient
-                w = torch.exp(torch.where(mask, lp.detach() - old, 0.0))
-                w = w.clamp(max=spec.kl_is_weight_clip)
-                k2 = w * 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
-                kl_tok = k2 - k2.detach() + kl_tok.detach()
-                slope = torch.where(mask, w * (lp.detach() - ref), 0.0)
-            if spec.kl_ratio_correction:  # TRL use_bias_correction_kl: k3 * pi/pi_old
-                value = kl_tok.detach()
-                kl_tok = kl_tok * ratio
-                g = w_kl * slope * r
-                if spec.level == "token":
-                    g = g + w_kl * value * r
-                else:
-                    coupling = (w_kl * value).sum(-1, keepdim=True)
-                    g = g + m * r / lengths.clamp(min=1.0) * coupling
-                g_kl = spec.kl_coef * g
-            else:
-                g_kl = spec.kl_coef * w_kl * slope
-            kl_term = (w_kl * kl_tok).sum()
-    # ---- entropy term
+    b = _prepare(spec, inputs)
+    pol = _policy(spec, modes, b, inputs, notes)
+    kl_tok, kl_term, g_kl = _kl_term(spec, modes, b, pol)
     ent_term = None
-    if ent is not None:
-        ent_mask = ent_m if "entropy_kept" not in extra else extra["entropy_kept"].to(F64)
-        ent_term = aggregate(ent, ent_mask, *modes["entropy"])
-    # ---- value term (separate critic)
+    if b.ent is not None:
+        ent_mask = pol.extra["entropy_kept"].to(F64) if "entropy_kept" in pol.extra else b.ent_m
+        ent_term = aggregate(b.ent, ent_mask, *modes["entropy"])
     value_term, vf_clipped = None, None
-    if values is not None:
-        if not spec.has_critic:
-            notes.append("TRL GRPO has no critic: values ignored")
-        else:
-            value_term, vf_clipped = _value_term(values, old_values, returns, mask, spec, modes)
-
-    total = policy
-    if kl_term is not None:
-        total = total + spec.kl_coef * kl_term
+    if inputs.values is not None and not spec.has_critic:
+        notes.append("TRL GRPO has no critic: values ignored")
+    elif inputs.values is not None:
+        value_term, vf_clipped = _value_term(inputs, b.full_m > 0, spec, modes)
+    total = pol.value if kl_term is None else pol.value + spec.kl_coef * kl_term
     total = spec.rl_coef * total
     if ent_term is not None and spec.entropy_coef != 0:
         total = total - spec.entropy_coef * ent_term
-    grad_coef = spec.rl_coef * (g_policy + g_kl)
-
-    per_token = {
-        "ratio": torch.where(mask, ratio_shown, 0.0),
-        "pg_loss": pg.detach(),
-        "loss_weight": w_eff,
-        "grad_coef": torch.where(mask, grad_coef, 0.0),
-        "clipped_high": clipped_high & pol_mask,
-        "clipped_low": clipped_low & pol_mask,
-        "dual_clipped": dual & pol_mask,
-    }
-    if policy_mask is not None:
-        per_token["policy_mask"] = pol_mask
-    if "kimi_outside_unit" in extra:  # ROLL kimi15 token-mean: dropped samples' tokens too
-        per_token["grad_coef"] = torch.where(mask | outside, grad_coef, 0.0)
-    if kl_tok is not None:
-        per_token["kl"] = kl_tok.detach()
-    for name, value in extra.items():
-        if not name.endswith("_unit"):
-            per_token[name] = torch.where(mask, value, torch.zeros_like(value))
-    terms = {"policy": policy, "kl": kl_term, "entropy": ent_term, "value": value_term}
+    grad_coef = spec.rl_coef * (pol.grad + g_kl)
+    terms = {"policy": pol.value, "kl": kl_term, "entropy": ent_term, "value": value_term}
     ctx = MetricContext(
-        cfg,
+        config,
         spec,
         modes,
-        pol_m,
-        pol_mask,
-        d,
-        r,
-        adv,
+        b.m,
+        b.mask,
+        b.d,
+        pol.r,
+        b.adv,
         terms,
         total,
-        ent,
+        b.ent,
         kl_tok,
         vf_clipped,
-        pg=pg.detach(),
-        extra=extra,
-        row_weights=row_w[:, 0],
+        pg=pol.pg.detach(),
+        extra=pol.extra,
+        row_weights=pol.row_w[:, 0],
         metric_notes={},
-        logp=lp.detach(),
-        ref=ref,
-        metric_mask=metric_bool,
-        metric_d=metric_d,
-        full_mask=full_m,
+        logp=b.lp.detach(),
+        ref=b.ref,
+        metric_mask=b.metric_bool,
+        metric_d=b.metric_d,
+        full_mask=b.full_m,
     )
-    metric_values = metrics(ctx)
     return LossResult(
         framework=framework,
         total=total,
         terms=terms,
         coefficients={"rl": spec.rl_coef, "kl": spec.kl_coef, "entropy": spec.entropy_coef},
-        per_token=per_token,
-        metrics=metric_values,
+        per_token=_per_token(b, pol, kl_tok, grad_coef, inputs.policy_mask is not None),
+        metrics=metrics(ctx),
         notes=tuple(notes),
         metric_notes=dict(ctx.metric_notes),
+        clip_masks=(*CLIP_MASKS, *pol.term.clip_masks),
     )
 
 
-def _ppo_dr(r: Tensor, adv: Tensor, spec: LossSpec, mask: Tensor):
-    """Closed-form d(ppo_token_loss)/dr (ties split like torch.minimum) and the clip masks."""
-    lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
-    clipped = r.clamp(lo, hi)
-    r1 = r if spec.delta is None else r.clamp(max=spec.delta)
-    a1, a2 = r1 * adv, clipped * adv
-    d1 = -adv * (r <= spec.delta).to(F64) if spec.delta is not None else -adv
-    d2 = -adv * ((r >= lo) & (r <= hi)).to(F64)
-    dl = torch.where(a1 < a2, d1, torch.where(a2 < a1, d2, 0.5 * (d1 + d2)))
-    dual = torch.zeros_like(mask)
-    if spec.dual_clip is not None:
-        loss0 = -torch.minimum(a1, a2)
-        cap = -spec.dual_clip * adv
-        capped = torch.where(loss0 < cap, dl, torch.where(loss0 == cap, 0.5 * dl, 0.0))
-        dl = torch.where(adv < 0, capped, dl)
-        dual = (adv < 0) & (loss0 > cap)
-    if spec.delta is not None:
-        dual = (adv < 0) & (r > spec.delta)
-    clipped_high = (adv > 0) & (r > hi)
-    clipped_low = (adv < 0) & (r < lo)
-    return dl, clipped_high, clipped_low, dual
+# ------------------------------------------------------------------------ the policy term
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """The policy term on the batch: value, closed-form gradient and the pieces shown."""
+
+    term: TermResult
+    value: Tensor  # () policy term
+    grad: Tensor  # (B, T) d value / d logp
+    pg: Tensor  # (B, T) per-token loss, 0 off the policy mask
+    weights: Tensor  # (B, T) effective aggregation weights (keep masks included)
+    ratio: Tensor  # (B, T) the loss's importance ratio (differentiable); r detached
+    r: Tensor
+    row_w: Tensor  # (B, 1) per-sample weights
+    extra: dict[str, Tensor]
+    outside: Tensor | None  # (B, T) bool tokens outside the mask that carry a regulariser
+
+
+def _policy(spec: LossSpec, modes: dict, b: _Batch, x: LossInputs, notes: list) -> _Policy:
+    """Run the kind's term, weigh it, and chain its gradient through the ratio."""
+    registered = policy_term(spec.kind)
+    extra: dict[str, Tensor] = {}
+    sampler_w = None
+    if spec.sampler_is is not None and b.mu is not None:
+        sampler_w = variants.sampler_is_ratio(b.old, b.mu, b.m, *spec.sampler_is)
+        extra["is_ratio_unit"] = sampler_w
+    base = b.mu if spec.ratio_vs_rollout else b.old
+    ratio = importance_ratio(b.lp, base, b.m, spec.level, spec.clamp)
+    r = ratio.detach()
+    term = registered.loss(
+        PolicyInputs(spec, b.lp, b.old, b.adv, b.mask, b.m, b.d, ratio, r, x.scores, sampler_w)
+    )
+    notes.extend(term.notes)
+    extra.update(term.extra)
+    pg = torch.where(b.mask, term.pg, 0.0)
+    keep, row_w = _keep_weights(spec, registered, b, x, sampler_w, extra)
+    w_pol = agg_weights(b.m, *modes["policy"]) * row_w
+    if x.policy_mask is not None and modes["policy"][0] == "token-mean":
+        w_pol = b.m / b.full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
+    if x.policy_weights is not None:
+        keep = keep * _as_input("policy_weights", x.policy_weights, b.shape, b.mask, False)
+    w_eff = w_pol * keep
+    if term.sequence is not None:  # a sequence-level loss: its own scalar and weights
+        grad, value, w_eff = term.sequence.coef * keep, term.sequence.policy, term.sequence.weights
+    else:
+        if term.dl_dlogp is not None:
+            grad = w_eff * term.dl_dlogp
+        else:
+            grad = _ratio_chain(spec, b, w_eff * term.dl_dr, r, base)
+        value = (w_eff * pg).sum()
+    outside = None if b.metric_bool is None else b.metric_bool & ~b.mask
+    token_mean = modes["policy"][0] == "token-mean"
+    use_outside = registered.outside is not None and spec.unmasked_token_sum and token_mean
+    if use_outside and outside is not None and bool(outside.any()):
+        lp_out = _as_input("logprobs", x.logprobs, b.shape, outside, keep_grad=True)
+        d_out = lp_out - _as_input("old_logprobs", x.old_logprobs, b.shape, outside, False)
+        w_out = outside.to(F64) / b.m.sum().clamp(min=1.0) * row_w
+        reg, weighted, weighted_grad, note = registered.outside(d_out, w_out, spec)
+        value, grad = value + weighted, grad + weighted_grad
+        extra["outside_reg_unit"] = reg.detach()
+        notes.append(note)
+    else:
+        outside = None
+    return _Policy(term, value, grad, pg, w_eff, ratio, r, row_w, extra, outside)
+
+
+def _ratio_chain(spec: LossSpec, b: _Batch, w_dl_dr: Tensor, r: Tensor, base: Tensor) -> Tensor:
+    """The gradient d policy / d logp from the weighted d loss / d ratio, via the ratio's level."""
+    if spec.level == "token":  # r = exp(d), zero slope where the log-ratio clamp acts
+        d_ratio = b.lp.detach() - base
+        inside = torch.ones_like(r) if spec.clamp is None else (d_ratio.abs() <= spec.clamp).to(F64)
+        return w_dl_dr * r * inside
+    if spec.level == "sequence":  # every token of a row moves its one ratio
+        coupling = w_dl_dr.sum(-1, keepdim=True)
+        return b.m * r / b.lengths.clamp(min=1.0) * coupling
+    # GSPO-token: own token only, log s <= clamp
+    seq_mean = b.d.sum(-1, keepdim=True) / b.lengths.clamp(min=1.0)
+    return w_dl_dr * r * (seq_mean <= spec.clamp).to(F64)
+
+
+def _keep_weights(
+    spec: LossSpec, registered: PolicyTerm, b: _Batch, x: LossInputs, sampler_w, extra: dict
+) -> tuple[Tensor, Tensor]:
+    """Per-token keep multipliers and (B, 1) per-sample weights of the policy term (not the KL).
+
+    Train/rollout IS correction, the sampler's IS ratio, TRL's off-policy mask and entropy
+    quantile, ROLL's length / difficulty sample weights; their pieces go into ``extra``.
+    """
+    m, mask = b.m, b.mask
+    keep = torch.ones_like(m)
+    if spec.is_correction is not None and registered.takes_is_correction and spec.level == "token":
+        coef, filtered = variants.rollout_correction(b.old, b.mu, mask, *spec.is_correction)
+        keep = keep * torch.where(mask, coef, 0.0)
+        extra["is_coef"] = coef.detach()
+        extra["is_filtered"] = filtered.expand_as(m) & mask
+        extra["is_filtered_unit"] = filtered  # (B, T) or (B, 1) with empty rows: for metrics
+    if b.mu is not None:
+        extra["log_w"] = b.old - b.mu  # log pi_old / mu, the train/rollout mismatch per token
+    if sampler_w is not None and not registered.own_sampler_weights:
+        keep = keep * torch.where(mask, sampler_w.expand_as(m), 0.0)
+    if spec.off_policy_threshold is not None:
+        d_sampling = b.d if b.mu is None else b.lp.detach() - b.mu
+        keep = keep * variants.off_policy_keep(b.adv, d_sampling, m, spec.off_policy_threshold)
+        extra["off_policy_kept"] = (keep > 0) & mask
+    if spec.entropy_quantile < 1.0:
+        if b.ent is None:
+            raise ValueError("entropy: needed for top_entropy_quantile < 1")
+        high = variants.high_entropy_mask(b.ent.detach(), mask, 1.0 - spec.entropy_quantile)
+        keep = keep * high.to(F64)
+        extra["entropy_kept"] = high
+    row_w = torch.ones((m.shape[0], 1), dtype=F64)
+    use_difficulty = spec.difficulty_weights and x.difficulty is not None
+    if spec.length_weights or use_difficulty:
+        diff = None
+        if use_difficulty:
+            diff = torch.as_tensor(x.difficulty).detach().to(F64)
+            if diff.shape != (m.shape[0],) or not bool(torch.isfinite(diff).all()):
+                raise ValueError(f"difficulty: expected ({m.shape[0]},) finite values")
+        row_w = variants.sample_weights(m, diff, spec.length_weights)[:, None]
+    return keep, row_w
+
+
+def _per_token(b: _Batch, pol: _Policy, kl_tok, grad_coef: Tensor, masked: bool) -> dict:
+    """The detached (B, T) pieces of ``LossResult.per_token`` (0 / False on padding)."""
+    mask, pol_mask, term = b.full_m > 0, b.mask, pol.term
+    none = torch.zeros_like(mask)
+    shown = pol.r if term.ratio_shown is None else term.ratio_shown
+    per_token = {
+        "ratio": torch.where(mask, shown, 0.0),
+        "pg_loss": pol.pg.detach(),
+        "loss_weight": pol.weights,
+        "grad_coef": torch.where(mask, grad_coef, 0.0),
+        "clipped_high": (none if term.clipped_high is None else term.clipped_high) & pol_mask,
+        "clipped_low": (none if term.clipped_low is None else term.clipped_low) & pol_mask,
+        "dual_clipped": (none if term.dual is None else term.dual) & pol_mask,
+    }
+    if masked:
+        per_token["policy_mask"] = pol_mask
+    if pol.outside is not None:  # the regulariser on tokens outside the mask has a gradient
+        per_token["grad_coef"] = torch.where(mask | pol.outside, grad_coef, 0.0)
+    if kl_tok is not None:
+        per_token["kl"] = kl_tok.detach()
+    for name, value in pol.extra.items():
+        if not name.endswith("_unit"):
+            per_token[name] = torch.where(mask, value, torch.zeros_like(value))
+    return per_token
+
+
+# ---------------------------------------------------------------------- KL and critic terms
+
+
+def _kl_term(spec: LossSpec, modes: dict, b: _Batch, pol: _Policy):
+    """The KL loss on response_mask (a policy_mask narrows the policy term only).
+
+    Returns:
+        ((B, T) per-token KL or None, () aggregated term or None, (B, T) its gradient share).
+    """
+    m = b.full_m
+    mask = m > 0
+    w_kl = agg_weights(m, *modes["kl"])
+    if not spec.kl_on:
+        return None, None, torch.zeros_like(m)
+    if spec.kl_zero:
+        return torch.zeros_like(m), torch.zeros((), dtype=F64), torch.zeros_like(m)
+    lp, ref = b.lp, b.ref
+    kl_tok = token_kl(lp, ref, m, spec.kl_estimator, spec.kl_clamp, spec.kl_log_ratio_clamp)
+    slope = _kl_grad(lp.detach() - ref, spec, mask)
+    if spec.kl_straight_through:  # verl "+": forward value, k2 gradient
+        k2 = 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
+        kl_tok = k2 - k2.detach() + kl_tok.detach()
+        slope = torch.where(mask, lp.detach() - ref, 0.0)
+    elif spec.kl_is_weight_clip is not None:  # OpenRLHF unbiased_gradient
+        w = torch.exp(torch.where(mask, lp.detach() - b.old, 0.0))
+        w = w.clamp(max=spec.kl_is_weight_clip)
+        k2 = w * 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
+        kl_tok = k2 - k2.detach() + kl_tok.detach()
+        slope = torch.where(mask, w * (lp.detach() - ref), 0.0)
+    if spec.kl_ratio_correction:  # TRL use_bias_correction_kl: k3 * pi/pi_old
+        value = kl_tok.detach()
+        kl_tok = kl_tok * pol.ratio
+        g = w_kl * slope * pol.r
+        if spec.level == "token":
+            g = g + w_kl * value * pol.r
+        else:
+            coupling = (w_kl * value).sum(-1, keepdim=True)
+            g = g + m * pol.r / b.lengths.clamp(min=1.0) * coupling
+        g_kl = spec.kl_coef * g
+    else:
+        g_kl = spec.kl_coef * w_kl * slope
+    return kl_tok, (w_kl * kl_tok).sum(), g_kl
 
 
 def _kl_grad(log_ratio: Tensor, spec: LossSpec, mask: Tensor) -> Tensor:
@@ -833,17 +822,17 @@ def _kl_grad(log_ratio: Tensor, spec: LossSpec, mask: Tensor) -> Tensor:
     return torch.where(mask, slope * inside, 0.0)
 
 
-def _value_term(values, old_values, returns, mask, spec: LossSpec, modes):
+def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict):
     shape = tuple(mask.shape)
-    if returns is None:
+    if x.returns is None:
         raise ValueError("returns: needed with values for the critic loss")
-    if spec.value_clip is not None and old_values is None:
+    if spec.value_clip is not None and x.old_values is None:
         raise ValueError("old_values: needed for the clipped critic loss")
-    v = _as_input("values", values, shape, mask, keep_grad=True)
-    ret = _as_input("returns", returns, shape, mask, keep_grad=False)
+    v = _as_input("values", x.values, shape, mask, keep_grad=True)
+    ret = _as_input("returns", x.returns, shape, mask, keep_grad=False)
     old = None
-    if old_values is not None:
-        old = _as_input("old_values", old_values, shape, mask, keep_grad=False)
+    if x.old_values is not None:
+        old = _as_input("old_values", x.old_values, shape, mask, keep_grad=False)
     mode, factor = modes["value"]
     return value_loss(v, old, ret, mask, spec.value_clip, mode, factor)
 

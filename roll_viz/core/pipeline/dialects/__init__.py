@@ -28,7 +28,7 @@ from torch import Tensor
 
 from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl
 from roll_viz.core.pipeline.dialects.config import resolve
-from roll_viz.core.pipeline.losses import LossResult, loss_from_spec
+from roll_viz.core.pipeline.losses import LossInputs, LossResult, loss_from_spec
 
 #: name -> dialect module, in the order the pages list them.
 DIALECTS: dict[str, ModuleType] = {
@@ -236,13 +236,7 @@ def policy_loss(
     bypass: dict[str, Tensor | None] = {"old_logprobs": old_logprobs}
     if framework == "verl" and cfg["loss_mode"] == "bypass_mode":
         bypass = verl.bypass_inputs(cfg, notes, logprobs, rollout_logprobs, response_mask)
-    return loss_from_spec(
-        spec,
-        dialect.loss_agg_modes(cfg),
-        dialect.loss_metrics,
-        framework=framework,
-        config=cfg,
-        notes=notes,
+    inputs = LossInputs(
         logprobs=logprobs,
         advantages=advantages,
         response_mask=response_mask,
@@ -257,4 +251,13 @@ def policy_loss(
         metric_mask=metric_mask,
         entropy_mask=metric_mask,  # ROLL: the entropy term over the unmasked response_mask
         **bypass,
+    )
+    return loss_from_spec(
+        spec,
+        dialect.loss_agg_modes(cfg),
+        dialect.loss_metrics,
+        framework=framework,
+        config=cfg,
+        notes=notes,
+        inputs=inputs,
     )

@@ -720,8 +720,8 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         "actor/weighted_pg_loss": ctx.item("policy"),
         "actor/total_loss": ctx.total.detach().item(),
     }
-    if "kimi_outside_unit" in ctx.extra:  # kimi15 token-mean: the dropped samples' regulariser
-        out["actor/pg_loss"] += ctx.extra["kimi_outside_unit"].sum().item() / max(m.sum().item(), 1)
+    if "outside_reg_unit" in ctx.extra:  # kimi15 token-mean: the dropped samples' regulariser
+        out["actor/pg_loss"] += ctx.extra["outside_reg_unit"].sum().item() / max(m.sum().item(), 1)
     for name, x, x_final in (
         ("actor/approxkl", 0.5 * um.d * um.d, 0.5 * ctx.d * ctx.d),
         ("actor/policykl", um.d, ctx.d),
