@@ -11,14 +11,16 @@ above it):
     url.py            the URL binding of the shared controls and its notices
     present.py        presentation mode (projector CSS, hidden controls)
     settings.py       generic widget values -> each dialect's config keys
+    rollout_engine.py the rollout door's engine (``lm.rollout``) and its lines on the pages
     adapters.py       the adapted policies this session registered (Update, Training)
-    your_run_page.py  imported training runs: allowed files, cached scan, one step
+    run_source.py     an imported run's step as the data: allowed files, cached scan, one step
     flow.py           the cached data flow: rollout -> scores -> batch -> trace
     guard.py          the page-level catch-all (no traceback on a page)
     knobs.py          the algorithm section of the sidebar, from one table of knobs
     sidebar.py        the shared sidebar, page_setup and the router's frame
     widgets.py        plot, explainer, links, downloads, token chips
-    update_page.py, training_page.py   glue of the Update and Training pages
+    update_page.py, training_page.py, your_run_page.py   glue of the pages (no other ui
+                      module imports a page's glue: flow and the sidebar read run_source)
 
 This file re-exports what pages call, so a page needs one import. May import every layer below;
 must not import ``cli`` or ``bench``.
@@ -49,6 +51,7 @@ from roll_viz.ui.guard import page_guard
 from roll_viz.ui.instant import instant_local_global, instant_panel
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models, model_loaded, model_spec
+from roll_viz.ui.run_source import stop_run, use_run_step
 from roll_viz.ui.settings import (
     describe_terms,
     estimator_options,
@@ -110,7 +113,6 @@ from roll_viz.ui.widgets import (
     widget_default,
     zero_kl_notice,
 )
-from roll_viz.ui.your_run_page import stop_run, use_run_step
 
 __all__ = [
     "ALIASES",

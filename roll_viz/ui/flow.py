@@ -40,7 +40,7 @@ from roll_viz.data import presets
 from roll_viz.lm import models as models_mod
 from roll_viz.lm import rollout as rollout_door
 from roll_viz.ui import adapters, instant, rollout_engine
-from roll_viz.ui import your_run_page as runs
+from roll_viz.ui import run_source as runs
 from roll_viz.ui.present import top_slot
 from roll_viz.ui.resources import cached_models, live_store, mark_loaded, model_loaded
 from roll_viz.ui.settings import native_config, preset_defaults

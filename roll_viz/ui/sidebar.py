@@ -17,10 +17,9 @@ import streamlit as st
 
 from roll_viz import rewards
 from roll_viz.data.presets import PRESETS
-from roll_viz.lm import sampling as sampling_mod
-from roll_viz.lm import step_queue
+from roll_viz.lm import models, rollout
 from roll_viz.ui import adapters, knobs, reconnect, rollout_engine, url
-from roll_viz.ui import your_run_page as runs
+from roll_viz.ui import run_source as runs
 from roll_viz.ui.flow import preset_available
 from roll_viz.ui.guard import page_guard
 from roll_viz.ui.present import close_top_slot, inject_css, open_top_slot, presentation_controls
@@ -355,7 +354,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
     except ValueError as err:
         messages.append(f"Invalid sampling settings ({err}); using the preset's.")
         cfg = preset_sampling
-    cfg, cap_messages = sampling_mod.capped(cfg)
+    cfg, cap_messages = rollout.capped(cfg)
     messages.extend(cap_messages)
     return "live", preset, cfg
 
@@ -492,7 +491,7 @@ def frame(title: str) -> Iterator[None]:
     st.set_page_config(
         page_title=f"{title} - roll-viz", page_icon=":material/route:", layout="wide"
     )
-    step_queue.share_the_interpreter()  # the event loop waits less behind model threads
+    models.share_the_interpreter()  # the event loop waits less behind model threads
     _FRAME.state = None
     with page_guard(title):
         _FRAME.state = _draw_sidebar()
