@@ -155,6 +155,116 @@ def test_the_check_catches_a_violation(tmp_path):
     assert any("x.py:1: imports roll_viz.lm" in p and "pages are thin" in p for p in problems)
 
 
+#: the lm modules ui/ and the pages may import (issue #27, "one door into the model"): the rollout
+#: door (``lm.rollout``: which engine answers, the sampling side's names), the shared model, a
+#: session's adapter and its update, a training run and its file. Everything else of lm (the
+#: engines, decode loops, queues, reaper ...) is reached through them, so no page picks a backend.
+UI_LM_MODULES = frozenset({"rollout", "models", "lora", "update", "train", "runfile"})
+MAX_UI_LM_MODULES = 6
+#: page glue: each page's Streamlit code (``ui/*_page.py``) and the Training page's parts
+GLUE_PARTS = frozenset({"training_demos", "training_mu", "training_steps", "run_files"})
+
+
+def _lm_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, lm module) of every import of a ``roll_viz.lm`` module in the file (lazy too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "roll_viz.lm":  # from roll_viz.lm import sampling, models
+                names = [f"roll_viz.lm.{alias.name}" for alias in node.names]
+            else:
+                names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["roll_viz", "lm"]:
+                found.append((node.lineno, parts[2] if len(parts) > 2 else "__init__"))
+    return found
+
+
+def lm_door_violations(root: Path = ROOT) -> list[str]:
+    """Imports by ui/ and the pages of an lm module outside UI_LM_MODULES."""
+    doors = ", ".join(f"lm.{m}" for m in sorted(UI_LM_MODULES))
+    out = []
+    for path in _sources(root):
+        if _layer_of(path, root) not in ("ui", "pages"):
+            continue
+        for line, module in _lm_modules(path):
+            if module not in UI_LM_MODULES:
+                out.append(
+                    f"{path.relative_to(root)}:{line}: imports roll_viz.lm.{module} (ui and the "
+                    f"pages reach lm through {doors} only)"
+                )
+    return out
+
+
+def _is_glue(module: str) -> bool:
+    return module.endswith("_page") or module in GLUE_PARTS
+
+
+def glue_violations(root: Path = ROOT) -> list[str]:
+    """Imports of a page's glue by a ui module that is not itself page glue (flow, sidebar ...)."""
+    out = []
+    for path in sorted((root / "roll_viz" / "ui").rglob("*.py")):
+        if _is_glue(path.stem):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "roll_viz.ui":
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module.removeprefix("roll_viz.ui.")]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name.removeprefix("roll_viz.ui.") for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                if "." not in module and _is_glue(module):
+                    out.append(
+                        f"{path.relative_to(root)}:{node.lineno}: imports roll_viz.ui.{module} "
+                        "(a page's glue: move what is shared into a module the pages share)"
+                    )
+    return out
+
+
+def test_ui_and_pages_reach_lm_through_six_modules():
+    assert len(UI_LM_MODULES) <= MAX_UI_LM_MODULES
+    assert all((PACKAGE / "lm" / f"{m}.py").exists() for m in UI_LM_MODULES)
+    problems = lm_door_violations()
+    assert not problems, "lm reached past its doors:\n" + "\n".join(problems)
+
+
+def test_no_shared_ui_module_imports_a_page_glue():
+    problems = glue_violations()
+    assert not problems, "page glue imported:\n" + "\n".join(problems)
+
+
+def test_the_lm_door_and_glue_checks_catch_violations(tmp_path):
+    (tmp_path / "roll_viz" / "ui").mkdir(parents=True)
+    (tmp_path / "roll_viz" / "cli").mkdir(parents=True)
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "roll_viz" / "ui" / "a.py").write_text(
+        "from roll_viz.lm import rollout, sampling\n"
+        "def f():\n    import roll_viz.lm.engine_http\n"
+        "from roll_viz.ui import your_run_page as runs\n"
+    )
+    (tmp_path / "roll_viz" / "ui" / "ok.py").write_text(
+        "from roll_viz.lm.rollout import current\nfrom roll_viz.lm import models, train\n"
+    )
+    (tmp_path / "roll_viz" / "ui" / "b_page.py").write_text("from roll_viz.ui.c_page import x\n")
+    (tmp_path / "pages" / "p.py").write_text("from roll_viz.lm.decode import FAST_DECODE\n")
+    (tmp_path / "roll_viz" / "cli" / "c.py").write_text("from roll_viz.lm import sampling\n")
+    doors = lm_door_violations(tmp_path)
+    assert any("a.py:1: imports roll_viz.lm.sampling" in p for p in doors)
+    assert any("a.py:3: imports roll_viz.lm.engine_http" in p for p in doors)
+    assert any("p.py:1: imports roll_viz.lm.decode" in p for p in doors)
+    assert len(doors) == 3, doors  # lm.rollout, lm.models, lm.train and the CLI's import pass
+    glue = glue_violations(tmp_path)
+    assert len(glue) == 1, glue  # a page's glue importing another page's glue passes
+    assert "a.py:4: imports roll_viz.ui.your_run_page" in glue[0]
+
+
 LAYER_PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 
 
