@@ -14,7 +14,7 @@ with ui.page_guard("Token KL"):
     rollout = ui.cached_rollout(state)
     mask = rollout.response_mask
     trace = ui.cached_trace(state)
-    beta = float(ui.generic_value(state, "beta", trace.kl_coef))
+    beta = float(ui.generic_value(state, "beta", trace.beta))
     health_ui.batch_health(state, key="kl_health", era="kl")
 
     if state.sampling.policy_mode == "identical" and not state.adapted:
@@ -250,7 +250,7 @@ with ui.page_guard("Token KL"):
                     st.metric("KL loss term (mean k3)", f"{t.kl_loss:.5f}")
                 else:
                     st.caption(
-                        f"beta = {t.kl_coef:g}: every token pays -beta x KL; "
+                        f"beta = {t.beta:g}: every token pays -beta x KL; "
                         "the last also gets the reward."
                     )
     st.latex(r"r_t = \tilde r\,[t = T] - \beta\,\mathrm{KL}_t")

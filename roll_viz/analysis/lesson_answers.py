@@ -221,7 +221,7 @@ def batch_env(batch: Batch, trace: Trace, config: Mapping[str, Any]) -> dict[str
         "B": float(ids.numel()),
         "G": float(counts.max()),
         "P": float(int((counts > 0).sum())),
-        "beta": float(trace.kl_coef),
+        "beta": float(trace.beta),
     }
     lg = local_vs_global(batch.scores, ids)
     env["group_mean"] = to_env_value(lg.group_mean)

@@ -84,8 +84,8 @@ class Trace:
         scale: (B,) the divisor applied after the baseline (group/batch std + eps; 1 where none).
         clip_frac: fraction of response-level rewards changed by clipping (0.0 when no clip).
         kl: (B, T) per-token KL estimate (the estimator the config selects).
-        kl_coef: KL coefficient beta used for this batch.
-        next_kl_coef: beta after the controller's update (equals kl_coef for a fixed controller).
+        beta: KL coefficient used for this batch (the dialect's ``BETA_KEY``).
+        next_beta: beta after the controller's update (equals beta for a fixed controller).
         kl_in_reward: whether -beta * kl was added to the token rewards.
         kl_loss: masked mean of the KL loss term (k3 etc.) when KL goes into the loss, else None.
         token_rewards: (B, T) token-level rewards fed to the estimator.
@@ -106,8 +106,8 @@ class Trace:
     scale: Tensor
     clip_frac: float
     kl: Tensor
-    kl_coef: float
-    next_kl_coef: float
+    beta: float
+    next_beta: float
     kl_in_reward: bool
     kl_loss: float | None
     token_rewards: Tensor
@@ -275,8 +275,9 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         "scale": to_plain(trace.scale),
         "clip_frac": trace.clip_frac,
         "kl": to_plain(trace.kl),
-        "kl_coef": trace.kl_coef,
-        "next_kl_coef": trace.next_kl_coef,
+        # the published JSON names (the calculator prints them; pipeline.js returns the same)
+        "kl_coef": trace.beta,
+        "next_kl_coef": trace.next_beta,
         "kl_in_reward": trace.kl_in_reward,
         "kl_loss": trace.kl_loss,
         "token_rewards": to_plain(trace.token_rewards),

@@ -8,7 +8,7 @@ One step (``train_step``), in order:
 2. score them with the run's reward (``runfile.RewardChoice`` over ``roll_viz.rewards``);
 3. run the chosen framework's reward -> advantage pipeline (``core.pipeline.run``) with the current
    beta put into the dialect's in-reward KL coefficient; the dialect's own adaptive controller
-   (``core.pipeline.kl.next_kl_coef``, n_steps = batch size) gives next step's beta from this
+   (``core.pipeline.kl.next_beta``, n_steps = batch size) gives next step's beta from this
    step's real KL;
 4. one policy update (``lm.update.update_step``) on those advantages, under ``bundle.lock``.
 
@@ -112,7 +112,7 @@ def step_metrics(
     else:
         trained_mask = trained.response_mask.double()
         kl_value = _seq_mean(trace.kl.double(), trained_mask)
-        beta, next_beta = float(trace.kl_coef), float(trace.next_kl_coef)
+        beta, next_beta = float(trace.beta), float(trace.next_beta)
         adv = trace.advantages[trained_mask.bool()].double()
     upd = {k: float(v) for k, v in update_metrics.items() if isinstance(v, int | float)}
     return {
@@ -309,7 +309,7 @@ class Trainer:
         if trace is not None:  # a step with every group dropped leaves the controller as it was
             self.running = trace.running
             if s.beta_mode == "adaptive":
-                self.beta = float(trace.next_kl_coef)
+                self.beta = float(trace.next_beta)
         self.step += 1
         return record
 

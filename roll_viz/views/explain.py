@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import dialects
-from roll_viz.core.pipeline.kl import next_kl_coef
+from roll_viz.core.pipeline.kl import next_beta
 from roll_viz.core.records import Trace
 from roll_viz.views.text import fmt, term
 
@@ -249,7 +249,7 @@ def token_formulas(
     last = int(valid.nonzero().max()) if bool(valid.any()) else t
     r_t = float(trace.token_rewards[b, t])
     kl_t = float(trace.kl[b, t])
-    beta = float(trace.kl_coef)
+    beta = float(trace.beta)
     if trace.kl_in_reward:
         if t == last:
             steps.append(
@@ -339,7 +339,7 @@ def simulated_betas(
     """Beta over ``steps`` updates of the adaptive (Ziegler) controller at a constant observed KL.
 
     Each step: beta <- beta * (1 + clip(KL / target - 1, -0.2, 0.2) * n_steps / horizon)
-    (``roll_viz.core.pipeline.kl.next_kl_coef``).
+    (``roll_viz.core.pipeline.kl.next_beta``).
 
     Args:
         beta: starting coefficient.
@@ -354,5 +354,5 @@ def simulated_betas(
     """
     out = [float(beta)]
     for _ in range(int(steps)):
-        out.append(float(next_kl_coef(out[-1], observed_kl, target, horizon, n_steps)))
+        out.append(float(next_beta(out[-1], observed_kl, target, horizon, n_steps)))
     return out

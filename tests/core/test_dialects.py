@@ -187,8 +187,8 @@ def test_t10_controller_through_dialects():
     roll = run(
         batch, "roll", {"adv_estimator": "grpo", "target_kl": 6.0, "add_token_level_kl": True}
     )
-    assert roll.kl_coef == 0.2
-    assert roll.next_kl_coef == pytest.approx(oracles.ziegler(0.2, 9.0, 6.0, 10000, 4), abs=1e-15)
+    assert roll.beta == 0.2
+    assert roll.next_beta == pytest.approx(oracles.ziegler(0.2, 9.0, 6.0, 10000, 4), abs=1e-15)
     assert roll.kl_in_reward
     verl = run(
         batch,
@@ -200,11 +200,11 @@ def test_t10_controller_through_dialects():
             "target_kl": 6.0,
         },
     )
-    assert verl.next_kl_coef == pytest.approx(oracles.ziegler(0.001, 9.0, 6.0, 10000, 4))
+    assert verl.next_beta == pytest.approx(oracles.ziegler(0.001, 9.0, 6.0, 10000, 4))
     fixed = run(batch, "verl", {"adv_estimator": "grpo", "use_kl_in_reward": True})
-    assert fixed.next_kl_coef == fixed.kl_coef == 0.001
+    assert fixed.next_beta == fixed.beta == 0.001
     openrlhf = run(batch, "openrlhf", {"target": 6.0})
-    assert openrlhf.next_kl_coef == pytest.approx(oracles.ziegler(0.01, 9.0, 6.0, 10000, 4))
+    assert openrlhf.next_beta == pytest.approx(oracles.ziegler(0.01, 9.0, 6.0, 10000, 4))
     for fw, cfg in [
         ("roll", {"target_kl": 0.0}),
         ("roll", {"kl_horizon": 0}),
@@ -232,7 +232,7 @@ def test_kl_loss_modes():
     trl = run(batch, "trl", {"beta": 0.04})
     assert trl.kl_loss == pytest.approx(k3)
     assert not trl.kl_in_reward
-    assert trl.kl_coef == 0.04
+    assert trl.beta == 0.04
     assert run(batch, "verl", {"adv_estimator": "grpo"}).kl_loss is None
 
 

@@ -6,7 +6,7 @@ import torch
 from core import oracles
 from core.cases import close
 from roll_viz.core.ops import full_vocab_kl
-from roll_viz.core.pipeline import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.core.pipeline import KL_ESTIMATORS, next_beta, token_kl
 from roll_viz.core.pipeline.kl import observed_kl
 
 T7_LOGP = [-0.5, -2.0, -1.0, -0.1, -15.0, -1.0]
@@ -87,18 +87,18 @@ def test_expectations_over_full_vocab_equal_exact_kl(seed):
 
 
 def test_t10_adaptive_controller():
-    beta = next_kl_coef(0.2, 9.0, 6.0, 10000, 256)
+    beta = next_beta(0.2, 9.0, 6.0, 10000, 256)
     assert beta == pytest.approx(0.201024, abs=1e-12)
-    beta = next_kl_coef(beta, 9.0, 6.0, 10000, 256)
+    beta = next_beta(beta, 9.0, 6.0, 10000, 256)
     assert beta == pytest.approx(0.20205324, abs=1e-8)
-    beta = next_kl_coef(beta, 3.0, 6.0, 10000, 256)
+    beta = next_beta(beta, 3.0, 6.0, 10000, 256)
     assert beta == pytest.approx(0.20101873, abs=1e-8)
-    beta = next_kl_coef(beta, 6.6, 6.0, 10000, 256)
+    beta = next_beta(beta, 6.6, 6.0, 10000, 256)
     assert beta == pytest.approx(0.20153334, abs=1e-8)
-    beta = next_kl_coef(beta, 0.0, 6.0, 10000, 512)
+    beta = next_beta(beta, 0.0, 6.0, 10000, 512)
     assert beta == pytest.approx(0.19946964, abs=1e-8)
-    assert next_kl_coef(0.001, 0.05, 0.1, 10000, 1024) == pytest.approx(0.00097952, abs=1e-10)
-    assert next_kl_coef(0.2, 9.0, 6.0, 10000, 256) == oracles.ziegler(0.2, 9.0, 6.0, 10000, 256)
+    assert next_beta(0.001, 0.05, 0.1, 10000, 1024) == pytest.approx(0.00097952, abs=1e-10)
+    assert next_beta(0.2, 9.0, 6.0, 10000, 256) == oracles.ziegler(0.2, 9.0, 6.0, 10000, 256)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_t10_adaptive_controller():
 def test_controller_validation(kwargs, match):
     args = {"beta": 0.1, "observed_kl": 1.0, "target": 1.0, "horizon": 100, "n_steps": 4}
     with pytest.raises(ValueError, match=match):
-        next_kl_coef(**(args | kwargs))
+        next_beta(**(args | kwargs))
 
 
 def test_observed_kl_is_mean_of_sequence_means():

@@ -116,7 +116,7 @@ def test_masked_positions_exactly_zero_and_inputs_untouched(case, config, kl_in,
     for name in ("rewards", "kl", "token_rewards", "advantages", "returns", "baseline", "scale"):
         assert torch.equal(getattr(again, name), getattr(trace, name)), name
     assert again.notes == trace.notes
-    assert again.next_kl_coef == trace.next_kl_coef
+    assert again.next_beta == trace.next_beta
 
 
 @SETTINGS

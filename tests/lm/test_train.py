@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from roll_viz.cli.train import main as cli_main
-from roll_viz.core.pipeline.kl import next_kl_coef
+from roll_viz.core.pipeline.kl import next_beta
 from roll_viz.lm.models import load_models
 from roll_viz.lm.reaper import REAPER
 from roll_viz.lm.request import SamplingConfig
@@ -104,7 +104,7 @@ def test_adaptive_beta_follows_the_controller(bundle, target, direction):
     for r in records[1:]:
         m = r.metrics
         assert m["kl_est"] > 0
-        expected = next_kl_coef(m["beta"], m["kl_est"], target, horizon, batch)
+        expected = next_beta(m["beta"], m["kl_est"], target, horizon, batch)
         assert m["next_beta"] == pytest.approx(expected, rel=1e-5)
         assert math.copysign(1, m["next_beta"] - m["beta"]) == direction
     # the KL above target moves beta by the capped +20 % error: 1 + 0.2 * 16 / 20

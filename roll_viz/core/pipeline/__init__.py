@@ -51,7 +51,7 @@ from roll_viz.core.pipeline.dialects import (
     policy_loss,
     resolve_config,
 )
-from roll_viz.core.pipeline.kl import KL_ESTIMATORS, next_kl_coef, token_kl
+from roll_viz.core.pipeline.kl import KL_ESTIMATORS, next_beta, token_kl
 from roll_viz.core.pipeline.losses import (
     AGG_MODES,
     LossResult,
@@ -84,7 +84,7 @@ __all__ = [
     "dialects",
     "importance_ratio",
     "loss_agg_modes",
-    "next_kl_coef",
+    "next_beta",
     "policy_loss",
     "ppo_token_loss",
     "prepare_batch",
@@ -261,7 +261,7 @@ def run(
         bad = _first_bad(value)
         if bad is not None:
             raise ValueError(f"{framework}: non-finite {name} at {list(bad)}")
-    for name in ("kl_coef", "next_kl_coef", "kl_loss", "clip_frac"):
+    for name in ("beta", "next_beta", "kl_loss", "clip_frac"):
         value = getattr(trace, name)
         if value is not None and not math.isfinite(value):
             raise ValueError(f"{framework}: non-finite {name} ({value})")

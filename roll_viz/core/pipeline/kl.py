@@ -15,7 +15,7 @@ What roll-viz simplifies against the real recipes:
   KL loss (the frameworks compute the loss KL on the current policy during the update);
 - verl's straight-through "k1+"/"k3+" only change gradients: the loss (``losses``) applies them,
   the values here are the plain estimators';
-- the adaptive controller is the pure function ``next_kl_coef``; it is applied once per batch.
+- the adaptive controller is the pure function ``next_beta``; it is applied once per batch.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def observed_kl(kl: Tensor, response_mask: Tensor) -> float:
     return masked_mean(kl, response_mask, dim=-1).mean().item()
 
 
-def next_kl_coef(
+def next_beta(
     beta: float, observed_kl: float, target: float, horizon: float, n_steps: int
 ) -> float:
     """Adaptive KL controller (Ziegler et al. 2019, https://arxiv.org/abs/1909.08593).

@@ -555,15 +555,8 @@ def loss_from_spec(
     b = _prepare(spec, inputs)
     pol = _policy(spec, modes, b, inputs, notes)
     kl_tok, kl_term, g_kl = _kl_term(spec, modes, b, pol)
-    ent_term = None
-    if b.ent is not None:
-        ent_mask = pol.extra["entropy_kept"].to(F64) if "entropy_kept" in pol.extra else b.ent_m
-        ent_term = aggregate(b.ent, ent_mask, *modes["entropy"])
-    value_term, vf_clipped = None, None
-    if inputs.values is not None and not spec.has_critic:
-        notes.append("TRL GRPO has no critic: values ignored")
-    elif inputs.values is not None:
-        value_term, vf_clipped = _value_term(inputs, b.full_m > 0, spec, modes)
+    ent_term = _entropy_term(modes, b, pol)
+    value_term, vf_clipped = _value_term(inputs, b.full_m > 0, spec, modes, notes)
     total = pol.value if kl_term is None else pol.value + spec.kl_coef * kl_term
     total = spec.rl_coef * total
     if ent_term is not None and spec.entropy_coef != 0:
@@ -822,7 +815,21 @@ def _kl_grad(log_ratio: Tensor, spec: LossSpec, mask: Tensor) -> Tensor:
     return torch.where(mask, slope * inside, 0.0)
 
 
-def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict):
+def _entropy_term(modes: dict, b: _Batch, pol: _Policy) -> Tensor | None:
+    """The aggregated entropy (None without an entropy input), on the entropy quantile's tokens."""
+    if b.ent is None:
+        return None
+    ent_mask = pol.extra["entropy_kept"].to(F64) if "entropy_kept" in pol.extra else b.ent_m
+    return aggregate(b.ent, ent_mask, *modes["entropy"])
+
+
+def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict, notes: list):
+    """The critic loss and its clip mask ((None, None) without values or without a critic)."""
+    if x.values is None:
+        return None, None
+    if not spec.has_critic:
+        notes.append("TRL GRPO has no critic: values ignored")
+        return None, None
     shape = tuple(mask.shape)
     if x.returns is None:
         raise ValueError("returns: needed with values for the critic loss")

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import apply_mask
-from roll_viz.core.pipeline.kl import next_kl_coef, observed_kl, token_kl
+from roll_viz.core.pipeline.kl import next_beta, observed_kl, token_kl
 from roll_viz.core.records import Batch, Trace
 
 #: Canonical KL estimator names, in the order the pages list them.
@@ -153,7 +153,7 @@ def controller(beta: float, kl: Tensor, mask: Tensor, target, horizon, notes: li
     if target is None:
         return beta
     observed = observed_kl(kl, mask)
-    nxt = next_kl_coef(beta, observed, target, horizon, n_steps=kl.shape[0])
+    nxt = next_beta(beta, observed, target, horizon, n_steps=kl.shape[0])
     notes.append(
         f"adaptive KL controller: beta {num(beta)} -> {nxt:.8g} (observed KL {observed:.6g}, "
         f"target {num(target)}, n_steps = batch size {kl.shape[0]}, horizon {num(horizon)})"
