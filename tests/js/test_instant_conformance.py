@@ -34,7 +34,8 @@ LOSS_ALL = {k for table in LOSS_DEFAULTS.values() for k in table}
 VEC_FIELDS = ("rewards", "baseline", "scale")
 MAT_FIELDS = ("kl", "token_rewards", "advantages", "returns")
 # kl_loss is not mirrored: it depends on the policy-update aggregation (losses.py)
-SCALARS = ("clip_frac", "kl_coef", "next_kl_coef")
+#: JS output name (the Trace's JSON name, records.trace_to_dict) -> Trace field
+SCALARS = {"clip_frac": "clip_frac", "kl_coef": "beta", "next_kl_coef": "next_beta"}
 
 pytestmark = pytest.mark.skipif(
     NODE is None and os.environ.get("REQUIRE_E2E") != "1",
@@ -314,8 +315,8 @@ def test_every_case_matches_python_to_1e9(conformance):
         out = res["out"]
         for name in VEC_FIELDS + MAT_FIELDS:
             _close(out[name], getattr(trace, name), f"{where} {name}")
-        for name in SCALARS:
-            want = getattr(trace, name)
+        for name, field in SCALARS.items():
+            want = getattr(trace, field)
             assert math.isclose(out[name], want, rel_tol=TOL, abs_tol=TOL), (
                 f"{where} {name}: {out[name]} vs {want}"
             )
