@@ -9,7 +9,8 @@ Stage functions never modify a tensor in place; a record is built once and then 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -119,6 +120,90 @@ class Trace:
 
 
 @dataclass(frozen=True)
+class RolloutMeta:
+    """How a Rollout was made: one typed field per fact, None where its maker said nothing.
+
+    Iterating gives the sorted (key, value) pairs of the facts said (so ``dict(meta)`` is the
+    flat dict a preset's JSON and the trace JSON store); ``RolloutMeta.of(pairs)`` reads such
+    pairs back, keeping keys it does not name in ``extra``.
+
+    Attributes:
+        model: the model's display name (an imported run: "imported run (<format>)").
+        model_spec: the app's spec of the model ("smollm2", "tiny", a folder).
+        device: where it ran (an engine's label for an engine's batch).
+        dtype: the scoring weights' dtype.
+        engine: the rollout engine that drew the batch ("vLLM at <url>"); None in-process.
+        seed: the sampling seed.
+        group_size: G.
+        temperature: the sampling temperature.
+        top_p: the nucleus mass.
+        max_new_tokens: the response cap.
+        topk: K of the top-K alternatives.
+        policy_mode: "identical", "steered", "lora" (a session's adapter) or "trained".
+        instruction: the steered policy's hidden instruction ("" otherwise).
+        decode_weights: which weights drew the tokens ("float32", "int8-dynamic", ...).
+        decode_note: that, in words.
+        logprob_temperature: the temperature the log-probs are taken at.
+        logprob_note: how the log-probs were taken, in words.
+        kl_note: what the KL columns are (exact, lower bound, exactly 0), in words.
+        entropy_note: what the entropy column is when it is not exact.
+        feature_dim: F of the probe features.
+        feature_note: how the probe features were made.
+        ref_topk_filled: policy top-K tokens outside the reference's top-K (an engine's batch).
+        missing: an imported run: the comma-separated fields its file lacks.
+        source: an imported run's file format.
+        step: an imported run's step.
+        extra: (key, value) pairs of any other fact, sorted.
+    """
+
+    model: str | None = None
+    model_spec: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+    engine: str | None = None
+    seed: int | None = None
+    group_size: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    topk: int | None = None
+    policy_mode: str | None = None
+    instruction: str | None = None
+    decode_weights: str | None = None
+    decode_note: str | None = None
+    logprob_temperature: float | None = None
+    logprob_note: str | None = None
+    kl_note: str | None = None
+    entropy_note: str | None = None
+    feature_dim: int | None = None
+    feature_note: str | None = None
+    ref_topk_filled: int | None = None
+    missing: str | None = None
+    source: str | None = None
+    step: int | None = None
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        said = [
+            (f.name, getattr(self, f.name))
+            for f in fields(self)
+            if f.name != "extra" and getattr(self, f.name) is not None
+        ]
+        return iter(sorted([*said, *self.extra], key=lambda pair: pair[0]))
+
+    @classmethod
+    def of(cls, pairs: RolloutMeta | Mapping[str, Any] | Iterable[Any]) -> RolloutMeta:
+        """The typed meta of (key, value) pairs or a dict (a RolloutMeta is returned as is)."""
+        if isinstance(pairs, RolloutMeta):
+            return pairs
+        items = list(pairs.items() if isinstance(pairs, Mapping) else (tuple(p) for p in pairs))
+        names = {f.name for f in fields(cls)} - {"extra"}
+        known = {k: v for k, v in items if k in names}
+        extra = tuple(sorted(((k, v) for k, v in items if k not in names), key=lambda p: p[0]))
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True)
 class Rollout:
     """One sampled batch from the policy, scored token by token under policy and reference.
 
@@ -142,8 +227,8 @@ class Rollout:
         greedy_responses: (P,) greedy (temperature 0) answer per prompt, for ReMax's baseline.
         features: (B, T, F) reference-model features per position for a value probe, or None.
         vocab: id -> display string for every id in token_ids and topk_ids.
-        meta: sorted (key, value) pairs: model, seed, temperature, top_p, max_new_tokens,
-            policy mode, instruction, device, dtype, logprob temperature.
+        meta: how it was made (``RolloutMeta``: model, seed, temperature, policy mode, decode
+            weights, KL note ...); (key, value) pairs given here are read into one.
     """
 
     prompts: tuple[str, ...]
@@ -163,7 +248,11 @@ class Rollout:
     greedy_responses: tuple[str, ...] = ()
     features: Tensor | None = None
     vocab: dict = field(default_factory=dict)
-    meta: tuple = ()
+    meta: RolloutMeta = field(default_factory=RolloutMeta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.meta, RolloutMeta):
+            object.__setattr__(self, "meta", RolloutMeta.of(self.meta))
 
     @property
     def group_size(self) -> int:
