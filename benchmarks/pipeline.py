@@ -475,7 +475,11 @@ def bench_run_vs_stages(
     estimator call timed on the same batch, or its line says why not (a string).
     """
     batch = rl_batch(P, G, T)
-    modules = [dialect_registry.get(fw) for fw in dialect_registry.FRAMEWORKS]
+    # the framework files themselves (a record's functions look up the stages in its module)
+    modules = [
+        sys.modules[dialect_registry.get(fw).pipeline.__module__]
+        for fw in dialect_registry.FRAMEWORKS
+    ]
     lines = []
     for fw, cfg in RUN_CASES:
         peer, peer_call = (peers or {}).get(fw), None

@@ -2,6 +2,7 @@
 the app used before they moved there (hand-checked against the old translation code)."""
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,17 @@ FRAMEWORKS = ("roll", "verl", "openrlhf", "trl")
 STAGES = Path(pipeline.__file__).parent
 
 
-def test_registry_is_a_literal_dict_of_the_four_modules():
+def test_registry_is_a_literal_dict_of_the_four_records():
     assert tuple(dialects.DIALECTS) == FRAMEWORKS == pipeline.FRAMEWORKS
-    for name, module in dialects.DIALECTS.items():
-        assert name == module.NAME
-        assert module.__name__ == f"roll_viz.core.pipeline.dialects.{name}"
+    for name, record in dialects.DIALECTS.items():
+        assert name == record.NAME
+        assert isinstance(record, dialects.Dialect)
+        module = importlib.import_module(f"roll_viz.core.pipeline.dialects.{name}")
+        assert record is module.DIALECT
+        # the record names its file's facts: each field is the module's object of that name
+        assert [
+            f for f in dialects.REQUIRED if getattr(record, f) is not getattr(module, f, None)
+        ] == []
     with pytest.raises(ValueError, match="framework must be one of"):
         dialects.get("deepspeed")
 

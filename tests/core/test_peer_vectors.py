@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from roll_viz.core.pipeline import dialects, policy_loss, resolve_config, run
+from roll_viz.core.pipeline.dialects import roll as roll_dialect
 from roll_viz.core.pipeline.rollout_correction import (
     RollFilter,
     lab_loss,
@@ -122,7 +123,7 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
     if framework == "roll" and any(options.get(k) for k in SAMPLE_MASK_KEYS):
         # the loss on final_response_mask, A = 0 outside; ROLL logs some metrics unmasked
         batch = Batch(scores=case.scores, response_mask=case.mask, group_ids=case.groups)
-        keep, _ = dialects.get("roll").sample_level_mask(batch, resolve_config("roll", cfg))
+        keep, _ = roll_dialect.sample_level_mask(batch, resolve_config("roll", cfg))
     for _ in range(vector.get("steps", 1) - 1):  # TRL adaptive entropy: the earlier step's state
         before = policy_loss(
             framework, cfg, logprobs=case.lp, old_logprobs=case.old, advantages=adv,
@@ -301,7 +302,7 @@ def test_roll_sample_level_masks_match_get_sample_level_mask():
         if vector["case"] != "estimator" or "metrics" not in vector:
             continue
         cfg = resolve_config("roll", to_config("roll", vector["options"]))
-        _, got = dialects.get("roll").sample_level_mask(estimator_batch("roll", vector), cfg)
+        _, got = roll_dialect.sample_level_mask(estimator_batch("roll", vector), cfg)
         assert got == pytest.approx(vector["metrics"], abs=1e-6), vector["options"]
         n += 1
     assert n >= 5

@@ -5,7 +5,8 @@ import math
 import torch
 
 from core.cases import close
-from roll_viz.core.pipeline import dialects, resolve_config, run
+from roll_viz.core.pipeline import resolve_config, run
+from roll_viz.core.pipeline.dialects import roll as roll_dialect
 from roll_viz.core.records import Batch
 
 F = torch.float64
@@ -21,7 +22,7 @@ def _batch(scores, lengths, groups, T=3):
 
 
 def _keep(batch, **cfg):
-    keep, metrics = dialects.get("roll").sample_level_mask(batch, resolve_config("roll", cfg))
+    keep, metrics = roll_dialect.sample_level_mask(batch, resolve_config("roll", cfg))
     return keep.tolist(), metrics
 
 

@@ -21,74 +21,32 @@ The tables below (``DEFAULTS``, ``ALIASES``, ``KL_NAMES``, ...) are built from t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
 from torch import Tensor
 
 from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl
 from roll_viz.core.pipeline.dialects.config import resolve
+from roll_viz.core.pipeline.dialects.record import FIELDS, Dialect, EraSetting
 from roll_viz.core.pipeline.losses import LossInputs, LossResult, loss_from_spec
 
-#: name -> dialect module, in the order the pages list them.
-DIALECTS: dict[str, ModuleType] = {
-    "roll": roll,
-    "verl": verl,
-    "openrlhf": openrlhf,
-    "trl": trl,
+#: name -> dialect record (``Dialect``, each framework file's ``DIALECT``), in the order the
+#: pages list them.
+DIALECTS: dict[str, Dialect] = {
+    "roll": roll.DIALECT,
+    "verl": verl.DIALECT,
+    "openrlhf": openrlhf.DIALECT,
+    "trl": trl.DIALECT,
 }
 
 FRAMEWORKS: tuple[str, ...] = tuple(DIALECTS)
 
-#: The names every dialect module defines.
-REQUIRED: tuple[str, ...] = (
-    "NAME",
-    "LABEL",
-    "DEFAULTS",
-    "CHOICES",
-    "HELP",
-    "LOSS_DEFAULTS",
-    "LOSS_CHOICES",
-    "LOSS_HELP",
-    "LOSS_KEYS",
-    "ESTIMATOR_KEY",
-    "ALIASES",
-    "BOOL_VALUES",
-    "KL_CANON",
-    "KL_NAMES",
-    "KL_ESTIMATOR_KEY",
-    "BETA_KEY",
-    "CONTROLLER_KEYS",
-    "CLIP_KEYS",
-    "ADAPTIVE_BETA",
-    "HAS_REWARD_NORM",
-    "KL_IN_LOSS_ONLY",
-    "STD_EPS",
-    "RETURN_ESTIMATORS",
-    "GAE_PADDING",
-    "ESTIMATOR_INPUTS",
-    "SINGLETON_NOTE",
-    "SINGLETON_BEHAVIOUR",
-    "RECIPES",
-    "estimator_name",
-    "kl_estimator",
-    "to_native",
-    "from_native",
-    "from_canonical",
-    "norm_config",
-    "kl_placement",
-    "train_config",
-    "beta_blocked",
-    "unread_inputs",
-    "pipeline",
-    "loss_agg_modes",
-    "loss_spec",
-    "loss_metrics",
-)
+#: The names every dialect record has (the ``Dialect`` fields, in order).
+REQUIRED: tuple[str, ...] = FIELDS
 
 
-def get(framework: str) -> ModuleType:
-    """The dialect module of ``framework``.
+def get(framework: str) -> Dialect:
+    """The dialect record of ``framework``.
 
     Raises:
         ValueError: unknown framework (the message lists the known ones).

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roll_viz.core.pipeline import rollout_correction as rc
+
+if TYPE_CHECKING:
+    from roll_viz.core.pipeline.dialects.record import Dialect
 
 # value rules for the non-enum keys: (kind, allow_none)
 _UNIT = {"gamma", "lambd", "lam"}
@@ -44,7 +46,7 @@ _NONNEG |= {"overlong_penalty_factor", "entropy_coef_min", "entropy_coef_max"}
 _NONNEG |= {"entropy_coef_delta", "entropy_target", "viz_last_world_entropy"}
 
 
-def _default(dialect: ModuleType, key: str) -> Any:
+def _default(dialect: Dialect, key: str) -> Any:
     table = dialect.DEFAULTS
     return table[key] if key in table else dialect.LOSS_DEFAULTS[key]
 
@@ -53,7 +55,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _check_value(dialect: ModuleType, key: str, value: Any) -> Any:
+def _check_value(dialect: Dialect, key: str, value: Any) -> Any:
     """Validated (possibly normalized) value of one key; ValueError naming the key otherwise."""
     where = f"{dialect.NAME} config key {key!r}"
     default = _default(dialect, key)
@@ -182,7 +184,7 @@ def _check_range(where: str, value: Any) -> tuple[float, float] | None:
     raise ValueError(f"{where}: expected [low, high] with low < high, got {value!r}")
 
 
-def resolve(dialect: ModuleType, config: Mapping[str, Any] | None) -> dict[str, Any]:
+def resolve(dialect: Dialect, config: Mapping[str, Any] | None) -> dict[str, Any]:
     """A dialect's defaults overlaid with ``config``, every value validated.
 
     Args:

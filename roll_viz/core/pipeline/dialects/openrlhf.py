@@ -34,6 +34,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -230,6 +231,44 @@ RECIPES: dict[str, dict[str, Any]] = {
     "reinforce++": {"advantage_estimator": "reinforce"},
     "reinforce++ baseline": {"advantage_estimator": "reinforce_baseline"},
     "gae": {"advantage_estimator": "gae"},
+}
+
+#: The era presets (``core/pipeline/eras.py``) in OpenRLHF's keys, with what it says differently.
+ERAS: dict[str, EraSetting] = {
+    "grpo_2024": EraSetting(
+        config={
+            "advantage_estimator": "group_norm",
+            "use_loss": True,
+            "init_coef": 0.04,
+            "kl_estimator": "k3",
+            "policy_loss_type": "ppo",
+            "eps_clip": 0.2,
+            "loss_agg_mode": "seq-mean-token-mean",
+        },
+        notes=(
+            "OpenRLHF clamps every KL estimate to +-10",
+            "OpenRLHF's KL loss is a token mean over the batch (aggregate_loss's default) "
+            "while the policy term is per answer",
+        ),
+    ),
+    "defaults_2026": EraSetting(
+        config={
+            "advantage_estimator": "reinforce_baseline",
+            "use_loss": False,
+            "init_coef": 0.0,
+            "policy_loss_type": "ppo",
+            "eps_clip_low_high": (0.2, 0.28),
+            "loss_agg_mode": "token-mean",
+        },
+        notes=(
+            "OpenRLHF cannot divide group-centred rewards by the batch std: the nearest "
+            "native option is reinforce_baseline (group mean, then a token-weighted "
+            "whitening over the batch, which also subtracts the batch's token-weighted mean)",
+            "zero-variance filter: OpenRLHF --algo.dynamic_filtering_enable with "
+            "--algo.dynamic_filtering_range 0 1 keeps groups whose mean reward is strictly "
+            "inside the range: the same as std > 0 for 0/1 rewards, not for shaped ones",
+        ),
+    ),
 }
 
 
@@ -573,3 +612,52 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     if ctx.terms["value"] is not None:
         out["critic_loss"] = ctx.item("value")
     return out
+
+
+#: The record the registry holds: every fact above, by name.
+DIALECT = Dialect(
+    NAME=NAME,
+    LABEL=LABEL,
+    DEFAULTS=DEFAULTS,
+    CHOICES=CHOICES,
+    HELP=HELP,
+    LOSS_DEFAULTS=LOSS_DEFAULTS,
+    LOSS_CHOICES=LOSS_CHOICES,
+    LOSS_HELP=LOSS_HELP,
+    LOSS_KEYS=LOSS_KEYS,
+    ESTIMATOR_KEY=ESTIMATOR_KEY,
+    ALIASES=ALIASES,
+    BOOL_VALUES=BOOL_VALUES,
+    KL_CANON=KL_CANON,
+    KL_NAMES=KL_NAMES,
+    KL_ESTIMATOR_KEY=KL_ESTIMATOR_KEY,
+    BETA_KEY=BETA_KEY,
+    CONTROLLER_KEYS=CONTROLLER_KEYS,
+    CLIP_KEYS=CLIP_KEYS,
+    ADAPTIVE_BETA=ADAPTIVE_BETA,
+    HAS_REWARD_NORM=HAS_REWARD_NORM,
+    KL_IN_LOSS_ONLY=KL_IN_LOSS_ONLY,
+    STD_EPS=STD_EPS,
+    RETURN_ESTIMATORS=RETURN_ESTIMATORS,
+    GAE_PADDING=GAE_PADDING,
+    ESTIMATOR_INPUTS=ESTIMATOR_INPUTS,
+    SINGLETON_NOTE=SINGLETON_NOTE,
+    SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
+    RECIPES=RECIPES,
+    ERAS=ERAS,
+    estimator_name=estimator_name,
+    kl_estimator=kl_estimator,
+    to_native=to_native,
+    from_native=from_native,
+    from_canonical=from_canonical,
+    norm_config=norm_config,
+    kl_placement=kl_placement,
+    train_config=train_config,
+    beta_blocked=beta_blocked,
+    unread_inputs=unread_inputs,
+    pipeline=pipeline,
+    loss_agg_modes=loss_agg_modes,
+    loss_spec=loss_spec,
+    loss_metrics=loss_metrics,
+    reads_rollout_logprobs=None,
+)

@@ -38,6 +38,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -294,6 +295,43 @@ RECIPES: dict[str, dict[str, Any]] = {
         "whiten_advantages": True,
     },
     "gae": {"adv_estimator": "gae"},
+}
+
+#: The era presets (``core/pipeline/eras.py``) in ROLL's keys, with what ROLL says differently.
+ERAS: dict[str, EraSetting] = {
+    "grpo_2024": EraSetting(
+        config={
+            "adv_estimator": "grpo",
+            "use_kl_loss": True,
+            "kl_loss_coef": 0.04,
+            "add_token_level_kl": False,
+            "pg_variant": "ppo",
+            "pg_clip": 0.2,
+            "loss_agg_mode": "seq-mean-token-mean",
+        },
+        notes=("ROLL's KL loss is always k3 (clamped to +-10), whatever kl_penalty says",),
+    ),
+    "defaults_2026": EraSetting(
+        config={
+            "adv_estimator": "reinforce",
+            "norm_mean_type": "group",
+            "norm_std_type": "batch",
+            "add_token_level_kl": False,
+            "use_kl_loss": False,
+            "kl_loss_coef": 0.0,
+            "pg_variant": "ppo",
+            "use_pg_clip_range": True,
+            "pg_clip_low": 0.2,
+            "pg_clip_high": 0.28,
+            "loss_agg_mode": "token-mean",
+        },
+        notes=(
+            "group mean / batch std is ROLL's reward normalisation (norm_mean_type group, "
+            "norm_std_type batch) followed by REINFORCE (gamma 1), the LitePPO recipe",
+            "zero-variance filter: ROLL query_filter_config type std_filter (std <= "
+            "std_threshold; 0 = exact), a reward-worker setting outside the calculator's keys",
+        ),
+    ),
 }
 
 
@@ -950,3 +988,52 @@ class _Unmasked:
             f"tokens, the {self.dropped:g} tokens of dropped samples included); over "
             f"final_response_mask, where the loss runs, it is {final_value:.6g}"
         )
+
+
+#: The record the registry holds: every fact above, by name.
+DIALECT = Dialect(
+    NAME=NAME,
+    LABEL=LABEL,
+    DEFAULTS=DEFAULTS,
+    CHOICES=CHOICES,
+    HELP=HELP,
+    LOSS_DEFAULTS=LOSS_DEFAULTS,
+    LOSS_CHOICES=LOSS_CHOICES,
+    LOSS_HELP=LOSS_HELP,
+    LOSS_KEYS=LOSS_KEYS,
+    ESTIMATOR_KEY=ESTIMATOR_KEY,
+    ALIASES=ALIASES,
+    BOOL_VALUES=BOOL_VALUES,
+    KL_CANON=KL_CANON,
+    KL_NAMES=KL_NAMES,
+    KL_ESTIMATOR_KEY=KL_ESTIMATOR_KEY,
+    BETA_KEY=BETA_KEY,
+    CONTROLLER_KEYS=CONTROLLER_KEYS,
+    CLIP_KEYS=CLIP_KEYS,
+    ADAPTIVE_BETA=ADAPTIVE_BETA,
+    HAS_REWARD_NORM=HAS_REWARD_NORM,
+    KL_IN_LOSS_ONLY=KL_IN_LOSS_ONLY,
+    STD_EPS=STD_EPS,
+    RETURN_ESTIMATORS=RETURN_ESTIMATORS,
+    GAE_PADDING=GAE_PADDING,
+    ESTIMATOR_INPUTS=ESTIMATOR_INPUTS,
+    SINGLETON_NOTE=SINGLETON_NOTE,
+    SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
+    RECIPES=RECIPES,
+    ERAS=ERAS,
+    estimator_name=estimator_name,
+    kl_estimator=kl_estimator,
+    to_native=to_native,
+    from_native=from_native,
+    from_canonical=from_canonical,
+    norm_config=norm_config,
+    kl_placement=kl_placement,
+    train_config=train_config,
+    beta_blocked=beta_blocked,
+    unread_inputs=unread_inputs,
+    pipeline=pipeline,
+    loss_agg_modes=loss_agg_modes,
+    loss_spec=loss_spec,
+    loss_metrics=loss_metrics,
+    reads_rollout_logprobs=None,
+)

@@ -23,6 +23,7 @@ from torch import Tensor
 from roll_viz.core.ops import apply_mask, group_stats
 from roll_viz.core.pipeline.advantages import token_rewards
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -223,6 +224,38 @@ RECIPES: dict[str, dict[str, Any]] = {
     "grpo": {"scale_rewards": "group"},
     "dr_grpo (no std)": {"scale_rewards": "none"},
     "liteppo (group mean, batch std)": {"scale_rewards": "batch"},
+}
+
+#: The era presets (``core/pipeline/eras.py``) in TRL's keys, with what TRL says differently.
+ERAS: dict[str, EraSetting] = {
+    "grpo_2024": EraSetting(
+        config={
+            "scale_rewards": "group",
+            "beta": 0.04,
+            "use_bias_correction_kl": False,
+            "loss_type": "grpo",
+            "epsilon": 0.2,
+        },
+        notes=(
+            "TRL 1.16 multiplies the k3 term by pi/pi_old by default "
+            "(use_bias_correction_kl); the published loss is plain k3, so it is off here",
+            "TRL loss_type grpo divides by every row (empty answers included)",
+        ),
+    ),
+    "defaults_2026": EraSetting(
+        config={
+            "scale_rewards": "batch",
+            "beta": 0.0,
+            "loss_type": "dapo",
+            "epsilon": 0.2,
+            "epsilon_high": 0.28,
+        },
+        notes=(
+            "scale_rewards batch: group mean, std of the whole batch (TRL's LitePPO option)",
+            "zero-variance filter: TRL GRPOTrainer has none (it logs frac_reward_zero_std and "
+            "keeps the groups at A = 0); the analysis drops them before batching as the others do",
+        ),
+    ),
 }
 
 
@@ -637,3 +670,52 @@ def _row_values(x: Tensor, m: Tensor, empty_is_zero: bool = True) -> Tensor:
 def _nan_reduce(x: Tensor, fn) -> float:
     finite = x[~torch.isnan(x)]
     return fn(finite).item() if finite.numel() else float("nan")
+
+
+#: The record the registry holds: every fact above, by name.
+DIALECT = Dialect(
+    NAME=NAME,
+    LABEL=LABEL,
+    DEFAULTS=DEFAULTS,
+    CHOICES=CHOICES,
+    HELP=HELP,
+    LOSS_DEFAULTS=LOSS_DEFAULTS,
+    LOSS_CHOICES=LOSS_CHOICES,
+    LOSS_HELP=LOSS_HELP,
+    LOSS_KEYS=LOSS_KEYS,
+    ESTIMATOR_KEY=ESTIMATOR_KEY,
+    ALIASES=ALIASES,
+    BOOL_VALUES=BOOL_VALUES,
+    KL_CANON=KL_CANON,
+    KL_NAMES=KL_NAMES,
+    KL_ESTIMATOR_KEY=KL_ESTIMATOR_KEY,
+    BETA_KEY=BETA_KEY,
+    CONTROLLER_KEYS=CONTROLLER_KEYS,
+    CLIP_KEYS=CLIP_KEYS,
+    ADAPTIVE_BETA=ADAPTIVE_BETA,
+    HAS_REWARD_NORM=HAS_REWARD_NORM,
+    KL_IN_LOSS_ONLY=KL_IN_LOSS_ONLY,
+    STD_EPS=STD_EPS,
+    RETURN_ESTIMATORS=RETURN_ESTIMATORS,
+    GAE_PADDING=GAE_PADDING,
+    ESTIMATOR_INPUTS=ESTIMATOR_INPUTS,
+    SINGLETON_NOTE=SINGLETON_NOTE,
+    SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
+    RECIPES=RECIPES,
+    ERAS=ERAS,
+    estimator_name=estimator_name,
+    kl_estimator=kl_estimator,
+    to_native=to_native,
+    from_native=from_native,
+    from_canonical=from_canonical,
+    norm_config=norm_config,
+    kl_placement=kl_placement,
+    train_config=train_config,
+    beta_blocked=beta_blocked,
+    unread_inputs=unread_inputs,
+    pipeline=pipeline,
+    loss_agg_modes=loss_agg_modes,
+    loss_spec=loss_spec,
+    loss_metrics=loss_metrics,
+    reads_rollout_logprobs=None,
+)

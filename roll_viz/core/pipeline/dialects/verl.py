@@ -42,6 +42,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -328,6 +329,50 @@ RECIPES: dict[str, dict[str, Any]] = {
     "reinforce++": {"adv_estimator": "reinforce_plus_plus"},
     "reinforce++ baseline": {"adv_estimator": "reinforce_plus_plus_baseline"},
     "gae": {"adv_estimator": "gae"},
+}
+
+#: The era presets (``core/pipeline/eras.py``) in verl's keys, with what verl says differently.
+ERAS: dict[str, EraSetting] = {
+    "grpo_2024": EraSetting(
+        config={
+            "adv_estimator": "grpo",
+            "norm_adv_by_std_in_grpo": True,
+            "use_kl_in_reward": False,
+            "use_kl_loss": True,
+            "kl_loss_coef": 0.04,
+            "kl_loss_type": "low_var_kl",
+            "loss_mode": "vanilla",
+            "clip_ratio": 0.2,
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.2,
+            "loss_agg_mode": "seq-mean-token-mean",
+        },
+        notes=(
+            "verl's trainer divides seq-mean-token-mean by every row of the mini-batch "
+            "(empty answers included)",
+            "low_var_kl is k3 with log-ratio clamped to +-20 and the value to +-10",
+        ),
+    ),
+    "defaults_2026": EraSetting(
+        config={
+            "adv_estimator": "reinforce_plus_plus_baseline",
+            "use_kl_in_reward": False,
+            "use_kl_loss": False,
+            "kl_loss_coef": 0.0,
+            "loss_mode": "vanilla",
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.28,
+            "loss_agg_mode": "token-mean",
+        },
+        notes=(
+            "verl cannot divide group-centred rewards by the batch std: grpo's only switch "
+            "is norm_adv_by_std_in_grpo (group std or none); the nearest native option is "
+            "reinforce_plus_plus_baseline (group mean, then a token-weighted whitening over "
+            "the batch, which also subtracts the batch's token-weighted mean)",
+            "zero-variance filter: verl algorithm.filter_groups (enable: true, metric: acc; "
+            "np.std == 0), a trainer setting outside the calculator's keys",
+        ),
+    ),
 }
 
 
@@ -970,3 +1015,52 @@ def _bypass_pg_note(ctx: MetricContext) -> None:
         f"(verl counts batch_num_tokens before the loss rejects); the mean over the {kept:g} "
         f"kept tokens is {value:.6g}"
     )
+
+
+#: The record the registry holds: every fact above, by name.
+DIALECT = Dialect(
+    NAME=NAME,
+    LABEL=LABEL,
+    DEFAULTS=DEFAULTS,
+    CHOICES=CHOICES,
+    HELP=HELP,
+    LOSS_DEFAULTS=LOSS_DEFAULTS,
+    LOSS_CHOICES=LOSS_CHOICES,
+    LOSS_HELP=LOSS_HELP,
+    LOSS_KEYS=LOSS_KEYS,
+    ESTIMATOR_KEY=ESTIMATOR_KEY,
+    ALIASES=ALIASES,
+    BOOL_VALUES=BOOL_VALUES,
+    KL_CANON=KL_CANON,
+    KL_NAMES=KL_NAMES,
+    KL_ESTIMATOR_KEY=KL_ESTIMATOR_KEY,
+    BETA_KEY=BETA_KEY,
+    CONTROLLER_KEYS=CONTROLLER_KEYS,
+    CLIP_KEYS=CLIP_KEYS,
+    ADAPTIVE_BETA=ADAPTIVE_BETA,
+    HAS_REWARD_NORM=HAS_REWARD_NORM,
+    KL_IN_LOSS_ONLY=KL_IN_LOSS_ONLY,
+    STD_EPS=STD_EPS,
+    RETURN_ESTIMATORS=RETURN_ESTIMATORS,
+    GAE_PADDING=GAE_PADDING,
+    ESTIMATOR_INPUTS=ESTIMATOR_INPUTS,
+    SINGLETON_NOTE=SINGLETON_NOTE,
+    SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
+    RECIPES=RECIPES,
+    ERAS=ERAS,
+    estimator_name=estimator_name,
+    kl_estimator=kl_estimator,
+    to_native=to_native,
+    from_native=from_native,
+    from_canonical=from_canonical,
+    norm_config=norm_config,
+    kl_placement=kl_placement,
+    train_config=train_config,
+    beta_blocked=beta_blocked,
+    unread_inputs=unread_inputs,
+    pipeline=pipeline,
+    loss_agg_modes=loss_agg_modes,
+    loss_spec=loss_spec,
+    loss_metrics=loss_metrics,
+    reads_rollout_logprobs=reads_rollout_logprobs,
+)
