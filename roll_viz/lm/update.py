@@ -57,6 +57,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import dialects, policy_loss
+from roll_viz.core.pipeline.losses import loss_reads
 from roll_viz.core.records import Rollout
 from roll_viz.lm import threads
 from roll_viz.lm.behaviour import Behaviour, behaviour_logprobs
@@ -174,7 +175,7 @@ class EpochStats:
         ratio_min: smallest ratio.
         ratio_max: largest ratio.
         clip_fractions: share of valid tokens in each boolean clip mask the loss reports
-            (per_token keys containing "clip"), by mask name.
+            (the per_token keys its ``LossResult.clip_masks`` names), by mask name.
         metrics: the loss's own metrics (framework names), mean over minibatches.
         grad_norms: pre-clip gradient norm of each optimizer step of the epoch.
         ratio: (B, T) the ratio each token had when its minibatch was stepped (0 on padding).
@@ -245,7 +246,7 @@ class UpdateResult:
 
 
 def _temperature(rollout: Rollout) -> float:
-    value = dict(rollout.meta).get("logprob_temperature", 1.0)
+    value = rollout.meta.logprob_temperature
     return float(value) if value else 1.0
 
 
@@ -437,17 +438,15 @@ def loss_inputs(framework: str, loss_config: Mapping[str, Any] | None) -> frozen
     Raises:
         ValueError: an unknown framework or a bad loss key (as ``policy_loss`` would).
     """
+    return _loss_reads(framework, loss_config) & frozenset(EXTRA_INPUTS)
+
+
+def _loss_reads(framework: str, loss_config: Mapping[str, Any] | None) -> frozenset[str]:
+    """Every optional input the loss reads (``losses.loss_reads`` of its spec, "entropy" too)."""
     cfg = dialects.resolve_config(framework, loss_config)
     dialect = dialects.get(framework)
-    spec = dialect.loss_spec(cfg, [])
+    needs = set(loss_reads(dialect.loss_spec(cfg, [])))
     reads_mu = getattr(dialect, "reads_rollout_logprobs", None)
-    needs = set()
-    if spec.kind == "topr":
-        needs.add("scores")
-    if spec.difficulty_weights:
-        needs.add("difficulty")
-    if spec.is_correction is not None or spec.ratio_vs_rollout or spec.sampler_is is not None:
-        needs.add("rollout_logprobs")
     if reads_mu is not None and reads_mu(cfg):
         needs.add("rollout_logprobs")
     return frozenset(needs)
@@ -537,13 +536,13 @@ def _default_loss() -> LossFn:
     return policy_loss
 
 
-def _wants_entropy(config: Mapping[str, Any] | None) -> bool:
-    """Whether any entropy coefficient in the loss config is nonzero (then entropy has grad)."""
-    for key, value in (config or {}).items():
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if "entropy" in key and number and value != 0:
-            return True
-    return False
+def _wants_entropy(framework: str, config: Mapping[str, Any] | None) -> bool:
+    """Whether the loss reads the entropy (then it is computed, with grad).
+
+    The spec's own switches (``losses.loss_reads``): a nonzero entropy coefficient, TRL's
+    ``top_entropy_quantile`` below 1 or its adaptive entropy coefficient.
+    """
+    return "entropy" in _loss_reads(framework, config)
 
 
 def _scalar(value: Any) -> float:
@@ -730,7 +729,7 @@ class _EpochTally:
         """Fold in one minibatch: its ratios, clip-mask hits, loss terms and metrics."""
         self.ratio[rows] = torch.exp(current - old[rows]) * mask_f[rows]
         for key, value in result.per_token.items():
-            if "clip" in key and isinstance(value, Tensor) and value.dtype == torch.bool:
+            if key in result.clip_masks:
                 hits = float((value.cpu() & mask_b[rows]).sum())
                 self.clip_counts[key] = self.clip_counts.get(key, 0.0) + hits
         terms = {k: _scalar(v) for k, v in result.terms.items() if v is not None}
@@ -815,7 +814,7 @@ def update_step(
         loss_config: that dialect's loss keys (None = its defaults).
         ref_logprobs: (B, T) reference log-probs for a KL loss (None: ``rollout.ref_logprobs``).
         cfg: UpdateConfig (None = defaults).
-        loss_fn: the loss, with the signature of ``core.pipeline.losses.policy_loss``; None uses
+        loss_fn: the loss, with the signature of ``core.pipeline.policy_loss``; None uses
             that function.
         scores: (B,) the batch's scores; passed to the loss when it reads them (ROLL topr).
         difficulty: (B,) each sample's difficulty (ROLL ``difficulty_loss_weight``); None: the
@@ -854,7 +853,7 @@ def update_step(
     old = rollout.logprobs.detach().float() * mask_f
     ref = (rollout.ref_logprobs if ref_logprobs is None else ref_logprobs).detach().float()
     ref = ref * mask_f
-    want_entropy = _wants_entropy(loss_config)
+    want_entropy = _wants_entropy(framework, loss_config)
     needs = loss_inputs(framework, loss_config)
     extra = _extra_inputs(needs, num_rows, width, scores, difficulty, rollout_logprobs)
     mu_is_old = "rollout_logprobs" in needs and "rollout_logprobs" not in extra
