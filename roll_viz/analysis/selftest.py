@@ -18,7 +18,7 @@ from torch import Tensor
 from roll_viz.analysis.common import EXAMPLE_REWARDS, one_thread
 from roll_viz.analysis.local_global import framework_config
 from roll_viz.core import pipeline
-from roll_viz.core.pipeline import FRAMEWORKS, dialects
+from roll_viz.core.pipeline import dialects
 from roll_viz.core.pipeline.kl import KL_ESTIMATORS, token_kl
 from roll_viz.core.records import Batch, Rollout, meta_dict
 
@@ -53,86 +53,23 @@ WHITEN_LENGTHS = (3, 2, 4)
 #: Second group of the T14 two-group example.
 SECOND_GROUP = (1.0, 2.0, 3.0)
 
-#: (name, dialect, config in the dialect's keys, case, expected per-sample advantages).
-#: case "one": the seed's group on one token each; "whiten": lengths 3/2/4; "two": T14.
-SEED_CASES: tuple[tuple[str, str, dict, str, tuple[float, ...]], ...] = (
-    (
-        "roll grpo (T1)",
-        "roll",
-        {"adv_estimator": "grpo"},
-        "one",
-        (0.201965964, -1.085567055, 0.883601091),
-    ),
-    (
-        "roll grpo + whiten_advantages, lengths 3/2/4 (T5)",
-        "roll",
-        {"adv_estimator": "grpo", "whiten_advantages": True},
-        "whiten",
-        (-0.020933229, -1.622325266, 0.826862555),
-    ),
-    (
-        "roll LitePPO: group mean, batch std, two groups (T14)",
-        "roll",
-        {"adv_estimator": "reinforce", "norm_mean_type": "group", "norm_std_type": "batch"},
-        "two",
-        (0.078098764, -0.419780858, 0.341682094, -0.292870366, 0.0, 0.292870366),
-    ),
-    (
-        "verl grpo (T1)",
-        "verl",
-        {"adv_estimator": "grpo"},
-        "one",
-        (0.201965964, -1.085567055, 0.883601091),
-    ),
-    ("verl rloo (T2)", "verl", {"adv_estimator": "rloo"}, "one", (0.40, -2.15, 1.75)),
-    (
-        "verl reinforce_plus_plus_baseline, lengths 3/2/4 (T4)",
-        "verl",
-        {"adv_estimator": "reinforce_plus_plus_baseline"},
-        "whiten",
-        (-0.020933229, -1.622325271, 0.826862558),
-    ),
-    (
-        "openrlhf group_norm, eps 1e-9 (T1)",
-        "openrlhf",
-        {"advantage_estimator": "group_norm"},
-        "one",
-        (0.201966117, -1.085567877, 0.883601760),
-    ),
-    ("openrlhf rloo (T2)", "openrlhf", {"advantage_estimator": "rloo"}, "one", (0.40, -2.15, 1.75)),
-    (
-        "openrlhf reinforce_baseline, biased whitening, lengths 3/2/4 (T4)",
-        "openrlhf",
-        {"advantage_estimator": "reinforce_baseline"},
-        "whiten",
-        (-0.022203043, -1.720735809, 0.877020186),
-    ),
-    (
-        "trl scale_rewards=group, eps 1e-4 (T1)",
-        "trl",
-        {"scale_rewards": "group"},
-        "one",
-        (0.201950822, -1.085485666, 0.883534844),
-    ),
-    (
-        "trl scale_rewards=batch, two groups (T14)",
-        "trl",
-        {"scale_rewards": "batch"},
-        "two",
-        (0.078096500, -0.419768687, 0.341672187, -0.292861875, 0.0, 0.292861875),
-    ),
-)
 
-#: Group normalization of the seed example per dialect (T1): config and expected advantages.
-GROUP_NORM_CASES: dict[str, tuple[dict, tuple[float, float, float]]] = {
-    "roll": ({"adv_estimator": "grpo"}, (0.201965964, -1.085567055, 0.883601091)),
-    "verl": ({"adv_estimator": "grpo"}, (0.201965964, -1.085567055, 0.883601091)),
-    "openrlhf": (
-        {"advantage_estimator": "group_norm"},
-        (0.201966117, -1.085567877, 0.883601760),
-    ),
-    "trl": ({"scale_rewards": "group"}, (0.201950822, -1.085485666, 0.883534844)),
-}
+def seed_cases() -> tuple[tuple[str, str, dict, str, tuple[float, ...]], ...]:
+    """Every registered dialect's hand-checked seed cases (``SELFTEST.seed``), in registry order.
+
+    Each is (name, dialect, config in the dialect's keys, case, expected per-sample advantages);
+    case "one": the seed's group on one token each; "whiten": lengths 3/2/4; "two": T14.
+    """
+    return tuple(
+        (name, fw, dict(config), case, expected)
+        for fw, dialect in dialects.DIALECTS.items()
+        for name, config, case, expected in dialect.SELFTEST.seed
+    )
+
+
+#: The seed cases of the shipped dialects (as ``seed_cases()`` returned them at import).
+SEED_CASES = seed_cases()
+
 
 #: KL(p || q) for p = [0.6, 0.3, 0.1], q = [0.4, 0.4, 0.2] (algorithms.md T7).
 T7_P = (0.6, 0.3, 0.1)
@@ -219,7 +156,7 @@ def check_every_position(response_mask: Tensor, framework: str) -> CheckResult:
     Returns:
         The check; ``detail`` has the rows and valid tokens checked and the max errors.
     """
-    config, hand = GROUP_NORM_CASES[framework]
+    config, hand = dialects.get(framework).SELFTEST.group_norm
     n_rows = response_mask.shape[0]
     n_groups = max(1, math.ceil(n_rows / 3))
     rows = torch.arange(3 * n_groups) % n_rows
@@ -415,28 +352,6 @@ def check_identical_policy(rollout: Rollout | None, batch: Batch) -> CheckResult
     )
 
 
-#: Configs the mask check runs per dialect (its own keys); KL goes into the reward where possible.
-MASK_CASES: dict[str, tuple[dict, ...]] = {
-    "roll": (
-        {"adv_estimator": "gae"},
-        {"adv_estimator": "grpo"},
-        {"adv_estimator": "reinforce", "whiten_advantages": True},
-    ),
-    "verl": (
-        {"adv_estimator": "gae"},
-        {"adv_estimator": "grpo"},
-        {"adv_estimator": "reinforce_plus_plus"},
-        {"adv_estimator": "rloo"},
-    ),
-    "openrlhf": (
-        {"advantage_estimator": "gae"},
-        {"advantage_estimator": "group_norm"},
-        {"advantage_estimator": "reinforce"},
-    ),
-    "trl": ({"scale_rewards": "group"}, {"scale_rewards": "batch"}),
-}
-
-
 def with_padding(batch: Batch) -> Batch:
     """A copy of the batch in which every other row loses the second half of its tokens.
 
@@ -490,14 +405,14 @@ def _mask_case(batch: Batch, framework: str, cfg: dict, poison_values: bool) -> 
 def check_masks(batch: Batch) -> CheckResult:
     """Masks never leak: padding is exactly 0 and garbage on padding changes no valid number.
 
-    Each dialect/estimator in ``MASK_CASES`` runs twice, once as is and once with the padded
-    positions of log-probs, reference log-probs and critic values overwritten with large
-    values. Every (B, T) output must be exactly 0 on padding in both runs, and the advantages
-    on valid tokens must be identical. The one documented exception is ROLL's GAE, which feeds
-    the critic's unmasked values to the recursion (algorithms.md T8): there the padded values
-    are left alone, the leak is reported, and the batch's own values must be 0 on padding so
-    the app's numbers are unaffected. A batch without any padding is also checked with half of
-    every other row masked (``with_padding``).
+    Each dialect/estimator of a record's ``SELFTEST.masks`` runs twice, once as is and once with the
+    padded positions of log-probs, reference log-probs and critic values overwritten with large
+    values. Every (B, T) output must be exactly 0 on padding in both runs, and the advantages on
+    valid tokens must be identical. The one documented exception is ROLL's GAE, which feeds the
+    critic's unmasked values to the recursion (algorithms.md T8): there the padded values are left
+    alone, the leak is reported, and the batch's own values must be 0 on padding so the app's
+    numbers are unaffected. A batch without any padding is also checked with half of every other row
+    masked (``with_padding``).
 
     Args:
         batch: the current batch (a zero critic is used if it has no values).
@@ -513,13 +428,12 @@ def check_masks(batch: Batch) -> CheckResult:
     passed = True
     for suffix, data in variants:
         pad = data.response_mask == 0
-        for fw, cases in MASK_CASES.items():
-            for extra in cases:
+        for fw, dialect in dialects.DIALECTS.items():
+            for extra in dialect.SELFTEST.masks:
                 generic = {"beta": 0.1, "kl_in_reward": True} if has_kl else {"beta": 0.0}
                 cfg, _ = framework_config(fw, generic)
                 cfg.update(extra)
                 label = f"{fw} {next(iter(extra.values()))}{suffix}"
-                dialect = dialects.get(fw)
                 unmasked = dialect.GAE_PADDING == "unmasked"  # ROLL reads padded critic values
                 roll_gae = unmasked and extra.get(dialect.ESTIMATOR_KEY) == "gae"
                 try:
@@ -569,8 +483,8 @@ def run_self_tests(rollout: Rollout | None, batch: Batch) -> list[CheckResult]:
     Returns:
         The checks in display order.
     """
-    checks = [check_seed_case(*case) for case in SEED_CASES]
-    checks += [check_every_position(batch.response_mask, fw) for fw in FRAMEWORKS]
+    checks = [check_seed_case(*case) for case in seed_cases()]
+    checks += [check_every_position(batch.response_mask, fw) for fw in dialects.DIALECTS]
     checks.append(check_kl_estimators(rollout))
     checks.append(check_identical_policy(rollout, batch))
     checks.append(check_masks(batch))

@@ -1,7 +1,8 @@
 """The loss options and behaviour samplers the Update and Training pages offer, in one table.
 
-``LOSS_OPTIONS``: per framework, the loss options that read more than log-probs, under the name
-shown and put in links (the framework's own key and value), mapped to the loss keys they set.
+``LOSS_OPTIONS``: per framework, the loss options that read more than log-probs (each dialect
+record's ``LOSS_OPTIONS``), under the name shown and put in links (the framework's own key and
+value), mapped to the loss keys they set.
 ROLL ``topr`` reads the scores, ``difficulty_loss_weight`` each sample's difficulty, the
 corrections (verl ``loss_mode: bypass_mode``, OpenRLHF ``is_correction_*``, TRL
 ``vllm_importance_sampling_*``) the sampler's log-probs mu. ``DEFAULT_OPTION`` keeps every
@@ -22,30 +23,9 @@ from typing import Any
 
 from roll_viz.core.pipeline import dialects
 
+#: per framework, the options its dialect record offers (``Dialect.LOSS_OPTIONS``)
 LOSS_OPTIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "roll": {
-        "pg_variant: topr": {"pg_variant": "topr"},
-        "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
-    },
-    "verl": {
-        # verl's presets RolloutCorrectionConfig.bypass_ppo_clip() and bypass_pg_is(): pi_old is mu
-        "loss_mode: bypass_mode (ppo_clip)": {"loss_mode": "bypass_mode"},
-        "loss_mode: bypass_mode (reinforce, sequence IS 2.0)": {
-            "loss_mode": "bypass_mode",
-            "loss_type": "reinforce",
-            "rollout_is": "sequence",
-            "rollout_is_threshold": 2.0,
-        },
-    },
-    "openrlhf": {
-        "is_correction_level: token": {"is_correction_level": "token"},
-        "is_correction_level: seq": {"is_correction_level": "seq"},
-    },
-    "trl": {
-        "vllm_importance_sampling_mode: token_truncate": {
-            "vllm_importance_sampling_mode": "token_truncate"
-        },
-    },
+    name: dialect.LOSS_OPTIONS for name, dialect in dialects.DIALECTS.items()
 }
 DEFAULT_OPTION = "shipped defaults"
 #: every option a link may carry (the ones of another framework fall back to the default)
@@ -64,8 +44,9 @@ SAMPLER_TOP_P = 0.9
 
 
 def options_for(framework: str) -> dict[str, dict[str, Any]]:
-    """The loss options offered for one framework, the shipped defaults first."""
-    return {DEFAULT_OPTION: {}, **LOSS_OPTIONS.get(framework, {})}
+    """The loss options offered for one framework (its record's), the shipped defaults first."""
+    dialect = dialects.DIALECTS.get(framework)
+    return {DEFAULT_OPTION: {}, **(dialect.LOSS_OPTIONS if dialect else {})}
 
 
 def option_keys(framework: str, option: str) -> dict[str, Any]:

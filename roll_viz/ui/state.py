@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from roll_viz import nav
+from roll_viz.core.pipeline import dialects
 from roll_viz.lm.rollout import (
     CLASS_MAX_GROUP_SIZE,
     CLASS_MAX_NEW_TOKENS,
@@ -85,11 +86,10 @@ GENERIC_KEYS: dict[str, str] = {
     "whiten": KEY_WHITEN,
 }
 
+#: Display name of each framework: its dialect's ``LABEL``, the default one marked.
 FRAMEWORK_LABELS = {
-    "roll": "ROLL (default)",
-    "verl": "verl",
-    "openrlhf": "OpenRLHF",
-    "trl": "TRL",
+    name: f"{label} (default)" if name == dialects.DEFAULT_FRAMEWORK else label
+    for name, label in dialects.LABELS.items()
 }
 
 #: Live-sampling caps (``lm.sampling.capped`` applies the same caps on top).

@@ -40,6 +40,8 @@ DIALECTS: dict[str, Dialect] = {
 }
 
 FRAMEWORKS: tuple[str, ...] = tuple(DIALECTS)
+#: The app's own default flow (the pages open on it).
+DEFAULT_FRAMEWORK = "roll"
 
 #: The names every dialect record has (the ``Dialect`` fields, in order).
 REQUIRED: tuple[str, ...] = FIELDS

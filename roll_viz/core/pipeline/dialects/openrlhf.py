@@ -34,7 +34,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -270,6 +270,39 @@ ERAS: dict[str, EraSetting] = {
         ),
     ),
 }
+
+#: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
+#: in links (OpenRLHF's own key and value) -> the loss keys it sets; each reads more than
+#: log-probs.
+LOSS_OPTIONS: dict[str, dict[str, Any]] = {
+    "is_correction_level: token": {"is_correction_level": "token"},
+    "is_correction_level: seq": {"is_correction_level": "seq"},
+}
+
+#: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
+SELFTEST = SelfTestCases(
+    seed=(
+        (
+            "openrlhf group_norm, eps 1e-9 (T1)",
+            {"advantage_estimator": "group_norm"},
+            "one",
+            (0.201966117, -1.085567877, 0.88360176),
+        ),
+        ("openrlhf rloo (T2)", {"advantage_estimator": "rloo"}, "one", (0.4, -2.15, 1.75)),
+        (
+            "openrlhf reinforce_baseline, biased whitening, lengths 3/2/4 (T4)",
+            {"advantage_estimator": "reinforce_baseline"},
+            "whiten",
+            (-0.022203043, -1.720735809, 0.877020186),
+        ),
+    ),
+    group_norm=({"advantage_estimator": "group_norm"}, (0.201966117, -1.085567877, 0.88360176)),
+    masks=(
+        {"advantage_estimator": "gae"},
+        {"advantage_estimator": "group_norm"},
+        {"advantage_estimator": "reinforce"},
+    ),
+)
 
 
 def estimator_name(config: Mapping[str, Any]) -> str:
@@ -645,6 +678,8 @@ DIALECT = Dialect(
     SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
     RECIPES=RECIPES,
     ERAS=ERAS,
+    LOSS_OPTIONS=LOSS_OPTIONS,
+    SELFTEST=SELFTEST,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

@@ -39,14 +39,33 @@ class EraSetting:
 
 
 @dataclass(frozen=True)
+class SelfTestCases:
+    """The self-test page's cases in a dialect's own keys (``analysis/selftest.py`` runs them).
+
+    Attributes:
+        seed: (name, config, case, expected per-sample advantages) per hand-checked example
+            (docs/reference-values.md); case "one": the seed's group on one token each,
+            "whiten": lengths 3/2/4, "two": the two-group example T14.
+        group_norm: (config, expected advantages) of the seed group's normalization (T1), checked
+            at every position of the current batch.
+        masks: configs the mask check runs (KL into the reward where the dialect can).
+    """
+
+    seed: tuple[tuple[str, Config, str, tuple[float, ...]], ...]
+    group_norm: tuple[Config, tuple[float, float, float]]
+    masks: tuple[Config, ...]
+
+
+@dataclass(frozen=True)
 class Dialect:
     """One framework: its config tables, facts and functions (fields as the module names them).
 
     Tables (each module's docstrings say more): ``DEFAULTS``/``CHOICES``/``HELP`` (reward
     stage), ``LOSS_DEFAULTS``/``LOSS_CHOICES``/``LOSS_HELP``/``LOSS_KEYS`` (policy update),
     ``ALIASES`` (generic knob -> native key), ``KL_CANON``/``KL_NAMES`` (KL estimator names),
-    ``RECIPES`` (named recipes), ``ERAS`` (era presets), ``SELFTEST_CASES`` (the self-test page's
-    cases), ``CONTROLLER_KEYS`` (beta and its controller's keys: what a training step sets).
+    ``CONTROLLER_KEYS`` (beta and its controller's keys: what a training step sets),
+    ``RECIPES`` (named recipes), ``ERAS`` (era presets), ``LOSS_OPTIONS`` (the loss options the
+    Update and Training pages offer), ``SELFTEST`` (the self-test page's cases).
     Functions take and return plain dicts of the dialect's own keys.
     """
 
@@ -79,6 +98,8 @@ class Dialect:
     SINGLETON_BEHAVIOUR: str
     RECIPES: dict[str, dict[str, Any]]
     ERAS: Mapping[str, EraSetting]
+    LOSS_OPTIONS: dict[str, dict[str, Any]]
+    SELFTEST: SelfTestCases
     estimator_name: Callable[[Config], str]
     kl_estimator: Callable[[Config], str]
     to_native: Callable[[Config], dict[str, Any]]

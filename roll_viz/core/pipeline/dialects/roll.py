@@ -38,7 +38,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -333,6 +333,43 @@ ERAS: dict[str, EraSetting] = {
         ),
     ),
 }
+
+#: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
+#: in links (ROLL's own key and value) -> the loss keys it sets; each reads more than log-probs.
+LOSS_OPTIONS: dict[str, dict[str, Any]] = {
+    "pg_variant: topr": {"pg_variant": "topr"},
+    "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
+}
+
+#: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
+SELFTEST = SelfTestCases(
+    seed=(
+        (
+            "roll grpo (T1)",
+            {"adv_estimator": "grpo"},
+            "one",
+            (0.201965964, -1.085567055, 0.883601091),
+        ),
+        (
+            "roll grpo + whiten_advantages, lengths 3/2/4 (T5)",
+            {"adv_estimator": "grpo", "whiten_advantages": True},
+            "whiten",
+            (-0.020933229, -1.622325266, 0.826862555),
+        ),
+        (
+            "roll LitePPO: group mean, batch std, two groups (T14)",
+            {"adv_estimator": "reinforce", "norm_mean_type": "group", "norm_std_type": "batch"},
+            "two",
+            (0.078098764, -0.419780858, 0.341682094, -0.292870366, 0.0, 0.292870366),
+        ),
+    ),
+    group_norm=({"adv_estimator": "grpo"}, (0.201965964, -1.085567055, 0.883601091)),
+    masks=(
+        {"adv_estimator": "gae"},
+        {"adv_estimator": "grpo"},
+        {"adv_estimator": "reinforce", "whiten_advantages": True},
+    ),
+)
 
 
 def estimator_name(config: Mapping[str, Any]) -> str:
@@ -1021,6 +1058,8 @@ DIALECT = Dialect(
     SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
     RECIPES=RECIPES,
     ERAS=ERAS,
+    LOSS_OPTIONS=LOSS_OPTIONS,
+    SELFTEST=SELFTEST,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

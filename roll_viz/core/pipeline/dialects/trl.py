@@ -23,7 +23,7 @@ from torch import Tensor
 from roll_viz.core.ops import apply_mask, group_stats
 from roll_viz.core.pipeline.advantages import token_rewards
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -257,6 +257,37 @@ ERAS: dict[str, EraSetting] = {
         ),
     ),
 }
+
+#: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
+#: in links (TRL's own key and value) -> the loss keys it sets; each reads more than log-probs.
+LOSS_OPTIONS: dict[str, dict[str, Any]] = {
+    "vllm_importance_sampling_mode: token_truncate": {
+        "vllm_importance_sampling_mode": "token_truncate"
+    },
+}
+
+#: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
+SELFTEST = SelfTestCases(
+    seed=(
+        (
+            "trl scale_rewards=group, eps 1e-4 (T1)",
+            {"scale_rewards": "group"},
+            "one",
+            (0.201950822, -1.085485666, 0.883534844),
+        ),
+        (
+            "trl scale_rewards=batch, two groups (T14)",
+            {"scale_rewards": "batch"},
+            "two",
+            (0.0780965, -0.419768687, 0.341672187, -0.292861875, 0.0, 0.292861875),
+        ),
+    ),
+    group_norm=({"scale_rewards": "group"}, (0.201950822, -1.085485666, 0.883534844)),
+    masks=(
+        {"scale_rewards": "group"},
+        {"scale_rewards": "batch"},
+    ),
+)
 
 
 def estimator_name(config: Mapping[str, Any]) -> str:
@@ -703,6 +734,8 @@ DIALECT = Dialect(
     SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
     RECIPES=RECIPES,
     ERAS=ERAS,
+    LOSS_OPTIONS=LOSS_OPTIONS,
+    SELFTEST=SELFTEST,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

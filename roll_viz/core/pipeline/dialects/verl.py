@@ -42,7 +42,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting
+from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -51,7 +51,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     make_trace,
     num,
 )
-from roll_viz.core.pipeline.losses import LossSpec, MetricContext, aggregate
+from roll_viz.core.pipeline.losses import LossMode, LossSpec, MetricContext, aggregate
 from roll_viz.core.pipeline.postprocess import singleton_groups
 from roll_viz.core.records import Batch, RunningMoments, Trace
 
@@ -375,6 +375,45 @@ ERAS: dict[str, EraSetting] = {
     ),
 }
 
+#: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
+#: in links (verl's own key and value) -> the loss keys it sets; each reads more than log-probs.
+LOSS_OPTIONS: dict[str, dict[str, Any]] = {
+    # verl's presets RolloutCorrectionConfig.bypass_ppo_clip() and bypass_pg_is(): pi_old is mu
+    "loss_mode: bypass_mode (ppo_clip)": {"loss_mode": "bypass_mode"},
+    "loss_mode: bypass_mode (reinforce, sequence IS 2.0)": {
+        "loss_mode": "bypass_mode",
+        "loss_type": "reinforce",
+        "rollout_is": "sequence",
+        "rollout_is_threshold": 2.0,
+    },
+}
+
+#: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
+SELFTEST = SelfTestCases(
+    seed=(
+        (
+            "verl grpo (T1)",
+            {"adv_estimator": "grpo"},
+            "one",
+            (0.201965964, -1.085567055, 0.883601091),
+        ),
+        ("verl rloo (T2)", {"adv_estimator": "rloo"}, "one", (0.4, -2.15, 1.75)),
+        (
+            "verl reinforce_plus_plus_baseline, lengths 3/2/4 (T4)",
+            {"adv_estimator": "reinforce_plus_plus_baseline"},
+            "whiten",
+            (-0.020933229, -1.622325271, 0.826862558),
+        ),
+    ),
+    group_norm=({"adv_estimator": "grpo"}, (0.201965964, -1.085567055, 0.883601091)),
+    masks=(
+        {"adv_estimator": "gae"},
+        {"adv_estimator": "grpo"},
+        {"adv_estimator": "reinforce_plus_plus"},
+        {"adv_estimator": "rloo"},
+    ),
+)
+
 
 def estimator_name(config: Mapping[str, Any]) -> str:
     """The advantage estimator a verl config uses ("?" when the key is missing)."""
@@ -679,15 +718,14 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     ``global_batch_size`` (``ppo_mini_batch_size * rollout.n`` rows, ``v1/trainer_base.py::
     _update_actor`` / ``_update_critic``), so the seq-mean modes divide by every row, empty
     responses included. sapo forces seq-mean-token-mean for the policy term
-    (``compute_policy_loss_sapo``); gspo follows ``loss_agg_mode`` (verl 0.9.1,
-    ``compute_policy_loss_gspo``: "we support aggregate the loss in different modes, default is
-    token-mean"; the git main snapshot 1dda039b still hard-codes seq-mean-token-mean there).
+    (``compute_policy_loss_sapo``: its ``LOSS_MODES`` row); gspo follows ``loss_agg_mode`` (verl
+    0.9.1, ``compute_policy_loss_gspo``: "we support aggregate the loss in different modes,
+    default is token-mean"; the git main snapshot 1dda039b still hard-codes seq-mean-token-mean
+    there).
     """
     factor = cfg["loss_scale_factor"]
     same = (_TRAINER_AGG[cfg["loss_agg_mode"]], factor)
-    policy = same
-    if cfg["loss_mode"] == "sapo":
-        policy = ("seq-mean-token-mean-all-rows", None)
+    policy = _loss_mode(cfg).policy_agg or same
     return {"policy": policy, "kl": same, "entropy": same, "value": same}
 
 
@@ -704,12 +742,12 @@ _TRAINER_AGG = {
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     """The verl policy loss as a ``LossSpec`` (``core_algos.compute_policy_loss_<loss_mode>``).
 
+    The KL, entropy and critic settings every loss mode shares, plus the row of ``LOSS_MODES``.
+
     Raises:
-        ValueError: loss_mode dro without dro_beta > 0 (verl raises the same).
+        ValueError: loss_mode dro without dro_beta > 0 (verl raises the same); bypass_mode
+            thresholds that do not fit its rules.
     """
-    mode = cfg["loss_mode"]
-    low = cfg["clip_ratio_low"] if cfg["clip_ratio_low"] is not None else cfg["clip_ratio"]
-    high = cfg["clip_ratio_high"] if cfg["clip_ratio_high"] is not None else cfg["clip_ratio"]
     kl_type = cfg["kl_loss_type"]
     kl_name = KL_CANON[kl_base(kl_type)]
     kwargs = {
@@ -733,124 +771,135 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             f"{cfg['loss_agg_mode']}: divided by every row of the mini-batch (global_batch_size), "
             "empty responses included"
         )
-    if mode == "bypass_mode":
-        _bypass_rules(cfg)
-        if cfg["loss_type"] == "reinforce":
-            notes.append(
-                "loss_mode bypass_mode, loss_type reinforce: -A * logp * w, w the rollout IS "
-                "weight of the current log-prob against mu (no_grad, a constant), no clip"
-            )
-            return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
-        notes.append(
-            f"loss_mode bypass_mode, loss_type ppo_clip: vanilla PPO with old = mu (ratio "
-            f"pi / mu, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip c = "
-            f"{cfg['clip_ratio_c']:g}); IS weights not applied (the ratio already is pi / mu)"
-        )
-        return LossSpec(
-            kind="ppo", level="token", clamp=20.0, eps_low=low, eps_high=high,
-            dual_clip=cfg["clip_ratio_c"], **kwargs,
-        )  # fmt: skip
-    if mode == "gpg":
-        notes.append("loss_mode gpg: loss = -A * logp")
-        return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
-    if mode == "dro":
-        beta = cfg["dro_beta"]
-        if beta is None or beta <= 0:
-            raise ValueError("dro_beta: policy_loss.dro_beta must be > 0 with loss_mode dro")
-        notes.append(f"loss_mode dro: -(A * logp - {beta:g}/2 * (logp - old)^2), no clamp")
-        return LossSpec(kind="kimi", level="token", clamp=None, kimi_tau=beta, **kwargs)
-    if mode == "cispo":
-        lo, hi = 1.0 - low, 1.0 + high
-        notes.append(f"loss_mode cispo: -sg(clip(r, {lo:g}, {hi:g})) * A * logp, d clamped +-20")
-        return LossSpec(
-            kind="cispo", level="token", clamp=20.0, cispo_low=lo, cispo_high=hi, **kwargs
-        )
-    if mode in ("dppo_tv", "dppo_kl"):
-        c = cfg["clip_ratio_c"]
-        what = "p - p_old" if mode == "dppo_tv" else "binary KL(p_old || p)"
-        notes.append(
-            f"loss_mode {mode}: -A * sg(min(r, clip_ratio_c = {c:g})) * logp on tokens whose "
-            f"{what} stays within clip_ratio_low/high ({low:g}/{high:g}, read as divergence "
-            "thresholds), 0 elsewhere; d clamped +-20"
-        )
-        return LossSpec(
-            kind=mode, level="token", clamp=20.0, eps_low=low, eps_high=high, trunc_c=c, **kwargs
-        )
-    if mode == "geo_mean":
-        notes.append(
-            f"loss_mode geo_mean (GMPO): sequence ratio exp(mean of sign-aware clipped d, "
-            f"[-{low:g}, {high:g}]), loss -mean(A) * ratio, mean over all rows (loss_agg_mode "
-            "ignored)"
-        )
-        return LossSpec(
-            kind="geo_mean", level="token", clamp=None, eps_low=low, eps_high=high, **kwargs
-        )
-    if mode == "clip_cov":
-        params = (
-            cfg["clip_cov_ratio"],
-            cfg["clip_cov_lb"],
-            cfg["clip_cov_ub"],
-            int(cfg["viz_clip_cov_seed"]),
-        )
-        notes.append(
-            f"loss_mode clip_cov: PPO clip [1-{low:g}, 1+{high:g}] without dual clip or log-ratio "
-            f"clamp; the PG of max(1, int({params[0]:g} * N)) token(s) drawn among the unclipped "
-            f"ones with {params[1]:g} < cov(A, logp) < {params[2]:g} is zeroed (draw seeded with "
-            f"{params[3]}; verl's is unseeded)"
-        )
-        return LossSpec(
-            kind="clip_cov",
-            level="token",
-            clamp=None,
-            eps_low=low,
-            eps_high=high,
-            clip_cov=params,
-            **kwargs,
-        )
-    if mode == "kl_cov":
-        notes.append(
-            f"loss_mode kl_cov: -A * r (no clip, no clamp) plus {cfg['ppo_kl_coef']:g} * |d| on "
-            f"the top {cfg['kl_cov_ratio']:g} share of tokens by cov(A, logp) (at least one)"
-        )
-        return LossSpec(
-            kind="kl_cov",
-            level="token",
-            clamp=None,
-            kl_cov_ratio=cfg["kl_cov_ratio"],
-            kl_cov_coef=cfg["ppo_kl_coef"],
-            **kwargs,
-        )
-    if mode == "sapo":
-        notes.append("loss_mode sapo: soft gate, d clamped +-20, forces seq-mean-token-mean")
-        return LossSpec(
-            kind="sapo",
-            level="token",
-            clamp=20.0,
-            tau_pos=cfg["tau_pos"],
-            tau_neg=cfg["tau_neg"],
-            **kwargs,
-        )
-    if mode == "gspo":
-        notes.append(
-            "loss_mode gspo: s = exp(mean d) in GSPO-token form, log s clamped <= 10, no dual "
-            "clip, aggregated with loss_agg_mode (verl 0.9.1)"
-        )
-        return LossSpec(
-            kind="ppo", level="sequence-token", clamp=10.0, eps_low=low, eps_high=high, **kwargs
-        )
+    mode = _loss_mode(cfg)
+    return LossSpec(kind=mode.kind, **mode.params(cfg, notes), **kwargs)
+
+
+def _clip_bounds(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """clip_ratio_low / clip_ratio_high, each falling back to clip_ratio."""
+    low = cfg["clip_ratio_low"] if cfg["clip_ratio_low"] is not None else cfg["clip_ratio"]
+    high = cfg["clip_ratio_high"] if cfg["clip_ratio_high"] is not None else cfg["clip_ratio"]
+    return low, high
+
+
+def _vanilla(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
     notes.append(
         f"verl PPO: token ratio, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip always "
         f"on for A<0 with c = clip_ratio_c = {cfg['clip_ratio_c']:g}"
     )
-    return LossSpec(
-        kind="ppo",
-        level="token",
-        clamp=20.0,
-        eps_low=low,
-        eps_high=high,
-        dual_clip=cfg["clip_ratio_c"],
-        **kwargs,
+    dual = cfg["clip_ratio_c"]
+    return {"level": "token", "clamp": 20.0, "eps_low": low, "eps_high": high, "dual_clip": dual}
+
+
+def _bypass_ppo_clip(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _bypass_rules(cfg)
+    low, high = _clip_bounds(cfg)
+    notes.append(
+        f"loss_mode bypass_mode, loss_type ppo_clip: vanilla PPO with old = mu (ratio "
+        f"pi / mu, d clamped +-20, clip [1-{low:g}, 1+{high:g}], dual clip c = "
+        f"{cfg['clip_ratio_c']:g}); IS weights not applied (the ratio already is pi / mu)"
     )
+    dual = cfg["clip_ratio_c"]
+    return {"level": "token", "clamp": 20.0, "eps_low": low, "eps_high": high, "dual_clip": dual}
+
+
+def _bypass_reinforce(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _bypass_rules(cfg)
+    notes.append(
+        "loss_mode bypass_mode, loss_type reinforce: -A * logp * w, w the rollout IS "
+        "weight of the current log-prob against mu (no_grad, a constant), no clip"
+    )
+    return {"level": "token", "clamp": None}
+
+
+def _gpg(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append("loss_mode gpg: loss = -A * logp")
+    return {"level": "token", "clamp": None}
+
+
+def _dro(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    beta = cfg["dro_beta"]
+    if beta is None or beta <= 0:
+        raise ValueError("dro_beta: policy_loss.dro_beta must be > 0 with loss_mode dro")
+    notes.append(f"loss_mode dro: -(A * logp - {beta:g}/2 * (logp - old)^2), no clamp")
+    return {"level": "token", "clamp": None, "kimi_tau": beta}
+
+
+def _cispo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
+    lo, hi = 1.0 - low, 1.0 + high
+    notes.append(f"loss_mode cispo: -sg(clip(r, {lo:g}, {hi:g})) * A * logp, d clamped +-20")
+    return {"level": "token", "clamp": 20.0, "cispo_low": lo, "cispo_high": hi}
+
+
+#: what each DPPO loss mode's trust region measures
+_DPPO_DIVERGENCE = {"dppo_tv": "p - p_old", "dppo_kl": "binary KL(p_old || p)"}
+
+
+def _dppo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
+    c = cfg["clip_ratio_c"]
+    notes.append(
+        f"loss_mode {cfg['loss_mode']}: -A * sg(min(r, clip_ratio_c = {c:g})) * logp on tokens "
+        f"whose {_DPPO_DIVERGENCE[cfg['loss_mode']]} stays within clip_ratio_low/high "
+        f"({low:g}/{high:g}, read as divergence thresholds), 0 elsewhere; d clamped +-20"
+    )
+    return {"level": "token", "clamp": 20.0, "eps_low": low, "eps_high": high, "trunc_c": c}
+
+
+def _geo_mean(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
+    notes.append(
+        f"loss_mode geo_mean (GMPO): sequence ratio exp(mean of sign-aware clipped d, "
+        f"[-{low:g}, {high:g}]), loss -mean(A) * ratio, mean over all rows (loss_agg_mode "
+        "ignored)"
+    )
+    return {"level": "token", "clamp": None, "eps_low": low, "eps_high": high}
+
+
+def _clip_cov(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
+    params = (
+        cfg["clip_cov_ratio"],
+        cfg["clip_cov_lb"],
+        cfg["clip_cov_ub"],
+        int(cfg["viz_clip_cov_seed"]),
+    )
+    notes.append(
+        f"loss_mode clip_cov: PPO clip [1-{low:g}, 1+{high:g}] without dual clip or log-ratio "
+        f"clamp; the PG of max(1, int({params[0]:g} * N)) token(s) drawn among the unclipped "
+        f"ones with {params[1]:g} < cov(A, logp) < {params[2]:g} is zeroed (draw seeded with "
+        f"{params[3]}; verl's is unseeded)"
+    )
+    return {"level": "token", "clamp": None, "eps_low": low, "eps_high": high, "clip_cov": params}
+
+
+def _kl_cov(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append(
+        f"loss_mode kl_cov: -A * r (no clip, no clamp) plus {cfg['ppo_kl_coef']:g} * |d| on "
+        f"the top {cfg['kl_cov_ratio']:g} share of tokens by cov(A, logp) (at least one)"
+    )
+    return {
+        "level": "token",
+        "clamp": None,
+        "kl_cov_ratio": cfg["kl_cov_ratio"],
+        "kl_cov_coef": cfg["ppo_kl_coef"],
+    }
+
+
+def _sapo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append("loss_mode sapo: soft gate, d clamped +-20, forces seq-mean-token-mean")
+    return {"level": "token", "clamp": 20.0, "tau_pos": cfg["tau_pos"], "tau_neg": cfg["tau_neg"]}
+
+
+def _gspo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_bounds(cfg)
+    notes.append(
+        "loss_mode gspo: s = exp(mean d) in GSPO-token form, log s clamped <= 10, no dual "
+        "clip, aggregated with loss_agg_mode (verl 0.9.1)"
+    )
+    return {"level": "sequence-token", "clamp": 10.0, "eps_low": low, "eps_high": high}
 
 
 def _bypass_rules(cfg: Mapping[str, Any]) -> None:
@@ -939,60 +988,17 @@ def bypass_inputs(
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """The logged actor/critic metrics under the names verl logs them.
 
-    The worker returns ``kl_loss`` / ``kl_coef`` (``workers/utils/losses.py::ppo_loss``); the
-    trainer prefixes every actor metric with ``actor/`` (``rename_dict(..., "actor/")``), so they
-    reach the logger as ``actor/kl_loss`` and ``actor/kl_coef``.
+    ``actor/pg_loss``, then the loss mode's own (its ``LOSS_MODES`` row), then the KL, entropy
+    and critic terms. The worker returns ``kl_loss`` / ``kl_coef``
+    (``workers/utils/losses.py::ppo_loss``); the trainer prefixes every actor metric with
+    ``actor/`` (``rename_dict(..., "actor/")``), so they reach the logger as ``actor/kl_loss``
+    and ``actor/kl_coef``.
     """
-    spec, mode = ctx.spec, ctx.cfg["loss_mode"]
+    spec = ctx.spec
     out: dict[str, float] = {"actor/pg_loss": ctx.item("policy")}
-    if mode == "bypass_mode":
-        _bypass_pg_note(ctx)
-        full = ctx.full_mask
-        mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
-        gap = rc.verl_offpolicy_metrics(ctx.logp, mu, full)
-        if ctx.cfg["rollout_is"] is not None:
-            gap |= rc.verl_is_metrics(
-                ctx.logp, mu, full, ctx.cfg["rollout_is"], ctx.cfg["rollout_is_threshold"],
-                ctx.cfg["rollout_is_batch_normalize"],
-            )  # fmt: skip
-        if ctx.cfg["rollout_rs"] is not None:
-            gap |= rc.verl_rs_metrics(
-                ctx.logp, mu, full, ctx.cfg["rollout_rs"], ctx.cfg["rollout_rs_threshold"]
-            )
-        out.update({f"actor/rollout_corr/{k}": v for k, v in gap.items()})
-        mode = "gpg" if ctx.cfg["loss_type"] == "reinforce" else "vanilla"
-        if mode == "gpg":  # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
-            out["actor/ppo_kl"] = ctx.token_mean(-ctx.d)
-    clamped = spec.clamp is not None and spec.level == "token"
-    d = ctx.d.clamp(-20.0, 20.0) if clamped else ctx.d
-    if mode == "kl_cov":
-        out["actor/ppo_kl"] = ctx.token_mean(ctx.d.abs())
-    elif mode == "dro":
-        out["actor/ppo_kl"] = ctx.token_mean(-ctx.d)
-    elif mode != "gpg":
-        frac, lower = 0.0, 0.0
-        if mode in ("vanilla", "gspo"):
-            surr1, surr2 = ctx.surrogates()
-            frac = ctx.token_mean(-surr2 > -surr1)
-            if mode == "vanilla":
-                clip1 = torch.maximum(-surr1, -surr2)
-                lower = ctx.token_mean((clip1 > -spec.dual_clip * ctx.adv) & (ctx.adv < 0))
-        elif mode == "cispo":
-            frac = ctx.token_mean(ctx.r != ctx.r.clamp(spec.cispo_low, spec.cispo_high))
-        elif mode in ("dppo_tv", "dppo_kl"):
-            valid = ctx.extra["valid"]
-            frac = ctx.token_mean(~valid)
-            lower = ctx.token_mean((ctx.r > spec.trunc_c) & valid)
-        elif mode == "clip_cov":
-            frac = ctx.token_mean(ctx.extra["clip_cov_zeroed"])
-        elif mode == "geo_mean":
-            clipped = ctx.d != ctx.d.clamp(-spec.eps_low, spec.eps_high)
-            frac = ctx.token_mean(clipped & (ctx.adv > 0))
-            lower = ctx.token_mean(clipped & (ctx.adv < 0))
-        out["actor/pg_clipfrac"] = frac
-        out["actor/ppo_kl"] = ctx.token_mean(-d)
-        if mode != "clip_cov":  # clip_cov logs no pg_clipfrac_lower
-            out["actor/pg_clipfrac_lower"] = lower
+    mode = _loss_mode(ctx.cfg)
+    if mode.metrics is not None:
+        out.update(mode.metrics(ctx))
     if ctx.entropy is not None:
         out["actor/entropy_loss"] = ctx.item("entropy")
     if spec.kl_on:
@@ -1002,6 +1008,119 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["critic/vf_loss"] = ctx.item("value")
         out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
     return out
+
+
+def _clip_metrics(ctx: MetricContext, frac: float, lower: float | None) -> dict[str, float]:
+    """The clip metrics: pg_clipfrac, ppo_kl (mean -d, clamped as the loss clamps) and lower."""
+    clamped = ctx.spec.clamp is not None and ctx.spec.level == "token"
+    d = ctx.d.clamp(-20.0, 20.0) if clamped else ctx.d
+    out = {"actor/pg_clipfrac": frac, "actor/ppo_kl": ctx.token_mean(-d)}
+    if lower is not None:
+        out["actor/pg_clipfrac_lower"] = lower
+    return out
+
+
+def _vanilla_metrics(ctx: MetricContext) -> dict[str, float]:
+    surr1, surr2 = ctx.surrogates()
+    clip1 = torch.maximum(-surr1, -surr2)
+    lower = ctx.token_mean((clip1 > -ctx.spec.dual_clip * ctx.adv) & (ctx.adv < 0))
+    return _clip_metrics(ctx, ctx.token_mean(-surr2 > -surr1), lower)
+
+
+def _gspo_metrics(ctx: MetricContext) -> dict[str, float]:
+    surr1, surr2 = ctx.surrogates()
+    return _clip_metrics(ctx, ctx.token_mean(-surr2 > -surr1), 0.0)
+
+
+def _cispo_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec = ctx.spec
+    frac = ctx.token_mean(ctx.r != ctx.r.clamp(spec.cispo_low, spec.cispo_high))
+    return _clip_metrics(ctx, frac, 0.0)
+
+
+def _dppo_metrics(ctx: MetricContext) -> dict[str, float]:
+    valid = ctx.extra["valid"]
+    lower = ctx.token_mean((ctx.r > ctx.spec.trunc_c) & valid)
+    return _clip_metrics(ctx, ctx.token_mean(~valid), lower)
+
+
+def _clip_cov_metrics(ctx: MetricContext) -> dict[str, float]:
+    # clip_cov logs no pg_clipfrac_lower
+    return _clip_metrics(ctx, ctx.token_mean(ctx.extra["clip_cov_zeroed"]), None)
+
+
+def _geo_mean_metrics(ctx: MetricContext) -> dict[str, float]:
+    clipped = ctx.d != ctx.d.clamp(-ctx.spec.eps_low, ctx.spec.eps_high)
+    frac = ctx.token_mean(clipped & (ctx.adv > 0))
+    return _clip_metrics(ctx, frac, ctx.token_mean(clipped & (ctx.adv < 0)))
+
+
+def _sapo_metrics(ctx: MetricContext) -> dict[str, float]:
+    return _clip_metrics(ctx, 0.0, 0.0)
+
+
+def _kl_cov_metrics(ctx: MetricContext) -> dict[str, float]:
+    return {"actor/ppo_kl": ctx.token_mean(ctx.d.abs())}
+
+
+def _dro_metrics(ctx: MetricContext) -> dict[str, float]:
+    return {"actor/ppo_kl": ctx.token_mean(-ctx.d)}
+
+
+def _bypass_metrics(ctx: MetricContext) -> dict[str, float]:
+    """bypass_mode's rollout-correction metrics (``actor/rollout_corr/*``) of pi against mu."""
+    _bypass_pg_note(ctx)
+    cfg, full = ctx.cfg, ctx.full_mask
+    mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
+    gap = rc.verl_offpolicy_metrics(ctx.logp, mu, full)
+    if cfg["rollout_is"] is not None:
+        gap |= rc.verl_is_metrics(
+            ctx.logp,
+            mu,
+            full,
+            cfg["rollout_is"],
+            cfg["rollout_is_threshold"],
+            cfg["rollout_is_batch_normalize"],
+        )
+    if cfg["rollout_rs"] is not None:
+        gap |= rc.verl_rs_metrics(
+            ctx.logp, mu, full, cfg["rollout_rs"], cfg["rollout_rs_threshold"]
+        )
+    return {f"actor/rollout_corr/{k}": v for k, v in gap.items()}
+
+
+def _bypass_ppo_clip_metrics(ctx: MetricContext) -> dict[str, float]:
+    return _bypass_metrics(ctx) | _vanilla_metrics(ctx)
+
+
+def _bypass_reinforce_metrics(ctx: MetricContext) -> dict[str, float]:
+    # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
+    return _bypass_metrics(ctx) | {"actor/ppo_kl": ctx.token_mean(-ctx.d)}
+
+
+#: ``loss_mode`` (bypass_mode by its ``loss_type``) -> the kind it runs, its parameters and the
+#: metrics verl logs for it (``core_algos.compute_policy_loss_<loss_mode>``, verl 0.9.1).
+LOSS_MODES: dict[str, LossMode] = {
+    "vanilla": LossMode("ppo", _vanilla, _vanilla_metrics),
+    "gspo": LossMode("ppo", _gspo, _gspo_metrics),
+    "gpg": LossMode("pg", _gpg),
+    "dro": LossMode("kimi", _dro, _dro_metrics),
+    "cispo": LossMode("cispo", _cispo, _cispo_metrics),
+    "dppo_tv": LossMode("dppo_tv", _dppo, _dppo_metrics),
+    "dppo_kl": LossMode("dppo_kl", _dppo, _dppo_metrics),
+    "geo_mean": LossMode("geo_mean", _geo_mean, _geo_mean_metrics),
+    "clip_cov": LossMode("clip_cov", _clip_cov, _clip_cov_metrics),
+    "kl_cov": LossMode("kl_cov", _kl_cov, _kl_cov_metrics),
+    "sapo": LossMode("sapo", _sapo, _sapo_metrics, ("seq-mean-token-mean-all-rows", None)),
+    "bypass_mode:ppo_clip": LossMode("ppo", _bypass_ppo_clip, _bypass_ppo_clip_metrics),
+    "bypass_mode:reinforce": LossMode("pg", _bypass_reinforce, _bypass_reinforce_metrics),
+}
+
+
+def _loss_mode(cfg: Mapping[str, Any]) -> LossMode:
+    """The ``LOSS_MODES`` row of a config (bypass_mode's by its loss_type)."""
+    mode = cfg["loss_mode"]
+    return LOSS_MODES.get(f"{mode}:{cfg.get('loss_type')}") or LOSS_MODES[mode]
 
 
 def _bypass_pg_note(ctx: MetricContext) -> None:
@@ -1048,6 +1167,8 @@ DIALECT = Dialect(
     SINGLETON_BEHAVIOUR=SINGLETON_BEHAVIOUR,
     RECIPES=RECIPES,
     ERAS=ERAS,
+    LOSS_OPTIONS=LOSS_OPTIONS,
+    SELFTEST=SELFTEST,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,
