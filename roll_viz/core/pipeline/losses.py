@@ -53,7 +53,7 @@ to its value, so that the two cannot drift apart.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,6 +338,26 @@ class LossSpec:
     unmasked_token_sum: bool = False
     # the sampler's IS ratio (TRL vllm_importance_sampling_*): mode, clip min, clip max
     sampler_is: tuple[str, float | None, float | None] | None = None
+
+
+@dataclass(frozen=True)
+class LossMode:
+    """One row of a dialect's loss table: its loss name (``loss_mode``, ``pg_variant``, ...).
+
+    Attributes:
+        kind: the registered kind it runs (a key of ``policy_terms.POLICY_TERMS``).
+        params: (resolved config, notes) -> that kind's ``LossSpec`` fields (level, clamp, clip
+            bounds, ...); appends the note saying what the dialect runs.
+        metrics: the metrics the framework logs for this loss, under its own names (the
+            dialect's ``loss_metrics`` adds the ones every loss logs), or None.
+        policy_agg: the policy term's aggregation (AGG_MODES name, scale factor) where the loss
+            forces one, else None (the dialect's ``loss_agg_mode``).
+    """
+
+    kind: str
+    params: Callable[[Mapping[str, Any], list[str]], dict[str, Any]]
+    metrics: Callable[[MetricContext], dict[str, float]] | None = None
+    policy_agg: tuple[str, Any] | None = None
 
 
 # -------------------------------------------------------------------- inputs and entry point
