@@ -51,7 +51,7 @@ with ui.page_guard("Samples"):
         st.latex(r"\text{surprise}_t = -\log \pi(y_t)")
 
     with main:
-        if dict(rollout.meta).get("decode_weights") == "int8-dynamic":
+        if rollout.meta.decode_weights == "int8-dynamic":
             st.info(
                 "Fast sampling: these answers were drawn by an int8 copy of the model; every "
                 "log-prob, KL and entropy below is the float model's score of the drawn tokens.",

@@ -93,7 +93,7 @@ with ui.page_guard("Update"):
             "Switch back under Policy in the sidebar.",
         )
         u2.caption(upd.timing_markdown(result))  # beside the button: the figure stays high
-        if dict(rollout.meta).get("policy_mode") == "steered":
+        if rollout.meta.policy_mode == "steered":
             st.caption(
                 "This batch was sampled by the steered policy (hidden instruction), the adapter sees "
                 "the plain prompt: the ratio starts away from 1."

@@ -260,6 +260,90 @@ class Rollout:
         return len(self.responses) // max(len(self.prompts), 1)
 
 
+def build_rollout(
+    *,
+    prompts: tuple[str, ...],
+    group_ids: Tensor,
+    responses: tuple[str, ...],
+    token_ids: Tensor,
+    tokens: tuple[tuple[str, ...], ...],
+    response_mask: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    exact_kl: Tensor,
+    entropy: Tensor,
+    topk_ids: Tensor,
+    topk_logprobs: Tensor,
+    topk_ref_logprobs: Tensor,
+    finish_reasons: tuple[str, ...],
+    meta: RolloutMeta,
+    greedy_responses: tuple[str, ...] = (),
+    features: Tensor | None = None,
+    vocab: dict | None = None,
+) -> Rollout:
+    """The one place a Rollout is made: the sampler's, an engine's, a run file's, a preset's.
+
+    Every maker (``lm.sampling``, ``lm.engine_rollout``, ``lm.runfile``, ``data.presets``,
+    ``data.runs``, an imported run's scores-only step) calls this, so the shapes are checked at
+    the boundary once and ``meta`` is typed (a ``RolloutMeta``, never a bag of pairs).
+
+    Args:
+        prompts: (P,) the prompts.
+        group_ids: (B,) long, prompt index of each row.
+        responses: (B,) response texts.
+        token_ids: (B, T) long, sampled ids, 0 on padding.
+        tokens: (B,) display strings of each row's tokens.
+        response_mask: (B, T) 1.0 on response tokens.
+        logprobs: (B, T) log-probs of the tokens under the policy.
+        ref_logprobs: (B, T) the same under the reference.
+        exact_kl: (B, T) KL(policy || ref) per position.
+        entropy: (B, T) the policy's entropy per position.
+        topk_ids: (B, T, K) long, the policy's top-K tokens (K may be 0).
+        topk_logprobs: (B, T, K) their log-probs under the policy.
+        topk_ref_logprobs: (B, T, K) their log-probs under the reference.
+        finish_reasons: (B,) "eos", "length" or "unknown".
+        meta: how it was made.
+        greedy_responses: (P,) greedy answers, or ().
+        features: (B, T, F) probe features, or None.
+        vocab: id -> display string ({} when None).
+    """
+    shape = tuple(token_ids.shape)
+    per_token = {
+        "response_mask": response_mask,
+        "logprobs": logprobs,
+        "ref_logprobs": ref_logprobs,
+        "exact_kl": exact_kl,
+        "entropy": entropy,
+    }
+    for name, value in per_token.items():
+        assert tuple(value.shape) == shape, f"{name} {tuple(value.shape)} != token_ids {shape}"
+    for name, value in (("topk_logprobs", topk_logprobs), ("topk_ref_logprobs", topk_ref_logprobs)):
+        assert value.shape == topk_ids.shape, f"{name} {tuple(value.shape)} != topk_ids"
+    assert tuple(topk_ids.shape[:2]) == shape, f"topk_ids {tuple(topk_ids.shape)} vs {shape}"
+    assert len(responses) == group_ids.numel() == shape[0], "one response and group id per row"
+    assert isinstance(meta, RolloutMeta), "meta is a RolloutMeta (RolloutMeta.of(pairs))"
+    return Rollout(
+        prompts=prompts,
+        group_ids=group_ids,
+        responses=responses,
+        token_ids=token_ids,
+        tokens=tokens,
+        response_mask=response_mask,
+        logprobs=logprobs,
+        ref_logprobs=ref_logprobs,
+        exact_kl=exact_kl,
+        entropy=entropy,
+        topk_ids=topk_ids,
+        topk_logprobs=topk_logprobs,
+        topk_ref_logprobs=topk_ref_logprobs,
+        finish_reasons=finish_reasons,
+        greedy_responses=greedy_responses,
+        features=features,
+        vocab={} if vocab is None else vocab,
+        meta=meta,
+    )
+
+
 def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
     """The rollout restricted to ``rows`` (B',) long: tensors, texts and group ids follow.
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.sampling import sample
@@ -184,7 +184,7 @@ def rollout_from_dict(data: dict[str, Any]) -> Rollout:
     features = None
     if data.get("features") is not None:
         features = dense("features", (data["feature_dim"],))
-    return Rollout(
+    return build_rollout(
         prompts=tuple(data["prompts"]),
         group_ids=torch.tensor(data["group_ids"], dtype=torch.long),
         responses=tuple(data["responses"]),
@@ -202,7 +202,7 @@ def rollout_from_dict(data: dict[str, Any]) -> Rollout:
         greedy_responses=tuple(data["greedy_responses"]),
         features=features,
         vocab={int(key): value for key, value in data["vocab"].items()},
-        meta=tuple(tuple(pair) for pair in data["meta"]),
+        meta=RolloutMeta.of(data["meta"]),
     )
 
 

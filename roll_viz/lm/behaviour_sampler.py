@@ -111,13 +111,16 @@ def _rescore(policy: LoraPolicy, cfg: SamplingConfig, drawn: Rollout, weights: s
         out[mask] = values.clone()
         return out
 
-    meta = dict(drawn.meta)
-    meta["decode_note"] = (
-        f"responses drawn by a {weights} copy of the model with the LoRA adapter merged in "
-        f"(the behaviour policy mu); scores from the {bundle.dtype_name} model with the adapter"
+    meta = replace(
+        drawn.meta,
+        decode_note=(
+            f"responses drawn by a {weights} copy of the model with the LoRA adapter merged in "
+            f"(the behaviour policy mu); scores from the {bundle.dtype_name} model with the "
+            "adapter"
+        ),
+        kl_note="exact KL(policy || ref) over the full vocabulary; ref = adapter off",
+        policy_mode="lora",
     )
-    meta["kl_note"] = "exact KL(policy || ref) over the full vocabulary; ref = adapter off"
-    meta["policy_mode"] = "lora"
     return replace(
         drawn,
         logprobs=spread(scores.logprobs),
@@ -129,7 +132,7 @@ def _rescore(policy: LoraPolicy, cfg: SamplingConfig, drawn: Rollout, weights: s
         topk_ref_logprobs=spread(scores.topk_ref_logprobs),
         features=features.clone(),
         vocab=vocab,
-        meta=tuple(sorted(meta.items())),
+        meta=meta,
     )
 
 
@@ -143,7 +146,7 @@ def _lean_draw(policy: LoraPolicy, cfg: SamplingConfig, weights: str) -> Draw:
     with bundle.lock, policy.activate(bundle):
         merged = merged_bundle(policy)
     drawn = sample(merged, cfg, decode=DecodeOptions(weights=weights))
-    if dict(drawn.meta).get("decode_weights") == merged.dtype_name:
+    if drawn.meta.decode_weights == merged.dtype_name:
         raise ValueError(f"{weights} sampler: the lean step does not support this model")
     mask = drawn.response_mask > 0
     rows = [merged.chat_ids(drawn.prompts[int(g)]) for g in drawn.group_ids]

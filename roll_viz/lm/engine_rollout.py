@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm.engine import EngineError, EngineSample, EngineScore, RolloutEngine
 from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import ModelBundle, apply_chat_template
@@ -194,7 +194,7 @@ def _rollout(
     responses = tuple(_text(tpl, list(r)) for r in drawn.token_ids)
     greedy_texts = () if greedy is None else tuple(_text(tpl, list(r)) for r in greedy.token_ids)
     meta = _meta(bundle, cfg, source, label, filled)
-    return Rollout(
+    return build_rollout(
         prompts=cfg.prompts,
         group_ids=torch.tensor(drawn.prompt_index, dtype=torch.long),
         responses=responses,
@@ -212,7 +212,7 @@ def _rollout(
         greedy_responses=greedy_texts,
         features=features,
         vocab=vocab,
-        meta=tuple(sorted(meta.items())),
+        meta=meta,
     )
 
 
@@ -260,44 +260,44 @@ def _text(tpl: _Templater, ids: list[int]) -> str:
 
 def _meta(
     bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource, label: str, filled: int
-) -> dict:
+) -> RolloutMeta:
     shares = source.shares_reference
-    return {
-        "model": bundle.name,
-        "model_spec": bundle.spec,
-        "engine": label,
-        "device": label,
-        "dtype": "float32",
-        "seed": cfg.seed,
-        "group_size": cfg.group_size,
-        "temperature": cfg.temperature,
-        "top_p": cfg.top_p,
-        "max_new_tokens": cfg.max_new_tokens,
-        "policy_mode": getattr(source, "mode", cfg.policy_mode),
-        "instruction": cfg.instruction if cfg.policy_mode == "steered" else "",
-        "logprob_temperature": 1.0,
-        "logprob_note": (
+    return RolloutMeta(
+        model=bundle.name,
+        model_spec=bundle.spec,
+        engine=label,
+        device=label,
+        dtype="float32",
+        seed=cfg.seed,
+        group_size=cfg.group_size,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        policy_mode=getattr(source, "mode", cfg.policy_mode),
+        instruction=cfg.instruction if cfg.policy_mode == "steered" else "",
+        logprob_temperature=1.0,
+        logprob_note=(
             f"raw log_softmax(logits) from {label} (temperature 1 whatever the sampling "
             "temperature), same for policy and reference; top-p truncation not applied"
         ),
-        "kl_note": (
+        kl_note=(
             "identical: the policy IS the reference, so KL is exactly 0"
             if shares
             else f"KL(policy || ref) over the policy's top-{cfg.topk} tokens plus one bucket for "
             "the rest of the vocabulary: a lower bound of the exact KL (the engine returns top-K "
             "only)"
         ),
-        "entropy_note": f"entropy over the top-{cfg.topk} tokens plus one bucket: a lower bound",
-        "ref_topk_filled": filled,
-        "decode_weights": "float32",
-        "decode_note": f"responses drawn by {label} (float32)",
-        "topk": cfg.topk,
-        "feature_dim": cfg.feature_dim,
-        "feature_note": (
+        entropy_note=f"entropy over the top-{cfg.topk} tokens plus one bucket: a lower bound",
+        ref_topk_filled=filled,
+        decode_weights="float32",
+        decode_note=f"responses drawn by {label} (float32)",
+        topk=cfg.topk,
+        feature_dim=cfg.feature_dim,
+        feature_note=(
             "per-position log-prob summaries (policy, reference, top-K of both) x fixed random "
             f"projection (seed {FEATURE_SEED}); the engine returns no hidden states"
         ),
-    }
+    )
 
 
 # ---------------------------------------------------------------------------------------------

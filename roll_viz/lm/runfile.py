@@ -62,7 +62,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -70,10 +70,11 @@ from torch import Tensor
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm.loss_options import DEFAULT_OPTION, SAMPLERS, option_keys, options_for
 from roll_viz.lm.loss_options import OPTION_IDS as OPTION_IDS
 from roll_viz.lm.loss_options import SAMPLER_LABELS as SAMPLER_LABELS
+from roll_viz.lm.request import SamplingConfig
 from roll_viz.rewards import (
     EXTRA_PARAMS,
     EXTRA_REWARDS,
@@ -185,17 +186,23 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+#: the sampling fields a run file stores flat in its settings (``TrainSettings.sampling``)
+SAMPLING_KEYS = ("prompts", "group_size", "max_new_tokens", "temperature", "top_p", "seed")
+#: a run file's response length when its settings lack one (the run files' default before the
+#: sampling fields moved into ``SamplingConfig``, whose own default is 48)
+FILE_MAX_NEW_TOKENS = 32
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """Everything that defines a training run. Frozen, hashable, JSON round-trip.
 
     Attributes:
-        prompts: (P,) user prompts.
-        group_size: G samples per prompt.
-        max_new_tokens: response length cap.
-        temperature: sampling temperature (> 0).
-        top_p: nucleus mass.
-        seed: run seed: the adapter's init and step k's sampling seed (seed * 1_000_003 + k).
+        sampling: what every step samples, the one declaration of the sampling fields
+            (``lm.request.SamplingConfig``): prompts (P,), group_size G, max_new_tokens,
+            temperature (> 0 for training), top_p, and seed, the run seed: the adapter's init and
+            step k's sampling seed (``sampling_seed``). The run file stores these six flat
+            (``SAMPLING_KEYS``), as before.
         steps: N training steps.
         reward: the reward.
         framework: dialect ("roll", "verl", "openrlhf", "trl").
@@ -228,12 +235,7 @@ class TrainSettings:
             makes no update.
     """
 
-    prompts: tuple[str, ...]
-    group_size: int = 4
-    max_new_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
+    sampling: SamplingConfig
     steps: int = 20
     reward: RewardChoice = field(default_factory=RewardChoice)
     framework: str = "roll"
@@ -257,24 +259,20 @@ class TrainSettings:
     filter_zero_variance: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.prompts, str):
-            raise ValueError("prompts must be a tuple of strings")
-        object.__setattr__(self, "prompts", tuple(self.prompts))
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ValueError("sampling must be a SamplingConfig (lm.request)")
         if isinstance(self.config, Mapping):
             object.__setattr__(self, "config", tuple(sorted(self.config.items())))
         else:
             object.__setattr__(
                 self, "config", tuple(sorted((k, _freeze(v)) for k, v in self.config))
             )
-        problems = []
-        if not self.prompts or not all(isinstance(p, str) and p.strip() for p in self.prompts):
-            problems.append("give at least one non-empty prompt")
+        problems = []  # the sampling fields' own rules are SamplingConfig's
+        group_size = self.sampling.group_size
         if not 1 <= self.steps <= 100_000:
             problems.append("steps must be at least 1")
-        if not self.group_size >= 1:
-            problems.append("group_size must be at least 1")
-        if self.pods_m and not 2 <= self.pods_m < self.group_size:
-            problems.append(f"pods_m must be 0 (off) or in 2..{self.group_size - 1} (below G)")
+        if self.pods_m and not 2 <= self.pods_m < group_size:
+            problems.append(f"pods_m must be 0 (off) or in 2..{group_size - 1} (below G)")
         if self.beta_mode not in BETA_MODES:
             problems.append(f"beta_mode must be one of {BETA_MODES}")
         dialect = dialects.DIALECTS.get(self.framework)
@@ -286,8 +284,15 @@ class TrainSettings:
             problems.append("the adaptive controller needs target_kl > 0 and horizon > 0")
         if not (math.isfinite(self.lr) and self.lr > 0):
             problems.append("lr must be > 0")
-        if not self.temperature > 0:
+        if not self.sampling.temperature > 0:
             problems.append("training samples need temperature > 0")
+        unsaved = [
+            f.name
+            for f in fields(SamplingConfig)
+            if f.name not in SAMPLING_KEYS and getattr(self.sampling, f.name) != f.default
+        ]
+        if unsaved:  # each step sets its own (lm.train); a run file keeps only SAMPLING_KEYS
+            problems.append(f"sampling: {', '.join(unsaved)} must keep SamplingConfig's defaults")
         if self.sample_every < 1:
             problems.append("sample_every must be >= 1")
         if self.ppo_epochs < 1:
@@ -335,12 +340,13 @@ class TrainSettings:
 
     def sampling_seed(self, step: int) -> int:
         """Seed of step ``step``'s sampling."""
-        return (self.seed * 1_000_003 + step) % (2**62)
+        return (self.sampling.seed * 1_000_003 + step) % (2**62)
 
     def to_json(self) -> dict:
-        """Plain JSON form (lists, dicts, numbers, strings)."""
-        out = asdict(self)
-        out["prompts"] = list(self.prompts)
+        """Plain JSON form (lists, dicts, numbers, strings); the sampling fields flat, first."""
+        out: dict[str, Any] = {k: getattr(self.sampling, k) for k in SAMPLING_KEYS}
+        out["prompts"] = list(self.sampling.prompts)
+        out.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "sampling"})
         out["reward"] = self.reward.to_json()
         out["config"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.config}
         return out
@@ -348,14 +354,26 @@ class TrainSettings:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainSettings:
         """Inverse of ``to_json``; unknown keys are ignored, missing ones take defaults."""
-        known = set(cls.__dataclass_fields__)
+        known = set(SAMPLING_KEYS) | set(cls.__dataclass_fields__) - {"sampling"}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["prompts"] = tuple(data["prompts"])
         if "reward" in data:
             kwargs["reward"] = RewardChoice.from_json(data["reward"])
         if "config" in data:
             kwargs["config"] = tuple(sorted((k, _freeze(v)) for k, v in data["config"].items()))
-        return cls(**kwargs)
+        return cls.flat(**kwargs)
+
+    @classmethod
+    def flat(cls, **values: Any) -> TrainSettings:
+        """Settings from one flat set of values, as a run file stores them.
+
+        The ``SAMPLING_KEYS`` (prompts, group_size, ...) go into ``sampling`` (their defaults
+        and rules are ``SamplingConfig``'s; a missing max_new_tokens is the run files' 32), the
+        rest are this record's fields: ``TrainSettings.flat(prompts=("Hi",), steps=2)``.
+        """
+        sampling = {k: values.pop(k) for k in SAMPLING_KEYS if k in values}
+        sampling.setdefault("max_new_tokens", FILE_MAX_NEW_TOKENS)
+        return cls(sampling=SamplingConfig(**sampling), **values)
 
     def describe(self) -> str:
         """One line: framework, estimator, beta, reward, lr (for captions)."""
@@ -374,8 +392,8 @@ class TrainSettings:
             extras.append(", zero-variance groups dropped")
         return (
             f"{self.framework} / {self.estimator}, {beta}, reward {self.reward.label()}, "
-            f"lr {self.lr:g}, LoRA r{self.lora_rank}, {len(self.prompts)} prompts x "
-            f"{self.group_size} x {self.max_new_tokens} tokens" + "".join(extras)
+            f"lr {self.lr:g}, LoRA r{self.lora_rank}, {len(self.sampling.prompts)} prompts x "
+            f"{self.sampling.group_size} x {self.sampling.max_new_tokens} tokens" + "".join(extras)
         )
 
 
@@ -493,7 +511,7 @@ class StepSamples:
             for i, tok in zip(row_ids, row_tokens, strict=False):
                 vocab[int(i)] = tok
         logprobs = grid(self.logprobs)
-        return Rollout(
+        return build_rollout(
             prompts=self.prompts,
             group_ids=torch.tensor(self.group_ids, dtype=torch.long),
             responses=self.responses,
@@ -509,7 +527,7 @@ class StepSamples:
             topk_ref_logprobs=grid(self.ref_logprobs)[..., None],
             finish_reasons=self.finish,
             vocab=vocab,
-            meta=(("policy_mode", "trained"),),
+            meta=RolloutMeta(policy_mode="trained"),
         )
 
 

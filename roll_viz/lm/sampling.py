@@ -67,7 +67,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm import threads
 from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, prefill, weights_kind
 from roll_viz.lm.flight import SingleFlight
@@ -462,7 +462,7 @@ def _rollout(
         out[valid] = values.clone()
         return out
 
-    return Rollout(
+    return build_rollout(
         prompts=cfg.prompts,
         group_ids=ctx.group_ids.clone(),
         responses=texts.responses,
@@ -480,50 +480,50 @@ def _rollout(
         greedy_responses=texts.greedy,
         features=features,
         vocab=texts.vocab,
-        meta=tuple(sorted(_meta(bundle, cfg, source, kind).items())),
+        meta=_meta(bundle, cfg, source, kind),
     )
 
 
-def _meta(bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource, kind: str) -> dict:
+def _meta(bundle: ModelBundle, cfg: SamplingConfig, source: PolicySource, kind: str) -> RolloutMeta:
     """What the Rollout says about how it was made (model, decoding, scoring conventions)."""
     lp_temperature = cfg.temperature if cfg.temperature > 0 else 1.0
-    meta = {
-        "model": bundle.name,
-        "model_spec": bundle.spec,
-        "device": str(bundle.device),
-        "dtype": bundle.dtype_name,
-        "seed": cfg.seed,
-        "group_size": cfg.group_size,
-        "temperature": cfg.temperature,
-        "top_p": cfg.top_p,
-        "max_new_tokens": cfg.max_new_tokens,
-        "policy_mode": cfg.policy_mode,
-        "instruction": cfg.instruction if cfg.policy_mode == "steered" else "",
-        "logprob_temperature": lp_temperature,
-        "logprob_note": (
+    meta = RolloutMeta(
+        model=bundle.name,
+        model_spec=bundle.spec,
+        device=str(bundle.device),
+        dtype=bundle.dtype_name,
+        seed=cfg.seed,
+        group_size=cfg.group_size,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        policy_mode=cfg.policy_mode,
+        instruction=cfg.instruction if cfg.policy_mode == "steered" else "",
+        logprob_temperature=lp_temperature,
+        logprob_note=(
             f"log_softmax(logits / {lp_temperature:g}) over the full vocabulary, "
             "same temperature for policy and reference; top-p truncation not applied"
         ),
-        "kl_note": (
+        kl_note=(
             "identical: the policy IS the reference, reference scores reuse the policy's, "
             "so KL is exactly 0 (the start of RL training)"
             if source.shares_reference
             else "steered: the policy sees the hidden instruction, the reference scores the same "
             "tokens without it; exact KL(policy || ref) over the full vocabulary"
         ),
-        "decode_weights": {"int8": "int8-dynamic", "bf16": "bfloat16-lean"}.get(kind, kind),
-        "decode_note": {
+        decode_weights={"int8": "int8-dynamic", "bf16": "bfloat16-lean"}.get(kind, kind),
+        decode_note={
             "int8": "responses drawn by an int8 dynamically quantized copy of the model (fast "
             f"decode); scores from the {bundle.dtype_name} model",
             "bf16": "responses drawn by a bfloat16 copy of the model's projections (opt-in fast "
             f"decode); scores from the {bundle.dtype_name} model",
         }.get(kind, f"responses drawn by the {bundle.dtype_name} model"),
-        "topk": cfg.topk,
-        "feature_dim": cfg.feature_dim,
-        "feature_note": (
+        topk=cfg.topk,
+        feature_dim=cfg.feature_dim,
+        feature_note=(
             f"reference final hidden state x fixed random projection (seed {FEATURE_SEED})"
         ),
-    }
+    )
     return meta
 
 

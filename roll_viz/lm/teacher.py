@@ -119,8 +119,7 @@ def score_teacher(
             f"student {student.name} {_vocab_size(student)}: on-policy distillation scores the "
             "student's own token ids, so both need the same tokenizer"
         )
-    meta = dict(rollout.meta)
-    temp = float(temperature or meta.get("logprob_temperature") or 1.0)
+    temp = float(temperature or rollout.meta.logprob_temperature or 1.0)
     mask = rollout.response_mask > 0
     gids = rollout.group_ids.tolist()
     prompts = rollout.prompts
@@ -186,7 +185,7 @@ def recording(rollout: Rollout, scores: TeacherScores, template: str) -> dict[st
     return {
         "template": template,
         "instructions": list(scores.instructions),
-        "model_spec": dict(rollout.meta).get("model_spec", ""),
+        "model_spec": rollout.meta.model_spec or "",
         "rows": rows,
     }
 
@@ -230,9 +229,8 @@ def record_presets(bundle: ModelBundle, presets: dict[str, Rollout], path: Path 
     out = {}
     for name, rollout in sorted(presets.items()):
         template = PRESET_TEMPLATES[name]
-        meta = dict(rollout.meta)
-        steered = meta.get("policy_mode") == "steered"
-        student_instruction = meta.get("instruction", "") if steered else ""
+        steered = rollout.meta.policy_mode == "steered"
+        student_instruction = (rollout.meta.instruction or "") if steered else ""
         instructions = [teacher_instruction(p, template) for p in rollout.prompts]
         scores = score_teacher(
             bundle, rollout, instructions, student_instruction=str(student_instruction)

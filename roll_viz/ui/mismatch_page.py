@@ -134,7 +134,7 @@ def _engine(_rollout: Rollout, key: tuple) -> behaviour.Behaviour:
 
 def _engine_behaviour(state: AppState, rollout: Rollout) -> behaviour.Behaviour | None:
     """The rollout engine's mu for this batch (None with a message when no engine drew it)."""
-    if "engine" not in dict(rollout.meta):
+    if rollout.meta.engine is None:
         st.info(
             "This batch was not drawn by a rollout engine: the operator starts one with "
             "`make engine` and ROLL_VIZ_ENGINE (README, 'Rollout engine'); then the live batch's "

@@ -24,7 +24,7 @@ from typing import Any
 import streamlit as st
 import torch
 
-from roll_viz.core.records import Rollout
+from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.data.presets import PRESETS
 from roll_viz.data.runs import RunFormatError, load_step, open_run, uploads
 from roll_viz.data.runs.jail import JailError, RunsJail, public_message
@@ -160,7 +160,7 @@ def _scores_only_rollout(step: Any) -> Rollout:
     mask = torch.ones(b, 1, dtype=torch.float64)
     zeros = torch.zeros(b, 1, dtype=torch.float64)
     missing = "tokens,logprobs,ref_logprobs,exact_kl,entropy,topk"
-    return Rollout(
+    return build_rollout(
         prompts=tuple(step.prompts),
         group_ids=step.group_ids,
         responses=tuple(step.responses),
@@ -178,11 +178,11 @@ def _scores_only_rollout(step: Any) -> Rollout:
         greedy_responses=(),
         features=None,
         vocab={0: ""},
-        meta=(
-            ("missing", missing),
-            ("model", f"imported run ({step.source_format})"),
-            ("source", step.source_format),
-            ("step", step.step),
+        meta=RolloutMeta(
+            missing=missing,
+            model=f"imported run ({step.source_format})",
+            source=step.source_format,
+            step=step.step,
         ),
     )
 

@@ -92,7 +92,8 @@ def controls(state: AppState, rollout: Rollout) -> TeacherChoice:
         )
         model = ""
         if kind == OTHER:
-            student = str(dict(rollout.meta).get("model_spec", state.model))
+            spec = rollout.meta.model_spec
+            student = str(state.model if spec is None else spec)
             options = [m for m in model_choices() if m != student] or model_choices()
             model = st.selectbox(
                 "Teacher model",
@@ -170,10 +171,8 @@ def score_live(state: AppState, rollout: Rollout, choice: TeacherChoice) -> str:
         if choice.model not in model_choices():
             return f"{choice.model} is not on this server's allow-list."
         teacher = cached_models(choice.model)
-    meta = dict(rollout.meta)
-    student_instruction = (
-        str(meta.get("instruction", "")) if meta.get("policy_mode") == "steered" else ""
-    )
+    meta = rollout.meta
+    student_instruction = str(meta.instruction or "") if meta.policy_mode == "steered" else ""
     try:
         scores = rollout_door.score_teacher(
             bundle,

@@ -136,8 +136,7 @@ def batch_key(state: AppState) -> tuple:
 
 def model_problem(rollout: Rollout, bundle: Any) -> str:
     """Why the shared model cannot take a step on this batch ("" when it can)."""
-    meta = dict(rollout.meta)
-    spec = str(meta.get("model_spec", ""))
+    spec = str(rollout.meta.model_spec or "")
     vocab = int(bundle.model.get_output_embeddings().weight.shape[0])
     if spec and spec != bundle.spec:
         return (
@@ -255,7 +254,7 @@ def mu_control(rollout: Rollout, needs: frozenset[str]) -> str | None:
         "recompute pi_old: its gap d = log pi_old - log mu is applied to the batch, so the "
         "ratio pi_theta / mu at epoch 1 is exp(d), not 1.",
     )
-    engine = dict(rollout.meta).get("engine")
+    engine = rollout.meta.engine
     st.caption(f"mu: {MU_LABELS.get(str(source), str(source))}.")
     if source == "fp32":
         st.caption(

@@ -175,9 +175,9 @@ def trace_inputs(state: Any, rollout: Any, trace: Trace) -> dict[str, Any]:
     sampling = dataclasses.asdict(state.sampling)
     return {
         "source": state.source,
-        "model": state.model if state.live else dict(rollout.meta).get("model", state.preset),
+        "model": state.model if state.live else (rollout.meta.model or state.preset),
         "sampling": sampling,
-        "decode_weights": dict(rollout.meta).get("decode_weights", "float32"),
+        "decode_weights": rollout.meta.decode_weights or "float32",
         "reward": {
             "terms": [[n, w, dict(p)] for n, w, p in state.reward.terms],
             "noise_sigma": state.reward.noise_sigma,

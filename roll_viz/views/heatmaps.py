@@ -251,9 +251,9 @@ def exact_kl_title(rollout: Rollout) -> tuple[str, str]:
     A rollout engine returns only the top-K log-probs, so its "exact" KL is computed over those
     tokens plus one bucket for the rest (its ``meta`` has an ``engine`` entry and says so).
     """
-    meta = dict(rollout.meta)
-    if "engine" in meta and meta.get("policy_mode") != "identical":
-        k = meta.get("topk", "K")
+    meta = rollout.meta
+    if meta.engine is not None and meta.policy_mode != "identical":
+        k = "K" if meta.topk is None else meta.topk
         return f"KL over the top-{k} tokens + the rest (a lower bound; engine)", "KL (top-K bound)"
     return "Exact KL over the full vocabulary", "exact KL"
 

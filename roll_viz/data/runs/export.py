@@ -340,11 +340,11 @@ def trace_to_unipo(
     rollout: Rollout, scores: Tensor, trace: Trace, step: int = 0, header: Mapping | None = None
 ) -> list[str]:
     """The app's batch as UNIPO JSONL lines (header + one step line)."""
-    meta = dict(rollout.meta)
+    model = str(rollout.meta.model or "")
     head = {
         "algorithm": trace.framework,
-        "model_name": str(meta.get("model", "")),
-        "reference_model_name": str(meta.get("model", "")),
+        "model_name": model,
+        "reference_model_name": model,
         "hparams": {k: _plain(v) for k, v in trace.config},
         **dict(header or {}),
     }

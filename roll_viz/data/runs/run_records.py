@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from roll_viz.core.records import Batch, Rollout
+from roll_viz.core.records import Batch, Rollout, RolloutMeta, build_rollout
 
 # token series a row may carry, by roll-viz name
 TOKEN_SERIES = (
@@ -260,7 +260,7 @@ class RunStep:
         if token_ids is None:
             token_ids = torch.zeros(B, T, dtype=torch.long)
             lacking.append("token_ids")
-        return Rollout(
+        return build_rollout(
             prompts=self.prompts,
             group_ids=self.group_ids,
             responses=self.responses,
@@ -276,9 +276,5 @@ class RunStep:
             topk_ref_logprobs=torch.zeros(B, T, 0),
             finish_reasons=("unknown",) * B,
             vocab=dict(self.vocab),
-            meta=(
-                ("missing", ",".join(lacking)),
-                ("source", self.source_format),
-                ("step", self.step),
-            ),
+            meta=RolloutMeta(missing=",".join(lacking), source=self.source_format, step=self.step),
         )
