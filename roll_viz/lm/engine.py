@@ -15,8 +15,11 @@ server. Both report RAW log-probabilities (``log_softmax`` of the logits at temp
 whatever the sampling temperature), as vLLM does by default (``logprobs_mode=raw_logprobs``), so
 the two are comparable token for token (``lm.engine_check``).
 
-The app's own rollout (``lm.sampling.sample``) stays the in-process default and is not routed
-through ``LocalEngine``: its numbers are today's, bit for bit. ``LocalEngine.sample`` decodes with
+The pages' rollout goes through one door, ``lm.rollout``: its in-process engine IS
+``lm.sampling.sample`` (its numbers are today's, bit for bit), its remote engine is
+``lm.engine_rollout`` over ``HttpEngine``. ``LocalEngine`` is this token-level interface answered
+in-process: the reference ``lm.engine_check`` compares a server against (the Self-test page's
+engine line) and what the tests' stub server answers with. ``LocalEngine.sample`` decodes with
 the same loop, generator and options, so for one seed it draws the same tokens as
 ``sampling.sample`` without greedy rows (a test checks it).
 

@@ -25,6 +25,12 @@ CPU threads: ``load_models`` sets the start-up count and starts the load monitor
 decision (the start-up count, the per-phase choice, the measurements behind them) lives in
 ``lm.threads``.
 
+The server's resources around the one shared model are offered here for the pages (which reach
+``lm`` through six modules): the page slots (``lm.admission.PAGE_SLOTS``), the frozen start-up
+heap (``lm.reaper.freeze_heap``), the interpreter's switch interval
+(``lm.step_queue.share_the_interpreter``) and the address phones in the room open
+(``lm.network``).
+
 Simplifications against a real RL stack (OpenRLHF, verl, ROLL keep separate actor and reference
 workers): here the reference IS the base model, and the policy differs from it only through its
 context (see ``lm.request.PolicySource``), so one copy of the weights serves both. A policy
