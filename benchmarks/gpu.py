@@ -139,7 +139,7 @@ def bench_update(bundle: Any, rollout: Any) -> None:
 
 def bench_train(bundle: Any, group: int, tokens: int) -> None:
     """One training step (sample -> reward -> advantages -> update) of the Training page."""
-    settings = TrainSettings(
+    settings = TrainSettings.flat(
         prompts=LECTURE_PROMPTS, group_size=group, max_new_tokens=tokens, model=bundle.spec
     )
     trainer = Trainer(bundle, settings)

@@ -80,7 +80,7 @@ def _one(model: str, steps: int, group: int, tokens: int, threads: int | None) -
     t0 = time.perf_counter()
     bundle = load_models(model, device="cpu", dtype="float32", threads=threads)
     load_s = time.perf_counter() - t0
-    settings = TrainSettings(
+    settings = TrainSettings.flat(
         prompts=PROMPTS,
         group_size=group,
         max_new_tokens=tokens,
@@ -161,7 +161,7 @@ def _ours_vs_peer(model: str, steps: int) -> int:
     """roll-viz's side of ``--peer trl``: Trainer.run_step on the peer shape, one line per step."""
     shape = PEER_SHAPE
     bundle = _full_length(load_models(model, device="cpu", dtype="float32", threads=1))
-    settings = TrainSettings(
+    settings = TrainSettings.flat(
         prompts=PROMPTS[: shape["prompts"]],
         group_size=shape["group"],
         max_new_tokens=shape["tokens"],

@@ -163,7 +163,7 @@ def gate_batch(gate: Gate, live: GateBatch | None = None) -> GateBatch:
         return live
     if gate.batch.startswith("recorded:"):
         train_run = load_recorded(gate.batch.removeprefix("recorded:"))
-        return GateBatch(None, tuple(train_run.settings.prompts), (), run=train_run)
+        return GateBatch(None, tuple(train_run.settings.sampling.prompts), (), run=train_run)
     return preset_batch(gate.batch)
 
 

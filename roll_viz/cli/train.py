@@ -130,7 +130,7 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
     if era is None or args.adv_estimator != build_parser().get_default("adv_estimator"):
         config[est_key] = args.adv_estimator
     reward = RewardChoice.single(args.reward, **_pairs(args.reward_param, "--reward-param"))
-    return TrainSettings(
+    return TrainSettings.flat(
         prompts=tuple(args.prompt),
         group_size=args.group_size,
         pods_m=args.pods_m,

@@ -37,6 +37,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -162,7 +163,7 @@ class Trainer:
         self.bundle = bundle
         self.settings = settings
         self.policy = LoraPolicy(
-            bundle, rank=settings.lora_rank, alpha=settings.lora_alpha, seed=settings.seed
+            bundle, rank=settings.lora_rank, alpha=settings.lora_alpha, seed=settings.sampling.seed
         )
         self.beta = float(settings.beta)
         self.running = None
@@ -188,7 +189,7 @@ class Trainer:
             minibatches=min(s.minibatches, rollout.token_ids.shape[0]),
             lora_rank=s.lora_rank,
             lora_alpha=s.lora_alpha,
-            seed=s.seed,
+            seed=s.sampling.seed,
             rescore=False,  # the next step samples afresh: no second pass over this batch
         )
         result = update_step(
@@ -236,16 +237,10 @@ class Trainer:
         s = self.settings
         self.policy.check()
         t0 = time.perf_counter()
-        cfg = SamplingConfig(
-            prompts=s.prompts,
-            group_size=s.group_size,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            max_new_tokens=s.max_new_tokens,
-            seed=s.sampling_seed(self.step),
-            greedy=False,
-            topk=1,
-            feature_dim=1,
+        # the run's sampling, with this step's seed and only what training reads (no greedy row,
+        # top-1, one probe feature)
+        cfg = replace(
+            s.sampling, seed=s.sampling_seed(self.step), greedy=False, topk=1, feature_dim=1
         )
         mu: Tensor | None = None  # the sampler's log-probs of the tokens (None: an engine's)
         if self.sampler is not None:
@@ -257,9 +252,10 @@ class Trainer:
         scores = s.reward.score(prompts, rollout.responses, step=self.step)
         pods_stats = {}
         if s.pods_m:  # PODS: keep the m of n rollouts per prompt with the largest reward variance
-            groups = scores.view(len(rollout.prompts), s.group_size)  # rows of a prompt contiguous
+            g = s.sampling.group_size
+            groups = scores.view(len(rollout.prompts), g)  # rows of a prompt contiguous
             kept = max_variance_subset(groups, s.pods_m)  # (P, m) indices into each group
-            rows = (kept + s.group_size * torch.arange(groups.shape[0])[:, None]).flatten()
+            rows = (kept + g * torch.arange(groups.shape[0])[:, None]).flatten()
             pods_stats = {
                 "pods_std_all": float(groups.std(dim=1).mean()),
                 "pods_std_kept": float(torch.gather(groups, 1, kept).std(dim=1).mean()),

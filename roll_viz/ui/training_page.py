@@ -22,7 +22,7 @@ import streamlit as st
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.data import recorded_runs as recorded
-from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
+from roll_viz.lm.runfile import RewardChoice, SamplingConfig, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu, url
 from roll_viz.ui.fields import Field, check_fields
@@ -288,13 +288,16 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
     if mode == "adaptive" and not dialect.ADAPTIVE_BETA:
         notes.append(f"{dialect.LABEL} has no adaptive KL controller: fixed beta.")
         mode = "fixed"
-    settings = TrainSettings(
+    sampling = SamplingConfig(
         prompts=prompts,
         group_size=group,
         max_new_tokens=tokens,
         temperature=max(float(state.sampling.temperature), 0.1),
         top_p=float(state.sampling.top_p),
         seed=int(_field(KEY_SEED)),
+    )
+    settings = TrainSettings(
+        sampling=sampling,
         steps=int(_field(KEY_STEPS)),
         reward=reward,
         framework=state.framework,

@@ -417,7 +417,7 @@ def settings_table(runs: Sequence[Any]) -> pd.DataFrame:
         s = run.settings.to_json()
         flat = {k: v for k, v in s.items() if k not in ("config", "reward", "prompts")}
         flat["reward"] = run.settings.reward.label()
-        flat["prompts"] = " | ".join(run.settings.prompts)
+        flat["prompts"] = " | ".join(run.settings.sampling.prompts)
         for k, v in sorted(s["config"].items()):
             flat[f"config.{k}"] = v
         dicts.append({k: str(v) for k, v in flat.items()})

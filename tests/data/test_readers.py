@@ -264,7 +264,7 @@ def test_rollviz_run_file_written_by_the_trainer_reads_back(tmp_path):
         advantages=((0.7,), (-0.7, -0.7)),
     )
     record = runfile.StepRecord(step=0, metrics={"reward_mean": 0.5, "loss": 0.1}, samples=samples)
-    settings = runfile.TrainSettings(prompts=("What is 2 + 3?",), group_size=2, model="tiny")
+    settings = runfile.TrainSettings.flat(prompts=("What is 2 + 3?",), group_size=2, model="tiny")
     text = runfile.TrainRun(settings=settings, steps=(record,), model="tiny").to_jsonl()
     path = tmp_path / "run.jsonl"
     path.write_text(text, encoding="utf-8")

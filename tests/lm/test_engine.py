@@ -290,7 +290,7 @@ def test_conformance_reports_an_unreachable_engine(tiny):
 def test_training_steps_sample_on_the_engine_with_synced_adapters(tiny, stub, tmp_path):
     engine = HttpEngine(stub.url, SERVED)
     sync = AdapterSync(engine, tmp_path)
-    settings = TrainSettings(prompts=PROMPTS, group_size=2, max_new_tokens=6, model="tiny")
+    settings = TrainSettings.flat(prompts=PROMPTS, group_size=2, max_new_tokens=6, model="tiny")
     trainer = Trainer(tiny, settings)
     trainer.sampler = training_sampler(tiny, engine, sync)
     try:
@@ -307,7 +307,7 @@ def test_training_steps_sample_on_the_engine_with_synced_adapters(tiny, stub, tm
 
 def test_training_falls_back_in_process_when_the_engine_fails(tiny, tmp_path):
     engine = HttpEngine("http://127.0.0.1:1", SERVED)
-    settings = TrainSettings(prompts=PROMPTS[:1], group_size=2, max_new_tokens=4, model="tiny")
+    settings = TrainSettings.flat(prompts=PROMPTS[:1], group_size=2, max_new_tokens=4, model="tiny")
     trainer = Trainer(tiny, settings)
     trainer.sampler = training_sampler(tiny, engine, AdapterSync(engine, tmp_path))
     try:

@@ -42,7 +42,7 @@ def _settings(**kw) -> TrainSettings:
         seed=3,
     )
     base.update(kw)
-    return TrainSettings(**base)
+    return TrainSettings.flat(**base)
 
 
 def _timed(fn) -> float:
@@ -77,7 +77,7 @@ class _BlockingTrainer:
     """A trainer whose step waits on an event: a step 'in progress' for as long as a test wants."""
 
     def __init__(self, bundle, settings, gate: threading.Event, entered: threading.Event):
-        self.policy = LoraPolicy(bundle, seed=settings.seed)
+        self.policy = LoraPolicy(bundle, seed=settings.sampling.seed)
         self.gate, self.entered = gate, entered
         self.step = 0
 

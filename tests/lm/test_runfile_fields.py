@@ -21,7 +21,7 @@ NEW = dict(
 
 
 def test_round_trip_with_the_new_fields():
-    s = TrainSettings(prompts=("a",), **NEW)
+    s = TrainSettings.flat(prompts=("a",), **NEW)
     run = TrainRun(settings=s, steps=(StepRecord(step=0, metrics={"delta_abs_mean": 0.1}),))
     back = TrainRun.from_jsonl(run.to_jsonl())
     assert back.settings == s
@@ -32,7 +32,7 @@ def test_round_trip_with_the_new_fields():
 
 
 def test_an_old_run_file_without_the_fields_loads_with_the_defaults():
-    s = TrainSettings(prompts=("a",))
+    s = TrainSettings.flat(prompts=("a",))
     header = TrainRun(settings=s).header_json()
     for key in ("loss_option", "sampler", "filter_zero_variance"):
         header["settings"].pop(key)
@@ -45,9 +45,9 @@ def test_an_old_run_file_without_the_fields_loads_with_the_defaults():
 
 
 def test_the_option_sets_its_keys_in_the_loss_config():
-    s = TrainSettings(prompts=("a",), **NEW)
+    s = TrainSettings.flat(prompts=("a",), **NEW)
     assert loss_config(s, 0.0)["is_correction_level"] == "seq"
-    plain = TrainSettings(prompts=("a",), framework="openrlhf", config={})
+    plain = TrainSettings.flat(prompts=("a",), framework="openrlhf", config={})
     assert "is_correction_level" not in loss_config(plain, 0.0)
 
 
@@ -61,7 +61,7 @@ def test_the_option_sets_its_keys_in_the_loss_config():
 )
 def test_bad_values_are_refused(change, message):
     with pytest.raises(ValueError, match=message):
-        TrainSettings(prompts=("a",), framework="verl", config={}, **change)
+        TrainSettings.flat(prompts=("a",), framework="verl", config={}, **change)
 
 
 def test_cli_era_presets():

@@ -255,7 +255,7 @@ def test_update_is_the_same_under_one_and_two_threads(bundle, rollout, advantage
 
 
 def train_curves(bundle, steps: int = 2) -> list[dict]:
-    settings = TrainSettings(
+    settings = TrainSettings.flat(
         prompts=("hello", "tell me"),
         group_size=4,
         max_new_tokens=10,

@@ -40,7 +40,7 @@ def settings(**kw) -> TrainSettings:
         seed=3,
     )
     base.update(kw)
-    return TrainSettings(**base)
+    return TrainSettings.flat(**base)
 
 
 def curves(records: list[StepRecord]) -> list[dict]:
@@ -98,7 +98,7 @@ def test_adaptive_beta_follows_the_controller(bundle, target, direction):
         config={"adv_estimator": "grpo", "kl_penalty": "mse"},  # k2 >= 0
     )
     records = train(bundle, s)
-    batch = len(PROMPTS) * s.group_size
+    batch = len(PROMPTS) * s.sampling.group_size
     for prev, cur in itertools.pairwise(records):
         assert cur.metrics["beta"] == pytest.approx(prev.metrics["next_beta"], rel=1e-5)
     for r in records[1:]:
@@ -272,7 +272,7 @@ def test_pods_trains_on_the_max_variance_subset(bundle):
         trainer.close()
     assert record.samples is not None
     kept = len(record.samples.responses)
-    assert kept == 3 * len(s.prompts)
+    assert kept == 3 * len(s.sampling.prompts)
     assert record.metrics["pods_std_kept"] >= record.metrics["pods_std_all"] - 1e-12
     brute = max_variance_subset(torch.tensor([[1.0, 1, 1, 0, 0, 1, 1, 1]]), 4)
     assert sorted(torch.tensor([1.0, 1, 1, 0, 0, 1, 1, 1])[brute[0]].tolist()) == [0, 0, 1, 1]

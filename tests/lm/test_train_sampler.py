@@ -29,7 +29,7 @@ def settings(**kw) -> TrainSettings:
         lr=1e-2, seed=5, framework="openrlhf", config={},
     )  # fmt: skip
     base.update(kw)
-    return TrainSettings(**base)
+    return TrainSettings.flat(**base)
 
 
 def run(tiny, s: TrainSettings, steps: int = 2) -> list:

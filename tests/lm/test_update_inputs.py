@@ -123,7 +123,7 @@ def test_bf16_mu_changes_the_corrected_loss(bundle, rollout, advantages):
      ("openrlhf", (("is_correction_level", "token"),))],
 )  # fmt: skip
 def test_a_training_step_runs_with_the_option(bundle, framework, config):
-    s = TrainSettings(
+    s = TrainSettings.flat(
         prompts=PROMPTS, group_size=4, max_new_tokens=8, steps=2, model="tiny", seed=1,
         reward=RewardChoice.single("letter_share"), framework=framework, config=config,
     )  # fmt: skip
