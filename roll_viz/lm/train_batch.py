@@ -106,32 +106,12 @@ def mismatch_metrics(settings: TrainSettings, rollout: Rollout, mu: Tensor, beta
         shifted = torch.where(mask, old - mu64 - delta.max(), 0.0)
         out["is_ess"] = rollout_correction.effective_sample_size(torch.exp(shifted), mask)
     cfg = pipeline.resolve_config(settings.framework, loss_config(settings, beta))
-    spec = dialects.get(settings.framework).loss_spec(cfg, [])
-    rc = rollout_correction
-    if spec.is_correction is not None:
-        level, mode, gating, low, high = spec.is_correction
-        corr = rc.openrlhf_correction(
-            old, mu64, mask, level=level, mode=mode, gating=gating, threshold=(low, high)
-        )
-        per_sequence, name = level == "seq", f"is_correction ({level}, {mode})"
-    elif spec.sampler_is is not None:
-        mode, low, high = spec.sampler_is
-        corr = rc.trl_correction(old, mu64, mask, mode=mode, clip_min=low, clip_max=high)
-        per_sequence, name = mode.startswith("sequence"), f"vllm_importance_sampling_mode {mode}"
-    elif cfg.get("loss_mode") == "bypass_mode":  # verl: old = mu, IS / rejection vs mu
-        # at the first update pi_theta = pi_old, so the weights are pi_old / mu
-        corr = rc.verl_correction(
-            old,
-            mu64,
-            mask,
-            rollout_is=cfg["rollout_is"],
-            rollout_is_threshold=cfg["rollout_is_threshold"],
-            rollout_rs=cfg["rollout_rs"],
-            rollout_rs_threshold=cfg["rollout_rs_threshold"],
-        )
-        per_sequence, name = False, f"bypass_mode ({cfg['loss_type']})"
-    else:
+    # the dialect's correction; at the first update pi_theta = pi_old: its weights are pi_old / mu
+    correction = dialects.get(settings.framework).mismatch_correction
+    found = None if correction is None else correction(cfg, old, mu64, mask)
+    if found is None:
         return out
+    corr, name, per_sequence = found
     out["correction"] = name
     out["correction_frac"] = _hit_share(corr.truncated | corr.masked, mask, per_sequence)
     return out

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import apply_mask, group_stats, masked_mean, masked_whiten
+from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import (
     ADVANTAGE_ESTIMATORS,
     MASKED_OUTPUTS,
@@ -647,6 +648,32 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     return out
 
 
+def mismatch_correction(
+    cfg: dict[str, Any], old: Tensor, mu: Tensor, mask: Tensor
+) -> tuple[rc.Correction, str, bool] | None:
+    """The correction this resolved config's loss applies to pi_old / mu at the first update.
+
+    ``is_correction_*`` (``rollout_correction.openrlhf_correction``), as the loss spec reads it.
+
+    Args:
+        cfg: a resolved OpenRLHF config.
+        old: (B, T) float64 pi_old log-probs of the sampled tokens.
+        mu: (B, T) float64 the sampler's log-probs of the same tokens.
+        mask: (B, T) bool valid tokens.
+
+    Returns:
+        (the correction, its name as shown, whether it counts sequences) or None (no correction).
+    """
+    spec = loss_spec(cfg, [])
+    if spec.is_correction is None:
+        return None
+    level, mode, gating, low, high = spec.is_correction
+    corr = rc.openrlhf_correction(
+        old, mu, mask, level=level, mode=mode, gating=gating, threshold=(low, high)
+    )
+    return corr, f"is_correction ({level}, {mode})", level == "seq"
+
+
 #: The record the registry holds: every fact above, by name.
 DIALECT = Dialect(
     NAME=NAME,
@@ -694,5 +721,6 @@ DIALECT = Dialect(
     loss_agg_modes=loss_agg_modes,
     loss_spec=loss_spec,
     loss_metrics=loss_metrics,
+    mismatch_correction=mismatch_correction,
     reads_rollout_logprobs=None,
 )

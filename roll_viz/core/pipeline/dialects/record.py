@@ -18,10 +18,15 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from roll_viz.core.pipeline.losses import LossSpec, MetricContext
+    from roll_viz.core.pipeline.rollout_correction import Correction
     from roll_viz.core.records import Batch, RunningMoments, Trace
 
 Config = Mapping[str, Any]
+#: a dialect's correction on one batch: (the correction, its name as shown, per sequence)
+CorrectionFound = tuple["Correction", str, bool]
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,10 @@ class Dialect:
     #: whether a config's loss reads the sampler's log-probs mu beyond the spec's own
     #: corrections (verl bypass_mode); None: never.
     reads_rollout_logprobs: Callable[[Config], bool] | None
+    #: (resolved config, old (B, T), mu (B, T), mask (B, T)) -> (the correction the loss applies to
+    #: pi_old / mu at the first update, its name as shown, whether it counts sequences), or None;
+    #: the field itself None: the dialect offers no correction.
+    mismatch_correction: Callable[[Config, Tensor, Tensor, Tensor], CorrectionFound | None] | None
 
     def native_keys(self) -> frozenset[str]:
         """Every config key of this dialect (reward stage, loss, aliases), ``viz_`` keys aside."""

@@ -48,7 +48,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     num,
 )
 from roll_viz.core.pipeline.kl import token_kl
-from roll_viz.core.pipeline.losses import F64, LossSpec, MetricContext, aggregate
+from roll_viz.core.pipeline.losses import F64, LossMode, LossSpec, MetricContext, aggregate
 from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
     normalize_scores,
@@ -700,14 +700,11 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
     """ROLL's policy loss as a ``LossSpec``; notes appended.
 
-    ``pg_variant`` ppo is ``rlvr/actor_worker.py::ActorWorker.loss_func``; vanilla, cispo, tis
-    and kimi15 are ``rlvr/actor_pg_worker.py::ActorPGWorker`` (``_compute_<variant>_loss``),
-    which always uses the token ratio.
+    The KL, entropy, critic and sample-weight settings every variant shares, plus the row of
+    ``PG_VARIANTS``: ``pg_variant`` ppo is ``rlvr/actor_worker.py::ActorWorker.loss_func``;
+    vanilla, cispo, tis, topr and kimi15 are ``rlvr/actor_pg_worker.py::ActorPGWorker``
+    (``_compute_<variant>_loss``), which always uses the token ratio.
     """
-    variant = cfg["pg_variant"]
-    low, high = cfg["pg_clip"], cfg["pg_clip"]
-    if cfg["use_pg_clip_range"]:
-        low, high = cfg["pg_clip_low"], cfg["pg_clip_high"]
     kwargs = {
         "kl_on": cfg["use_kl_loss"],
         "kl_estimator": "k3",
@@ -731,54 +728,81 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             "difficulty_loss_weight: policy term weighted per sample by 0.5 + 1.5 * difficulty "
             "(skipped when the samples carry no difficulty), rescaled to mean 1"
         )
-    if variant != "ppo" and cfg["importance_sampling"] == "seq":
-        notes.append(f"pg_variant {variant}: ActorPGWorker uses the token ratio (seq ignored)")
-    if variant == "vanilla":
-        notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
-        return LossSpec(kind="pg", level="token", clamp=None, **kwargs)
-    if variant == "topr":
-        weights = (cfg["topr_positive_weight"], cfg["topr_negative_weight"])
+    variant = PG_VARIANTS[cfg["pg_variant"]]
+    return LossSpec(kind=variant.kind, **variant.params(cfg, notes), **kwargs)
+
+
+def _pg_worker(cfg: Mapping[str, Any], notes: list[str]) -> None:
+    """ActorPGWorker's note: its variants always use the token ratio."""
+    if cfg["importance_sampling"] == "seq":
         notes.append(
-            "pg_variant topr: rows with score > 0 get -A * logp, the others "
-            "-sg(clip(r, 0, 1)) * A * logp (split by the score's sign, not the advantage's)"
+            f"pg_variant {cfg['pg_variant']}: ActorPGWorker uses the token ratio (seq ignored)"
         )
-        return LossSpec(kind="topr", level="token", clamp=None, topr_weights=weights, **kwargs)
-    if variant == "kimi15":
-        tau = cfg["kimi15_tau"]
-        notes.append(f"pg_variant kimi15: loss = -A * logp + {tau:g}/2 * (logp - old)^2")
-        return LossSpec(
-            kind="kimi", level="token", clamp=None, kimi_tau=tau, unmasked_token_sum=True, **kwargs
-        )
-    if variant in ("cispo", "tis"):
-        if variant == "cispo":
-            lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
-        else:
-            lo, hi = cfg["tis_lower_bound"], cfg["tis_upper_bound"]
-        notes.append(f"pg_variant {variant}: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
-        return LossSpec(
-            kind="cispo",
-            level="token",
-            clamp=None,
-            cispo_low=lo,
-            cispo_high=hi,
-            unified_mask=variant == "cispo" and cfg["cispo_use_unified_mask"],
-            **kwargs,
-        )
+
+
+def _ppo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = cfg["pg_clip"], cfg["pg_clip"]
+    if cfg["use_pg_clip_range"]:
+        low, high = cfg["pg_clip_low"], cfg["pg_clip_high"]
     level = "sequence" if cfg["importance_sampling"] == "seq" else "token"
     dual = 1.0 + 2.0 * cfg["pg_clip"] if cfg["dual_clip_loss"] else None
     notes.append(
         f"ROLL PPO: {level} ratio, no log-ratio clamp, clip [1-{low:g}, 1+{high:g}]"
         + (f", dual clip c = 1 + 2*pg_clip = {dual:g}" if dual else "")
     )
-    return LossSpec(
-        kind="ppo", level=level, clamp=None, eps_low=low, eps_high=high, dual_clip=dual, **kwargs
+    return {"level": level, "clamp": None, "eps_low": low, "eps_high": high, "dual_clip": dual}
+
+
+def _vanilla(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _pg_worker(cfg, notes)
+    notes.append("pg_variant vanilla: loss = -A * logp (no ratio, no clip)")
+    return {"level": "token", "clamp": None}
+
+
+def _topr(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _pg_worker(cfg, notes)
+    notes.append(
+        "pg_variant topr: rows with score > 0 get -A * logp, the others "
+        "-sg(clip(r, 0, 1)) * A * logp (split by the score's sign, not the advantage's)"
     )
+    weights = (cfg["topr_positive_weight"], cfg["topr_negative_weight"])
+    return {"level": "token", "clamp": None, "topr_weights": weights}
+
+
+def _kimi15(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _pg_worker(cfg, notes)
+    tau = cfg["kimi15_tau"]
+    notes.append(f"pg_variant kimi15: loss = -A * logp + {tau:g}/2 * (logp - old)^2")
+    return {"level": "token", "clamp": None, "kimi_tau": tau, "unmasked_token_sum": True}
+
+
+def _truncated_is(cfg: Mapping[str, Any], notes: list[str], lo: float, hi: float, unified: bool):
+    _pg_worker(cfg, notes)
+    notes.append(f"pg_variant {cfg['pg_variant']}: loss = -sg(clip(r, {lo:g}, {hi:g})) * A * logp")
+    return {
+        "level": "token",
+        "clamp": None,
+        "cispo_low": lo,
+        "cispo_high": hi,
+        "unified_mask": unified,
+    }
+
+
+def _cispo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    lo, hi = 1.0 - cfg["cispo_epsilon_low"], 1.0 + cfg["cispo_epsilon_high"]
+    return _truncated_is(cfg, notes, lo, hi, cfg["cispo_use_unified_mask"])
+
+
+def _tis(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    return _truncated_is(cfg, notes, cfg["tis_lower_bound"], cfg["tis_upper_bound"], False)
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """ROLL's logged actor/critic metrics under the names it logs (``@sum`` tags stripped).
 
-    Two quirks are reproduced, each with a note beside the metric (``ctx.metric_notes``):
+    The metrics every variant logs, then the variant's own (its ``PG_VARIANTS`` row: clip
+    fractions, ratio statistics and the variant's cache keys), then the critic's. Two quirks are
+    reproduced, each with a note beside the metric (``ctx.metric_notes``):
     ``ActorPGWorker._get_pg_metrics`` logs ``f"actor/cispo_{key}"`` over cache keys that already
     start with ``cispo_`` (and ``kimi15_``), so the names carry a doubled prefix, and its
     clip fractions are ``.mean()`` over every (B, T) position; with ``importance_sampling: seq``
@@ -786,8 +810,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     its token-mean ``agg_loss`` sums the clip indicator without the mask, so padded positions
     count and the logged fractions can exceed 1.
     """
-    spec, m, cfg = ctx.spec, ctx.m, ctx.cfg
-    variant = cfg["pg_variant"]
+    spec, m = ctx.spec, ctx.m
     notes = ctx.metric_notes
     um = _Unmasked(ctx)
     out: dict[str, float] = {
@@ -817,156 +840,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["actor/sample_weights_mean"] = w.mean().item()
         out["actor/sample_weights_min"] = w.min().item()
         out["actor/sample_weights_max"] = w.max().item()
-    numel = float(m.numel())  # ActorPGWorker takes .mean() over every (B, T) position
-    n_valid = max(m.sum().item(), 1.0)
-    if variant == "ppo":
-        lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
-        high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
-        surr1, surr2 = ctx.surrogates()
-        masked = {"high": high, "low": low, "": high | low}
-        ratio_u = um.token_ratio()
-        every = {"high": ratio_u > hi, "low": ratio_u < lo}
-        every[""] = every["high"] | every["low"]
-        for key, flags in masked.items():
-            name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
-            out[name] = ctx.token_mean(flags)
-            if um.on and spec.level == "token":  # agg_loss token-mean sums every position
-                out[name] = every[key].to(F64).sum().item() / n_valid
-                notes[name] = (
-                    f"ROLL's token-mean agg_loss sums the clip indicator over every position, "
-                    f"the {um.dropped:g} sample-masked tokens included, and divides by the "
-                    f"{n_valid:g} tokens of final_response_mask (can exceed 1); over "
-                    f"final_response_mask it is {ctx.token_mean(flags):.6g}"
-                )
-        if spec.level == "sequence":
-            lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
-            seq = torch.exp(ctx.d.sum(-1, keepdim=True) / lengths).expand_as(m)
-            counts = {"high": seq > hi, "low": seq < lo}
-            counts[""] = counts["high"].to(F64) + counts["low"].to(F64)
-            for key, flags in counts.items():
-                name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
-                masked_value = out[name]
-                out[name] = flags.to(F64).sum().item() / n_valid
-                notes[name] = (
-                    f"counts padded positions: importance_sampling seq broadcasts each "
-                    f"sequence's ratio to all {m.shape[1]} positions and ROLL's token-mean "
-                    f"agg_loss sums them without the mask, divided by the {n_valid:g} valid "
-                    f"tokens; over the valid tokens only it is {masked_value:.6g}"
-                )
-        flags = surr2 < surr1  # 0 outside final_response_mask (A = 0 there)
-        out["actor/clipfrac"] = ctx.agg(flags)
-        if ctx.modes["policy"][0] != "token-mean":  # rows: the unmasked response_mask's
-            out["actor/clipfrac"] = um.agg(flags)
-            um.note("actor/clipfrac", ctx.agg(flags))
-    # ActorPGWorker logs the token ratio for every variant (ActorWorker: the ratio of its loss)
-    ratio = ctx.r if variant == "ppo" else torch.where(ctx.mask, torch.exp(ctx.d), 0.0)
-    final_mean = aggregate(ratio, m, "seq-mean-token-mean").item()
-    ratio_u = um.token_ratio() if variant != "ppo" or spec.level == "token" else um.seq_ratio()
-    u = um.m
-    out["actor/ratio_mean"] = aggregate(ratio_u, u, "seq-mean-token-mean").item()
-    if um.on and variant != "ppo":  # ActorPGWorker: divided by final_response_mask's rows
-        out["actor/ratio_mean"] *= um.rows / um.final_rows
-    um.note("actor/ratio_mean", final_mean)
-    out["actor/ratio_max"] = (ratio_u * u).max().item()
-    out["actor/ratio_min"] = (ratio_u * u + (1.0 - u) * 1e10).min().item()
-    if variant in ("cispo", "tis"):
-        # the token ratio at every unmasked token (sample-masked rows included), .mean() over
-        # all (B, T) positions
-        r_u = um.token_ratio()
-        counts = {}
-        for final, r_x, where in ((False, r_u, um.mask), (True, ctx.r, ctx.mask)):
-            lower = ((r_x < spec.cispo_low) & where).sum().item()
-            upper = ((r_x > spec.cispo_high) & where).sum().item()
-            counts[final] = {"lower": lower, "upper": upper, "total": lower + upper}
-        prefix = "actor/cispo_cispo_" if variant == "cispo" else "actor/tis_"
-        for key, count in counts[False].items():
-            name = f"{prefix}{key}_clipfrac"
-            out[name] = count / numel
-            why = "the doubled prefix is ROLL's (f'actor/cispo_{key}' over keys named cispo_*); "
-            where = "the valid tokens" if not um.on else "the tokens of final_response_mask"
-            notes[name] = (
-                (why if variant == "cispo" else "")
-                + f".mean() over all {numel:g} (B x T) positions, padding included; over the "
-                f"{n_valid:g} {where} it is {counts[True][key] / n_valid:.6g}"
-            )
-        weight = r_u.clamp(spec.cispo_low, spec.cispo_high)
-        weight_final = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
-        if variant == "cispo":
-            out["actor/cispo_cispo_epsilon_low"] = cfg["cispo_epsilon_low"]
-            out["actor/cispo_cispo_epsilon_high"] = cfg["cispo_epsilon_high"]
-            out["actor/cispo_cispo_clip_lower"] = spec.cispo_low
-            out["actor/cispo_cispo_clip_upper"] = spec.cispo_high
-            out["actor/cispo_cispo_use_unified_mask"] = float(spec.unified_mask)
-            if spec.unified_mask:  # .mean() over all (B, T) positions, like the clip fractions
-                pos = (ctx.adv > 0) & (ctx.r > spec.cispo_high) & ctx.mask
-                neg = (ctx.adv < 0) & (ctx.r < spec.cispo_low) & ctx.mask
-                n_pos, n_neg = float(pos.sum()), float(neg.sum())
-                out["actor/cispo_cispo_masked_positive_tokens"] = n_pos / numel
-                out["actor/cispo_cispo_masked_negative_tokens"] = n_neg / numel
-                out["actor/cispo_cispo_kept_tokens"] = 1.0 - (n_pos + n_neg) / numel
-                notes["actor/cispo_cispo_kept_tokens"] = (
-                    f".mean() over all {numel:g} (B x T) positions: padding counts as kept; "
-                    f"over the {n_valid:g} valid tokens it is "
-                    f"{1.0 - (n_pos + n_neg) / n_valid:.6g}"
-                )
-            mode = "seq-mean-token-mean-all-rows"
-            out["actor/cispo_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
-            um.note("actor/cispo_clipped_ratio_mean", aggregate(weight_final, m, mode).item())
-        else:
-            mode = "seq-mean-token-mean"
-            out["actor/tis_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
-            um.note("actor/tis_clipped_ratio_mean", aggregate(weight_final, m, mode).item())
-            out["actor/tis_lower_bound"] = spec.cispo_low
-            out["actor/tis_upper_bound"] = spec.cispo_high
-    elif variant == "topr":
-        positive = ctx.extra["topr_positive_unit"][:, 0]  # by score, empty rows counted
-        n_pos = float(positive.sum())
-        B = m.shape[0]
-        pos_rows = positive.to(F64)[:, None]
-        neg_rows = 1.0 - pos_rows
-        w_pos, w_neg = spec.topr_weights
-        # over the unmasked response_mask (A = 0 on the dropped samples' tokens)
-        weighted = {"positive": um.agg(ctx.pg * pos_rows), "negative": um.agg(ctx.pg * neg_rows)}
-        for side, weight in (("positive", w_pos), ("negative", w_neg)):
-            out[f"actor/topr_weighted_{side}_loss"] = weighted[side]
-            final = ctx.agg(ctx.pg * (pos_rows if side == "positive" else neg_rows))
-            um.note(f"actor/topr_weighted_{side}_loss", final)
-            if weight != 0:
-                out[f"actor/topr_{side}_loss"] = weighted[side] / weight
-                um.note(f"actor/topr_{side}_loss", final / weight)
-        out["actor/topr_positive_samples"] = n_pos
-        out["actor/topr_negative_samples"] = float(B) - n_pos
-        out["actor/topr_positive_ratio"] = n_pos / (B + 1e-8)
-        out["actor/topr_negative_ratio"] = (B - n_pos) / (B + 1e-8)
-        upper = ((ctx.r > 1.0) & (neg_rows > 0) & ctx.mask).sum().item()
-        out["actor/topr_negative_upper_clipfrac"] = upper / numel
-        out["actor/topr_negative_lower_clipfrac"] = 0.0
-        out["actor/topr_negative_total_clipfrac"] = upper / numel
-        notes["actor/topr_negative_total_clipfrac"] = (
-            f".mean() over all {numel:g} (B x T) positions; over the {n_valid:g} valid tokens "
-            f"it is {upper / n_valid:.6g}"
-        )
-        out["actor/topr_positive_weight"] = spec.topr_weights[0]
-        out["actor/topr_negative_weight"] = spec.topr_weights[1]
-    elif variant == "kimi15":
-        log_ratio = torch.where(  # every unmasked token, the dropped samples' included
-            um.mask, torch.log(um.token_ratio() + 1e-8), math.log(1.0 + 1e-8)
-        )
-        grad_mag = (ctx.adv * log_ratio).abs().mean().item()
-        reg_mag = (spec.kimi_tau * log_ratio.pow(2) * 0.5).mean().item()
-        out["actor/kimi15_kimi15_tau"] = spec.kimi_tau
-        out["actor/kimi15_kimi15_log_ratio_mean"] = log_ratio.mean().item()
-        out["actor/kimi15_kimi15_log_ratio_std"] = log_ratio.std().item()
-        out["actor/kimi15_kimi15_log_ratio_abs_mean"] = log_ratio.abs().mean().item()
-        out["actor/kimi15_kimi15_policy_grad_magnitude"] = grad_mag
-        out["actor/kimi15_kimi15_kl_reg_magnitude"] = reg_mag
-        out["actor/kimi15_kimi15_reg_ratio"] = reg_mag / (grad_mag + 1e-8)
-        for name in list(out):
-            if name.startswith("actor/kimi15_kimi15_log_ratio"):
-                notes[name] = (
-                    "doubled prefix as ROLL logs it; a mean over all (B x T) positions, where "
-                    "padding holds log(1 + 1e-8)"
-                )
+    out.update(PG_VARIANTS[ctx.cfg["pg_variant"]].metrics(ctx))
     if ctx.terms["value"] is not None:
         out["critic/loss"] = ctx.item("value")
         # ROLL: row-mean of (clipped error larger), mean over all rows; without value_clip it
@@ -978,6 +852,226 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
             else 2.0 * ctx.item("value")
         )
     return out
+
+
+def _ratio_metrics(ctx: MetricContext, um: _Unmasked, pg_worker: bool) -> dict[str, float]:
+    """actor/ratio_mean, _max, _min.
+
+    ActorPGWorker logs the token ratio for every variant (its mean divided by
+    final_response_mask's rows); ActorWorker the ratio of its loss.
+    """
+    m = ctx.m
+    ratio = torch.where(ctx.mask, torch.exp(ctx.d), 0.0) if pg_worker else ctx.r
+    final_mean = aggregate(ratio, m, "seq-mean-token-mean").item()
+    ratio_u = um.token_ratio() if pg_worker or ctx.spec.level == "token" else um.seq_ratio()
+    u = um.m
+    out = {"actor/ratio_mean": aggregate(ratio_u, u, "seq-mean-token-mean").item()}
+    if um.on and pg_worker:  # ActorPGWorker: divided by final_response_mask's rows
+        out["actor/ratio_mean"] *= um.rows / um.final_rows
+    um.note("actor/ratio_mean", final_mean)
+    out["actor/ratio_max"] = (ratio_u * u).max().item()
+    out["actor/ratio_min"] = (ratio_u * u + (1.0 - u) * 1e10).min().item()
+    return out
+
+
+def _ppo_metrics(ctx: MetricContext) -> dict[str, float]:
+    """ActorWorker's clip fractions and ratio statistics."""
+    spec, m = ctx.spec, ctx.m
+    notes = ctx.metric_notes
+    um = _Unmasked(ctx)
+    out: dict[str, float] = {}
+    n_valid = max(m.sum().item(), 1.0)
+    lo, hi = 1.0 - spec.eps_low, 1.0 + spec.eps_high
+    high, low = (ctx.r > hi) & ctx.mask, (ctx.r < lo) & ctx.mask
+    surr1, surr2 = ctx.surrogates()
+    masked = {"high": high, "low": low, "": high | low}
+    ratio_u = um.token_ratio()
+    every = {"high": ratio_u > hi, "low": ratio_u < lo}
+    every[""] = every["high"] | every["low"]
+    for key, flags in masked.items():
+        name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
+        out[name] = ctx.token_mean(flags)
+        if um.on and spec.level == "token":  # agg_loss token-mean sums every position
+            out[name] = every[key].to(F64).sum().item() / n_valid
+            notes[name] = (
+                f"ROLL's token-mean agg_loss sums the clip indicator over every position, "
+                f"the {um.dropped:g} sample-masked tokens included, and divides by the "
+                f"{n_valid:g} tokens of final_response_mask (can exceed 1); over "
+                f"final_response_mask it is {ctx.token_mean(flags):.6g}"
+            )
+    if spec.level == "sequence":
+        lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
+        seq = torch.exp(ctx.d.sum(-1, keepdim=True) / lengths).expand_as(m)
+        counts = {"high": seq > hi, "low": seq < lo}
+        counts[""] = counts["high"].to(F64) + counts["low"].to(F64)
+        for key, flags in counts.items():
+            name = f"actor/ppo_ratio_{key}_clipfrac" if key else "actor/ppo_ratio_clipfrac"
+            masked_value = out[name]
+            out[name] = flags.to(F64).sum().item() / n_valid
+            notes[name] = (
+                f"counts padded positions: importance_sampling seq broadcasts each "
+                f"sequence's ratio to all {m.shape[1]} positions and ROLL's token-mean "
+                f"agg_loss sums them without the mask, divided by the {n_valid:g} valid "
+                f"tokens; over the valid tokens only it is {masked_value:.6g}"
+            )
+    flags = surr2 < surr1  # 0 outside final_response_mask (A = 0 there)
+    out["actor/clipfrac"] = ctx.agg(flags)
+    if ctx.modes["policy"][0] != "token-mean":  # rows: the unmasked response_mask's
+        out["actor/clipfrac"] = um.agg(flags)
+        um.note("actor/clipfrac", ctx.agg(flags))
+    return out | _ratio_metrics(ctx, um, pg_worker=False)
+
+
+def _vanilla_metrics(ctx: MetricContext) -> dict[str, float]:
+    return _ratio_metrics(ctx, _Unmasked(ctx), pg_worker=True)
+
+
+def _truncation_counts(ctx: MetricContext, um: _Unmasked, prefix: str, doubled: bool) -> dict:
+    """cispo / tis clip fractions: .mean() over all (B, T) positions, as ActorPGWorker logs."""
+    spec, m = ctx.spec, ctx.m
+    numel = float(m.numel())
+    n_valid = max(m.sum().item(), 1.0)
+    # the token ratio at every unmasked token (sample-masked rows included)
+    r_u = um.token_ratio()
+    counts = {}
+    for final, r_x, where in ((False, r_u, um.mask), (True, ctx.r, ctx.mask)):
+        lower = ((r_x < spec.cispo_low) & where).sum().item()
+        upper = ((r_x > spec.cispo_high) & where).sum().item()
+        counts[final] = {"lower": lower, "upper": upper, "total": lower + upper}
+    out = {}
+    for key, count in counts[False].items():
+        name = f"{prefix}{key}_clipfrac"
+        out[name] = count / numel
+        why = "the doubled prefix is ROLL's (f'actor/cispo_{key}' over keys named cispo_*); "
+        where = "the valid tokens" if not um.on else "the tokens of final_response_mask"
+        ctx.metric_notes[name] = (
+            (why if doubled else "")
+            + f".mean() over all {numel:g} (B x T) positions, padding included; over the "
+            f"{n_valid:g} {where} it is {counts[True][key] / n_valid:.6g}"
+        )
+    return out
+
+
+def _cispo_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec, cfg = ctx.spec, ctx.cfg
+    numel = float(ctx.m.numel())
+    n_valid = max(ctx.m.sum().item(), 1.0)
+    um = _Unmasked(ctx)
+    out = _ratio_metrics(ctx, um, pg_worker=True)
+    out |= _truncation_counts(ctx, um, "actor/cispo_cispo_", doubled=True)
+    weight = um.token_ratio().clamp(spec.cispo_low, spec.cispo_high)
+    weight_final = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
+    out["actor/cispo_cispo_epsilon_low"] = cfg["cispo_epsilon_low"]
+    out["actor/cispo_cispo_epsilon_high"] = cfg["cispo_epsilon_high"]
+    out["actor/cispo_cispo_clip_lower"] = spec.cispo_low
+    out["actor/cispo_cispo_clip_upper"] = spec.cispo_high
+    out["actor/cispo_cispo_use_unified_mask"] = float(spec.unified_mask)
+    if spec.unified_mask:  # .mean() over all (B, T) positions, like the clip fractions
+        pos = (ctx.adv > 0) & (ctx.r > spec.cispo_high) & ctx.mask
+        neg = (ctx.adv < 0) & (ctx.r < spec.cispo_low) & ctx.mask
+        n_pos, n_neg = float(pos.sum()), float(neg.sum())
+        out["actor/cispo_cispo_masked_positive_tokens"] = n_pos / numel
+        out["actor/cispo_cispo_masked_negative_tokens"] = n_neg / numel
+        out["actor/cispo_cispo_kept_tokens"] = 1.0 - (n_pos + n_neg) / numel
+        ctx.metric_notes["actor/cispo_cispo_kept_tokens"] = (
+            f".mean() over all {numel:g} (B x T) positions: padding counts as kept; "
+            f"over the {n_valid:g} valid tokens it is "
+            f"{1.0 - (n_pos + n_neg) / n_valid:.6g}"
+        )
+    mode = "seq-mean-token-mean-all-rows"
+    out["actor/cispo_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
+    um.note("actor/cispo_clipped_ratio_mean", aggregate(weight_final, ctx.m, mode).item())
+    return out
+
+
+def _tis_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec = ctx.spec
+    um = _Unmasked(ctx)
+    out = _ratio_metrics(ctx, um, pg_worker=True)
+    out |= _truncation_counts(ctx, um, "actor/tis_", doubled=False)
+    weight = um.token_ratio().clamp(spec.cispo_low, spec.cispo_high)
+    weight_final = ctx.r.clamp(spec.cispo_low, spec.cispo_high)
+    mode = "seq-mean-token-mean"
+    out["actor/tis_clipped_ratio_mean"] = aggregate(weight, um.m, mode).item()
+    um.note("actor/tis_clipped_ratio_mean", aggregate(weight_final, ctx.m, mode).item())
+    out["actor/tis_lower_bound"] = spec.cispo_low
+    out["actor/tis_upper_bound"] = spec.cispo_high
+    return out
+
+
+def _topr_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec, m = ctx.spec, ctx.m
+    numel = float(m.numel())
+    n_valid = max(m.sum().item(), 1.0)
+    um = _Unmasked(ctx)
+    out = _ratio_metrics(ctx, um, pg_worker=True)
+    positive = ctx.extra["topr_positive_unit"][:, 0]  # by score, empty rows counted
+    n_pos = float(positive.sum())
+    B = m.shape[0]
+    pos_rows = positive.to(F64)[:, None]
+    neg_rows = 1.0 - pos_rows
+    w_pos, w_neg = spec.topr_weights
+    # over the unmasked response_mask (A = 0 on the dropped samples' tokens)
+    weighted = {"positive": um.agg(ctx.pg * pos_rows), "negative": um.agg(ctx.pg * neg_rows)}
+    for side, weight in (("positive", w_pos), ("negative", w_neg)):
+        out[f"actor/topr_weighted_{side}_loss"] = weighted[side]
+        final = ctx.agg(ctx.pg * (pos_rows if side == "positive" else neg_rows))
+        um.note(f"actor/topr_weighted_{side}_loss", final)
+        if weight != 0:
+            out[f"actor/topr_{side}_loss"] = weighted[side] / weight
+            um.note(f"actor/topr_{side}_loss", final / weight)
+    out["actor/topr_positive_samples"] = n_pos
+    out["actor/topr_negative_samples"] = float(B) - n_pos
+    out["actor/topr_positive_ratio"] = n_pos / (B + 1e-8)
+    out["actor/topr_negative_ratio"] = (B - n_pos) / (B + 1e-8)
+    upper = ((ctx.r > 1.0) & (neg_rows > 0) & ctx.mask).sum().item()
+    out["actor/topr_negative_upper_clipfrac"] = upper / numel
+    out["actor/topr_negative_lower_clipfrac"] = 0.0
+    out["actor/topr_negative_total_clipfrac"] = upper / numel
+    ctx.metric_notes["actor/topr_negative_total_clipfrac"] = (
+        f".mean() over all {numel:g} (B x T) positions; over the {n_valid:g} valid tokens "
+        f"it is {upper / n_valid:.6g}"
+    )
+    out["actor/topr_positive_weight"] = spec.topr_weights[0]
+    out["actor/topr_negative_weight"] = spec.topr_weights[1]
+    return out
+
+
+def _kimi15_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec = ctx.spec
+    um = _Unmasked(ctx)
+    out = _ratio_metrics(ctx, um, pg_worker=True)
+    log_ratio = torch.where(  # every unmasked token, the dropped samples' included
+        um.mask, torch.log(um.token_ratio() + 1e-8), math.log(1.0 + 1e-8)
+    )
+    grad_mag = (ctx.adv * log_ratio).abs().mean().item()
+    reg_mag = (spec.kimi_tau * log_ratio.pow(2) * 0.5).mean().item()
+    out["actor/kimi15_kimi15_tau"] = spec.kimi_tau
+    out["actor/kimi15_kimi15_log_ratio_mean"] = log_ratio.mean().item()
+    out["actor/kimi15_kimi15_log_ratio_std"] = log_ratio.std().item()
+    out["actor/kimi15_kimi15_log_ratio_abs_mean"] = log_ratio.abs().mean().item()
+    out["actor/kimi15_kimi15_policy_grad_magnitude"] = grad_mag
+    out["actor/kimi15_kimi15_kl_reg_magnitude"] = reg_mag
+    out["actor/kimi15_kimi15_reg_ratio"] = reg_mag / (grad_mag + 1e-8)
+    for name in list(out):
+        if name.startswith("actor/kimi15_kimi15_log_ratio"):
+            ctx.metric_notes[name] = (
+                "doubled prefix as ROLL logs it; a mean over all (B x T) positions, where "
+                "padding holds log(1 + 1e-8)"
+            )
+    return out
+
+
+#: ``pg_variant`` -> the kind it runs, its parameters and the metrics ROLL logs for it
+#: (``ActorWorker`` for ppo, ``ActorPGWorker._compute_<variant>_loss`` for the others).
+PG_VARIANTS: dict[str, LossMode] = {
+    "ppo": LossMode("ppo", _ppo, _ppo_metrics),
+    "vanilla": LossMode("pg", _vanilla, _vanilla_metrics),
+    "cispo": LossMode("cispo", _cispo, _cispo_metrics),
+    "tis": LossMode("cispo", _tis, _tis_metrics),
+    "topr": LossMode("topr", _topr, _topr_metrics),
+    "kimi15": LossMode("kimi", _kimi15, _kimi15_metrics),
+}
 
 
 class _Unmasked:
@@ -1074,5 +1168,6 @@ DIALECT = Dialect(
     loss_agg_modes=loss_agg_modes,
     loss_spec=loss_spec,
     loss_metrics=loss_metrics,
+    mismatch_correction=None,  # ROLL's train_infer_correction is not a loss option of the pages
     reads_rollout_logprobs=None,
 )

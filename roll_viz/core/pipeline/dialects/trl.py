@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import apply_mask, group_stats
+from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import token_rewards
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
@@ -703,6 +704,31 @@ def _nan_reduce(x: Tensor, fn) -> float:
     return fn(finite).item() if finite.numel() else float("nan")
 
 
+def mismatch_correction(
+    cfg: dict[str, Any], old: Tensor, mu: Tensor, mask: Tensor
+) -> tuple[rc.Correction, str, bool] | None:
+    """The correction this resolved config's loss applies to pi_old / mu at the first update.
+
+    ``vllm_importance_sampling_*`` (``rollout_correction.trl_correction``), as the loss spec
+    reads it.
+
+    Args:
+        cfg: a resolved TRL config.
+        old: (B, T) float64 pi_old log-probs of the sampled tokens.
+        mu: (B, T) float64 the sampler's log-probs of the same tokens.
+        mask: (B, T) bool valid tokens.
+
+    Returns:
+        (the correction, its name as shown, whether it counts sequences) or None (no correction).
+    """
+    spec = loss_spec(cfg, [])
+    if spec.sampler_is is None:
+        return None
+    mode, low, high = spec.sampler_is
+    corr = rc.trl_correction(old, mu, mask, mode=mode, clip_min=low, clip_max=high)
+    return corr, f"vllm_importance_sampling_mode {mode}", mode.startswith("sequence")
+
+
 #: The record the registry holds: every fact above, by name.
 DIALECT = Dialect(
     NAME=NAME,
@@ -750,5 +776,6 @@ DIALECT = Dialect(
     loss_agg_modes=loss_agg_modes,
     loss_spec=loss_spec,
     loss_metrics=loss_metrics,
+    mismatch_correction=mismatch_correction,
     reads_rollout_logprobs=None,
 )

@@ -1136,6 +1136,38 @@ def _bypass_pg_note(ctx: MetricContext) -> None:
     )
 
 
+def mismatch_correction(
+    cfg: Mapping[str, Any], old: Tensor, mu: Tensor, mask: Tensor
+) -> tuple[rc.Correction, str, bool] | None:
+    """The correction this resolved config's loss applies to pi_old / mu at the first update.
+
+    ``loss_mode: bypass_mode`` takes mu as its old log-prob and weighs / rejects tokens against
+    it (``rollout_correction.verl_correction``); at the first update pi_theta = pi_old, so the
+    weights are pi_old / mu.
+
+    Args:
+        cfg: a resolved verl config.
+        old: (B, T) float64 pi_old log-probs of the sampled tokens.
+        mu: (B, T) float64 the sampler's log-probs of the same tokens.
+        mask: (B, T) bool valid tokens.
+
+    Returns:
+        (the correction, its name as shown, whether it counts sequences) or None (no correction).
+    """
+    if cfg.get("loss_mode") != "bypass_mode":
+        return None
+    corr = rc.verl_correction(
+        old,
+        mu,
+        mask,
+        rollout_is=cfg["rollout_is"],
+        rollout_is_threshold=cfg["rollout_is_threshold"],
+        rollout_rs=cfg["rollout_rs"],
+        rollout_rs_threshold=cfg["rollout_rs_threshold"],
+    )
+    return corr, f"bypass_mode ({cfg['loss_type']})", False
+
+
 #: The record the registry holds: every fact above, by name.
 DIALECT = Dialect(
     NAME=NAME,
@@ -1183,5 +1215,6 @@ DIALECT = Dialect(
     loss_agg_modes=loss_agg_modes,
     loss_spec=loss_spec,
     loss_metrics=loss_metrics,
+    mismatch_correction=mismatch_correction,
     reads_rollout_logprobs=reads_rollout_logprobs,
 )
