@@ -855,7 +855,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
 
 
 def _ratio_metrics(ctx: MetricContext, um: _Unmasked, pg_worker: bool) -> dict[str, float]:
-    """actor/ratio_mean, _max, _min.
+    """The ratio statistics actor/ratio_mean, _max and _min.
 
     ActorPGWorker logs the token ratio for every variant (its mean divided by
     final_response_mask's rows); ActorWorker the ratio of its loss.
@@ -927,7 +927,7 @@ def _vanilla_metrics(ctx: MetricContext) -> dict[str, float]:
 
 
 def _truncation_counts(ctx: MetricContext, um: _Unmasked, prefix: str, doubled: bool) -> dict:
-    """cispo / tis clip fractions: .mean() over all (B, T) positions, as ActorPGWorker logs."""
+    """The cispo / tis clip fractions: .mean() over all (B, T) positions (ActorPGWorker)."""
     spec, m = ctx.spec, ctx.m
     numel = float(m.numel())
     n_valid = max(m.sum().item(), 1.0)
