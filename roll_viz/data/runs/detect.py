@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roll_viz.core.pipeline import dialects
 from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions, unipo, verl_dump
 from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.json_document import read_json_document
@@ -55,15 +56,18 @@ def sniff_text(path: Path) -> bytes:
     return head
 
 
-#: The dialect (framework, config) whose advantage matches each format's framework by default.
+#: The dialect (framework, config) whose advantage matches each format's framework by default:
+#: the framework whose record lists the format (``RUN_FORMATS``), with its GRPO recipe.
 DEFAULT_DIALECT: dict[str, tuple[str, dict[str, Any]]] = {
-    "rllb": ("roll", {"adv_estimator": "grpo"}),
-    "roll-dump": ("roll", {"adv_estimator": "grpo"}),
-    "trl": ("trl", {"scale_rewards": "group"}),
-    "verl": ("verl", {"adv_estimator": "grpo"}),
+    fmt: (name, dialect.RECIPES["grpo"])
+    for name, dialect in dialects.DIALECTS.items()
+    for fmt in dialect.RUN_FORMATS
 }
-#: Fallback dialect for formats from no particular framework.
-FALLBACK_DIALECT: tuple[str, dict[str, Any]] = ("roll", {"adv_estimator": "grpo"})
+#: Fallback dialect for formats from no particular framework: the app's default flow.
+FALLBACK_DIALECT: tuple[str, dict[str, Any]] = (
+    dialects.DEFAULT_FRAMEWORK,
+    dialects.get(dialects.DEFAULT_FRAMEWORK).RECIPES["grpo"],
+)
 
 
 def default_dialect(fmt: str) -> tuple[str, dict[str, Any]]:

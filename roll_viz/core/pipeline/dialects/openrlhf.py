@@ -280,6 +280,10 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     "is_correction_level: seq": {"is_correction_level": "seq"},
 }
 
+#: The run formats (``data/runs``) this framework writes, their advantages recomputed with
+#: ``RECIPES["grpo"]``: none: roll-viz reads no OpenRLHF dump yet.
+RUN_FORMATS: tuple[str, ...] = ()
+
 #: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
 SELFTEST = SelfTestCases(
     seed=(
@@ -707,6 +711,7 @@ DIALECT = Dialect(
     ERAS=ERAS,
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
+    RUN_FORMATS=RUN_FORMATS,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

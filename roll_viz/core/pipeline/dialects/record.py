@@ -70,7 +70,8 @@ class Dialect:
     ``ALIASES`` (generic knob -> native key), ``KL_CANON``/``KL_NAMES`` (KL estimator names),
     ``CONTROLLER_KEYS`` (beta and its controller's keys: what a training step sets),
     ``RECIPES`` (named recipes), ``ERAS`` (era presets), ``LOSS_OPTIONS`` (the loss options the
-    Update and Training pages offer), ``SELFTEST`` (the self-test page's cases).
+    Update and Training pages offer), ``SELFTEST`` (the self-test page's cases), ``RUN_FORMATS``
+    (the run formats the framework writes).
     Functions take and return plain dicts of the dialect's own keys.
     """
 
@@ -105,6 +106,7 @@ class Dialect:
     ERAS: Mapping[str, EraSetting]
     LOSS_OPTIONS: dict[str, dict[str, Any]]
     SELFTEST: SelfTestCases
+    RUN_FORMATS: tuple[str, ...]
     estimator_name: Callable[[Config], str]
     kl_estimator: Callable[[Config], str]
     to_native: Callable[[Config], dict[str, Any]]

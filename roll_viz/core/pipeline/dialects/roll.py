@@ -341,6 +341,10 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
 }
 
+#: The run formats (``data/runs``) this framework writes, their advantages recomputed with
+#: ``RECIPES["grpo"]``: ROLL's RLLB rollout log and its own dump.
+RUN_FORMATS: tuple[str, ...] = ("rllb", "roll-dump")
+
 #: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
 SELFTEST = SelfTestCases(
     seed=(
@@ -1154,6 +1158,7 @@ DIALECT = Dialect(
     ERAS=ERAS,
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
+    RUN_FORMATS=RUN_FORMATS,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

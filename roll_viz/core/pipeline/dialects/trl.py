@@ -267,6 +267,10 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The run formats (``data/runs``) this framework writes, their advantages recomputed with
+#: ``RECIPES["grpo"]``: TRL's completions log.
+RUN_FORMATS: tuple[str, ...] = ("trl",)
+
 #: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
 SELFTEST = SelfTestCases(
     seed=(
@@ -762,6 +766,7 @@ DIALECT = Dialect(
     ERAS=ERAS,
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
+    RUN_FORMATS=RUN_FORMATS,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

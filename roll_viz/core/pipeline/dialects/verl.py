@@ -388,6 +388,10 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The run formats (``data/runs``) this framework writes, their advantages recomputed with
+#: ``RECIPES["grpo"]``: verl's rollout dump.
+RUN_FORMATS: tuple[str, ...] = ("verl",)
+
 #: The self-test page's cases in this dialect's keys (``analysis/selftest.py`` runs them).
 SELFTEST = SelfTestCases(
     seed=(
@@ -1201,6 +1205,7 @@ DIALECT = Dialect(
     ERAS=ERAS,
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
+    RUN_FORMATS=RUN_FORMATS,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,
