@@ -25,6 +25,7 @@ from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, SAMPLERS
 from roll_viz.lm.models import ModelNotFoundError, load_models
 from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import Trainer
+from roll_viz.lm.update import MAX_EPOCHS
 from roll_viz.rewards import EXTRA_REWARDS, REWARD_FNS
 
 
@@ -88,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--lora-alpha", type=float, default=16.0)
     p.add_argument("--clip-eps", type=float, default=0.2)
-    p.add_argument("--ppo-epochs", type=int, default=1)
+    p.add_argument(
+        "--ppo-epochs",
+        type=int,
+        default=1,
+        choices=range(1, MAX_EPOCHS + 1),
+        help=f"passes over each batch, 1 to {MAX_EPOCHS} (lm.update.MAX_EPOCHS)",
+    )
     p.add_argument("--sample-every", type=int, default=5, help="write samples every k steps")
     p.add_argument(
         "--era",

@@ -375,7 +375,7 @@ export function observedKl(kl, mask) {
   return s / perRow.length;
 }
 
-/** Adaptive KL controller, Ziegler et al. 2019 (kl.next_kl_coef). */
+/** Adaptive KL controller, Ziegler et al. 2019 (kl.next_beta). */
 export function nextKlCoef(beta, observed, target, horizon, nSteps) {
   if (!(target > 0)) throw new Error(`adaptive KL controller needs target > 0, got ${target}`);
   if (!(horizon > 0)) throw new Error(`adaptive KL controller needs horizon > 0, got ${horizon}`);
