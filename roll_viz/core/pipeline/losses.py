@@ -350,8 +350,9 @@ class LossMode:
             bounds, ...); appends the note saying what the dialect runs.
         metrics: the metrics the framework logs for this loss, under its own names (the
             dialect's ``loss_metrics`` adds the ones every loss logs), or None.
-        policy_agg: the policy term's aggregation (AGG_MODES name, scale factor) where the loss
-            forces one, else None (the dialect's ``loss_agg_mode``).
+        policy_agg: the policy term's aggregation (AGG_MODES name, scale factor: a number, or
+            the name of the config key that holds it) where the loss has its own, else None
+            (the dialect's ``loss_agg_mode``).
     """
 
     kind: str

@@ -33,7 +33,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     num,
 )
 from roll_viz.core.pipeline.kl import kl_term_mean
-from roll_viz.core.pipeline.losses import F64, LossSpec, MetricContext
+from roll_viz.core.pipeline.losses import F64, LossMode, LossSpec, MetricContext
 from roll_viz.core.pipeline.postprocess import require_group_size
 from roll_viz.core.records import Batch, RunningMoments, Trace
 
@@ -509,27 +509,21 @@ def _normalize_then_sum(
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Canonical aggregation of each loss term by ``loss_type`` (``GRPOTrainer._compute_loss``).
 
-    The KL is aggregated like the policy, the entropy token-mean; "value" is None: GRPO has no
-    critic. luspo is ``(per_token_loss * mask).sum(-1).mean()`` (TRL 1.16): the sum over each
-    sequence's tokens, averaged over all rows.
+    The policy's is the ``LOSS_TYPES`` row's (token-mean where it names none), the KL is
+    aggregated like the policy, the entropy token-mean; "value" is None: GRPO has no critic.
     """
-    loss_type = cfg["loss_type"]
-    policy = ("token-mean", None)
-    if loss_type in ("grpo", "sapo"):
-        policy = ("seq-mean-token-mean-all-rows", None)
-    elif loss_type == "dr_grpo":
-        policy = ("token-sum-norm-all-rows", cfg["max_completion_length"])
-    elif loss_type == "luspo":
-        policy = ("seq-mean-token-sum-all-rows", None)
+    mode, factor = LOSS_TYPES[cfg["loss_type"]].policy_agg or ("token-mean", None)
+    policy = (mode, cfg[factor] if isinstance(factor, str) else factor)
     return {"policy": policy, "kl": policy, "entropy": ("token-mean", None), "value": None}
 
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
-    """TRL's policy loss as a ``LossSpec`` (``GRPOTrainer._compute_loss``, every loss_type)."""
-    low = cfg["epsilon"]
-    high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
+    """TRL's policy loss as a ``LossSpec`` (``GRPOTrainer._compute_loss``, every loss_type).
+
+    The ratio level, KL, entropy and masking settings every loss type shares, plus the row of
+    ``LOSS_TYPES``.
+    """
     level = "sequence" if cfg["importance_sampling_level"] == "sequence" else "token"
-    loss_type = cfg["loss_type"]
     kwargs = {
         "level": level,
         "clamp": None,
@@ -538,6 +532,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "kl_coef": cfg["beta"],
         "kl_ratio_correction": cfg["beta"] != 0 and cfg["use_bias_correction_kl"],
         "entropy_coef": applied_entropy_coef(cfg),
+        "entropy_adaptive": cfg["use_adaptive_entropy"],
         "has_critic": False,
         "off_policy_threshold": cfg["off_policy_mask_threshold"],
         "entropy_quantile": cfg["top_entropy_quantile"],
@@ -569,38 +564,60 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             f"{1 - cfg['top_entropy_quantile']:g} entropy quantile carry the policy loss and the "
             "entropy bonus (the denominators stay the same)"
         )
-    if level == "sequence" and loss_type in ("bnpo", "dr_grpo", "dapo", "cispo"):
+    loss_type = LOSS_TYPES[cfg["loss_type"]]
+    return LossSpec(kind=loss_type.kind, **loss_type.params(cfg, notes), **kwargs)
+
+
+def _clip_range(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """Epsilon and epsilon_high (which falls back to epsilon)."""
+    high = cfg["epsilon_high"] if cfg["epsilon_high"] is not None else cfg["epsilon"]
+    return cfg["epsilon"], high
+
+
+def _token_sum_note(cfg: Mapping[str, Any], notes: list[str]) -> None:
+    if cfg["importance_sampling_level"] == "sequence":
         notes.append("sequence-level IS with a token-sum loss weights each sequence by length")
-    if loss_type == "cispo":
-        notes.append(f"loss_type cispo: weight min(r, epsilon_high = {high:g}), no lower bound")
-        return LossSpec(kind="cispo", cispo_high=high, **kwargs)
-    if loss_type == "sapo":
-        notes.append("loss_type sapo: soft gate, aggregated like grpo")
-        return LossSpec(
-            kind="sapo",
-            tau_pos=cfg["sapo_temperature_pos"],
-            tau_neg=cfg["sapo_temperature_neg"],
-            **kwargs,
-        )
-    if loss_type == "vespo":
-        params = (
-            cfg["vespo_k_pos"],
-            cfg["vespo_lambda_pos"],
-            cfg["vespo_k_neg"],
-            cfg["vespo_lambda_neg"],
-        )
-        notes.append(
-            "loss_type vespo: -phi(w) * A * logp, phi(w) = e^lambda w^k e^(-lambda w) of the "
-            "sequence ratio w = exp(sum of log-ratios), k/lambda by the sign of A; sum / tokens"
-        )
-        return LossSpec(kind="vespo", vespo=params, **kwargs)
-    if loss_type == "luspo":
-        notes.append("loss_type luspo: PPO clip, each sequence's token sum, mean over sequences")
+
+
+def _ppo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    low, high = _clip_range(cfg)
+    level = "sequence" if cfg["importance_sampling_level"] == "sequence" else "token"
     notes.append(
-        f"TRL {loss_type}: {level} ratio, no clamp, clip [1-{low:g}, 1+{high:g}]"
+        f"TRL {cfg['loss_type']}: {level} ratio, no clamp, clip [1-{low:g}, 1+{high:g}]"
         + (f", delta cap {cfg['delta']:g}" if cfg["delta"] is not None else "")
     )
-    return LossSpec(kind="ppo", eps_low=low, eps_high=high, delta=cfg["delta"], **kwargs)
+    return {"eps_low": low, "eps_high": high, "delta": cfg["delta"]}
+
+
+def _ppo_token_sum(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _token_sum_note(cfg, notes)
+    return _ppo(cfg, notes)
+
+
+def _luspo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append("loss_type luspo: PPO clip, each sequence's token sum, mean over sequences")
+    return _ppo(cfg, notes)
+
+
+def _cispo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    _token_sum_note(cfg, notes)
+    high = _clip_range(cfg)[1]
+    notes.append(f"loss_type cispo: weight min(r, epsilon_high = {high:g}), no lower bound")
+    return {"cispo_high": high}
+
+
+def _sapo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append("loss_type sapo: soft gate, aggregated like grpo")
+    return {"tau_pos": cfg["sapo_temperature_pos"], "tau_neg": cfg["sapo_temperature_neg"]}
+
+
+def _vespo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    notes.append(
+        "loss_type vespo: -phi(w) * A * logp, phi(w) = e^lambda w^k e^(-lambda w) of the "
+        "sequence ratio w = exp(sum of log-ratios), k/lambda by the sign of A; sum / tokens"
+    )
+    keys = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+    return {"vespo": tuple(cfg[key] for key in keys)}
 
 
 def applied_entropy_coef(cfg: Mapping[str, Any]) -> float:
@@ -628,10 +645,14 @@ def next_entropy_coef(cfg: Mapping[str, Any], world_entropy: float) -> float:
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
-    """TRL's logged metrics under its own names."""
+    """TRL's logged metrics under its own names.
+
+    The entropy / KL metrics, the loss type's own (its ``LOSS_TYPES`` row), then the sampler's
+    importance-sampling metrics.
+    """
     spec, cfg = ctx.spec, ctx.cfg
     out: dict[str, float] = {}
-    adaptive = cfg.get("use_adaptive_entropy", False)
+    adaptive = spec.entropy_adaptive
     if spec.entropy_coef != 0 or adaptive:  # TRL logs policy_loss (incl. beta * KL) then
         kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
         out["policy_loss"] = ctx.item("policy") + kl_part
@@ -657,25 +678,9 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["kl"] = ctx.token_mean(ctx.kl_tok)
     if ctx.entropy is not None:
         out["entropy"] = ctx.token_mean(ctx.entropy)
-    sequence = spec.level == "sequence"
-
-    def global_mean(x: Tensor) -> float:
-        if sequence:  # TRL: one value per sequence, mean over all B rows
-            return _row_values(x, ctx.m).mean().item()
-        return ctx.token_mean(x)
-
-    if spec.kind == "ppo":
-        r1 = ctx.r if spec.delta is None else ctx.r.clamp(max=spec.delta)
-        low = (r1 < 1.0 - spec.eps_low) & (ctx.adv < 0) & ctx.mask
-        high = (r1 > 1.0 + spec.eps_high) & (ctx.adv > 0) & ctx.mask
-        out["clip_ratio/low_mean"] = global_mean(low)
-        out["clip_ratio/high_mean"] = global_mean(high)
-        out["clip_ratio/region_mean"] = global_mean(low | high)
-        low_rows, high_rows = _row_values(low, ctx.m, sequence), _row_values(high, ctx.m, sequence)
-        out["clip_ratio/low_min"] = _nan_reduce(low_rows, torch.min)
-        out["clip_ratio/high_max"] = _nan_reduce(high_rows, torch.max)
-    elif spec.kind == "cispo":
-        out["cispo_clip_ratio"] = global_mean((ctx.r > spec.cispo_high) & (ctx.adv > 0) & ctx.mask)
+    loss_type = LOSS_TYPES[cfg["loss_type"]]
+    if loss_type.metrics is not None:
+        out.update(loss_type.metrics(ctx))
     if ctx.extra.get("log_w") is not None and spec.sampler_is is not None:
         delta = ctx.extra["log_w"].abs()[ctx.mask]
         out["sampling/sampling_logp_difference/mean"] = delta.mean().item() if len(delta) else 0.0
@@ -685,12 +690,63 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         for stat, fn in (("min", torch.min), ("mean", torch.mean), ("max", torch.max)):
             value = fn(flat).item() if flat.numel() else 0.0
             out[f"sampling/importance_sampling_ratio/{stat}"] = value
-    if spec.kind == "vespo":
-        # phi is one value per sequence when the advantages are; TRL: mean over every row
-        lengths = ctx.m.sum(-1)
-        row_phi = (ctx.extra["phi"] * ctx.m).sum(-1) / lengths.clamp(min=1.0)
-        out["vespo/phi_seq_mean"] = torch.where(lengths > 0, row_phi, 1.0).mean().item()
     return out
+
+
+def _global_mean(ctx: MetricContext, x: Tensor) -> float:
+    """Token mean, or at sequence level one value per sequence and the mean over all B rows."""
+    if ctx.spec.level == "sequence":
+        return _row_values(x, ctx.m).mean().item()
+    return ctx.token_mean(x)
+
+
+def _clip_ratio_metrics(ctx: MetricContext) -> dict[str, float]:
+    spec = ctx.spec
+    sequence = spec.level == "sequence"
+    r1 = ctx.r if spec.delta is None else ctx.r.clamp(max=spec.delta)
+    low = (r1 < 1.0 - spec.eps_low) & (ctx.adv < 0) & ctx.mask
+    high = (r1 > 1.0 + spec.eps_high) & (ctx.adv > 0) & ctx.mask
+    low_rows, high_rows = _row_values(low, ctx.m, sequence), _row_values(high, ctx.m, sequence)
+    return {
+        "clip_ratio/low_mean": _global_mean(ctx, low),
+        "clip_ratio/high_mean": _global_mean(ctx, high),
+        "clip_ratio/region_mean": _global_mean(ctx, low | high),
+        "clip_ratio/low_min": _nan_reduce(low_rows, torch.min),
+        "clip_ratio/high_max": _nan_reduce(high_rows, torch.max),
+    }
+
+
+def _cispo_metrics(ctx: MetricContext) -> dict[str, float]:
+    clipped = (ctx.r > ctx.spec.cispo_high) & (ctx.adv > 0) & ctx.mask
+    return {"cispo_clip_ratio": _global_mean(ctx, clipped)}
+
+
+def _vespo_metrics(ctx: MetricContext) -> dict[str, float]:
+    # phi is one value per sequence when the advantages are; TRL: mean over every row
+    lengths = ctx.m.sum(-1)
+    row_phi = (ctx.extra["phi"] * ctx.m).sum(-1) / lengths.clamp(min=1.0)
+    return {"vespo/phi_seq_mean": torch.where(lengths > 0, row_phi, 1.0).mean().item()}
+
+
+#: ``loss_type`` -> the kind it runs, its parameters, the metrics TRL logs for it and its
+#: policy aggregation (the scale factor by config key; token-mean where none is named).
+#: luspo is ``(per_token_loss * mask).sum(-1).mean()`` (TRL 1.16): the sum over each
+#: sequence's tokens, averaged over all rows.
+LOSS_TYPES: dict[str, LossMode] = {
+    "grpo": LossMode("ppo", _ppo, _clip_ratio_metrics, ("seq-mean-token-mean-all-rows", None)),
+    "bnpo": LossMode("ppo", _ppo_token_sum, _clip_ratio_metrics),
+    "dr_grpo": LossMode(
+        "ppo",
+        _ppo_token_sum,
+        _clip_ratio_metrics,
+        ("token-sum-norm-all-rows", "max_completion_length"),
+    ),
+    "dapo": LossMode("ppo", _ppo_token_sum, _clip_ratio_metrics),
+    "luspo": LossMode("ppo", _luspo, _clip_ratio_metrics, ("seq-mean-token-sum-all-rows", None)),
+    "cispo": LossMode("cispo", _cispo, _cispo_metrics),
+    "sapo": LossMode("sapo", _sapo, None, ("seq-mean-token-mean-all-rows", None)),
+    "vespo": LossMode("vespo", _vespo, _vespo_metrics),
+}
 
 
 def _row_values(x: Tensor, m: Tensor, empty_is_zero: bool = True) -> Tensor:
