@@ -5,6 +5,7 @@
 # and, for development:
 #   make test-fast    -> the suite without the browser, the servers, the real model and benchmarks
 #   make screenshots  -> refreshes the README's images in docs/screenshots/ (the suite never does)
+#   make loc          -> the product's size, measured on ruff-formatted code, per folder
 #   make engine       -> builds .engine-venv (vLLM), serves the bundled model on 127.0.0.1:8000 and
 #                        prints the ROLL_VIZ_ENGINE= line for `make run` (see README, "Rollout engine")
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -12,7 +13,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast screenshots lint fmt bench engine engine-venv engine-test
+.PHONY: install run test test-fast screenshots lint fmt loc bench engine engine-venv engine-test
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,9 @@ lint: $(STAMP)
 
 fmt: $(STAMP)
 	$(PY) -m ruff format . && $(PY) -m ruff check --fix .
+
+loc: $(STAMP)
+	$(PY) tests/size_budget.py
 
 bench: $(STAMP)
 	$(PY) -m benchmarks

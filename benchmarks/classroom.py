@@ -83,6 +83,7 @@ from benchmarks.browser import (
     Traffic,
     bench_inputs,
     goto,
+    run_mark,
     wait_idle,
 )
 from benchmarks.server import Server, health, streamlit_server
@@ -272,7 +273,7 @@ def server_path(
             value = _slider_now(page, key)
         if int(q["seed"]) not in used_seeds:
             used_seeds.append(int(q["seed"]))
-        n = page.evaluate("() => (window.__rv ? window.__rv.changes.length : 0)")
+        n = run_mark(page)
         mark = traffic.mark(page)
         thumb = _sidebar_thumb(page, key)
         thumb.focus()

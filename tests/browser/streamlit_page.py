@@ -1,10 +1,11 @@
 """Helpers to drive a Streamlit page in Playwright without sleeping: wait on the app's run state.
 
 After every navigation or interaction the helpers wait until the app is CONNECTED and its script
-state is ``notRunning``. Interactions that trigger a rerun wait for a *new* run to start and end
-(observed with a MutationObserver on ``stApp``'s ``data-test-script-state``), so a stale page is
-never mistaken for the redrawn one. The same observer timestamps key releases and repaints, which
-gives the slider-release -> redrawn latency.
+state is ``notRunning``. Interactions that trigger a rerun wait for the browser's rerun request,
+a run started after it and that run's end, as the app's websocket reports them
+(``benchmarks.browser.RUNS_JS``), so a stale page is never mistaken for the redrawn one and a
+fast run the DOM never showed as running is not missed. Key releases and the frame after a run
+are timestamped too, which gives the slider-release -> redrawn latency.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from roll_viz.ui.state import KEY_SAMPLE_APPLY
 
 # the run-state selectors, the observer and the waits are the benchmark's (one copy)
 APP, CONNECTED, IDLE = browser.APP, browser.CONNECTED, browser.IDLE
-_OBSERVE = browser.OBSERVE_JS
 
 #: The pages every-page tests visit, in the README's order: screenshot name -> URL path. The
 #: names (00_home, 03_token_kl, ...) are the README's image files; paths come from roll_viz.nav.
@@ -49,36 +49,21 @@ def goto(page, url: str, timeout: float = 180_000) -> None:
     browser.goto(page, url, timeout)
 
 
-def changes(page) -> int:
-    """Number of run-state changes observed so far on this page."""
-    return page.evaluate("() => (window.__rv ? window.__rv.changes.length : 0)")
+def runs(page) -> int:
+    """Number of script-run records (requests, starts, ends) seen on this page so far."""
+    return browser.run_mark(page)
 
 
 def after_rerun(page, action: Callable[[], None], timeout: float = 180_000) -> None:
-    """Do ``action`` and wait until the rerun it triggers has finished."""
-    page.evaluate(_OBSERVE)
-    n = changes(page)
+    """Do ``action`` and wait until the rerun it asks for has finished."""
+    mark = browser.run_mark(page)
     action()
-    page.wait_for_function(
-        f"""() => {{
-          const c = window.__rv.changes.slice({n});
-          const app = document.querySelector("[data-testid='stApp']");
-          return c.some(x => x.s === 'running')
-              && app.getAttribute('data-test-script-state') === 'notRunning';
-        }}""",
-        timeout=timeout,
-    )
-    wait_idle(page, timeout)
+    browser.wait_rerun(page, mark, timeout)
 
 
 def last_latency_ms(page) -> dict[str, float]:
     """From the last key release: ms until the script finished and until the next repaint."""
-    page.wait_for_function(
-        """() => {
-          const k = window.__rv.keys[window.__rv.keys.length - 1];
-          return window.__rv.changes.some(x => x.t >= k && x.s === 'painted');
-        }"""
-    )
+    page.wait_for_function(browser.MOVE_DONE_JS, arg=0)
     return page.evaluate(browser.MOVE_LATENCY_JS)
 
 

@@ -134,7 +134,7 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
 
     # dragging: every input event recomputes in place, no rerun, nothing settled yet
     before = js["updates"]
-    n = sp.changes(page)
+    n = sp.runs(page)
     bench_inputs(page, "rv-lg-G", [3, 2, 1])
     js = _state(page)
     assert js["updates"] == before + 3
@@ -144,7 +144,7 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
     _assert_matches_python(page)
     bench_inputs(page, "rv-lg-G", [2])
     _assert_matches_python(page)
-    assert sp.changes(page) == n  # the server saw none of it
+    assert sp.runs(page) == n  # no rerun asked for, none run: the server saw none of it
 
     # arrow key = input + release: the sidebar's G, the URL and the Python tables follow
     page.locator("[data-testid=rv-lg-G]").focus()
