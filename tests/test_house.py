@@ -10,6 +10,10 @@
    is assigned in one module; every other module imports it (a second copy drifts: the Update
    page allowed 4 epochs while ``UpdateConfig`` allowed 8, and ``KEY_BETA`` meant "beta" in the
    sidebar and "tr_beta" on the Training page).
+6. Native framework keys stay in the dialect records: outside ``core/pipeline/dialects/`` no
+   string literal equals a framework-specific config key (collected from the records). The
+   modules that still hold some are listed with their count (``NATIVE_KEY_DEBT``), which may only
+   go down; any other module holds none.
 
 Each rule has a self-test that shows it catches a violation (as ``test_layers.py`` does).
 """
@@ -21,6 +25,8 @@ import itertools
 import re
 from collections import Counter
 from pathlib import Path
+
+from roll_viz.core.pipeline import dialects
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +52,31 @@ FRAMEWORK_BRANCH = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](roll|verl|openrlhf|t
 DIALECTS = Path("roll_viz/core/pipeline/dialects")
 #: names assigned at module level in exactly one module (rule 5)
 ONE_DEFINITION = ("KEY_BETA", "MAX_EPOCHS")
+#: rule 6: native keys that are also the app's own names for the same thing (the generic sidebar
+#: knobs are added from the records' ALIASES): the sampling length, the adaptive controller's
+#: target and horizon, and a reward function's parameter.
+APP_WORDS = frozenset({"max_new_tokens", "target", "horizon", "target_kl"})
+#: rule 6's debt: modules outside the dialects that still spell native keys, with their count
+#: (207 literals in 22 modules before the dialect records; lower a number when you move some
+#: into a record, delete the line at 0).
+NATIVE_KEY_DEBT = {
+    "pages/rewards.py": 1,
+    "pages/token_kl.py": 1,
+    "pages/training.py": 1,
+    "roll_viz/analysis/era_diff.py": 15,
+    "roll_viz/analysis/history.py": 4,
+    "roll_viz/analysis/reward_table.py": 6,
+    "roll_viz/analysis/silent_bugs.py": 14,
+    "roll_viz/cli/train.py": 1,
+    "roll_viz/core/pipeline/postprocess.py": 2,
+    "roll_viz/core/pipeline/rollout_correction.py": 27,
+    "roll_viz/core/records.py": 1,
+    "roll_viz/lm/runfile.py": 1,
+    "roll_viz/ui/mismatch_page.py": 4,
+    "roll_viz/ui/training_demos.py": 2,
+    "roll_viz/ui/training_page.py": 9,
+    "roll_viz/views/explain.py": 1,
+}
 
 
 def _sources(root: Path) -> list[Path]:
@@ -226,6 +257,36 @@ def second_definitions(root: Path = ROOT) -> list[str]:
     ]
 
 
+def native_keys() -> frozenset[str]:
+    """Every framework-specific config key of the registered dialect records (rule 6)."""
+    keys = frozenset().union(*(d.native_keys() for d in dialects.DIALECTS.values()))
+    generic = {k for d in dialects.DIALECTS.values() for k in d.ALIASES}
+    return keys - generic - APP_WORDS
+
+
+def native_key_literals(root: Path, keys: frozenset[str]) -> dict[str, list[str]]:
+    """Product module (dialects and benchmarks aside) -> its string literals equal to a key."""
+    out: dict[str, list[str]] = {}
+    for path in _sources(root):
+        rel = path.relative_to(root)
+        if DIALECTS in rel.parents or rel.parts[0] == "benchmarks":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in keys:
+                out.setdefault(str(rel), []).append(f"{node.lineno}: {node.value!r}")
+    return out
+
+
+def native_key_growth(root: Path, keys: frozenset[str], debt: dict[str, int]) -> list[str]:
+    """Modules holding more native-key literals than ``debt`` allows them (rule 6)."""
+    return [
+        f"{rel}: {len(found)} native framework keys (allowed {debt.get(rel, 0)}; ask the "
+        f"dialect record in {DIALECTS}/ instead): {', '.join(found)}"
+        for rel, found in native_key_literals(root, keys).items()
+        if len(found) > debt.get(rel, 0)
+    ]
+
+
 def test_no_import_circle():
     found = circles()
     assert not found, (
@@ -250,6 +311,11 @@ def test_module_names_are_unique():
 
 def test_framework_names_stay_in_the_dialects():
     found = framework_branches()
+    assert not found, "\n".join(found)
+
+
+def test_native_keys_stay_in_the_dialects():
+    found = native_key_growth(ROOT, native_keys(), NATIVE_KEY_DEBT)
     assert not found, "\n".join(found)
 
 
@@ -302,3 +368,19 @@ def test_one_definition_catches_a_second(tmp_path):
     found = second_definitions(tmp_path)
     assert [v.split(": ")[0] for v in found] == ["roll_viz/ui/train.py:1", "roll_viz/ui/page.py:1"]
     assert "first in roll_viz/lm/update.py:2" in found[0]
+
+
+def test_native_key_rule_catches_a_new_literal(tmp_path):
+    keys = native_keys()
+    assert {"adv_estimator", "kl_loss_coef", "init_coef"} <= keys
+    assert not keys & {"beta", "gamma", "estimator", "max_new_tokens"}  # the app's own names
+    _write(tmp_path, "roll_viz/core/pipeline/dialects/verl.py", 'K = "adv_estimator"\n')
+    _write(tmp_path, "benchmarks/peer.py", 'K = "adv_estimator"\n')
+    _write(tmp_path, "roll_viz/ui/page.py", '"""Reads adv_estimator."""\nK = "gamma"\n')
+    assert native_key_growth(tmp_path, keys, {}) == []  # dialects, benchmarks, prose: fine
+    _write(tmp_path, "pages/p.py", 'cfg = {"adv_estimator": "grpo", "init_coef": 0.1}\n')
+    found = native_key_growth(tmp_path, keys, {})
+    assert len(found) == 1
+    assert found[0].startswith("pages/p.py: 2 native framework keys")
+    assert native_key_growth(tmp_path, keys, {"pages/p.py": 2}) == []  # its recorded debt
+    assert len(native_key_growth(tmp_path, keys, {"pages/p.py": 1})) == 1  # debt only goes down

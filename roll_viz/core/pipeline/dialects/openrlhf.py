@@ -15,7 +15,11 @@ Also here: OpenRLHF's config keys (flattened: ``--algo.kl.init_coef`` -> ``init_
 defaults, choices and help, the policy-update keys (``--actor.eps_clip`` -> ``eps_clip``), the
 KL estimator names, the beta/controller/clip keys, the named recipes, the translation of the
 sidebar's generic knobs (the KL is in the reward unless ``use_loss``: an inverted switch), the
-loss spec and the logged metric names.
+loss spec and the logged metric names, the era presets, loss options, self-test cases and the
+mismatch correction, all named by the ``DIALECT`` record at the end.
+
+Size: one file per framework by design (its tables, order of operations, loss spec and
+logged metrics side by side), so a reader checks the framework against one file.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     num,
 )
 from roll_viz.core.pipeline.kl import kl_term_mean
-from roll_viz.core.pipeline.losses import LossSpec, MetricContext
+from roll_viz.core.pipeline.losses import LossMode, LossSpec, MetricContext
 from roll_viz.core.pipeline.postprocess import (
     clip_rewards,
     leave_one_out_baseline,
@@ -553,19 +557,18 @@ def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
     """Canonical aggregation of each loss term.
 
     KL, entropy and critic are token-level (``aggregate_loss`` defaults, ``ValueLoss``); the
-    policy per token or per sample (``--actor.loss_agg_mode``, 0.11.2; gspo always per sample).
+    policy per token or per sample (``--actor.loss_agg_mode``, 0.11.2; gspo always per sample:
+    its ``POLICY_LOSS_TYPES`` row).
     """
     token = ("token-mean", None)
     per_sample = ("seq-mean-token-mean", None)
-    policy = token
-    if cfg["loss_agg_mode"] != "token-mean" or cfg["policy_loss_type"] == "gspo":
-        policy = per_sample
+    policy = token if cfg["loss_agg_mode"] == "token-mean" else per_sample
+    policy = POLICY_LOSS_TYPES[cfg["policy_loss_type"]].policy_agg or policy
     return {"policy": policy, "kl": token, "entropy": token, "value": token}
 
 
 def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
-    """OpenRLHF's policy loss as a ``LossSpec`` (policy_loss_type ppo / gspo); notes appended."""
-    eps_low, eps_high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
+    """OpenRLHF's policy loss as a ``LossSpec`` (the ``POLICY_LOSS_TYPES`` row); notes appended."""
     kl_zero = cfg["use_loss"] and cfg["init_coef"] == 0
     if cfg["use_loss"]:
         notes.append(
@@ -574,13 +577,12 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
             else f"KL loss: {cfg['kl_estimator']} (clamped +-10), coefficient = KL controller "
             f"value init_coef {cfg['init_coef']:g}, always token-level"
         )
-    gspo = cfg["policy_loss_type"] == "gspo"
     level, mode, gating = (
         cfg["is_correction_level"],
         cfg["is_correction_mode"],
         cfg["is_correction_gating"],
     )
-    low, high = cfg["is_correction_threshold"]
+    low = cfg["is_correction_threshold"][0]
     if mode == "clip" and (level == "seq" or gating != "ratio"):
         raise ValueError(
             "is_correction_mode: clip requires is_correction_level token and gating ratio"
@@ -589,29 +591,18 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         raise ValueError(
             f"is_correction_threshold: gating {gating} takes an upper bound only (one number)"
         )
-    correction = None
-    if level != "off" and not gspo:
-        correction = (level, mode, gating, low, high)
-        notes.append(
-            f"is_correction: {level}-level {mode} on {gating} within [{low:g}, {high:g}]; the "
-            "per-token loss is multiplied by the surviving weight pi_old / mu"
-        )
-    elif level != "off":
-        notes.append("gspo with is_correction: the sequence ratio is pi / mu (rollout log-probs)")
-    notes.append(
-        ("gspo: sequence ratio, no clamp, per-sample aggregation" if gspo else "ppo: d +-20")
-        + (f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else "")
-    )
+    loss_type = POLICY_LOSS_TYPES[cfg["policy_loss_type"]]
+    params = loss_type.params(cfg, notes)
     unbiased = cfg["use_loss"] and cfg["unbiased_gradient"] and not kl_zero
     if unbiased:
         notes.append(
             "unbiased_gradient: KL value of the estimator, gradient w * (logp - ref) with "
             "w = min(pi / pi_old, 10), detached (straight-through)"
         )
+    eps_low, eps_high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
     return LossSpec(
-        kind="ppo",
-        level="sequence" if gspo else "token",
-        clamp=None if gspo else 20.0,
+        kind=loss_type.kind,
+        **params,
         kl_is_weight_clip=10.0 if unbiased else None,
         eps_low=eps_low,
         eps_high=eps_high,
@@ -623,9 +614,45 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         kl_coef=cfg["init_coef"],
         entropy_coef=cfg["entropy_coef"] or 0.0,
         value_clip=cfg["value_clip"],
-        is_correction=correction,
-        ratio_vs_rollout=gspo and level != "off",
     )
+
+
+def _dual_note(cfg: Mapping[str, Any]) -> str:
+    return f", dual clip c = {cfg['dual_clip']:g}" if cfg["dual_clip"] else ""
+
+
+def _ppo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    level, mode, gating = (
+        cfg["is_correction_level"],
+        cfg["is_correction_mode"],
+        cfg["is_correction_gating"],
+    )
+    low, high = cfg["is_correction_threshold"]
+    correction = None
+    if level != "off":
+        correction = (level, mode, gating, low, high)
+        notes.append(
+            f"is_correction: {level}-level {mode} on {gating} within [{low:g}, {high:g}]; the "
+            "per-token loss is multiplied by the surviving weight pi_old / mu"
+        )
+    notes.append("ppo: d +-20" + _dual_note(cfg))
+    return {"level": "token", "clamp": 20.0, "is_correction": correction}
+
+
+def _gspo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    corrected = cfg["is_correction_level"] != "off"
+    if corrected:
+        notes.append("gspo with is_correction: the sequence ratio is pi / mu (rollout log-probs)")
+    notes.append("gspo: sequence ratio, no clamp, per-sample aggregation" + _dual_note(cfg))
+    return {"level": "sequence", "clamp": None, "ratio_vs_rollout": corrected}
+
+
+#: ``--actor.policy_loss_type`` -> the kind it runs and its parameters (both log the same
+#: metrics); gspo aggregates per sample whatever ``loss_agg_mode`` says.
+POLICY_LOSS_TYPES: dict[str, LossMode] = {
+    "ppo": LossMode("ppo", _ppo),
+    "gspo": LossMode("ppo", _gspo, policy_agg=("seq-mean-token-mean", None)),
+}
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
