@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from core.cases import close
+from roll_viz.core.pipeline import LOSS_CHOICES
+from roll_viz.core.pipeline.dialects import openrlhf, roll, trl, verl
 from roll_viz.core.pipeline.losses import LossInputs, LossResult, LossSpec, loss_from_spec
 from roll_viz.core.pipeline.policy_terms import POLICY_TERMS, policy_term
 
@@ -144,3 +146,21 @@ def test_outside_regulariser_gradient_matches_autograd(kind):
     (grad,) = torch.autograd.grad(res.total, lp)
     close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-12)
     assert bool((grad[2] != 0).any())  # the dropped row's regulariser has a gradient
+
+
+def _loss_tables():
+    return {
+        ("roll", "pg_variant"): roll.PG_VARIANTS,
+        ("verl", "loss_mode"): verl.LOSS_MODES,
+        ("openrlhf", "policy_loss_type"): openrlhf.POLICY_LOSS_TYPES,
+        ("trl", "loss_type"): trl.LOSS_TYPES,
+    }
+
+
+@pytest.mark.parametrize("where", list(_loss_tables()), ids=lambda w: f"{w[0]}-{w[1]}")
+def test_each_dialect_loss_table_covers_its_choices_with_registered_kinds(where):
+    framework, switch = where
+    table = _loss_tables()[where]
+    assert {row.kind for row in table.values()} <= set(POLICY_TERMS)
+    names = {name.split(":")[0] for name in table}  # verl: bypass_mode by its loss_type
+    assert names == set(LOSS_CHOICES[framework][switch])
