@@ -60,26 +60,78 @@ def get(framework: str) -> Dialect:
 
 # ------------------------------------------------------------- tables built from the modules
 
-DEFAULTS: dict[str, dict[str, Any]] = {name: d.DEFAULTS for name, d in DIALECTS.items()}
-CHOICES: dict[str, dict[str, tuple]] = {name: d.CHOICES for name, d in DIALECTS.items()}
-HELP: dict[str, dict[str, str]] = {name: d.HELP for name, d in DIALECTS.items()}
-LOSS_DEFAULTS: dict[str, dict[str, Any]] = {name: d.LOSS_DEFAULTS for name, d in DIALECTS.items()}
-LOSS_CHOICES: dict[str, dict[str, tuple]] = {name: d.LOSS_CHOICES for name, d in DIALECTS.items()}
-LOSS_HELP: dict[str, dict[str, str]] = {name: d.LOSS_HELP for name, d in DIALECTS.items()}
-LOSS_KEYS: dict[str, tuple[str, ...]] = {name: d.LOSS_KEYS for name, d in DIALECTS.items()}
-ESTIMATOR_KEY: dict[str, str] = {name: d.ESTIMATOR_KEY for name, d in DIALECTS.items()}
-ALIASES: dict[str, dict[str, str | None]] = {name: d.ALIASES for name, d in DIALECTS.items()}
+DEFAULTS: dict[str, dict[str, Any]] = {}
+CHOICES: dict[str, dict[str, tuple]] = {}
+HELP: dict[str, dict[str, str]] = {}
+LOSS_DEFAULTS: dict[str, dict[str, Any]] = {}
+LOSS_CHOICES: dict[str, dict[str, tuple]] = {}
+LOSS_HELP: dict[str, dict[str, str]] = {}
+LOSS_KEYS: dict[str, tuple[str, ...]] = {}
+ESTIMATOR_KEY: dict[str, str] = {}
+ALIASES: dict[str, dict[str, str | None]] = {}
 #: Canonical KL estimator (k1/abs/k2/k3) -> each dialect's own name (None: it has none).
-KL_NAMES: dict[str, dict[str, str | None]] = {name: d.KL_NAMES for name, d in DIALECTS.items()}
+KL_NAMES: dict[str, dict[str, str | None]] = {}
 #: Any dialect's KL estimator name -> canonical (the union of every ``KL_CANON``).
-KL_CANON: dict[str, str] = {k: v for d in DIALECTS.values() for k, v in d.KL_CANON.items()}
+KL_CANON: dict[str, str] = {}
 #: Generic estimator recipe -> dialect -> its settings (None: the dialect cannot run it).
-RECIPES: dict[str, dict[str, dict | None]] = {
-    recipe: {name: d.RECIPES.get(recipe) for name, d in DIALECTS.items()}
-    for recipe in shared.RECIPE_NAMES
-}
+RECIPES: dict[str, dict[str, dict | None]] = {}
 #: Display name of each dialect.
-LABELS: dict[str, str] = {name: d.LABEL for name, d in DIALECTS.items()}
+LABELS: dict[str, str] = {}
+
+#: table above -> the record field it collects per dialect
+_PER_DIALECT: tuple[tuple[dict, str], ...] = (
+    (DEFAULTS, "DEFAULTS"),
+    (CHOICES, "CHOICES"),
+    (HELP, "HELP"),
+    (LOSS_DEFAULTS, "LOSS_DEFAULTS"),
+    (LOSS_CHOICES, "LOSS_CHOICES"),
+    (LOSS_HELP, "LOSS_HELP"),
+    (LOSS_KEYS, "LOSS_KEYS"),
+    (ESTIMATOR_KEY, "ESTIMATOR_KEY"),
+    (ALIASES, "ALIASES"),
+    (KL_NAMES, "KL_NAMES"),
+    (LABELS, "LABEL"),
+)
+
+
+def _index() -> None:
+    """Fill the tables above from ``DIALECTS``, in place (other modules hold them by name)."""
+    for table, field in _PER_DIALECT:
+        table.clear()
+        table.update({name: getattr(d, field) for name, d in DIALECTS.items()})
+    KL_CANON.clear()
+    KL_CANON.update({k: v for d in DIALECTS.values() for k, v in d.KL_CANON.items()})
+    RECIPES.clear()
+    for recipe in shared.RECIPE_NAMES:
+        RECIPES[recipe] = {name: d.RECIPES.get(recipe) for name, d in DIALECTS.items()}
+
+
+_index()
+
+
+def register(dialect: Dialect) -> None:
+    """Add a framework's record to the registry (and to the tables above), after the others.
+
+    A new framework file is listed in ``DIALECTS`` itself; this is for a record written
+    elsewhere (``tests/core/test_fifth_dialect.py`` runs a toy fifth dialect this way).
+    ``FRAMEWORKS`` stays the shipped four; the registry and the tables are what the pipeline,
+    the losses, the eras and the self-test ask.
+
+    Raises:
+        ValueError: a framework of that name is already registered.
+    """
+    if dialect.NAME in DIALECTS:
+        raise ValueError(f"framework {dialect.NAME!r} is already registered")
+    DIALECTS[dialect.NAME] = dialect
+    _index()
+
+
+def unregister(name: str) -> None:
+    """Remove a framework added with ``register`` (a shipped one cannot be removed)."""
+    if name in FRAMEWORKS:
+        raise ValueError(f"{name!r} is a shipped framework")
+    DIALECTS.pop(name, None)
+    _index()
 
 
 def resolve_config(framework: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
