@@ -53,9 +53,14 @@ with ui.page_guard("Normalisation"):
         "**batch std** (LitePPO, ScaleRL) keep them small."
     )
     coef = st.slider(
-        "length penalty per token", 0.0, 0.01, 0.001, step=0.0005, format="%.4f",
+        "length penalty per token",
+        0.0,
+        0.01,
+        0.001,
+        step=0.0005,
+        format="%.4f",
         key="norm_length_coef",
-    )  # fmt: skip
+    )
     phantom = normalisation.phantom_advantages(length_coef=coef)
     ui.plot(charts.phantom_figure(phantom), key="norm_phantom")
     st.markdown(
@@ -80,9 +85,12 @@ with ui.page_guard("Normalisation"):
         )
     with c2:
         eps = st.select_slider(
-            "eps of the std <= eps filter", [1e-8, 1e-6, 1e-4, 1e-2], value=1e-4,
-            key="norm_eps", format_func=lambda x: f"{x:g}",
-        )  # fmt: skip
+            "eps of the std <= eps filter",
+            [1e-8, 1e-6, 1e-4, 1e-2],
+            value=1e-4,
+            key="norm_eps",
+            format_func=lambda x: f"{x:g}",
+        )
     demo = group_health.demo_batch()
     health_ui.group_health_banner(
         demo.scores, demo.group_ids, demo.group_labels, key="norm_demo_health", solved_at=0.5

@@ -71,9 +71,17 @@ PAGES: tuple[Page, ...] = (
 #: The lecture's page order, the README's recipe ("Giving a lecture"): the pages' Back and Next
 #: links follow it, and its pages after Home are numbered 1, 2, ... in their titles and links.
 LECTURE: tuple[str, ...] = (
-    "home", "samples", "rewards", "kl", "advantages", "local_global", "normalisation", "update",
-    "training", "frameworks",
-)  # fmt: skip
+    "home",
+    "samples",
+    "rewards",
+    "kl",
+    "advantages",
+    "local_global",
+    "normalisation",
+    "update",
+    "training",
+    "frameworks",
+)
 #: pages without Back and Next: the classroom tools (the teacher's projector, the phones)
 OFF_TOUR: tuple[str, ...] = ("lesson", "vote")
 

@@ -95,8 +95,14 @@ def delta_stats(delta: Tensor, mask: Tensor) -> dict[str, float]:
     d = delta[m].double()
     n = int(d.numel())
     if n == 0:
-        return {"tokens": 0.0, "mean": math.nan, "mean_abs": math.nan, "rms": math.nan,
-                "max_abs": math.nan, "share_above_0.01": math.nan}  # fmt: skip
+        return {
+            "tokens": 0.0,
+            "mean": math.nan,
+            "mean_abs": math.nan,
+            "rms": math.nan,
+            "max_abs": math.nan,
+            "share_above_0.01": math.nan,
+        }
     return {
         "tokens": float(n),
         "mean": float(d.mean()),
@@ -114,28 +120,47 @@ def build_corrections(
     s = settings
     alpha, beta = s.icepop
     out = [
-        rc.verl_correction(old, mu, mask, rollout_is="token", rollout_is_threshold=s.tis,
-                           name="token-TIS"),
-        rc.verl_correction(old, mu, mask, rollout_is="sequence", rollout_is_threshold=s.tis,
-                           name="seq-TIS"),
-        rc.verl_correction(old, mu, mask, rollout_is="token",
-                           rollout_is_threshold=f"{alpha:g}_{beta:g}", name="IcePop"),
-        rc.verl_correction(old, mu, mask, rollout_is="sequence", rollout_is_threshold=s.tis,
-                           rollout_rs="seq_sum_k1", rollout_rs_threshold=f"{1 / s.tis:g}_{s.tis:g}",
-                           name="seq-MIS"),
+        rc.verl_correction(
+            old, mu, mask, rollout_is="token", rollout_is_threshold=s.tis, name="token-TIS"
+        ),
+        rc.verl_correction(
+            old, mu, mask, rollout_is="sequence", rollout_is_threshold=s.tis, name="seq-TIS"
+        ),
+        rc.verl_correction(
+            old,
+            mu,
+            mask,
+            rollout_is="token",
+            rollout_is_threshold=f"{alpha:g}_{beta:g}",
+            name="IcePop",
+        ),
+        rc.verl_correction(
+            old,
+            mu,
+            mask,
+            rollout_is="sequence",
+            rollout_is_threshold=s.tis,
+            rollout_rs="seq_sum_k1",
+            rollout_rs_threshold=f"{1 / s.tis:g}_{s.tis:g}",
+            name="seq-MIS",
+        ),
         rc.verl_correction(old, mu, mask, **rc.VERL_PRESETS["Geo-RS"], name="Geo-RS"),
-        rc.verl_correction(old, mu, mask, rollout_rs=s.rs, rollout_rs_threshold=s.rs_threshold,
-                           name=f"RS {s.rs}"),
-        rc.trl_correction(old, mu, mask, mode=s.trl_mode, clip_min=s.trl_min,
-                          clip_max=s.trl_max),
+        rc.verl_correction(
+            old, mu, mask, rollout_rs=s.rs, rollout_rs_threshold=s.rs_threshold, name=f"RS {s.rs}"
+        ),
+        rc.trl_correction(old, mu, mask, mode=s.trl_mode, clip_min=s.trl_min, clip_max=s.trl_max),
         rc.openrlhf_correction(
             old, mu, mask, level=s.orl_level, mode=s.orl_mode, threshold=s.orl_threshold
         ),
         rc.roll_correction(old, mu, mask, upper_bound=s.roll_upper),
-        rc.roll_correction(old, mu, mask, is_weight_enabled=False,
-                           filters=(rc.RollFilter(ratio_low=s.roll_filter[0],
-                                                  ratio_high=s.roll_filter[1]),)),
-    ]  # fmt: skip
+        rc.roll_correction(
+            old,
+            mu,
+            mask,
+            is_weight_enabled=False,
+            filters=(rc.RollFilter(ratio_low=s.roll_filter[0], ratio_high=s.roll_filter[1]),),
+        ),
+    ]
     return tuple(out)
 
 

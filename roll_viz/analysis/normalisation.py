@@ -184,14 +184,17 @@ def normalisation_matrix(
                     "std": s,
                     "methods": "; ".join(CELL_METHODS[(m, s)]),
                     "mean |A|": float(mag.nanmean()) if mag.numel() else float("nan"),
-                    "max |A|": float(mag[~mag.isnan()].max()) if bool((~mag.isnan()).any())
+                    "max |A|": float(mag[~mag.isnan()].max())
+                    if bool((~mag.isnan()).any())
                     else float("nan"),
-                    "mean |A|, flat groups": float(mag[flat].nanmean()) if bool(flat.any())
+                    "mean |A|, flat groups": float(mag[flat].nanmean())
+                    if bool(flat.any())
                     else float("nan"),
-                    "mean |A|, other groups": float(mag[~flat].nanmean()) if bool((~flat).any())
+                    "mean |A|, other groups": float(mag[~flat].nanmean())
+                    if bool((~flat).any())
                     else float("nan"),
                 }
-            )  # fmt: skip
+            )
     return NormMatrix(cells=cells, samples=pd.DataFrame(rows), summary=pd.DataFrame(summary))
 
 
@@ -274,8 +277,9 @@ def phantom_advantages(
         group_stats(c, group_ids).mean[torch.arange(len(gids))] == 0
     )
     if not bool(fail.any()):
-        return Phantom(table=table, fail_group_std=0.0, fail_max_abs_group=0.0,
-                       fail_max_abs_batch=0.0)  # fmt: skip
+        return Phantom(
+            table=table, fail_group_std=0.0, fail_max_abs_group=0.0, fail_max_abs_batch=0.0
+        )
     return Phantom(
         table=table,
         fail_group_std=float(group_stats(reward, group_ids).std[fail][0]),

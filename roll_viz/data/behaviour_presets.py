@@ -63,8 +63,13 @@ def compute(bundle: ModelBundle, name: str) -> dict[str, Any]:
     source = policy_source(cfg)
     mask = rollout.response_mask > 0
     temperature = cfg.temperature if cfg.temperature > 0 else 1.0
-    doc: dict[str, Any] = {"name": name, "format": FORMAT_VERSION,
-                           "config": _config_dict(cfg, spec), "mu": {}, "inside": {}}  # fmt: skip
+    doc: dict[str, Any] = {
+        "name": name,
+        "format": FORMAT_VERSION,
+        "config": _config_dict(cfg, spec),
+        "mu": {},
+        "inside": {},
+    }
     with bundle.lock, torch.inference_mode():
         contexts = [source.context_ids(bundle, cfg.prompts[g]) for g in rollout.group_ids.tolist()]
         for key, kind, value in variants():
@@ -72,12 +77,23 @@ def compute(bundle: ModelBundle, name: str) -> dict[str, Any]:
                 {"top_p": value} if kind == "top_p" else {"top_k": value} if kind == "top_k" else {}
             )
             got = behaviour_logprobs(
-                bundle, contexts, rollout.token_ids, mask, source=kind, temperature=temperature,
+                bundle,
+                contexts,
+                rollout.token_ids,
+                mask,
+                source=kind,
+                temperature=temperature,
                 **extra,
-            )  # fmt: skip
+            )
             if "old" not in doc:
-                full = behaviour_logprobs(bundle, contexts, rollout.token_ids, mask,
-                                          source="fp32", temperature=temperature)  # fmt: skip
+                full = behaviour_logprobs(
+                    bundle,
+                    contexts,
+                    rollout.token_ids,
+                    mask,
+                    source="fp32",
+                    temperature=temperature,
+                )
                 doc["old"] = _rows(full.old, mask)
             doc["mu"][key] = _rows(torch.where(got.mask, got.mu, 0.0), mask)
             if kind in ("top_p", "top_k"):

@@ -130,11 +130,29 @@ DEFAULT_FIGURE = {
 }
 _ID = re.compile(r"^[a-z0-9_]{1,40}$")
 _TOP_KEYS = {"title", "description", "minutes", "gates"}
-_GATE_KEYS = frozenset((
-    "id", "stage", "batch", "rewards", "lengths", "seed", "settings", "question", "kind",
-    "choices", "answer", "explanation", "figure", "focus", "min", "max", "step", "tolerance",
-    "knob",
-))  # fmt: skip
+_GATE_KEYS = frozenset(
+    (
+        "id",
+        "stage",
+        "batch",
+        "rewards",
+        "lengths",
+        "seed",
+        "settings",
+        "question",
+        "kind",
+        "choices",
+        "answer",
+        "explanation",
+        "figure",
+        "focus",
+        "min",
+        "max",
+        "step",
+        "tolerance",
+        "knob",
+    )
+)
 _KNOB_KEYS = (_GATE_KEYS - {"id", "stage", "knob", "settings", "seed"}) | {"change"}
 
 

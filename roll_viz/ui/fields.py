@@ -33,8 +33,9 @@ class Field:
     def allowed(self) -> str:
         """How the allowed values read in a notice ("1 to 50", "one of A, B, C")."""
         if self.options is not None:
-            return "one of " + ", ".join(f"{o:g}" if isinstance(o, float) else str(o)
-                                         for o in self.options)  # fmt: skip
+            return "one of " + ", ".join(
+                f"{o:g}" if isinstance(o, float) else str(o) for o in self.options
+            )
         whole = "whole numbers " if self.integer else ""
         return f"{whole}{self.low:g} to {self.high:g}"
 

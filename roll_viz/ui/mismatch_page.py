@@ -103,21 +103,22 @@ def source_controls() -> tuple[str, float | int | None]:
     c1, c2 = st.columns([2, 1])
     with c1:
         source = bound(
-            st.selectbox, "Behaviour policy mu (who sampled the tokens)", list(MU_SOURCES),
-            index=0, key=KEY_SOURCE,
+            st.selectbox,
+            "Behaviour policy mu (who sampled the tokens)",
+            list(MU_SOURCES),
+            index=0,
+            key=KEY_SOURCE,
             help="The trainer's recompute pi_old is always the float32 model over the full "
             "vocabulary; mu is the same tokens under another numeric path. "
             + "; ".join(f"{k}: {v}" for k, v in behaviour.SOURCE_LABELS.items()),
-        )  # fmt: skip
+        )
         st.caption(behaviour.SOURCE_LABELS.get(str(source), ""))
     value = None
     with c2:
         if source == "top_p":
-            value = bound(st.selectbox, "top_p", list(stored.TOP_P_OPTIONS), index=1,
-                          key=KEY_TOP_P)  # fmt: skip
+            value = bound(st.selectbox, "top_p", list(stored.TOP_P_OPTIONS), index=1, key=KEY_TOP_P)
         elif source == "top_k":
-            value = bound(st.selectbox, "top_k", list(stored.TOP_K_OPTIONS), index=1,
-                          key=KEY_TOP_K)  # fmt: skip
+            value = bound(st.selectbox, "top_k", list(stored.TOP_K_OPTIONS), index=1, key=KEY_TOP_K)
     return str(source), value
 
 
@@ -283,11 +284,20 @@ def settings_and_errors() -> tuple[mismatch.Settings, dict[str, str]]:
         errors[KEY_ROLL_HI] = f"ratio_low {rlo:g} > ratio_high {rhi:g}. Using 0.8, 1.2."
         roll = s.roll_filter
     settings = mismatch.Settings(
-        staleness=float(_raw(KEY_STALE)), tis=tis, icepop=icepop, rs=rs, rs_threshold=rs_thr,
-        trl_mode=str(_raw(KEY_TRL_MODE)), trl_min=trl_min, trl_max=trl_max,
-        orl_level=level, orl_mode=mode, orl_threshold=orl,
-        roll_upper=float(_raw(KEY_ROLL_UB)), roll_filter=roll,
-    )  # fmt: skip
+        staleness=float(_raw(KEY_STALE)),
+        tis=tis,
+        icepop=icepop,
+        rs=rs,
+        rs_threshold=rs_thr,
+        trl_mode=str(_raw(KEY_TRL_MODE)),
+        trl_min=trl_min,
+        trl_max=trl_max,
+        orl_level=level,
+        orl_mode=mode,
+        orl_threshold=orl,
+        roll_upper=float(_raw(KEY_ROLL_UB)),
+        roll_filter=roll,
+    )
     return settings, errors
 
 
@@ -297,8 +307,19 @@ def current_settings() -> mismatch.Settings:
 
 
 def _number(label: str, low: float, high: float, key: str, help_text: str = "") -> float:
-    return float(bound(st.number_input, label, low, high, value=float(FIELDS[key].default),
-                       step=0.1, format="%.4g", key=key, help=help_text or None))  # fmt: skip
+    return float(
+        bound(
+            st.number_input,
+            label,
+            low,
+            high,
+            value=float(FIELDS[key].default),
+            step=0.1,
+            format="%.4g",
+            key=key,
+            help=help_text or None,
+        )
+    )
 
 
 def _under(errors: dict[str, str], key: str) -> None:
@@ -312,17 +333,27 @@ def threshold_controls() -> None:
     c_verl, c_trl, c_orl, c_roll = st.columns(4)
     with c_verl, st.container(border=True):
         st.markdown("**verl** `rollout_correction`")
-        _number("rollout_is_threshold (TIS)", 1.0, 100.0, KEY_TIS,
-                "Upper truncation of token-TIS and seq-TIS; seq-MIS rejects sequences outside "
-                "[1/t, t]. verl default 2.0.")  # fmt: skip
+        _number(
+            "rollout_is_threshold (TIS)",
+            1.0,
+            100.0,
+            KEY_TIS,
+            "Upper truncation of token-TIS and seq-TIS; seq-MIS rejects sequences outside "
+            "[1/t, t]. verl default 2.0.",
+        )
         _number("IcePop low (alpha)", 0.0, 100.0, KEY_ICE_LO)
         _number("IcePop high (beta)", 0.01, 100.0, KEY_ICE_HI)
         _under(errors, KEY_ICE_HI)
         bound(st.selectbox, "rollout_rs", list(rc.VERL_RS_OPTIONS), index=3, key=KEY_RS)
-        bound(st.text_input, "rollout_rs_threshold", value=TEXT_FIELDS[KEY_RS_THR],
-              key=KEY_RS_THR, max_chars=40,
-              help="verl's syntax: k1 options take 'lower_upper' ratio bounds (one number u "
-              "means 1/u_u), the others one upper bound.")  # fmt: skip
+        bound(
+            st.text_input,
+            "rollout_rs_threshold",
+            value=TEXT_FIELDS[KEY_RS_THR],
+            key=KEY_RS_THR,
+            max_chars=40,
+            help="verl's syntax: k1 options take 'lower_upper' ratio bounds (one number u "
+            "means 1/u_u), the others one upper bound.",
+        )
         _under(errors, KEY_RS_THR)
     with c_trl, st.container(border=True):
         st.markdown("**TRL** `vllm_importance_sampling_*`")
@@ -348,11 +379,16 @@ def threshold_controls() -> None:
 
 def staleness_control() -> None:
     """The toy staleness s (log pi_theta = log pi_old + s A), URL-bound."""
-    bound(st.selectbox, "Staleness s (log pi_theta = log pi_old + s * A)", list(STALENESS),
-          index=0, key=KEY_STALE,
-          help="0: the first update after the rollout, pi_theta = pi_old, so pi_theta / mu is "
-          "all mismatch. s > 0 stands in for a policy that moved since the rollout (a toy step "
-          "that raises each token's log-prob by s times its advantage).")  # fmt: skip
+    bound(
+        st.selectbox,
+        "Staleness s (log pi_theta = log pi_old + s * A)",
+        list(STALENESS),
+        index=0,
+        key=KEY_STALE,
+        help="0: the first update after the rollout, pi_theta = pi_old, so pi_theta / mu is "
+        "all mismatch. s > 0 stands in for a policy that moved since the rollout (a toy step "
+        "that raises each token's log-prob by s times its advantage).",
+    )
 
 
 def ess_line(lab: mismatch.Lab) -> str:
@@ -373,8 +409,9 @@ def note_of(lab: mismatch.Lab, index: int) -> str:
 def pick_correction(lab: mismatch.Lab) -> int:
     """Which correction the per-token views show (URL-bound by its method name)."""
     names = [c.name for c in lab.corrections]
-    chosen = bound(st.selectbox, "Correction to look at token by token", names, index=2,
-                   key=KEY_PICK)  # fmt: skip
+    chosen = bound(
+        st.selectbox, "Correction to look at token by token", names, index=2, key=KEY_PICK
+    )
     return names.index(chosen) if chosen in names else 2
 
 
@@ -396,8 +433,9 @@ def stats_table(lab: mismatch.Lab, outside: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def top_tokens(lab: mismatch.Lab, rollout: Rollout, old: torch.Tensor, mu: torch.Tensor,
-               n: int = 12) -> pd.DataFrame:  # fmt: skip
+def top_tokens(
+    lab: mismatch.Lab, rollout: Rollout, old: torch.Tensor, mu: torch.Tensor, n: int = 12
+) -> pd.DataFrame:
     """The n tokens with the largest |d| (token text as plain text: never rendered)."""
     m = lab.mask
     idx = torch.nonzero(m)
@@ -410,9 +448,14 @@ def top_tokens(lab: mismatch.Lab, rollout: Rollout, old: torch.Tensor, mu: torch
     for i in order.tolist():
         b, t = idx[i].tolist()
         toks = rollout.tokens[b]
-        rows.append({
-            "sample": labels[b] if b < len(labels) else str(b), "t": t,
-            "token": text.visible_whitespace(toks[t]) if t < len(toks) else "",
-            "log pi_old": float(old[b, t]), "log mu": float(mu[b, t]), "d": float(d[i]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "sample": labels[b] if b < len(labels) else str(b),
+                "t": t,
+                "token": text.visible_whitespace(toks[t]) if t < len(toks) else "",
+                "log pi_old": float(old[b, t]),
+                "log mu": float(mu[b, t]),
+                "d": float(d[i]),
+            }
+        )
     return pd.DataFrame(rows)

@@ -219,8 +219,9 @@ def correction_heatmap(lab: Lab, index: int, rollout: Rollout) -> go.Figure:
     marks = np.full(lab.mask.shape, "", dtype=object)
     marks[corr.truncated.numpy()] = "T"
     marks[corr.masked.numpy()] = "x"
-    fig.update_traces(text=marks.astype(str), texttemplate="%{text}",
-                      textfont={"size": 10, "color": "#c0392b"})  # fmt: skip
+    fig.update_traces(
+        text=marks.astype(str), texttemplate="%{text}", textfont={"size": 10, "color": "#c0392b"}
+    )
     return fig
 
 

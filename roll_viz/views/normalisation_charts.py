@@ -170,9 +170,12 @@ def policies_figure(outcome: PolicyOutcome) -> go.Figure:
     series = (
         ("|policy grad|, other groups", "policy gradient, other groups", OKABE_ITO[0]),
         ("|KL grad|, zero-variance groups", "KL gradient, zero-variance groups", OKABE_ITO[3]),
-        ("|policy grad|, zero-variance groups", "policy gradient, zero-variance groups",
-         OKABE_ITO[1]),
-    )  # fmt: skip
+        (
+            "|policy grad|, zero-variance groups",
+            "policy gradient, zero-variance groups",
+            OKABE_ITO[1],
+        ),
+    )
     for column, name, colour in series:
         fig.add_trace(
             go.Bar(

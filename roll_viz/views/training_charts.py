@@ -76,8 +76,16 @@ METRICS: dict[str, tuple[str, str]] = {
 #: the panels of local (group) against global (batch) scale over steps
 LOCAL_GLOBAL_PANELS = ("reward_mean", "kl", "adv_std", "adv_abs_mean")
 
-DEFAULT_PANELS = ("reward_mean", "kl", "beta", "entropy", "response_length", "clip_frac",
-                  "zero_spread_share", "adv_std")  # fmt: skip
+DEFAULT_PANELS = (
+    "reward_mean",
+    "kl",
+    "beta",
+    "entropy",
+    "response_length",
+    "clip_frac",
+    "zero_spread_share",
+    "adv_std",
+)
 
 
 def _xs(run: Any) -> list[int]:
@@ -162,8 +170,9 @@ def training_curves(
             row, col = j // columns + 1, j % columns + 1
             first = j == 0
             if key == "reward_mean":
-                _band(fig, xs, _ys(run, "reward_mean"), _ys(run, "reward_std"), color, row, col,
-                      name)  # fmt: skip
+                _band(
+                    fig, xs, _ys(run, "reward_mean"), _ys(run, "reward_std"), color, row, col, name
+                )
                 if per_prompt and len(runs) == 1 and run.steps:
                     n_prompts = len(run.steps[0].metrics.get("reward_per_prompt") or [])
                     for p in range(n_prompts):
@@ -271,48 +280,73 @@ def adaptive_beta_loop(run: Any, *, overlay: Any = None, title: str | None = Non
         for col, key in ((1, "beta"), (2, "kl_est")):
             fig.add_trace(
                 go.Scatter(
-                    x=_xs(overlay), y=_ys(overlay, key), mode="lines", opacity=0.3,
-                    line={"color": "#888"}, name=name, legendgroup=name, showlegend=col == 1,
+                    x=_xs(overlay),
+                    y=_ys(overlay, key),
+                    mode="lines",
+                    opacity=0.3,
+                    line={"color": "#888"},
+                    name=name,
+                    legendgroup=name,
+                    showlegend=col == 1,
                     hovertemplate="step %{x}<br>" + key + " %{y:.4f}<extra>" + name + "</extra>",
                 ),
-                row=1, col=col,
-            )  # fmt: skip
+                row=1,
+                col=col,
+            )
     xs = _xs(run)
     span = xs + (_xs(overlay) if overlay is not None else [])
     target = float(run.settings.target_kl)
     adaptive = run.settings.beta_mode == "adaptive"
     fig.add_trace(
         go.Scatter(
-            x=xs, y=_ys(run, "beta"), mode="lines+markers", marker={"size": 5},
-            line={"color": RUN_COLORS[0]}, name="beta",
+            x=xs,
+            y=_ys(run, "beta"),
+            mode="lines+markers",
+            marker={"size": 5},
+            line={"color": RUN_COLORS[0]},
+            name="beta",
             hovertemplate="step %{x}<br>beta %{y:.4f}<extra></extra>",
         ),
-        row=1, col=1,
-    )  # fmt: skip
+        row=1,
+        col=1,
+    )
     fig.add_trace(
         go.Scatter(
-            x=xs, y=_ys(run, "kl_est"), mode="lines+markers", marker={"size": 5},
-            line={"color": RUN_COLORS[1]}, name=f"KL ({est})",
+            x=xs,
+            y=_ys(run, "kl_est"),
+            mode="lines+markers",
+            marker={"size": 5},
+            line={"color": RUN_COLORS[1]},
+            name=f"KL ({est})",
             hovertemplate="step %{x}<br>KL %{y:.4f}<extra></extra>",
         ),
-        row=1, col=2,
-    )  # fmt: skip
+        row=1,
+        col=2,
+    )
     fig.add_trace(
         go.Scatter(
-            x=xs, y=_ys(run, "kl_exact"), mode="lines", name="exact KL",
+            x=xs,
+            y=_ys(run, "kl_exact"),
+            mode="lines",
+            name="exact KL",
             line={"color": RUN_COLORS[1], "dash": "dot", "width": 1.2},
             hovertemplate="step %{x}<br>exact KL %{y:.4f}<extra></extra>",
         ),
-        row=1, col=2,
-    )  # fmt: skip
+        row=1,
+        col=2,
+    )
     fig.add_trace(
         go.Scatter(
-            x=[0, max(span, default=1)], y=[target, target], mode="lines",
-            name=f"target KL {target:g}", line={"color": "#444", "dash": "dash"},
+            x=[0, max(span, default=1)],
+            y=[target, target],
+            mode="lines",
+            name=f"target KL {target:g}",
+            line={"color": "#444", "dash": "dash"},
             hovertemplate=f"target KL {target:g}<extra></extra>",
         ),
-        row=1, col=2,
-    )  # fmt: skip
+        row=1,
+        col=2,
+    )
     if title is None:
         title = (
             f"Adaptive beta, closed loop: {len(xs)} steps of a real run, target KL {target:g}"
@@ -397,9 +431,21 @@ def scale_table(runs: Sequence[Any]) -> pd.DataFrame:
 
 def step_table(run: Any) -> pd.DataFrame:
     """One row per step: the scalar metrics (for a download and for tests)."""
-    keys = ["reward_mean", "reward_std", "kl_exact", "kl_est", "beta", "entropy",
-            "response_length", "clip_frac", "zero_spread_share", "adv_std", "adv_abs_mean",
-            "loss", "grad_norm"]  # fmt: skip
+    keys = [
+        "reward_mean",
+        "reward_std",
+        "kl_exact",
+        "kl_est",
+        "beta",
+        "entropy",
+        "response_length",
+        "clip_frac",
+        "zero_spread_share",
+        "adv_std",
+        "adv_abs_mean",
+        "loss",
+        "grad_norm",
+    ]
     rows = []
     for r in run.steps:
         row = {"step": r.step}

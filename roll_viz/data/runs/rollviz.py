@@ -137,8 +137,11 @@ def convert(value: Any, file: str, line: int) -> list[Row] | None:
             raise RunFormatError(file, line, f"samples.rewards[{b}]", "expected a finite number")
         if not isinstance(responses[b], str):
             raise RunFormatError(file, line, f"samples.responses[{b}]", "expected a string")
-        per = {key: samples[key][b] for key in samples if isinstance(samples[key], list)
-               and len(samples[key]) == n}  # fmt: skip
+        per = {
+            key: samples[key][b]
+            for key in samples
+            if isinstance(samples[key], list) and len(samples[key]) == n
+        }
         tokens = get_strings(per, "tokens", file, line)
         ids = get_numbers(per, "token_ids", file, line)
         series = {}
@@ -164,8 +167,9 @@ def convert(value: Any, file: str, line: int) -> list[Row] | None:
         rows.append(row)
     if rows:
         rows[0].metrics = metrics
-    return rows or [Row(step=step, prompt="", response="", score=math.nan, empty=True,
-                        metrics=metrics)]  # fmt: skip
+    return rows or [
+        Row(step=step, prompt="", response="", score=math.nan, empty=True, metrics=metrics)
+    ]
 
 
 def rows(files: list[Path], problems: Problems, locations=None):
