@@ -218,6 +218,48 @@ def _gae_next(
     return next_value, leaked, "ROLL: the padded slots' values leak in"
 
 
+def _token_reward_formula(trace: Trace, r_t: float, kl_t: float, *, at_last: bool) -> Formula:
+    """Token t's reward: the response reward on the last token, minus beta * KL when in reward."""
+    beta = float(trace.beta)
+    if not trace.kl_in_reward:
+        note = " (the response reward sits on the last token)" if at_last else ""
+        return Formula("token reward" + note, r"r_t", rf"r_t = {fmt(r_t)}", r_t)
+    if at_last:
+        return Formula(
+            "token reward (last token: reward minus KL penalty)",
+            r"r_t = \tilde r - \beta\,\mathrm{KL}_t",
+            rf"r_t = {fmt(r_t + beta * kl_t)} - {fmt(beta)} \cdot {term(kl_t)} = {fmt(r_t)}",
+            r_t,
+        )
+    return Formula(
+        "token reward (KL penalty only)",
+        r"r_t = -\beta\,\mathrm{KL}_t",
+        rf"r_t = -{fmt(beta)} \cdot {term(kl_t)} = {fmt(r_t)}",
+        r_t,
+    )
+
+
+def _final_formula(
+    trace: Trace, pre: float, adv: float, mask: Tensor, values: Tensor | None, *, whitened: bool
+) -> Formula:
+    """The last step: the advantage as is, or the batch whitening that turned ``pre`` into it."""
+    if math.isclose(pre, adv, rel_tol=1e-6, abs_tol=1e-9):
+        return Formula("advantage", r"A_t", rf"A_t = {fmt(adv)}", adv)
+    raw_all = trace.returns - (values if values is not None else 0.0) if whitened else trace.returns
+    fit = whitening_fit(raw_all, trace.advantages, mask)
+    if fit is None:
+        return Formula(
+            "final advantage (after the dialect's last step)", r"A_t", rf"A_t = {fmt(adv)}", adv
+        )
+    mean, k = fit
+    return Formula(
+        "whitening over all valid tokens of the batch",
+        r"A_t = \dfrac{x_t - \mu}{\sigma}",
+        rf"A_t = \dfrac{{{fmt(pre)} - {term(mean)}}}{{{fmt(1.0 / k)}}} = {fmt(adv)}",
+        adv,
+    )
+
+
 def token_formulas(
     trace: Trace, b: int, t: int, mask: Tensor, values: Tensor | None = None
 ) -> list[Formula]:
@@ -249,37 +291,7 @@ def token_formulas(
     last = int(valid.nonzero().max()) if bool(valid.any()) else t
     r_t = float(trace.token_rewards[b, t])
     kl_t = float(trace.kl[b, t])
-    beta = float(trace.beta)
-    if trace.kl_in_reward:
-        if t == last:
-            steps.append(
-                Formula(
-                    "token reward (last token: reward minus KL penalty)",
-                    r"r_t = \tilde r - \beta\,\mathrm{KL}_t",
-                    rf"r_t = {fmt(r_t + beta * kl_t)} - {fmt(beta)} \cdot {term(kl_t)}"
-                    rf" = {fmt(r_t)}",
-                    r_t,
-                )
-            )
-        else:
-            steps.append(
-                Formula(
-                    "token reward (KL penalty only)",
-                    r"r_t = -\beta\,\mathrm{KL}_t",
-                    rf"r_t = -{fmt(beta)} \cdot {term(kl_t)} = {fmt(r_t)}",
-                    r_t,
-                )
-            )
-    else:
-        steps.append(
-            Formula(
-                "token reward"
-                + (" (the response reward sits on the last token)" if t == last else ""),
-                r"r_t",
-                rf"r_t = {fmt(r_t)}",
-                r_t,
-            )
-        )
+    steps.append(_token_reward_formula(trace, r_t, kl_t, at_last=t == last))
     gamma = _gamma(trace)
     nxt = t + 1
     has_next = nxt < mask.shape[1] and bool(mask[b, nxt])
@@ -303,33 +315,7 @@ def token_formulas(
             pre = ret - baseline
     else:
         pre = adv
-    if not math.isclose(pre, adv, rel_tol=1e-6, abs_tol=1e-9):
-        if "gae" in estimator:
-            raw_all = trace.returns - (values if values is not None else 0.0)
-        else:
-            raw_all = trace.returns
-        fit = whitening_fit(raw_all, trace.advantages, mask)
-        if fit is not None:
-            mean, k = fit
-            steps.append(
-                Formula(
-                    "whitening over all valid tokens of the batch",
-                    r"A_t = \dfrac{x_t - \mu}{\sigma}",
-                    rf"A_t = \dfrac{{{fmt(pre)} - {term(mean)}}}{{{fmt(1.0 / k)}}} = {fmt(adv)}",
-                    adv,
-                )
-            )
-        else:
-            steps.append(
-                Formula(
-                    "final advantage (after the dialect's last step)",
-                    r"A_t",
-                    rf"A_t = {fmt(adv)}",
-                    adv,
-                )
-            )
-    else:
-        steps.append(Formula("advantage", r"A_t", rf"A_t = {fmt(adv)}", adv))
+    steps.append(_final_formula(trace, pre, adv, mask, values, whitened="gae" in estimator))
     return steps
 
 

@@ -130,6 +130,48 @@ def _alpha(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
+def _per_prompt_lines(fig: go.Figure, run: Any, xs: list, color: str, row: int, col: int) -> None:
+    """Each prompt's mean reward as a thin dotted line in the reward panel."""
+    n_prompts = len(run.steps[0].metrics.get("reward_per_prompt") or [])
+    for p in range(n_prompts):
+        values = [(r.metrics.get("reward_per_prompt") or [None] * n_prompts)[p] for r in run.steps]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=values,
+                mode="lines",
+                line={"color": color, "width": 0.8, "dash": "dot"},
+                opacity=0.6,
+                name=f"prompt {p + 1}",
+                showlegend=False,
+                hovertemplate=f"prompt {p + 1}<br>step %{{x}}<br>reward %{{y:.3f}}<extra></extra>",
+            ),
+            row=row,
+            col=col,
+        )
+
+
+def _kl_estimate_line(
+    fig: go.Figure, run: Any, xs: list, color: str, name: str, row: int, col: int
+) -> None:
+    """The run's KL estimator dashed beside the exact KL (the KL panel)."""
+    est = next((r.metrics.get("kl_estimator") for r in run.steps), "est")
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=_ys(run, "kl_est"),
+            mode="lines",
+            line={"color": color, "dash": "dash", "width": 1.2},
+            name=f"{name}: {est}",
+            legendgroup=name,
+            showlegend=False,
+            hovertemplate="step %{x}<br>" + str(est) + " %{y:.4f}<extra></extra>",
+        ),
+        row=row,
+        col=col,
+    )
+
+
 def training_curves(
     runs: Sequence[Any],
     panels: Sequence[str] = DEFAULT_PANELS,
@@ -174,27 +216,7 @@ def training_curves(
                     fig, xs, _ys(run, "reward_mean"), _ys(run, "reward_std"), color, row, col, name
                 )
                 if per_prompt and len(runs) == 1 and run.steps:
-                    n_prompts = len(run.steps[0].metrics.get("reward_per_prompt") or [])
-                    for p in range(n_prompts):
-                        values = [
-                            (r.metrics.get("reward_per_prompt") or [None] * n_prompts)[p]
-                            for r in run.steps
-                        ]
-                        fig.add_trace(
-                            go.Scatter(
-                                x=xs,
-                                y=values,
-                                mode="lines",
-                                line={"color": color, "width": 0.8, "dash": "dot"},
-                                opacity=0.6,
-                                name=f"prompt {p + 1}",
-                                showlegend=False,
-                                hovertemplate=f"prompt {p + 1}<br>step %{{x}}<br>"
-                                "reward %{y:.3f}<extra></extra>",
-                            ),
-                            row=row,
-                            col=col,
-                        )
+                    _per_prompt_lines(fig, run, xs, color, row, col)
             # the KL panel plots the exact KL solid, its estimator dashed beside it
             label = "exact KL " if key == "kl" else ""
             fig.add_trace(
@@ -213,21 +235,7 @@ def training_curves(
                 col=col,
             )
             if key == "kl":
-                est = next((r.metrics.get("kl_estimator") for r in run.steps), "est")
-                fig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=_ys(run, "kl_est"),
-                        mode="lines",
-                        line={"color": color, "dash": "dash", "width": 1.2},
-                        name=f"{name}: {est}",
-                        legendgroup=name,
-                        showlegend=False,
-                        hovertemplate="step %{x}<br>" + str(est) + " %{y:.4f}<extra></extra>",
-                    ),
-                    row=row,
-                    col=col,
-                )
+                _kl_estimate_line(fig, run, xs, color, name, row, col)
         if i in faint:
             for trace in fig.data[first_trace:]:
                 trace.opacity = 0.25
@@ -297,44 +305,25 @@ def adaptive_beta_loop(run: Any, *, overlay: Any = None, title: str | None = Non
     span = xs + (_xs(overlay) if overlay is not None else [])
     target = float(run.settings.target_kl)
     adaptive = run.settings.beta_mode == "adaptive"
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=_ys(run, "beta"),
-            mode="lines+markers",
-            marker={"size": 5},
-            line={"color": RUN_COLORS[0]},
-            name="beta",
-            hovertemplate="step %{x}<br>beta %{y:.4f}<extra></extra>",
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=_ys(run, "kl_est"),
-            mode="lines+markers",
-            marker={"size": 5},
-            line={"color": RUN_COLORS[1]},
-            name=f"KL ({est})",
-            hovertemplate="step %{x}<br>KL %{y:.4f}<extra></extra>",
-        ),
-        row=1,
-        col=2,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=xs,
-            y=_ys(run, "kl_exact"),
-            mode="lines",
-            name="exact KL",
-            line={"color": RUN_COLORS[1], "dash": "dot", "width": 1.2},
-            hovertemplate="step %{x}<br>exact KL %{y:.4f}<extra></extra>",
-        ),
-        row=1,
-        col=2,
-    )
+
+    def line(col: int, key: str, name: str, style: dict, markers: bool = True) -> None:
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=_ys(run, key),
+                mode="lines+markers" if markers else "lines",
+                marker={"size": 5},
+                line=style,
+                name=name,
+                hovertemplate=f"step %{{x}}<br>{name} %{{y:.4f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+
+    line(1, "beta", "beta", {"color": RUN_COLORS[0]})
+    line(2, "kl_est", f"KL ({est})", {"color": RUN_COLORS[1]})
+    line(2, "kl_exact", "exact KL", {"color": RUN_COLORS[1], "dash": "dot", "width": 1.2}, False)
     fig.add_trace(
         go.Scatter(
             x=[0, max(span, default=1)],

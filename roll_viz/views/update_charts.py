@@ -212,6 +212,34 @@ def loss_terms_bars(epochs: Sequence[Any]) -> go.Figure:
     return fig.update_layout(margin={"t": 80})
 
 
+def _ratio_trace(e: Any, ratios: Tensor, colour: str) -> go.Bar | go.Histogram:
+    """One epoch's ratios: a histogram on the fixed axis, or one bar when all are 1."""
+    n = int(ratios.numel())
+    if n and float((ratios - 1).abs().max()) < RATIO_ROUNDING:
+        return go.Bar(
+            x=[1.0],
+            y=[n],
+            width=[0.02],
+            name=f"epoch {e.epoch}: all {n} ratios = 1",
+            text=[f"all {n} ratios = 1"],
+            textposition="outside",
+            marker_color=colour,
+            legendgroup=f"e{e.epoch}",
+            hovertemplate=f"epoch {e.epoch}: every ratio is 1 to rounding<extra></extra>",
+        )
+    # a fixed window: one ratio of 26 had stretched the axis and squashed the clip band
+    beyond = int((ratios > RATIO_AXIS_MAX).sum())
+    note = f" ({beyond} above {RATIO_AXIS_MAX:g}, max {float(ratios.max()):.3g})" if beyond else ""
+    return go.Histogram(
+        x=ratios.clamp(max=RATIO_AXIS_MAX).tolist(),
+        name=f"epoch {e.epoch}{note}",
+        opacity=0.6,
+        xbins={"start": 0.0, "end": RATIO_AXIS_MAX + 1e-9, "size": RATIO_AXIS_MAX / 40},
+        marker_color=colour,
+        legendgroup=f"e{e.epoch}",
+    )
+
+
 def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
     """Left: the ratio exp(log pi - log pi_old) of every token, per epoch; right: clip fractions.
 
@@ -239,43 +267,7 @@ def ratio_figure(epochs: Sequence[Any], mask: Tensor) -> go.Figure:
     )
     valid = mask.bool()
     for i, e in enumerate(epochs):
-        ratios = e.ratio[valid]
-        colour = PALETTE[i % len(PALETTE)]
-        n = int(ratios.numel())
-        if n and float((ratios - 1).abs().max()) < RATIO_ROUNDING:
-            fig.add_trace(
-                go.Bar(
-                    x=[1.0],
-                    y=[n],
-                    width=[0.02],
-                    name=f"epoch {e.epoch}: all {n} ratios = 1",
-                    text=[f"all {n} ratios = 1"],
-                    textposition="outside",
-                    marker_color=colour,
-                    legendgroup=f"e{e.epoch}",
-                    hovertemplate=f"epoch {e.epoch}: every ratio is 1 to rounding<extra></extra>",
-                ),
-                row=1,
-                col=1,
-            )
-            continue
-        # a fixed window: one ratio of 26 had stretched the axis and squashed the clip band
-        beyond = int((ratios > RATIO_AXIS_MAX).sum())
-        note = (
-            f" ({beyond} above {RATIO_AXIS_MAX:g}, max {float(ratios.max()):.3g})" if beyond else ""
-        )
-        fig.add_trace(
-            go.Histogram(
-                x=ratios.clamp(max=RATIO_AXIS_MAX).tolist(),
-                name=f"epoch {e.epoch}{note}",
-                opacity=0.6,
-                xbins={"start": 0.0, "end": RATIO_AXIS_MAX + 1e-9, "size": RATIO_AXIS_MAX / 40},
-                marker_color=colour,
-                legendgroup=f"e{e.epoch}",
-            ),
-            row=1,
-            col=1,
-        )
+        fig.add_trace(_ratio_trace(e, e.ratio[valid], PALETTE[i % len(PALETTE)]), row=1, col=1)
     keys = sorted({k for e in epochs for k in e.clip_fractions})
     for i, e in enumerate(epochs):
         fig.add_trace(
