@@ -126,6 +126,35 @@ def _mean_over_tokens(x: Tensor, mask: Tensor) -> Tensor:
     return masked_mean(x, mask, dim=-1)
 
 
+def _samples_table(
+    batch: Batch, traces: Mapping[str, Trace], prompts: Sequence[str] | None
+) -> pd.DataFrame:
+    """One row per sample: its prompt, its index in the group, score, and each dialect's numbers."""
+    ids = batch.group_ids.to(torch.long)
+    names = (
+        list(prompts) if prompts is not None else [f"prompt {p}" for p in range(int(ids.max()) + 1)]
+    )
+    order = torch.argsort(ids, stable=True)
+    counts = torch.bincount(ids)
+    starts = torch.cumsum(counts, 0) - counts
+    within = torch.empty_like(ids)
+    within[order] = torch.arange(len(ids)) - starts[ids[order]]
+    samples = pd.DataFrame(
+        {
+            "prompt": [names[g] for g in ids.tolist()],
+            "sample": within.tolist(),
+            "score": batch.scores.to(torch.float64).numpy(),
+        }
+    )
+    mask = batch.response_mask
+    for fw in traces:
+        samples[f"reward {fw}"] = traces[fw].rewards.to(torch.float64).numpy()
+    for fw in traces:
+        adv = _mean_over_tokens(traces[fw].advantages.to(torch.float64), mask)
+        samples[f"advantage {fw}"] = adv.numpy()
+    return samples
+
+
 @one_thread
 def compare_frameworks(
     batch: Batch,
@@ -174,28 +203,8 @@ def compare_frameworks(
     ran = tuple(traces)
     ref = reference if reference in traces else (ran[0] if ran else None)
 
-    ids = batch.group_ids.to(torch.long)
-    names = (
-        list(prompts) if prompts is not None else [f"prompt {p}" for p in range(int(ids.max()) + 1)]
-    )
-    order = torch.argsort(ids, stable=True)
-    counts = torch.bincount(ids)
-    starts = torch.cumsum(counts, 0) - counts
-    within = torch.empty_like(ids)
-    within[order] = torch.arange(len(ids)) - starts[ids[order]]
-    samples = pd.DataFrame(
-        {
-            "prompt": [names[g] for g in ids.tolist()],
-            "sample": within.tolist(),
-            "score": batch.scores.to(torch.float64).numpy(),
-        }
-    )
+    samples = _samples_table(batch, traces, prompts)
     mask = batch.response_mask
-    for fw in ran:
-        samples[f"reward {fw}"] = traces[fw].rewards.to(torch.float64).numpy()
-    for fw in ran:
-        adv = _mean_over_tokens(traces[fw].advantages.to(torch.float64), mask)
-        samples[f"advantage {fw}"] = adv.numpy()
 
     rows = []
     note_diffs: dict[str, tuple[str, ...]] = {}
