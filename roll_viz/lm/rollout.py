@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import torch
 
 from roll_viz.core.records import Rollout
-from roll_viz.lm import engine_check, engine_rollout, sampling
+from roll_viz.lm import engine_check, engine_rollout, sampling, serving
 from roll_viz.lm.behaviour import ENGINE_SOURCE as ENGINE_SOURCE
 from roll_viz.lm.behaviour import SOURCE_LABELS as SOURCE_LABELS
 from roll_viz.lm.behaviour import SOURCES as SOURCES
@@ -56,7 +56,7 @@ from roll_viz.lm.sampling import CLASS_MAX_NEW_TOKENS as CLASS_MAX_NEW_TOKENS
 from roll_viz.lm.sampling import CLASS_MAX_PROMPTS as CLASS_MAX_PROMPTS
 from roll_viz.lm.sampling import calibrate as calibrate
 from roll_viz.lm.sampling import capped as capped
-from roll_viz.lm.serving import plan as plan
+from roll_viz.lm.serving import SamplePlan
 from roll_viz.lm.teacher import PRESET_TEMPLATES as PRESET_TEMPLATES
 from roll_viz.lm.teacher import recorded_teacher as recorded_teacher
 from roll_viz.lm.teacher import score_teacher as score_teacher
@@ -92,6 +92,11 @@ class Request:
 def decode_options(decode: str) -> DecodeOptions:
     """The in-process decode loop's options for ``Request.decode`` ("float" or "int8")."""
     return FAST_DECODE if decode == "int8" else DecodeOptions()
+
+
+def plan(bundle: ModelBundle, request: Request) -> SamplePlan:
+    """What ``request`` costs in-process (seconds, and with the fast decode) and the queue now."""
+    return serving.plan(bundle, request.cfg, decode_options(request.decode))
 
 
 class Engine(Protocol):

@@ -138,7 +138,7 @@ def sample_live(model: str, sampling: Any, decode: str = "float") -> Rollout:
         st.stop()
     n_rows = len(sampling.prompts) * sampling.group_size
     request = rollout_door.Request(sampling, decode)
-    plan = rollout_door.plan(bundle, sampling, rollout_door.decode_options(decode))
+    plan = rollout_door.plan(bundle, request)
     estimate, fast = plan.seconds, plan.fast_seconds
     guess = "" if plan.measured else " (a first guess)"
     drawn = " (int8 answers, float scores)" if decode == "int8" else ""
