@@ -287,7 +287,18 @@ def test_trl_reads_a_bool_scale_rewards():
 
 # ----------------------------------------------------------------- the stages name no framework
 
-STAGE_MODULES = ("postprocess", "kl", "advantages", "values", "losses", "loss_variants")
+STAGE_MODULES = (
+    "postprocess",
+    "kl",
+    "advantages",
+    "values",
+    "losses",
+    "loss_variants",
+    "policy_terms",
+    "aggregation",
+    "loss_inputs",
+    "loss_kl",
+)
 NAMES = {"roll", "verl", "openrlhf", "trl"}
 
 

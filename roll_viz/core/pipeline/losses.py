@@ -20,9 +20,14 @@ per-token advantage and W the aggregation weights (loss = sum W * per-token loss
   next-token distribution (its gradient flows through the logits, not through the sampled
   token's log-prob), so no per-token coefficient of d(logp_t) describes it.
 
-A dialect describes its loss (``LossSpec``, aggregation per term, metric names) in
-``dialects/<name>.py``; ``loss_from_spec`` computes the ``LossResult``, whose ``total`` is
-differentiable w.r.t. ``logprobs`` (and ``entropy`` / ``values`` when they require grad).
+Where each piece lives: a dialect maps its loss switch (``loss_mode``, ``pg_variant``,
+``loss_type``, ``policy_loss_type``) to a kind in one table of ``LossMode`` rows in
+``dialects/<name>.py`` (the kind's parameters as a ``LossSpec``, the metric names it logs, the
+aggregation per term); ``policy_terms.POLICY_TERMS[kind]`` computes the policy term's value, its
+closed-form gradient, clip masks and metric pieces; ``loss_kl`` the KL term's; ``aggregation``
+the weights; ``loss_inputs`` checks the batch. ``loss_from_spec`` composes them into the
+``LossResult``, whose ``total`` is differentiable w.r.t. ``logprobs`` (and ``entropy`` /
+``values`` when they require grad).
 
 Further kinds (helpers in ``loss_variants``): verl DPPO-TV/-KL (``-A sg(min(r, c)) logp`` on a
 probability trust region), GMPO (``geo_mean``, sequence level, mean over all rows), KL-Cov (PG
@@ -41,14 +46,10 @@ train/rollout corrections (the sampler's log-probs mu as ``rollout_logprobs``) O
 ``is_correction_*``, TRL's ``vllm_importance_sampling_*`` and verl's ``bypass_mode`` (old = mu,
 its rejection mask as ``policy_mask``, reinforce's IS weights as ``policy_weights``) are applied,
 verl's decoupled ``algorithm.rollout_correction`` is not (``rollout_correction.lab_loss`` shows
-it); no MoE aux loss, no TRL adaptive entropy; verl clip_cov
-draws its tokens with the unseeded ``torch.randperm``, roll-viz with a seeded generator
-(``viz_clip_cov_seed``); masked means divide by the exact count (the frameworks add 1e-8); ROLL's
-unmasked token-mean sums are taken over valid tokens only (its metrics reproduce the padded sums
-where they differ).
-
-Size: one entry point (``loss_from_spec``) with the closed-form gradient of every loss kind next
-to its value, so that the two cannot drift apart.
+it); no MoE aux loss, no TRL adaptive entropy; verl clip_cov draws its tokens with the unseeded
+``torch.randperm``, roll-viz with a seeded generator (``viz_clip_cov_seed``); masked means divide
+by the exact count (the frameworks add 1e-8); ROLL's unmasked token-mean sums are taken over
+valid tokens only (its metrics reproduce the padded sums where they differ).
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ from torch import Tensor
 
 from roll_viz.core.ops import as_bool
 from roll_viz.core.pipeline import loss_variants as variants
-from roll_viz.core.pipeline.kl import token_kl
+from roll_viz.core.pipeline.aggregation import AGG_MODES as AGG_MODES  # re-export
+from roll_viz.core.pipeline.aggregation import agg_weights, aggregate
+from roll_viz.core.pipeline.loss_inputs import LossBatch, LossInputs, as_input, prepare_inputs
+from roll_viz.core.pipeline.loss_kl import kl_loss_term
+from roll_viz.core.pipeline.loss_spec import LossSpec
 from roll_viz.core.pipeline.policy_terms import (
     PolicyInputs,
     PolicyTerm,
@@ -75,23 +80,6 @@ F64 = torch.float64
 
 #: The bool per-token clip masks every loss reports (a kind may add its own: ``clip_masks``).
 CLIP_MASKS: tuple[str, ...] = ("clipped_high", "clipped_low", "dual_clipped")
-
-# canonical aggregation modes: name -> what it computes (x masked, L_i row lengths, n = rows
-# with at least one token, B = all rows, T = tensor width, f = scale factor)
-AGG_MODES: dict[str, str] = {
-    "token-mean": "sum x / sum L_i  (verl/ROLL/OpenRLHF token-mean, TRL bnpo/dapo/cispo)",
-    "token-sum": "sum x  (verl token-sum)",
-    "seq-mean-token-sum": "sum_i (sum_t x) / n",
-    "seq-mean-token-mean": "sum_i (mean_t x) / n  (OpenRLHF per-sample, ROLL)",
-    "seq-mean-token-sum-norm": "sum_i (sum_t x) / n / f, f = loss_scale_factor or T",
-    "token-sum-norm": "sum x / T, no batch division  (ROLL seq-mean-token-sum-norm)",
-    "seq-mean-token-mean-all-rows": "sum_i (mean_t x) / B  (TRL grpo/sapo, ROLL critic, verl "
-    "trainer seq-mean-token-mean)",
-    "token-sum-norm-all-rows": "sum x / (B * f), f = max_completion_length  (TRL dr_grpo)",
-    "seq-mean-token-sum-all-rows": "sum x / B  (verl trainer seq-mean-token-sum, TRL luspo)",
-    "seq-mean-token-sum-norm-all-rows": "sum x / (B * f), f = loss_scale_factor or T  (verl "
-    "trainer seq-mean-token-sum-norm)",
-}
 
 
 @dataclass(frozen=True)
@@ -134,74 +122,6 @@ class LossResult:
     notes: tuple[str, ...] = ()
     metric_notes: dict[str, str] = field(default_factory=dict)
     clip_masks: tuple[str, ...] = CLIP_MASKS
-
-
-# ------------------------------------------------------------------------------- aggregation
-
-
-def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = None) -> Tensor:
-    """(B, T) weights W of an aggregation mode: ``aggregate(x) = sum(W * x)``.
-
-    Zero-length rows get weight 0 everywhere; they still count in B for the "-all-rows" modes
-    (TRL grpo / dr_grpo / luspo, ROLL's critic, verl's trainer, which passes the mini-batch's row
-    count as ``global_batch_size``), and never in n (rows with a token) or the token count.
-
-    Args:
-        response_mask: (B, T) float 0/1 (or bool).
-        mode: one of AGG_MODES.
-        scale_factor: f of "seq-mean-token-sum-norm" and "seq-mean-token-sum-norm-all-rows"
-            (None = T) and "token-sum-norm-all-rows" (required: TRL's max_completion_length);
-            "token-sum-norm" always uses T.
-
-    Returns:
-        (B, T) float64 weights, 0 on padding.
-    """
-    if mode not in AGG_MODES:
-        raise ValueError(f"aggregation mode must be one of {tuple(AGG_MODES)}, got {mode!r}")
-    m = as_bool(response_mask).to(F64)
-    B, T = m.shape
-    lengths = m.sum(-1, keepdim=True)
-    n_rows = (lengths > 0).sum().clamp(min=1)
-    per_row_mean = m / lengths.clamp(min=1.0)
-    if mode == "token-mean":
-        return m / m.sum().clamp(min=1.0)
-    if mode == "token-sum":
-        return m
-    if mode == "seq-mean-token-sum":
-        return m / n_rows
-    if mode == "seq-mean-token-mean":
-        return per_row_mean / n_rows
-    if mode == "seq-mean-token-sum-norm":
-        return m / n_rows / float(T if scale_factor is None else scale_factor)
-    if mode == "token-sum-norm":
-        return m / T
-    if mode == "seq-mean-token-mean-all-rows":
-        return per_row_mean / max(B, 1)
-    if mode == "seq-mean-token-sum-all-rows":
-        return m / max(B, 1)
-    if mode == "seq-mean-token-sum-norm-all-rows":
-        return m / max(B, 1) / float(T if scale_factor is None else scale_factor)
-    if scale_factor is None:
-        raise ValueError("token-sum-norm-all-rows needs scale_factor (max_completion_length)")
-    return m / (max(B, 1) * float(scale_factor))
-
-
-def aggregate(
-    x: Tensor, response_mask: Tensor, mode: str, scale_factor: float | None = None
-) -> Tensor:
-    """Aggregate a (B, T) per-token quantity into a scalar (differentiable in ``x``).
-
-    Args:
-        x: (B, T) values (padding may hold anything, even inf).
-        response_mask: (B, T) float 0/1 (or bool).
-        mode: one of AGG_MODES (see ``agg_weights``).
-        scale_factor: see ``agg_weights``.
-
-    Returns:
-        () float64 tensor.
-    """
-    weights = agg_weights(response_mask, mode, scale_factor)
-    return (weights * torch.where(as_bool(response_mask), x.to(F64), 0.0)).sum()
 
 
 # ---------------------------------------------------------------------------- ratio and losses
@@ -288,59 +208,6 @@ def value_loss(
 
 
 @dataclass(frozen=True)
-class LossSpec:
-    """One framework's policy loss, resolved from its config by its dialect module."""
-
-    kind: str  # a key of policy_terms.POLICY_TERMS
-    level: str  # "token" | "sequence" | "sequence-token"
-    clamp: float | None
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip: float | None = None
-    delta: float | None = None
-    cispo_low: float | None = None
-    cispo_high: float | None = None
-    unified_mask: bool = False
-    tau_pos: float = 1.0
-    tau_neg: float = 1.05
-    kl_on: bool = False
-    kl_zero: bool = False  # OpenRLHF use_loss with init_coef 0: no reference model, KL 0
-    kl_estimator: str = "k3"
-    kl_clamp: float | None = None
-    kl_log_ratio_clamp: float | None = None
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    entropy_adaptive: bool = False  # TRL use_adaptive_entropy: the metric reads the entropy
-    rl_coef: float = 1.0
-    value_clip: float | None = None
-    has_critic: bool = True
-    kl_straight_through: bool = False  # verl "k3+": value of the estimator, gradient of k2
-    kl_ratio_correction: bool = False  # TRL use_bias_correction_kl: KL * ratio
-    # OpenRLHF unbiased_gradient: value of the estimator, gradient w * (logp - ref) with
-    # w = min(pi / pi_old, this clip), detached (KL_IS_WEIGHT_CLIP)
-    kl_is_weight_clip: float | None = None
-    trunc_c: float = 3.0  # verl dppo: sg(min(r, clip_ratio_c))
-    kimi_tau: float = 0.1  # ROLL kimi15_tau / verl dro_beta: + tau/2 (logp - old)^2
-    kl_cov_ratio: float = 0.0002  # verl kl_cov: share of tokens with the KL penalty
-    kl_cov_coef: float = 0.1  # verl ppo_kl_coef
-    vespo: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0)  # k+, lambda+, k-, lambda-
-    off_policy_threshold: float | None = None  # TRL off_policy_mask_threshold
-    entropy_quantile: float = 1.0  # TRL top_entropy_quantile
-    length_weights: bool = False  # ROLL length_loss_weight (per-sample weights of the policy term)
-    difficulty_weights: bool = False  # ROLL difficulty_loss_weight (needs the samples' difficulty)
-    topr_weights: tuple[float, float] = (1.0, 1.0)  # ROLL topr_positive/negative_weight
-    clip_cov: tuple[float, float, float, int] = (0.0002, 1.0, 5.0, 0)  # ratio, lb, ub, draw seed
-    # train/rollout mismatch correction (OpenRLHF is_correction_*): level, mode, gating, low, high
-    is_correction: tuple[str, str, str, float, float] | None = None
-    ratio_vs_rollout: bool = False  # the ratio's denominator is mu (OpenRLHF gspo + correction)
-    # ROLL token-mean (agg_loss sums loss_mat unmasked): kimi15's regulariser on the tokens of
-    # samples its sample-level mask dropped (metric_mask minus response_mask) still counts
-    unmasked_token_sum: bool = False
-    # the sampler's IS ratio (TRL vllm_importance_sampling_*): mode, clip min, clip max
-    sampler_is: tuple[str, float | None, float | None] | None = None
-
-
-@dataclass(frozen=True)
 class LossMode:
     """One row of a dialect's loss table: its loss name (``loss_mode``, ``pg_variant``, ...).
 
@@ -364,60 +231,6 @@ class LossMode:
 # -------------------------------------------------------------------- inputs and entry point
 
 
-@dataclass(frozen=True)
-class LossInputs:
-    """The tensors one loss reads: (B, T) unless said otherwise, constants unless said otherwise.
-
-    Padding may hold anything (even inf) in every tensor.
-
-    Attributes:
-        logprobs: current-policy log-probs of the sampled tokens; may require grad.
-        old_logprobs: rollout ("old") log-probs.
-        advantages: (B, T) or (B,) advantages.
-        response_mask: 0/1 loss mask.
-        ref_logprobs: reference log-probs; needed when the KL loss is on.
-        entropy: policy entropy per position; needed when the entropy coefficient is not 0.
-            Kept differentiable if it requires grad.
-        values: new critic predictions (kept differentiable); with ``returns`` (and
-            ``old_values`` when the framework clips) gives ``terms["value"]``.
-        old_values: critic values at rollout time.
-        returns: value targets.
-        scores: (B,) response scores (ROLL ``pg_variant: topr`` splits the rows by their sign).
-        rollout_logprobs: the sampler's log-probs mu; needed by a train/rollout correction
-            (``LossSpec.is_correction``).
-        difficulty: (B,) each sample's difficulty in [0, 1] (ROLL ``difficulty_loss_weight``;
-            without it the weight is skipped, as ROLL skips it without the data).
-        policy_mask: 0/1 subset of ``response_mask`` the policy term and its metrics run on
-            (verl ``bypass_mode``: the rejection mask); the KL and entropy terms keep
-            ``response_mask``, and token-mean still divides by ``response_mask``'s token count
-            (verl's ``batch_num_tokens`` is counted before the loss rejects tokens).
-        policy_weights: constant multipliers of the per-token policy loss (verl ``bypass_mode``
-            reinforce: the rollout IS weights).
-        metric_mask: 0/1 mask the dialect's metric function may read as
-            ``MetricContext.metric_mask`` (ROLL: the response mask before its sample-level mask,
-            over which it logs some metrics); the loss does not use it.
-        entropy_mask: 0/1 mask of the entropy term in place of ``response_mask`` (ROLL
-            aggregates its entropy over the unmasked ``response_mask``).
-    """
-
-    logprobs: Tensor
-    old_logprobs: Tensor
-    advantages: Tensor
-    response_mask: Tensor
-    ref_logprobs: Tensor | None = None
-    entropy: Tensor | None = None
-    values: Tensor | None = None
-    old_values: Tensor | None = None
-    returns: Tensor | None = None
-    scores: Tensor | None = None
-    rollout_logprobs: Tensor | None = None
-    difficulty: Tensor | None = None
-    policy_mask: Tensor | None = None
-    policy_weights: Tensor | None = None
-    metric_mask: Tensor | None = None
-    entropy_mask: Tensor | None = None
-
-
 def loss_reads(spec: LossSpec) -> frozenset[str]:
     """The optional ``LossInputs`` a spec's loss reads: the dialect's switches, named by input.
 
@@ -434,110 +247,6 @@ def loss_reads(spec: LossSpec) -> frozenset[str]:
     if spec.entropy_coef != 0 or spec.entropy_quantile < 1.0 or spec.entropy_adaptive:
         needs.add("entropy")
     return frozenset(needs)
-
-
-def _as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) -> Tensor:
-    t = torch.as_tensor(x)
-    if not keep_grad:
-        t = t.detach()
-    if name == "advantages" and t.dim() == 1 and t.shape[0] == shape[0]:
-        t = t[:, None].expand(shape)
-    if tuple(t.shape) != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
-    bad = torch.nonzero(mask & ~torch.isfinite(t.detach()))
-    if bad.numel():
-        b, tok = bad[0].tolist()
-        raise ValueError(f"{name}[{b}][{tok}]: non-finite value on a response token")
-    return torch.where(mask, t.to(F64), 0.0)
-
-
-def _mask_input(name: str, x: Any, shape: tuple) -> Tensor:
-    """A 0/1 mask input as bool, checked for shape."""
-    flags = torch.as_tensor(x).detach() > 0
-    if tuple(flags.shape) != shape:
-        raise ValueError(f"{name}: expected shape {shape}, got {tuple(flags.shape)}")
-    return flags
-
-
-@dataclass(frozen=True)
-class _Batch:
-    """The validated float64 inputs (0 on padding) and the masks the terms run on."""
-
-    shape: tuple
-    full_m: Tensor  # (B, T) float response_mask: the KL / entropy terms, token-mean's count
-    mask: Tensor  # (B, T) bool policy-term mask (response_mask, narrowed by policy_mask)
-    m: Tensor  # (B, T) float of ``mask``
-    lengths: Tensor  # (B, 1) tokens per row of ``mask``
-    lp: Tensor  # differentiable
-    old: Tensor
-    adv: Tensor
-    d: Tensor  # lp - old on response_mask, detached
-    ref: Tensor | None
-    ent: Tensor | None
-    ent_m: Tensor
-    mu: Tensor | None
-    metric_bool: Tensor | None
-    metric_d: Tensor | None
-
-
-def _prepare(spec: LossSpec, x: LossInputs) -> _Batch:
-    """Check and convert the inputs (the error names the argument first)."""
-    mask_raw = torch.as_tensor(x.response_mask).detach()
-    if mask_raw.dim() != 2 or mask_raw.shape[1] == 0:
-        raise ValueError(f"response_mask: expected (B, T>=1), got {tuple(mask_raw.shape)}")
-    if not bool(((mask_raw == 0) | (mask_raw == 1)).all()):
-        raise ValueError("response_mask: must contain only 0 and 1")
-    mask = mask_raw > 0
-    shape = tuple(mask.shape)
-    m = mask.to(F64)
-    lp = _as_input("logprobs", x.logprobs, shape, mask, keep_grad=True)
-    old = _as_input("old_logprobs", x.old_logprobs, shape, mask, keep_grad=False)
-    adv = _as_input("advantages", x.advantages, shape, mask, keep_grad=False)
-    ref = None
-    if x.ref_logprobs is not None:
-        ref = _as_input("ref_logprobs", x.ref_logprobs, shape, mask, keep_grad=False)
-    if spec.kl_on and not spec.kl_zero and ref is None:
-        raise ValueError("ref_logprobs: needed for the KL loss term")
-    ent, ent_m = None, m
-    if x.entropy_mask is not None:
-        ent_m = _mask_input("entropy_mask", x.entropy_mask, shape).to(F64)
-    if x.entropy is not None:
-        ent = _as_input("entropy", x.entropy, shape, ent_m > 0, keep_grad=True)
-    if spec.entropy_coef != 0 and ent is None:
-        raise ValueError("entropy: needed when the entropy coefficient is not 0")
-    mu = None
-    if x.rollout_logprobs is not None:
-        mu = _as_input("rollout_logprobs", x.rollout_logprobs, shape, mask, keep_grad=False)
-    if (spec.is_correction is not None or spec.ratio_vs_rollout) and mu is None:
-        raise ValueError("rollout_logprobs: needed for the train/rollout correction")
-    metric_bool, metric_d = None, None
-    if x.metric_mask is not None:
-        metric_bool = _mask_input("metric_mask", x.metric_mask, shape)
-        if bool((mask & ~metric_bool).any()):
-            raise ValueError("metric_mask: must cover every token of response_mask")
-        lp_u = _as_input("logprobs", x.logprobs, shape, metric_bool, keep_grad=False)
-        metric_d = lp_u - _as_input("old_logprobs", x.old_logprobs, shape, metric_bool, False)
-    full_m = m
-    if x.policy_mask is not None:
-        mask = mask & _mask_input("policy_mask", x.policy_mask, shape)
-        m = mask.to(F64)
-    return _Batch(
-        shape,
-        full_m,
-        mask,
-        m,
-        m.sum(-1, keepdim=True),
-        lp,
-        old,
-        adv,
-        lp.detach() - old,
-        ref,
-        ent,
-        ent_m,
-        mu,
-        metric_bool,
-        metric_d,
-    )
 
 
 def loss_from_spec(
@@ -573,9 +282,9 @@ def loss_from_spec(
         ValueError: a shape mismatch, a non-finite value on a response token, or a missing input
             the config needs (the message starts with the argument's name).
     """
-    b = _prepare(spec, inputs)
+    b = prepare_inputs(spec, inputs)
     pol = _policy(spec, modes, b, inputs, notes)
-    kl_tok, kl_term, g_kl = _kl_term(spec, modes, b, pol)
+    kl_tok, kl_term, g_kl = kl_loss_term(spec, modes, b, pol.ratio, pol.r)
     ent_term = _entropy_term(modes, b, pol)
     value_term, vf_clipped = _value_term(inputs, b.full_m > 0, spec, modes, notes)
     total = pol.value if kl_term is None else pol.value + spec.kl_coef * kl_term
@@ -640,7 +349,7 @@ class _Policy:
     outside: Tensor | None  # (B, T) bool tokens outside the mask that carry a regulariser
 
 
-def _policy(spec: LossSpec, modes: dict, b: _Batch, x: LossInputs, notes: list) -> _Policy:
+def _policy(spec: LossSpec, modes: dict, b: LossBatch, x: LossInputs, notes: list) -> _Policy:
     """Run the kind's term, weigh it, and chain its gradient through the ratio."""
     registered = policy_term(spec.kind)
     extra: dict[str, Tensor] = {}
@@ -662,7 +371,7 @@ def _policy(spec: LossSpec, modes: dict, b: _Batch, x: LossInputs, notes: list) 
     if x.policy_mask is not None and modes["policy"][0] == "token-mean":
         w_pol = b.m / b.full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
     if x.policy_weights is not None:
-        keep = keep * _as_input("policy_weights", x.policy_weights, b.shape, b.mask, False)
+        keep = keep * as_input("policy_weights", x.policy_weights, b.shape, b.mask, False)
     w_eff = w_pol * keep
     if term.sequence is not None:  # a sequence-level loss: its own scalar and weights
         grad, value, w_eff = term.sequence.coef * keep, term.sequence.policy, term.sequence.weights
@@ -676,8 +385,8 @@ def _policy(spec: LossSpec, modes: dict, b: _Batch, x: LossInputs, notes: list) 
     token_mean = modes["policy"][0] == "token-mean"
     use_outside = registered.outside is not None and spec.unmasked_token_sum and token_mean
     if use_outside and outside is not None and bool(outside.any()):
-        lp_out = _as_input("logprobs", x.logprobs, b.shape, outside, keep_grad=True)
-        d_out = lp_out - _as_input("old_logprobs", x.old_logprobs, b.shape, outside, False)
+        lp_out = as_input("logprobs", x.logprobs, b.shape, outside, keep_grad=True)
+        d_out = lp_out - as_input("old_logprobs", x.old_logprobs, b.shape, outside, False)
         w_out = outside.to(F64) / b.m.sum().clamp(min=1.0) * row_w
         reg, weighted, weighted_grad, note = registered.outside(d_out, w_out, spec)
         value, grad = value + weighted, grad + weighted_grad
@@ -688,7 +397,7 @@ def _policy(spec: LossSpec, modes: dict, b: _Batch, x: LossInputs, notes: list) 
     return _Policy(term, value, grad, pg, w_eff, ratio, r, row_w, extra, outside)
 
 
-def _ratio_chain(spec: LossSpec, b: _Batch, w_dl_dr: Tensor, r: Tensor, base: Tensor) -> Tensor:
+def _ratio_chain(spec: LossSpec, b: LossBatch, w_dl_dr: Tensor, r: Tensor, base: Tensor) -> Tensor:
     """The gradient d policy / d logp from the weighted d loss / d ratio, via the ratio's level."""
     if spec.level == "token":  # r = exp(d), zero slope where the log-ratio clamp acts
         d_ratio = b.lp.detach() - base
@@ -703,7 +412,7 @@ def _ratio_chain(spec: LossSpec, b: _Batch, w_dl_dr: Tensor, r: Tensor, base: Te
 
 
 def _keep_weights(
-    spec: LossSpec, registered: PolicyTerm, b: _Batch, x: LossInputs, sampler_w, extra: dict
+    spec: LossSpec, registered: PolicyTerm, b: LossBatch, x: LossInputs, sampler_w, extra: dict
 ) -> tuple[Tensor, Tensor]:
     """Per-token keep multipliers and (B, 1) per-sample weights of the policy term (not the KL).
 
@@ -744,7 +453,7 @@ def _keep_weights(
     return keep, row_w
 
 
-def _per_token(b: _Batch, pol: _Policy, kl_tok, grad_coef: Tensor, masked: bool) -> dict:
+def _per_token(b: LossBatch, pol: _Policy, kl_tok, grad_coef: Tensor, masked: bool) -> dict:
     """The detached (B, T) pieces of ``LossResult.per_token`` (0 / False on padding)."""
     mask, pol_mask, term = b.full_m > 0, b.mask, pol.term
     none = torch.zeros_like(mask)
@@ -773,70 +482,7 @@ def _per_token(b: _Batch, pol: _Policy, kl_tok, grad_coef: Tensor, masked: bool)
 # ---------------------------------------------------------------------- KL and critic terms
 
 
-def _kl_term(spec: LossSpec, modes: dict, b: _Batch, pol: _Policy):
-    """The KL loss on response_mask (a policy_mask narrows the policy term only).
-
-    Returns:
-        ((B, T) per-token KL or None, () aggregated term or None, (B, T) its gradient share).
-    """
-    m = b.full_m
-    mask = m > 0
-    w_kl = agg_weights(m, *modes["kl"])
-    if not spec.kl_on:
-        return None, None, torch.zeros_like(m)
-    if spec.kl_zero:
-        return torch.zeros_like(m), torch.zeros((), dtype=F64), torch.zeros_like(m)
-    lp, ref = b.lp, b.ref
-    kl_tok = token_kl(lp, ref, m, spec.kl_estimator, spec.kl_clamp, spec.kl_log_ratio_clamp)
-    slope = _kl_grad(lp.detach() - ref, spec, mask)
-    if spec.kl_straight_through:  # verl "+": forward value, k2 gradient
-        k2 = 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
-        kl_tok = k2 - k2.detach() + kl_tok.detach()
-        slope = torch.where(mask, lp.detach() - ref, 0.0)
-    elif spec.kl_is_weight_clip is not None:  # OpenRLHF unbiased_gradient
-        w = torch.exp(torch.where(mask, lp.detach() - b.old, 0.0))
-        w = w.clamp(max=spec.kl_is_weight_clip)
-        k2 = w * 0.5 * torch.where(mask, lp - ref, 0.0) ** 2
-        kl_tok = k2 - k2.detach() + kl_tok.detach()
-        slope = torch.where(mask, w * (lp.detach() - ref), 0.0)
-    if spec.kl_ratio_correction:  # TRL use_bias_correction_kl: k3 * pi/pi_old
-        value = kl_tok.detach()
-        kl_tok = kl_tok * pol.ratio
-        g = w_kl * slope * pol.r
-        if spec.level == "token":
-            g = g + w_kl * value * pol.r
-        else:
-            coupling = (w_kl * value).sum(-1, keepdim=True)
-            g = g + m * pol.r / b.lengths.clamp(min=1.0) * coupling
-        g_kl = spec.kl_coef * g
-    else:
-        g_kl = spec.kl_coef * w_kl * slope
-    return kl_tok, (w_kl * kl_tok).sum(), g_kl
-
-
-def _kl_grad(log_ratio: Tensor, spec: LossSpec, mask: Tensor) -> Tensor:
-    """Slope of KL_estimator(logp - ref) w.r.t. logp with the framework's clamps (0 if clamped)."""
-    x = log_ratio
-    inside = torch.ones_like(x)
-    if spec.kl_log_ratio_clamp is not None:
-        c = spec.kl_log_ratio_clamp
-        inside = ((x >= -c) & (x <= c)).to(F64)
-        x = x.clamp(-c, c)
-    if spec.kl_estimator == "k1":
-        value, slope = x, torch.ones_like(x)
-    elif spec.kl_estimator == "abs":
-        value, slope = x.abs(), torch.sign(x)
-    elif spec.kl_estimator == "k2":
-        value, slope = 0.5 * x * x, x
-    else:
-        value, slope = torch.expm1(-x) + x, -torch.expm1(-x)
-    if spec.kl_clamp is not None:
-        c = spec.kl_clamp
-        inside = inside * ((value >= -c) & (value <= c)).to(F64)
-    return torch.where(mask, slope * inside, 0.0)
-
-
-def _entropy_term(modes: dict, b: _Batch, pol: _Policy) -> Tensor | None:
+def _entropy_term(modes: dict, b: LossBatch, pol: _Policy) -> Tensor | None:
     """The aggregated entropy (None without an entropy input), on the entropy quantile's tokens."""
     if b.ent is None:
         return None
@@ -856,11 +502,11 @@ def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict, notes:
         raise ValueError("returns: needed with values for the critic loss")
     if spec.value_clip is not None and x.old_values is None:
         raise ValueError("old_values: needed for the clipped critic loss")
-    v = _as_input("values", x.values, shape, mask, keep_grad=True)
-    ret = _as_input("returns", x.returns, shape, mask, keep_grad=False)
+    v = as_input("values", x.values, shape, mask, keep_grad=True)
+    ret = as_input("returns", x.returns, shape, mask, keep_grad=False)
     old = None
     if x.old_values is not None:
-        old = _as_input("old_values", x.old_values, shape, mask, keep_grad=False)
+        old = as_input("old_values", x.old_values, shape, mask, keep_grad=False)
     mode, factor = modes["value"]
     return value_loss(v, old, ret, mask, spec.value_clip, mode, factor)
 

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import loss_variants as variants
-
-if TYPE_CHECKING:
-    from roll_viz.core.pipeline.losses import LossSpec
+from roll_viz.core.pipeline.loss_spec import LossSpec
 
 F64 = torch.float64
 
