@@ -25,6 +25,7 @@ from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTest
 from roll_viz.core.pipeline.kl import kl_term_mean
 from roll_viz.core.pipeline.postprocess import require_group_size
 from roll_viz.core.records import Batch, RunningMoments, Trace
+from roll_viz.ui.instant.payload import browser_coverage
 
 # ------------------------------------------------------------------ the toy framework's file
 
@@ -147,6 +148,7 @@ TOY = Dialect(
         masks=({"baseline": "group_mean"}, {"baseline": "none"}),
     ),
     RUN_FORMATS=(),
+    BROWSER_COVERAGE=None,  # no JavaScript port: the instant panel takes the server path
     estimator_name=estimator_name,
     kl_estimator=lambda config: "k3",
     to_native=lambda generic: shared.widgets_to_native(DEFAULTS, ALIASES, CHOICES, generic),
@@ -196,6 +198,7 @@ def test_the_toy_is_a_complete_record(toy):
     assert dialects.RECIPES["grpo"]["toy"] == {"baseline": "group_mean", "scale": True}
     with pytest.raises(ValueError, match="already registered"):
         dialects.register(TOY)
+    assert "toy" not in browser_coverage()  # no browser port: the panel says "server path"
 
 
 def test_run_finds_the_toy(toy):

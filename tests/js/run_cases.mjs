@@ -3,7 +3,8 @@
 // Usage: node tests/js/run_cases.mjs CASES.json > RESULTS.json
 // CASES.json: {"batches": [payload batch], "cases": [{"id", "framework", "config", "running",
 //              "G", "batch": index into batches}],
-//              "coverage": [{"id", "framework", "config"}]}
+//              "coverage": [{"id", "framework", "config"}],
+//              "coverage_tables": {framework: table}} (payload.browser_coverage(), as the page ships it)
 // Each result: {"id", "ok": true, "out": {...trace fields as plain arrays...}} or
 // {"id", "ok": false, "error": message}; coverage results: {"id", "covered": {ok, reason}}.
 import { readFileSync } from "node:fs";
@@ -29,7 +30,7 @@ for (const c of spec.cases) {
   if (c.G !== null && c.G !== undefined) batch = P.subsetGroups(batch, c.G);
   try {
     const t0 = performance.now();
-    const out = P.run(batch, c.framework, c.config, c.running);
+    const out = P.run(batch, c.framework, c.config, c.running, spec.coverage_tables[c.framework]);
     const ms = performance.now() - t0;
     const fields = {};
     for (const k of ["rewards", "baseline", "scale", "kl", "token_rewards", "advantages",
@@ -43,6 +44,6 @@ for (const c of spec.cases) {
   }
 }
 const coverage = (spec.coverage || []).map((c) => ({
-  id: c.id, covered: P.covered(c.framework, c.config),
+  id: c.id, covered: P.covered(c.framework, c.config, spec.coverage_tables[c.framework]),
 }));
 process.stdout.write(JSON.stringify({ results, coverage }));

@@ -28,7 +28,8 @@ for (const c of spec.cases) {
   try {
     const shown = M.lgSubset(decoded[c.payload], c.G);
     const out = M.localVsGlobal(shown.scores, shown.group_ids, {
-      localConfig: p.local_config, globalConfig: p.global_config, std: c.std, eps: c.eps,
+      localConfig: p.local_config, globalConfig: p.global_config, coverage: p.coverage,
+      std: c.std, eps: c.eps,
     });
     results.push({
       id: c.id,

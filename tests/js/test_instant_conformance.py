@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,12 +23,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from roll_viz.core.pipeline import CHOICES, DEFAULTS, LOSS_DEFAULTS, resolve_config, run
+from roll_viz.core.pipeline import CHOICES, DEFAULTS, LOSS_DEFAULTS, dialects, resolve_config, run
+from roll_viz.core.pipeline.dialects.shared import VIZ_DEFAULTS
 from roll_viz.core.records import Batch, RunningMoments
-from roll_viz.ui.instant.payload import batch_payload, jsonable_config, subset_groups
+from roll_viz.ui.instant.payload import (
+    batch_payload,
+    browser_coverage,
+    instant_payload,
+    jsonable_config,
+    subset_groups,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = ROOT / "tests" / "js" / "run_cases.mjs"
+PIPELINE_JS = ROOT / "roll_viz" / "ui" / "instant" / "pipeline.js"
+#: the coverage tables the conformance run handed the JavaScript (filled by the fixture)
+CONFORMANCE_TABLES: dict = {}
 NODE = shutil.which("node") or ("/usr/bin/node" if Path("/usr/bin/node").exists() else None)
 TOL = 1e-9
 LOSS_ALL = {k for table in LOSS_DEFAULTS.values() for k in table}
@@ -290,7 +301,13 @@ def conformance(tmp_path_factory):
         {"id": f"bad-{i}", "framework": fw, "config": _raw(fw, cfg)}
         for i, (fw, cfg) in enumerate(bad)
     ]
-    spec = {"batches": [batch_payload(b) for b in batches], "cases": cases, "coverage": coverage}
+    spec = {
+        "batches": [batch_payload(b) for b in batches],
+        "cases": cases,
+        "coverage": coverage,
+        # the coverage tables as the page ships them (instant_payload's "coverage")
+        "coverage_tables": instant_payload(batches[0], "roll")["coverage"],
+    }
     path = tmp_path_factory.mktemp("js") / "cases.json"
     path.write_text(json.dumps(spec))
     proc = subprocess.run(
@@ -298,6 +315,7 @@ def conformance(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
+    CONFORMANCE_TABLES.update(json.loads(path.read_text())["coverage_tables"])
     return cases, expected, got, len(bad)
 
 
@@ -352,6 +370,22 @@ def test_every_estimator_is_exercised(conformance):
             assert (fw, est) in seen, f"{fw} {est} never computed successfully"
 
 
+def test_the_suite_uses_the_tables_generated_from_the_records(conformance):
+    """pipeline.js types no coverage table: the suite runs on the records' BROWSER_COVERAGE."""
+    assert browser_coverage() == CONFORMANCE_TABLES  # what the JS above ran with
+    for name, table in browser_coverage().items():
+        record = dialects.get(name).BROWSER_COVERAGE
+        assert table == {
+            **{k: None if v is None else list(v) for k, v in record.items()},
+            **dict.fromkeys(VIZ_DEFAULTS),
+        }
+    source = PIPELINE_JS.read_text()
+    assert "const COVERED" not in source
+    assert "const KEYS" not in source
+    ports = re.search(r"export const PIPELINES = \{(.*?)\};", source, re.S).group(1)
+    assert set(browser_coverage()) == set(re.findall(r"(\w+): \w+Pipeline", ports))
+
+
 def test_covered_accepts_resolved_and_rejects_unknown(conformance):
     _, _, got, n_bad = conformance
     cov = got["coverage"]
@@ -388,6 +422,7 @@ def test_hand_vector_t5_roll_grpo_whitened(tmp_path):
                 "batch": 0,
             }
         ],
+        "coverage_tables": browser_coverage(),
     }
     path = tmp_path / "t5.json"
     path.write_text(json.dumps(spec))
@@ -431,6 +466,7 @@ def test_benchmark_big_batch(tmp_path):
                 }
                 for i in range(12)
             ],
+            "coverage_tables": browser_coverage(),
         }
         path = tmp_path / f"{fw}.json"
         path.write_text(json.dumps(spec))

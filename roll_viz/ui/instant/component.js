@@ -236,7 +236,8 @@ function update(state) {
   for (const [knob, k] of Object.entries(ui.knobs)) if (k.key) k.out.textContent = String(params[knob]);
   ui.Gout.textContent = String(params.G);
   const cfg = configFor(payload, params);
-  const cov = covered(payload.framework, cfg);
+  const coverage = payload.coverage[payload.framework];
+  const cov = covered(payload.framework, cfg, coverage);
   state.params = params;
   state.config = cfg;
   if (!cov.ok) {
@@ -249,7 +250,7 @@ function update(state) {
   let out;
   try {
     const batch = subsetGroups(state.batch, params.G);
-    out = run(batch, payload.framework, cfg, payload.running);
+    out = run(batch, payload.framework, cfg, payload.running, coverage);
     state.shown = batch;
   } catch (err) {
     state.trace = null;

@@ -57,7 +57,7 @@ function lgResponseBatch(scores, groupIds) {
 
 /** ROLL's normalized response-level rewards, rows sorted stably into contiguous groups and
  *  renumbered in order of first appearance (local_global._normalized_rewards). */
-function lgNormalized(scores, groupIds, cfg) {
+function lgNormalized(scores, groupIds, cfg, coverage) {
   const B = scores.length;
   const order = Array.from({ length: B }, (_, i) => i).sort(
     (a, b) => groupIds[a] - groupIds[b] || a - b,
@@ -69,7 +69,7 @@ function lgNormalized(scores, groupIds, cfg) {
     return lookup.get(g);
   });
   const sorted = Float64Array.from(order, (i) => scores[i]);
-  const out = run(lgResponseBatch(sorted, renum), "roll", cfg);
+  const out = run(lgResponseBatch(sorted, renum), "roll", cfg, null, coverage);
   const res = new Float64Array(B);
   order.forEach((i, k) => {
     res[i] = out.rewards[k];
@@ -81,7 +81,7 @@ function lgNormalized(scores, groupIds, cfg) {
  * Local vs global advantages of (B,) rewards (roll_viz.analysis.local_global.local_vs_global).
  *
  * scores: (B,) rewards; groupIds: (B,) prompt index 0..P-1; opts: {localConfig, globalConfig}
- * (resolved ROLL configs from the payload), std: "group" (divide by the group std, GRPO) or
+ * (resolved ROLL configs from the payload), coverage (the payload's ROLL coverage table), std: "group" (divide by the group std, GRPO) or
  * "none" (mean only, Dr.GRPO: a single-sample group then gets 0, not NaN), eps: added to
  * every std (ROLL: 1e-6).
  * Returns {local, global, within, count, groupMean, groupStd, scale (P,), batchMean, batchStd}:
@@ -114,7 +114,7 @@ export function localVsGlobal(scores, groupIds, opts) {
     for (let b = 0; b < B; b++) if (count[groupIds[b]] > 1) rows.push(b);
     if (rows.length) {
       const part = lgNormalized(
-        rows.map((b) => scores[b]), rows.map((b) => groupIds[b]), cfg,
+        rows.map((b) => scores[b]), rows.map((b) => groupIds[b]), cfg, opts.coverage,
       );
       rows.forEach((b, k) => {
         local[b] = part[k];
@@ -122,14 +122,15 @@ export function localVsGlobal(scores, groupIds, opts) {
     }
   } else if (std === "none") {
     const cfg = { ...opts.localConfig, norm_std_type: null, viz_eps: eps };
-    local.set(lgNormalized(scores, groupIds, cfg));
+    local.set(lgNormalized(scores, groupIds, cfg, opts.coverage));
   } else {
     throw new Error(`std must be 'group' or 'none', got ${std}`);
   }
   let global = new Float64Array(B).fill(NaN);
   let batchStd = NaN;
   if (B > 1) {
-    global = lgNormalized(scores, new Array(B).fill(0), { ...opts.globalConfig, viz_eps: eps });
+    const globalCfg = { ...opts.globalConfig, viz_eps: eps };
+    global = lgNormalized(scores, new Array(B).fill(0), globalCfg, opts.coverage);
     batchStd = vectorStd(scores);
   }
   let sum = 0;
@@ -467,7 +468,8 @@ function lgUpdate(state) {
   try {
     shown = lgSubset(state.data, v.G);
     res = localVsGlobal(shown.scores, shown.group_ids, {
-      localConfig: payload.local_config, globalConfig: payload.global_config, std: v.std,
+      localConfig: payload.local_config, globalConfig: payload.global_config,
+      coverage: payload.coverage, std: v.std,
       eps: v.eps,
     });
   } catch (err) {

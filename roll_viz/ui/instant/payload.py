@@ -26,9 +26,11 @@ from roll_viz.core.pipeline import (
     CHOICES,
     DEFAULTS,
     ESTIMATOR_KEY,
+    dialects,
     prepare_batch,
     resolve_config,
 )
+from roll_viz.core.pipeline.dialects.shared import VIZ_DEFAULTS
 from roll_viz.core.records import Batch, RunningMoments
 from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.scales import ADVANTAGE_RANGE
@@ -137,6 +139,23 @@ def subset_groups(batch: Batch, group_size: int) -> Batch:
     )
 
 
+def browser_coverage() -> dict[str, dict[str, list | None]]:
+    """What ``pipeline.js`` computes exactly, per framework with a browser port (JSON-ready).
+
+    Each dialect record's ``BROWSER_COVERAGE`` (key -> the values covered, None for any value)
+    plus the ``viz_`` keys every dialect accepts; ``covered`` in pipeline.js reads it from the
+    payload, so the tables are written once, in the records.
+    """
+    return {
+        name: {
+            **{k: None if v is None else list(v) for k, v in d.BROWSER_COVERAGE.items()},
+            **dict.fromkeys(VIZ_DEFAULTS),
+        }
+        for name, d in dialects.DIALECTS.items()
+        if d.BROWSER_COVERAGE is not None
+    }
+
+
 def instant_payload(
     batch: Batch,
     framework: str,
@@ -155,7 +174,8 @@ def instant_payload(
         JSON-serializable dict: version, framework, config (resolved), batch (encoded),
         running, estimator_key, estimators (the framework's choices), aliases (generic knob ->
         config key or None), sliders, max_group_size, scale_floor (view -> the smallest
-        colour range it draws: the advantages share the heatmaps' +-3).
+        colour range it draws: the advantages share the heatmaps' +-3), coverage
+        (``browser_coverage``: what pipeline.js computes exactly, per framework).
     """
     cfg = resolve_config(framework, config)
     est_key = ESTIMATOR_KEY[framework]
@@ -173,6 +193,7 @@ def instant_payload(
         "sliders": {k: list(v) for k, v in SLIDERS.items()},
         "max_group_size": max_group_size(batch),
         "scale_floor": {"advantages": ADVANTAGE_RANGE},
+        "coverage": browser_coverage(),
     }
 
 
@@ -227,7 +248,8 @@ def local_global_payload(
     Returns:
         JSON-serializable dict: version, scores (f8), group_ids (i4), group_labels,
         max_group_size, local_config, global_config (resolved ROLL configs), eps (ROLL's 1e-6),
-        log10_eps_range, palette (the server figures' prompt colours).
+        log10_eps_range, palette (the server figures' prompt colours), coverage (ROLL's
+        ``browser_coverage`` table).
 
     Raises:
         ValueError: mismatched lengths, non-finite scores or group ids outside 0..P-1.
@@ -254,6 +276,7 @@ def local_global_payload(
         "eps": ROLL_EPS,
         "log10_eps_range": list(LOG10_EPS_RANGE),
         "palette": list(OKABE_ITO),
+        "coverage": browser_coverage()["roll"],
     }
 
 

@@ -15,8 +15,8 @@
 // ref_logprobs, values, baseline_scores, group_labels) and a RESOLVED config (Python's
 // resolve_config output: every key present). Not mirrored: Trace.kl_loss (it depends on the
 // policy-update aggregation, losses.py) and Trace.notes; both stay server side.
-// covered(framework, config) says whether this
-// module computes that config exactly; when it does not, callers use the server path.
+// covered(framework, config, coverage) says whether this
+// module computes that config exactly (coverage: the payload's table, from the Python records); when it does not, callers use the server path.
 
 // ---------------------------------------------------------------------------- (B, T) helpers
 
@@ -871,72 +871,27 @@ export const PIPELINES = {
 
 // ------------------------------------------------------------------------- coverage, entry
 
-const NORM = [null, "batch", "group", "running"];
-const COVERED = {
-  roll: {
-    adv_estimator: ["gae", "reinforce", "grpo"],
-    norm_mean_type: NORM,
-    norm_std_type: NORM,
-    kl_penalty: ["kl", "abs", "mse", "k3"],
-    // sample-level masks: off here; switched on, the server path computes them
-    max_len_mask: [false],
-    difficulty_mask: [false],
-    error_max_len_clip: [false],
-  },
-  verl: {
-    adv_estimator: Object.keys(VERL_ESTIMATORS),
-    kl_penalty: Object.keys(VERL_KL),
-    kl_ctrl_type: ["fixed", "adaptive"],
-    kl_loss_type: Object.keys(VERL_KL),
-    gdpo_reward_keys: [null], // named reward components: the server path
-    gdpo_reward_weights: [null],
-  },
-  openrlhf: {
-    advantage_estimator: ["gae", "reinforce", ...OPENRLHF_GROUP_ESTIMATORS, "flash_reinforce"],
-    kl_estimator: ["k1", "k2", "k3"],
-    // length penalties: off here; switched on, the server path computes them
-    overlong_buffer_len: [null],
-    stop_properly_penalty_coef: [null],
-  },
-  trl: {
-    scale_rewards: ["group", "batch", "none"],
-    multi_objective_aggregation: ["sum_then_normalize", "normalize_then_sum"],
-    reward_weights: [null], // weights of named reward functions: the server path
-  },
-};
-const KEYS = {
-  roll: [
-    "gamma", "lambd", "reward_clip", "whiten_rewards", "whiten_advantages", "advantage_clip",
-    "add_token_level_kl", "init_kl_coef", "target_kl", "kl_horizon", "use_kl_loss", "kl_loss_coef",
-    "difficulty_low_threshold", "difficulty_high_threshold", "error_max_len_threshold",
-  ],
-  verl: [
-    "gamma", "lam", "norm_adv_by_std_in_grpo", "use_kl_in_reward", "kl_coef", "target_kl",
-    "horizon", "use_kl_loss", "kl_loss_coef",
-  ],
-  openrlhf: [
-    "gamma", "lambd", "init_coef", "target", "horizon", "use_loss", "clip_range", "no_std_norm",
-    "overlong_penalty_factor", "max_new_tokens",
-  ],
-  trl: ["beta"],
-};
-const VIZ_KEYS = ["viz_std_ddof", "viz_whiten_ddof", "viz_eps"];
+// Which keys and values each port above computes exactly is not typed here: it is each Python
+// dialect record's BROWSER_COVERAGE (roll_viz/core/pipeline/dialects/<name>.py), shipped in the
+// payload (payload.coverage, ui/instant/payload.py browser_coverage) with the viz_ keys added.
 
 /**
  * Whether this module computes (framework, config) exactly.
- * config: a resolved config (every key of that framework's DEFAULTS). Returns
- * {ok: true} or {ok: false, reason} naming the first key/value this module does not know;
- * the caller then uses the server path (and says so).
+ * config: a resolved config (every key of that framework's DEFAULTS); coverage: that
+ * framework's table from the payload (key -> the values covered, null for any value; absent:
+ * the framework has no browser port). Returns {ok: true} or {ok: false, reason} naming the
+ * first key/value this module does not know; the caller then uses the server path (and says so).
  */
-export function covered(framework, config) {
-  if (!(framework in COVERED)) return { ok: false, reason: `framework ${framework} not covered` };
-  const known = new Set([...Object.keys(COVERED[framework]), ...KEYS[framework], ...VIZ_KEYS]);
-  for (const key of known) {
+export function covered(framework, config, coverage) {
+  if (!(framework in PIPELINES) || !coverage) {
+    return { ok: false, reason: `framework ${framework} not covered` };
+  }
+  for (const key of Object.keys(coverage)) {
     if (!(key in config)) return { ok: false, reason: `config key ${key} missing (not resolved)` };
   }
   for (const [key, value] of Object.entries(config)) {
-    if (!known.has(key)) return { ok: false, reason: `config key ${key} not covered` };
-    const choices = COVERED[framework][key];
+    if (!(key in coverage)) return { ok: false, reason: `config key ${key} not covered` };
+    const choices = coverage[key];
     if (choices && !choices.includes(value)) {
       return { ok: false, reason: `${key}=${JSON.stringify(value)} not covered` };
     }
@@ -951,11 +906,12 @@ export function covered(framework, config) {
 
 /**
  * Run one framework's pipeline (roll_viz.core.pipeline.run): same inputs, same numbers.
+ * running: ROLL's running statistics or null; coverage: the framework's table (see covered).
  * Throws an Error where Python raises ValueError (a group too small, missing values, any
- * non-finite result).
+ * non-finite result) and where the config is not covered.
  */
-export function run(batch, framework, config, running = null) {
-  const cov = covered(framework, config);
+export function run(batch, framework, config, running, coverage) {
+  const cov = covered(framework, config, coverage);
   if (!cov.ok) throw new Error(`not covered by the browser pipeline: ${cov.reason}`);
   const out = PIPELINES[framework](batch, config, running);
   for (const name of ["kl", "token_rewards", "advantages", "returns"]) {

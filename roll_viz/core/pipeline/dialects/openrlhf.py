@@ -284,6 +284,27 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     "is_correction_level: seq": {"is_correction_level": "seq"},
 }
 
+#: What the browser port (``ui/instant/pipeline.js``) computes exactly for OpenRLHF: key -> the
+#: values it covers, None for any value ``resolve_config`` accepts. The instant payload ships
+#: this table; any other key or value takes the server path.
+BROWSER_COVERAGE: dict[str, tuple | None] = {
+    "advantage_estimator": CHOICES["advantage_estimator"],
+    "kl_estimator": CHOICES["kl_estimator"],
+    # length penalties: off here; switched on, the server path computes them
+    "overlong_buffer_len": (None,),
+    "stop_properly_penalty_coef": (None,),
+    "gamma": None,
+    "lambd": None,
+    "init_coef": None,
+    "target": None,
+    "horizon": None,
+    "use_loss": None,
+    "clip_range": None,
+    "no_std_norm": None,
+    "overlong_penalty_factor": None,
+    "max_new_tokens": None,
+}
+
 #: The run formats (``data/runs``) this framework writes, their advantages recomputed with
 #: ``RECIPES["grpo"]``: none: roll-viz reads no OpenRLHF dump yet.
 RUN_FORMATS: tuple[str, ...] = ()
@@ -739,6 +760,7 @@ DIALECT = Dialect(
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
     RUN_FORMATS=RUN_FORMATS,
+    BROWSER_COVERAGE=BROWSER_COVERAGE,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

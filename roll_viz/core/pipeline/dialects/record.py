@@ -71,7 +71,8 @@ class Dialect:
     ``CONTROLLER_KEYS`` (beta and its controller's keys: what a training step sets),
     ``RECIPES`` (named recipes), ``ERAS`` (era presets), ``LOSS_OPTIONS`` (the loss options the
     Update and Training pages offer), ``SELFTEST`` (the self-test page's cases), ``RUN_FORMATS``
-    (the run formats the framework writes).
+    (the run formats the framework writes), ``BROWSER_COVERAGE`` (what the browser port computes
+    exactly; None: no port, the instant panel takes the server path).
     Functions take and return plain dicts of the dialect's own keys.
     """
 
@@ -107,6 +108,7 @@ class Dialect:
     LOSS_OPTIONS: dict[str, dict[str, Any]]
     SELFTEST: SelfTestCases
     RUN_FORMATS: tuple[str, ...]
+    BROWSER_COVERAGE: Mapping[str, tuple | None] | None
     estimator_name: Callable[[Config], str]
     kl_estimator: Callable[[Config], str]
     to_native: Callable[[Config], dict[str, Any]]

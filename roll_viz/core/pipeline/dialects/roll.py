@@ -341,6 +341,35 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     "difficulty_loss_weight: true": {"difficulty_loss_weight": True},
 }
 
+#: What the browser port (``ui/instant/pipeline.js``) computes exactly for ROLL: key -> the
+#: values it covers, None for any value ``resolve_config`` accepts. The instant payload ships
+#: this table; any other key or value takes the server path.
+BROWSER_COVERAGE: dict[str, tuple | None] = {
+    "adv_estimator": CHOICES["adv_estimator"],
+    "norm_mean_type": CHOICES["norm_mean_type"],
+    "norm_std_type": CHOICES["norm_std_type"],
+    "kl_penalty": CHOICES["kl_penalty"],
+    # sample-level masks: off here; switched on, the server path computes them
+    "max_len_mask": (False,),
+    "difficulty_mask": (False,),
+    "error_max_len_clip": (False,),
+    "gamma": None,
+    "lambd": None,
+    "reward_clip": None,
+    "whiten_rewards": None,
+    "whiten_advantages": None,
+    "advantage_clip": None,
+    "add_token_level_kl": None,
+    "init_kl_coef": None,
+    "target_kl": None,
+    "kl_horizon": None,
+    "use_kl_loss": None,
+    "kl_loss_coef": None,
+    "difficulty_low_threshold": None,
+    "difficulty_high_threshold": None,
+    "error_max_len_threshold": None,
+}
+
 #: The run formats (``data/runs``) this framework writes, their advantages recomputed with
 #: ``RECIPES["grpo"]``: ROLL's RLLB rollout log and its own dump.
 RUN_FORMATS: tuple[str, ...] = ("rllb", "roll-dump")
@@ -1159,6 +1188,7 @@ DIALECT = Dialect(
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
     RUN_FORMATS=RUN_FORMATS,
+    BROWSER_COVERAGE=BROWSER_COVERAGE,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

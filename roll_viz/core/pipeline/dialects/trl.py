@@ -267,6 +267,17 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: What the browser port (``ui/instant/pipeline.js``) computes exactly for TRL: key -> the
+#: values it covers, None for any value ``resolve_config`` accepts. The instant payload ships
+#: this table; any other key or value takes the server path.
+BROWSER_COVERAGE: dict[str, tuple | None] = {
+    "scale_rewards": CHOICES["scale_rewards"],
+    "multi_objective_aggregation": CHOICES["multi_objective_aggregation"],
+    # weights of named reward functions: the server path
+    "reward_weights": (None,),
+    "beta": None,
+}
+
 #: The run formats (``data/runs``) this framework writes, their advantages recomputed with
 #: ``RECIPES["grpo"]``: TRL's completions log.
 RUN_FORMATS: tuple[str, ...] = ("trl",)
@@ -823,6 +834,7 @@ DIALECT = Dialect(
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
     RUN_FORMATS=RUN_FORMATS,
+    BROWSER_COVERAGE=BROWSER_COVERAGE,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,

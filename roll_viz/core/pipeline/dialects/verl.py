@@ -388,6 +388,31 @@ LOSS_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: optimal_token_baseline reads sum_pi_squared, which the browser batch does not carry
+_BROWSER_ESTIMATORS = tuple(e for e in CHOICES["adv_estimator"] if e != "optimal_token_baseline")
+#: What the browser port (``ui/instant/pipeline.js``) computes exactly for verl: key -> the
+#: values it covers, None for any value ``resolve_config`` accepts. The instant payload ships
+#: this table; any other key or value takes the server path.
+BROWSER_COVERAGE: dict[str, tuple | None] = {
+    "adv_estimator": _BROWSER_ESTIMATORS,
+    "kl_penalty": CHOICES["kl_penalty"],
+    "kl_ctrl_type": CHOICES["kl_ctrl_type"],
+    # the straight-through "+" variants: the server path
+    "kl_loss_type": CHOICES["kl_penalty"],
+    # named reward components: the server path
+    "gdpo_reward_keys": (None,),
+    "gdpo_reward_weights": (None,),
+    "gamma": None,
+    "lam": None,
+    "norm_adv_by_std_in_grpo": None,
+    "use_kl_in_reward": None,
+    "kl_coef": None,
+    "target_kl": None,
+    "horizon": None,
+    "use_kl_loss": None,
+    "kl_loss_coef": None,
+}
+
 #: The run formats (``data/runs``) this framework writes, their advantages recomputed with
 #: ``RECIPES["grpo"]``: verl's rollout dump.
 RUN_FORMATS: tuple[str, ...] = ("verl",)
@@ -1206,6 +1231,7 @@ DIALECT = Dialect(
     LOSS_OPTIONS=LOSS_OPTIONS,
     SELFTEST=SELFTEST,
     RUN_FORMATS=RUN_FORMATS,
+    BROWSER_COVERAGE=BROWSER_COVERAGE,
     estimator_name=estimator_name,
     kl_estimator=kl_estimator,
     to_native=to_native,
