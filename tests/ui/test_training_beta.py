@@ -6,6 +6,8 @@ hand-typed key list, so ``?beta=0.3`` showed 0.3 in the sidebar and trained at 0
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -55,6 +57,16 @@ def test_the_pages_own_tr_beta_wins_and_no_link_beta_keeps_zero():
     assert at.session_state[tr.KEY_TRAIN_BETA] == pytest.approx(0.5)
     plain = apptest.open_page("training", tab="Train live")
     assert plain.session_state[tr.KEY_TRAIN_BETA] == 0.0
+
+
+def test_the_no_controller_note_names_the_framework(monkeypatch):
+    """It said "TRL has no adaptive KL controller" for any dialect without one."""
+    verl = dataclasses.replace(dialects.get("verl"), ADAPTIVE_BETA=False)
+    monkeypatch.setitem(dialects.DIALECTS, "verl", verl)
+    at = apptest.open_page("training", tab="Train live", fw="verl", tr_beta_mode="adaptive")
+    assert not at.exception, [e.message for e in at.exception]
+    notes = [c.value for c in at.caption if "adaptive KL controller" in c.value]
+    assert notes == ["verl has no adaptive KL controller: fixed beta."]
 
 
 @pytest.mark.parametrize("framework", pipeline.FRAMEWORKS)
