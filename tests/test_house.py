@@ -57,8 +57,8 @@ ONE_DEFINITION = ("KEY_BETA", "MAX_EPOCHS")
 #: target and horizon, and a reward function's parameter.
 APP_WORDS = frozenset({"max_new_tokens", "target", "horizon", "target_kl"})
 #: rule 6's debt: modules outside the dialects that still spell native keys, with their count
-#: (207 literals in 22 modules before the dialect records; lower a number when you move some
-#: into a record, delete the line at 0).
+#: (207 literals in 22 modules before the dialect records, 63 in 15 after; lower a number when
+#: you move some into a record, delete the line at 0).
 NATIVE_KEY_DEBT = {
     "pages/rewards.py": 1,
     "pages/token_kl.py": 1,
@@ -69,7 +69,6 @@ NATIVE_KEY_DEBT = {
     "roll_viz/analysis/silent_bugs.py": 14,
     "roll_viz/cli/train.py": 1,
     "roll_viz/core/pipeline/postprocess.py": 2,
-    "roll_viz/core/pipeline/rollout_correction.py": 27,
     "roll_viz/core/records.py": 1,
     "roll_viz/lm/runfile.py": 1,
     "roll_viz/ui/mismatch_page.py": 4,
@@ -278,13 +277,20 @@ def native_key_literals(root: Path, keys: frozenset[str]) -> dict[str, list[str]
 
 
 def native_key_growth(root: Path, keys: frozenset[str], debt: dict[str, int]) -> list[str]:
-    """Modules holding more native-key literals than ``debt`` allows them (rule 6)."""
-    return [
+    """Modules holding more native-key literals than ``debt`` allows them, or paid off (rule 6)."""
+    literals = native_key_literals(root, keys)
+    grown = [
         f"{rel}: {len(found)} native framework keys (allowed {debt.get(rel, 0)}; ask the "
         f"dialect record in {DIALECTS}/ instead): {', '.join(found)}"
-        for rel, found in native_key_literals(root, keys).items()
+        for rel, found in literals.items()
         if len(found) > debt.get(rel, 0)
     ]
+    paid = [
+        f"{rel}: no native framework key left: delete its debt line"
+        for rel in debt
+        if rel not in literals
+    ]
+    return grown + paid
 
 
 def test_no_import_circle():
@@ -384,3 +390,5 @@ def test_native_key_rule_catches_a_new_literal(tmp_path):
     assert found[0].startswith("pages/p.py: 2 native framework keys")
     assert native_key_growth(tmp_path, keys, {"pages/p.py": 2}) == []  # its recorded debt
     assert len(native_key_growth(tmp_path, keys, {"pages/p.py": 1})) == 1  # debt only goes down
+    paid = native_key_growth(tmp_path, keys, {"pages/p.py": 2, "roll_viz/ui/page.py": 1})
+    assert paid == ["roll_viz/ui/page.py: no native framework key left: delete its debt line"]

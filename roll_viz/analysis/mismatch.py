@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import rollout_correction as rc
+from roll_viz.core.pipeline.dialects import corrections as fc
 
 EPS_CLIP = 0.2
 
@@ -120,13 +121,13 @@ def build_corrections(
     s = settings
     alpha, beta = s.icepop
     out = [
-        rc.verl_correction(
+        fc.verl_correction(
             old, mu, mask, rollout_is="token", rollout_is_threshold=s.tis, name="token-TIS"
         ),
-        rc.verl_correction(
+        fc.verl_correction(
             old, mu, mask, rollout_is="sequence", rollout_is_threshold=s.tis, name="seq-TIS"
         ),
-        rc.verl_correction(
+        fc.verl_correction(
             old,
             mu,
             mask,
@@ -134,7 +135,7 @@ def build_corrections(
             rollout_is_threshold=f"{alpha:g}_{beta:g}",
             name="IcePop",
         ),
-        rc.verl_correction(
+        fc.verl_correction(
             old,
             mu,
             mask,
@@ -144,21 +145,21 @@ def build_corrections(
             rollout_rs_threshold=f"{1 / s.tis:g}_{s.tis:g}",
             name="seq-MIS",
         ),
-        rc.verl_correction(old, mu, mask, **rc.VERL_PRESETS["Geo-RS"], name="Geo-RS"),
-        rc.verl_correction(
+        fc.verl_correction(old, mu, mask, **fc.VERL_PRESETS["Geo-RS"], name="Geo-RS"),
+        fc.verl_correction(
             old, mu, mask, rollout_rs=s.rs, rollout_rs_threshold=s.rs_threshold, name=f"RS {s.rs}"
         ),
-        rc.trl_correction(old, mu, mask, mode=s.trl_mode, clip_min=s.trl_min, clip_max=s.trl_max),
-        rc.openrlhf_correction(
+        fc.trl_correction(old, mu, mask, mode=s.trl_mode, clip_min=s.trl_min, clip_max=s.trl_max),
+        fc.openrlhf_correction(
             old, mu, mask, level=s.orl_level, mode=s.orl_mode, threshold=s.orl_threshold
         ),
-        rc.roll_correction(old, mu, mask, upper_bound=s.roll_upper),
-        rc.roll_correction(
+        fc.roll_correction(old, mu, mask, upper_bound=s.roll_upper),
+        fc.roll_correction(
             old,
             mu,
             mask,
             is_weight_enabled=False,
-            filters=(rc.RollFilter(ratio_low=s.roll_filter[0], ratio_high=s.roll_filter[1]),),
+            filters=(fc.RollFilter(ratio_low=s.roll_filter[0], ratio_high=s.roll_filter[1]),),
         ),
     ]
     return tuple(out)

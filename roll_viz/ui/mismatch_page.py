@@ -19,7 +19,7 @@ import streamlit as st
 import torch
 
 from roll_viz.analysis import mismatch
-from roll_viz.core.pipeline import rollout_correction as rc
+from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.records import Rollout
 from roll_viz.data import behaviour_presets as stored
 from roll_viz.lm import rollout as behaviour
@@ -64,7 +64,7 @@ FIELDS: dict[str, Field] = {
     KEY_TIS: Field(2.0, 1.0, 100.0),
     KEY_ICE_LO: Field(0.5, 0.0, 100.0),
     KEY_ICE_HI: Field(5.0, 0.01, 100.0),
-    KEY_TRL_MODE: Field("sequence_mask", options=rc.TRL_MODES),
+    KEY_TRL_MODE: Field("sequence_mask", options=fc.TRL_MODES),
     KEY_TRL_MIN: Field(0.0, 0.0, 100.0),
     KEY_TRL_MAX: Field(3.0, 0.0, 100.0),
     KEY_ORL_LEVEL: Field("token", options=("token", "seq")),
@@ -74,7 +74,7 @@ FIELDS: dict[str, Field] = {
     KEY_ROLL_UB: Field(1.2, 0.01, 100.0),
     KEY_ROLL_LO: Field(0.8, 0.0, 100.0),
     KEY_ROLL_HI: Field(1.2, 0.0, 100.0),
-    KEY_RS: Field("seq_sum_k1", options=rc.VERL_RS_OPTIONS),
+    KEY_RS: Field("seq_sum_k1", options=fc.VERL_RS_OPTIONS),
 }
 #: text fields: checked by the framework's own parser (``settings_and_errors``), at most 40 chars
 TEXT_FIELDS = {KEY_RS_THR: DEFAULTS.rs_threshold}
@@ -248,13 +248,13 @@ def settings_and_errors() -> tuple[mismatch.Settings, dict[str, str]]:
     lo, hi = float(_raw(KEY_ICE_LO)), float(_raw(KEY_ICE_HI))
     icepop = (lo, hi)
     try:
-        rc.parse_verl_is_threshold(f"{lo:g}_{hi:g}")
+        fc.parse_verl_is_threshold(f"{lo:g}_{hi:g}")
     except ValueError as err:
         errors[KEY_ICE_HI] = f"IcePop {lo:g}_{hi:g}: {err} Using {s.icepop[0]:g}_{s.icepop[1]:g}."
         icepop = s.icepop
     rs, rs_thr = str(_raw(KEY_RS)), str(_raw(KEY_RS_THR))
     try:
-        rc.parse_verl_rs_threshold([rs], rs_thr)
+        fc.parse_verl_rs_threshold([rs], rs_thr)
     except ValueError as err:
         fallback = "0.5_2.0" if rs.endswith("k1") else "0.01"
         errors[KEY_RS_THR] = f"{err} Using {fallback}."
@@ -344,7 +344,7 @@ def threshold_controls() -> None:
         _number("IcePop low (alpha)", 0.0, 100.0, KEY_ICE_LO)
         _number("IcePop high (beta)", 0.01, 100.0, KEY_ICE_HI)
         _under(errors, KEY_ICE_HI)
-        bound(st.selectbox, "rollout_rs", list(rc.VERL_RS_OPTIONS), index=3, key=KEY_RS)
+        bound(st.selectbox, "rollout_rs", list(fc.VERL_RS_OPTIONS), index=3, key=KEY_RS)
         bound(
             st.text_input,
             "rollout_rs_threshold",
@@ -357,7 +357,7 @@ def threshold_controls() -> None:
         _under(errors, KEY_RS_THR)
     with c_trl, st.container(border=True):
         st.markdown("**TRL** `vllm_importance_sampling_*`")
-        bound(st.selectbox, "mode", list(rc.TRL_MODES), index=3, key=KEY_TRL_MODE)
+        bound(st.selectbox, "mode", list(fc.TRL_MODES), index=3, key=KEY_TRL_MODE)
         _number("clip_min (0 = none)", 0.0, 100.0, KEY_TRL_MIN)
         _number("clip_max (0 = none)", 0.0, 100.0, KEY_TRL_MAX)
         _under(errors, KEY_TRL_MAX)

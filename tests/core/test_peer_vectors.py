@@ -27,12 +27,12 @@ import torch
 
 from roll_viz.core.pipeline import dialects, policy_loss, resolve_config, run
 from roll_viz.core.pipeline.dialects import roll as roll_dialect
-from roll_viz.core.pipeline.rollout_correction import (
+from roll_viz.core.pipeline.dialects.corrections import (
     RollFilter,
-    lab_loss,
     roll_correction,
     verl_correction,
 )
+from roll_viz.core.pipeline.rollout_correction import lab_loss
 from roll_viz.core.records import Batch
 
 F64 = torch.float64

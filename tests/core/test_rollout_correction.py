@@ -13,6 +13,7 @@ import torch
 
 from roll_viz.core.pipeline import policy_loss
 from roll_viz.core.pipeline import rollout_correction as rc
+from roll_viz.core.pipeline.dialects import corrections as fc
 
 OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, 0.0]], dtype=torch.float64)
 MU = torch.tensor([[-1.2, -1.0, -0.5], [-0.3, -3.0, 0.0]], dtype=torch.float64)
@@ -58,7 +59,7 @@ def test_ess_by_hand_and_as_verl_logs_it():
     w = torch.tensor([[1.0, 2.0, 3.0, 0.5]])
     assert rc.effective_sample_size(w, mask) == pytest.approx(6.5**2 / (4 * 14.25))
     # verl: 1 / mean((w / mean w)^2): the same number when no weight exceeds its threshold
-    assert rc.verl_ess(w, mask, threshold=5.0) == pytest.approx(
+    assert fc.verl_ess(w, mask, threshold=5.0) == pytest.approx(
         rc.effective_sample_size(w, mask), rel=1e-6
     )
     assert rc.effective_sample_size(torch.zeros(1, 4), mask) == 0.0
@@ -67,18 +68,18 @@ def test_ess_by_hand_and_as_verl_logs_it():
 
 def test_verl_presets_by_hand():
     e = math.exp
-    tis = rc.verl_correction(OLD, MU, MASK, **rc.VERL_PRESETS["token-TIS"])
+    tis = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["token-TIS"])
     assert _close(tis.weights, [[e(0.2), e(-1.0), 1.0], [1.0, 2.0, 0.0]])
     assert tis.truncated.tolist() == [[False] * 3, [False, True, False]]
     assert not tis.masked.any()
-    seq = rc.verl_correction(OLD, MU, MASK, **rc.VERL_PRESETS["seq-TIS"])
+    seq = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-TIS"])
     assert _close(seq.weights[0], [e(-0.8)] * 3)
     assert _close(seq.weights[1], [2.0, 2.0, 0.0])  # e^1.8 = 6.05 -> 2
-    ice = rc.verl_correction(OLD, MU, MASK, **rc.VERL_PRESETS["IcePop"])
+    ice = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["IcePop"])
     assert _close(ice.weights, [[e(0.2), 0.0, 1.0], [1.0, 0.0, 0.0]])
     assert ice.masked.tolist() == [[False, True, False], [False, True, False]]
     assert ice.counted.tolist() == (MASK > 0).tolist()  # IcePop keeps the denominator
-    mis = rc.verl_correction(OLD, MU, MASK, **rc.VERL_PRESETS["seq-MIS"])
+    mis = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-MIS"])
     # row 0: sum k1 = 0.8, exp = 2.2 > 2 -> rejected; row 1: sum k1 = -1.8 -> rejected
     assert not mis.counted.any()
     assert float(mis.weights.abs().sum()) == 0.0
@@ -86,19 +87,19 @@ def test_verl_presets_by_hand():
 
 def test_trl_openrlhf_roll_by_hand():
     e = math.exp
-    trl = rc.trl_correction(OLD, MU, MASK)  # sequence_mask, [None, 3.0]
+    trl = fc.trl_correction(OLD, MU, MASK)  # sequence_mask, [None, 3.0]
     assert _close(trl.weights[0], [e(-0.8)] * 3)
     assert trl.weights[1].tolist() == [0.0, 0.0, 0.0]  # e^1.8 > 3
     assert trl.masked[1].tolist() == [True, True, False]
-    tt = rc.trl_correction(OLD, MU, MASK, mode="token_truncate", clip_min=0.5, clip_max=2.0)
+    tt = fc.trl_correction(OLD, MU, MASK, mode="token_truncate", clip_min=0.5, clip_max=2.0)
     assert _close(tt.weights, [[e(0.2), 0.5, 1.0], [1.0, 2.0, 0.0]])
     assert tt.truncated.tolist() == [[False, True, False], [False, True, False]]
-    orl = rc.openrlhf_correction(OLD, MU, MASK)  # token mask ratio (0.5, 5.0)
+    orl = fc.openrlhf_correction(OLD, MU, MASK)  # token mask ratio (0.5, 5.0)
     assert _close(orl.weights, [[e(0.2), 0.0, 1.0], [1.0, 0.0, 0.0]])
-    roll = rc.roll_correction(OLD, MU, MASK)  # token IS, upper bound 1.2
+    roll = fc.roll_correction(OLD, MU, MASK)  # token IS, upper bound 1.2
     assert _close(roll.weights, [[1.2, e(-1.0), 1.0], [1.0, 1.2, 0.0]])
     assert roll.truncated.tolist() == [[True, False, False], [False, True, False]]
-    filt = rc.roll_correction(OLD, MU, MASK, is_weight_enabled=False, filters=(rc.RollFilter(),))
+    filt = fc.roll_correction(OLD, MU, MASK, is_weight_enabled=False, filters=(fc.RollFilter(),))
     assert filt.weights.tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
     assert filt.counted.tolist() == (MASK > 0).tolist()  # ROLL: pre-filter batch_num_tokens
 
@@ -110,7 +111,7 @@ def test_lab_loss_by_hand():
     # r = 1 everywhere: loss = (-1 * 3 + 2 * 2) / 5, gradient -A / 5
     assert plain.loss == pytest.approx(0.2)
     assert _close(plain.grad, [[-0.2] * 3, [0.4, 0.4, 0.0]])
-    ice = rc.verl_correction(OLD, MU, MASK, **rc.VERL_PRESETS["IcePop"])
+    ice = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["IcePop"])
     got = rc.lab_loss(logp, OLD, adv, MASK, ice)
     assert got.loss == pytest.approx((-(math.exp(0.2) + 1.0) + 2.0) / 5)
     assert got.denominator == 5
@@ -120,7 +121,7 @@ def test_lab_loss_by_hand():
 
 
 def _loop_verl_is(old, mu, mask, level, threshold):
-    upper, lower = rc.parse_verl_is_threshold(threshold)
+    upper, lower = fc.parse_verl_is_threshold(threshold)
     rows, width = old.shape
     w = [[0.0] * width for _ in range(rows)]
     trunc = [[False] * width for _ in range(rows)]
@@ -176,7 +177,7 @@ def _loop_verl_rs(old, mu, mask, option, lower, upper):
 @pytest.mark.parametrize("threshold", [2.0, 1.1, "0.5_5.0", "0.8_1.25"])
 def test_verl_is_matches_the_loop(seed, level, threshold):
     old, mu, mask = _random(seed)
-    w, trunc, zero = rc.verl_rollout_is(old, mu, mask, level, threshold)
+    w, trunc, zero = fc.verl_rollout_is(old, mu, mask, level, threshold)
     lw, lt, lz = _loop_verl_is(old, mu, mask, level, threshold)
     assert _close(w, lw, rel=1e-12)
     assert trunc.tolist() == lt
@@ -202,18 +203,18 @@ def test_verl_is_matches_the_loop(seed, level, threshold):
 )
 def test_verl_rs_matches_the_loop(seed, option, threshold, bounds):
     old, mu, mask = _random(seed)
-    keep = rc.verl_rollout_rs(old, mu, mask, option, threshold)
+    keep = fc.verl_rollout_rs(old, mu, mask, option, threshold)
     assert keep.tolist() == _loop_verl_rs(old, mu, mask, option, *bounds)
-    corr = rc.verl_correction(old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold)
+    corr = fc.verl_correction(old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold)
     assert corr.counted.tolist() == keep.tolist()
     assert corr.masked.tolist() == ((mask > 0) & ~keep).tolist()
 
 
 def test_verl_rs_chains_options_with_and():
     old, mu, mask = _random(1)
-    both = rc.verl_rollout_rs(old, mu, mask, "token_k1,seq_max_k2", "0.5_2.0,0.3")
-    a = rc.verl_rollout_rs(old, mu, mask, "token_k1", "0.5_2.0")
-    b = rc.verl_rollout_rs(old, mu, mask, "seq_max_k2", 0.3)
+    both = fc.verl_rollout_rs(old, mu, mask, "token_k1,seq_max_k2", "0.5_2.0,0.3")
+    a = fc.verl_rollout_rs(old, mu, mask, "token_k1", "0.5_2.0")
+    b = fc.verl_rollout_rs(old, mu, mask, "seq_max_k2", 0.3)
     assert both.tolist() == (a & b).tolist()
 
 
@@ -236,11 +237,11 @@ def _loop_trl(old, mu, mask, mode, lo, hi):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("mode", rc.TRL_MODES)
+@pytest.mark.parametrize("mode", fc.TRL_MODES)
 @pytest.mark.parametrize("bounds", [(None, 3.0), (0.5, 2.0), (0.9, None)])
 def test_trl_matches_the_loop(seed, mode, bounds):
     old, mu, mask = _random(seed, scale=0.3)
-    corr = rc.trl_correction(old, mu, mask, mode=mode, clip_min=bounds[0], clip_max=bounds[1])
+    corr = fc.trl_correction(old, mu, mask, mode=mode, clip_min=bounds[0], clip_max=bounds[1])
     assert _close(corr.weights, _loop_trl(old, mu, mask, mode, *bounds))
 
 
@@ -286,7 +287,7 @@ def _loop_openrlhf(old, mu, mask, level, mode, gating, low, high):
 )
 def test_openrlhf_matches_the_loop(seed, level, mode, gating, bounds):
     old, mu, mask = _random(seed, scale=0.3)
-    corr = rc.openrlhf_correction(old, mu, mask, level=level, mode=mode, gating=gating,
+    corr = fc.openrlhf_correction(old, mu, mask, level=level, mode=mode, gating=gating,
                                   threshold=bounds)  # fmt: skip
     expected = _loop_openrlhf(old, mu, mask, level, mode, gating, *bounds)
     assert _close(corr.weights, expected, rel=1e-9, abs=1e-12)
@@ -323,16 +324,16 @@ def _loop_roll(old, mu, mask, weight_type, ub, filt):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("weight_type", rc.ROLL_TYPES)
+@pytest.mark.parametrize("weight_type", fc.ROLL_TYPES)
 @pytest.mark.parametrize(
     "filt",
-    [None, rc.RollFilter(), rc.RollFilter(agg_type="geometric", diff_enabled=True),
-     rc.RollFilter(agg_type="sequence", ratio_low=0.5, ratio_high=2.0)],
+    [None, fc.RollFilter(), fc.RollFilter(agg_type="geometric", diff_enabled=True),
+     fc.RollFilter(agg_type="sequence", ratio_low=0.5, ratio_high=2.0)],
 )  # fmt: skip
 def test_roll_matches_the_loop(seed, weight_type, filt):
     old, mu, mask = _random(seed, scale=0.2)
     filters = () if filt is None else (filt,)
-    corr = rc.roll_correction(old, mu, mask, weight_type=weight_type, upper_bound=1.2,
+    corr = fc.roll_correction(old, mu, mask, weight_type=weight_type, upper_bound=1.2,
                               filters=filters)  # fmt: skip
     assert _close(
         corr.weights, _loop_roll(old, mu, mask, weight_type, 1.2, filt), rel=1e-9, abs=1e-12
@@ -343,9 +344,9 @@ def test_roll_matches_the_loop(seed, weight_type, filt):
 
 
 def _every_correction(old, mu, mask):
-    out = [rc.verl_correction(old, mu, mask, **kw) for kw in rc.VERL_PRESETS.values()]
-    out += [rc.trl_correction(old, mu, mask, mode=m) for m in rc.TRL_MODES]
-    out += [rc.openrlhf_correction(old, mu, mask), rc.roll_correction(old, mu, mask)]
+    out = [fc.verl_correction(old, mu, mask, **kw) for kw in fc.VERL_PRESETS.values()]
+    out += [fc.trl_correction(old, mu, mask, mode=m) for m in fc.TRL_MODES]
+    out += [fc.openrlhf_correction(old, mu, mask), fc.roll_correction(old, mu, mask)]
     return [None, *out]
 
 
@@ -369,7 +370,7 @@ def test_lab_loss_gradient_is_autograd(seed):
         assert torch.allclose(res.grad, torch.where(m, grad, 0.0), atol=1e-12)
 
 
-@pytest.mark.parametrize("mode", rc.TRL_MODES)
+@pytest.mark.parametrize("mode", fc.TRL_MODES)
 def test_trl_lab_loss_equals_the_calculator(mode):
     old, mu, mask = _random(2, scale=0.2)
     mask[0, 0] = 1  # TRL: no empty completion in this comparison
@@ -382,7 +383,7 @@ def test_trl_lab_loss_equals_the_calculator(mode):
               "vllm_importance_sampling_clip_max": 2.0}  # fmt: skip
     res = policy_loss("trl", config, logprobs=logp, old_logprobs=old, advantages=adv,
                       response_mask=mask, rollout_logprobs=mu)  # fmt: skip
-    corr = rc.trl_correction(old, mu, mask, mode=mode, clip_min=0.5, clip_max=2.0)
+    corr = fc.trl_correction(old, mu, mask, mode=mode, clip_min=0.5, clip_max=2.0)
     lab = rc.lab_loss(logp, old, adv, mask, corr)
     assert lab.loss == pytest.approx(float(res.total), abs=1e-12)
     assert torch.allclose(lab.grad, res.per_token["grad_coef"], atol=1e-12)
@@ -397,7 +398,7 @@ def test_openrlhf_lab_loss_equals_the_calculator():
               "is_correction_gating": "ratio", "is_correction_threshold": (0.5, 5.0)}  # fmt: skip
     res = policy_loss("openrlhf", config, logprobs=logp, old_logprobs=old, advantages=adv,
                       response_mask=mask, rollout_logprobs=mu)  # fmt: skip
-    lab = rc.lab_loss(logp, old, adv, mask, rc.openrlhf_correction(old, mu, mask))
+    lab = rc.lab_loss(logp, old, adv, mask, fc.openrlhf_correction(old, mu, mask))
     assert lab.loss == pytest.approx(float(res.total), abs=1e-10)
 
 
@@ -429,19 +430,19 @@ def test_identical_policies_change_nothing():
 )
 def test_verl_threshold_errors(spec, message):
     with pytest.raises(ValueError, match=message):
-        rc.parse_verl_is_threshold(spec)
+        fc.parse_verl_is_threshold(spec)
 
 
 def test_verl_rs_threshold_errors():
     with pytest.raises(ValueError, match="single upper bound"):
-        rc.parse_verl_rs_threshold(["token_k2"], "0.1_0.2")
+        fc.parse_verl_rs_threshold(["token_k2"], "0.1_0.2")
     with pytest.raises(ValueError, match="lower <= upper"):
-        rc.parse_verl_rs_threshold(["seq_sum_k1"], "2_0.5")
+        fc.parse_verl_rs_threshold(["seq_sum_k1"], "2_0.5")
     with pytest.raises(ValueError, match="one per option"):
-        rc.parse_verl_rs_threshold(["token_k1", "token_k2", "token_k3"], "1,2")
+        fc.parse_verl_rs_threshold(["token_k1", "token_k2", "token_k3"], "1,2")
     with pytest.raises(ValueError, match="Invalid rollout_rs option"):
-        rc.verl_rollout_rs(OLD, MU, MASK, "token_k9", 1.0)
-    assert rc.parse_verl_rs_threshold(["token_k1"], 2.0) == {"token_k1": (0.5, 2.0)}
+        fc.verl_rollout_rs(OLD, MU, MASK, "token_k9", 1.0)
+    assert fc.parse_verl_rs_threshold(["token_k1"], 2.0) == {"token_k1": (0.5, 2.0)}
 
 
 def test_non_finite_logprob_on_a_token_is_refused():

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from roll_viz.core.pipeline import rollout_correction as rc
+from roll_viz.core.pipeline.dialects import corrections as fc
 
 if TYPE_CHECKING:
     from roll_viz.core.pipeline.dialects.record import Dialect
@@ -124,12 +124,12 @@ def _check_verl_rollout(where: str, key: str, value: Any) -> Any:
         if key == "rollout_is_threshold":
             if value is None:
                 raise ValueError("a number or 'lower_upper' is required, got None")
-            rc.parse_verl_is_threshold(value)
+            fc.parse_verl_is_threshold(value)
         elif key == "rollout_rs" and value is not None:
             rules = [o.strip() for o in str(value).split(",") if o.strip()]
-            bad = [o for o in rules if o not in rc.VERL_RS_OPTIONS]
+            bad = [o for o in rules if o not in fc.VERL_RS_OPTIONS]
             if not rules or bad:
-                raise ValueError(f"rules must be among {rc.VERL_RS_OPTIONS}, got {value!r}")
+                raise ValueError(f"rules must be among {fc.VERL_RS_OPTIONS}, got {value!r}")
         elif key == "rollout_rs_threshold" and _is_number(value) and not value > 0:
             raise ValueError(f"must be > 0, got {value}")
     except ValueError as err:

@@ -38,6 +38,7 @@ from roll_viz.core.pipeline.advantages import (
     EstimatorParams,
     token_rewards,
 )
+from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
@@ -705,7 +706,7 @@ def mismatch_correction(
 ) -> tuple[rc.Correction, str, bool] | None:
     """The correction this resolved config's loss applies to pi_old / mu at the first update.
 
-    ``is_correction_*`` (``rollout_correction.openrlhf_correction``), as the loss spec reads it.
+    ``is_correction_*`` (``corrections.openrlhf_correction``), as the loss spec reads it.
 
     Args:
         cfg: a resolved OpenRLHF config.
@@ -720,7 +721,7 @@ def mismatch_correction(
     if spec.is_correction is None:
         return None
     level, mode, gating, low, high = spec.is_correction
-    corr = rc.openrlhf_correction(
+    corr = fc.openrlhf_correction(
         old, mu, mask, level=level, mode=mode, gating=gating, threshold=(low, high)
     )
     return corr, f"is_correction ({level}, {mode})", level == "seq"

@@ -23,6 +23,7 @@ from torch import Tensor
 from roll_viz.core.ops import apply_mask, group_stats
 from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import token_rewards
+from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
@@ -780,7 +781,7 @@ def mismatch_correction(
 ) -> tuple[rc.Correction, str, bool] | None:
     """The correction this resolved config's loss applies to pi_old / mu at the first update.
 
-    ``vllm_importance_sampling_*`` (``rollout_correction.trl_correction``), as the loss spec
+    ``vllm_importance_sampling_*`` (``corrections.trl_correction``), as the loss spec
     reads it.
 
     Args:
@@ -796,7 +797,7 @@ def mismatch_correction(
     if spec.sampler_is is None:
         return None
     mode, low, high = spec.sampler_is
-    corr = rc.trl_correction(old, mu, mask, mode=mode, clip_min=low, clip_max=high)
+    corr = fc.trl_correction(old, mu, mask, mode=mode, clip_min=low, clip_max=high)
     return corr, f"vllm_importance_sampling_mode {mode}", mode.startswith("sequence")
 
 

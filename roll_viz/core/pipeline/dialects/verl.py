@@ -41,6 +41,7 @@ from roll_viz.core.pipeline.advantages import (
     decoupled_norm_advantages,
     token_rewards,
 )
+from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
@@ -942,7 +943,7 @@ def _bypass_rules(cfg: Mapping[str, Any]) -> None:
         return
     options = list(dict.fromkeys(o.strip() for o in cfg["rollout_rs"].split(",") if o.strip()))
     try:
-        rc.parse_verl_rs_threshold(options, cfg["rollout_rs_threshold"])
+        fc.parse_verl_rs_threshold(options, cfg["rollout_rs_threshold"])
     except ValueError as err:
         raise ValueError(f"rollout_rs_threshold: {err}") from None
 
@@ -966,7 +967,7 @@ def bypass_inputs(
 
     The trainer sets old_log_prob = rollout_log_prob (mu); under no_grad
     ``compute_rollout_correction_and_rejection_mask`` takes the CURRENT log-prob against mu
-    (``rollout_correction.verl_correction``): IS weights w (rollout_is, threshold, batch
+    (``corrections.verl_correction``): IS weights w (rollout_is, threshold, batch
     normalisation) and the rejection mask (rollout_rs). The policy term runs on the rejection
     mask; reinforce multiplies by w, ppo_clip ignores it.
 
@@ -982,7 +983,7 @@ def bypass_inputs(
             "rollout_logprobs: verl loss_mode bypass_mode needs the sampler's log-probs mu "
             "(the trainer sets old_log_prob = rollout_log_prob)"
         )
-    corr = rc.verl_correction(
+    corr = fc.verl_correction(
         torch.as_tensor(logprobs).detach(),
         rollout_logprobs,
         response_mask,
@@ -1101,9 +1102,9 @@ def _bypass_metrics(ctx: MetricContext) -> dict[str, float]:
     _bypass_pg_note(ctx)
     cfg, full = ctx.cfg, ctx.full_mask
     mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
-    gap = rc.verl_offpolicy_metrics(ctx.logp, mu, full)
+    gap = fc.verl_offpolicy_metrics(ctx.logp, mu, full)
     if cfg["rollout_is"] is not None:
-        gap |= rc.verl_is_metrics(
+        gap |= fc.verl_is_metrics(
             ctx.logp,
             mu,
             full,
@@ -1112,7 +1113,7 @@ def _bypass_metrics(ctx: MetricContext) -> dict[str, float]:
             cfg["rollout_is_batch_normalize"],
         )
     if cfg["rollout_rs"] is not None:
-        gap |= rc.verl_rs_metrics(
+        gap |= fc.verl_rs_metrics(
             ctx.logp, mu, full, cfg["rollout_rs"], cfg["rollout_rs_threshold"]
         )
     return {f"actor/rollout_corr/{k}": v for k, v in gap.items()}
@@ -1171,7 +1172,7 @@ def mismatch_correction(
     """The correction this resolved config's loss applies to pi_old / mu at the first update.
 
     ``loss_mode: bypass_mode`` takes mu as its old log-prob and weighs / rejects tokens against
-    it (``rollout_correction.verl_correction``); at the first update pi_theta = pi_old, so the
+    it (``corrections.verl_correction``); at the first update pi_theta = pi_old, so the
     weights are pi_old / mu.
 
     Args:
@@ -1185,7 +1186,7 @@ def mismatch_correction(
     """
     if cfg.get("loss_mode") != "bypass_mode":
         return None
-    corr = rc.verl_correction(
+    corr = fc.verl_correction(
         old,
         mu,
         mask,
