@@ -9,7 +9,6 @@ the whole file.
 from __future__ import annotations
 
 import json
-import time
 import tracemalloc
 
 import pyarrow as pa
@@ -20,7 +19,6 @@ from roll_viz.data.runs import RunFormatError, json_document, open_run, parse
 from tests.data.helpers import fixture, write_jsonl
 
 EMPTY_DOC_BYTES = 8 * 2**20
-OPEN_BUDGET_S = 5.0
 
 
 def _plain_rows(n: int, start: int = 0) -> list[dict]:
@@ -30,18 +28,17 @@ def _plain_rows(n: int, start: int = 0) -> list[dict]:
     ]
 
 
-def test_an_8mb_document_of_empty_entries_is_refused_fast_and_small(tmp_path):
+def test_an_8mb_document_of_empty_entries_is_refused_unparsed_and_small(tmp_path):
+    # no time limit (a loaded machine is slow, and the suite asserts no times): the memory
+    # bound below shows the document was refused before any parse
     path = tmp_path / "run.json"
     entries = ",".join(["{}"] * (EMPTY_DOC_BYTES // 3))
     path.write_text('{"header": {}, "entries": [' + entries + "]}")
     tracemalloc.start()
-    t0 = time.perf_counter()
     with pytest.raises(RunFormatError, match="save it as JSONL") as err:
         open_run(path)
-    seconds = time.perf_counter() - t0
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert seconds < OPEN_BUDGET_S
     assert peak < 2.5 * path.stat().st_size  # the bytes once (plus counting), no parse
     assert str(path) in str(err.value)  # the reader names the file; the page shows its name
 
