@@ -2,6 +2,7 @@
 the app used before they moved there (hand-checked against the old translation code)."""
 
 import ast
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.data.runs import FORMATS
 
 FRAMEWORKS = ("roll", "verl", "openrlhf", "trl")
 STAGES = Path(pipeline.__file__).parent
@@ -66,6 +68,65 @@ def test_every_module_exposes_the_required_facts(name):
         assert callable(getattr(d, fn))
     assert isinstance(d.SINGLETON_NOTE, str)
     assert isinstance(d.SINGLETON_BEHAVIOUR, str)
+
+
+def record_problems(d: dialects.Dialect) -> list[str]:
+    """What is wrong with the tables a record adds beside the config keys (empty: nothing).
+
+    Every loss option and self-test config resolves, the self-test seeds name a known case, the
+    browser coverage names only the dialect's keys with values it accepts, the run formats are
+    the registered ones.
+    """
+    out = []
+    for name, keys in d.LOSS_OPTIONS.items():
+        try:
+            pipeline.resolve_config(d.NAME, keys)
+        except ValueError as err:
+            out.append(f"LOSS_OPTIONS[{name!r}]: {err}")
+    configs = [c for _, c, _, _ in d.SELFTEST.seed] + [d.SELFTEST.group_norm[0], *d.SELFTEST.masks]
+    for config in configs:
+        try:
+            pipeline.resolve_config(d.NAME, config)
+        except ValueError as err:
+            out.append(f"SELFTEST: {err}")
+    out += [f"SELFTEST seed {n!r}: case {c!r}" for n, _, c, _ in d.SELFTEST.seed if c not in CASES]
+    keys = {**d.DEFAULTS, **d.LOSS_DEFAULTS}
+    for key, values in (d.BROWSER_COVERAGE or {}).items():
+        if key not in keys:
+            out.append(f"BROWSER_COVERAGE: {key!r} is not a {d.NAME} key")
+        elif values is not None and d.CHOICES.get(key) is not None:
+            out += [
+                f"BROWSER_COVERAGE[{key!r}]: {v!r} is not a choice"
+                for v in values
+                if v not in d.CHOICES[key]
+            ]
+    out += [f"RUN_FORMATS: {f!r} is not a run format" for f in d.RUN_FORMATS if f not in FORMATS]
+    return out
+
+
+#: the self-test's seed cases (analysis/selftest.py _seed_batch)
+CASES = ("one", "whiten", "two")
+
+
+@pytest.mark.parametrize("name", FRAMEWORKS)
+def test_the_record_tables_are_consistent(name):
+    assert record_problems(dialects.get(name)) == []
+
+
+def test_the_record_check_catches_bad_tables():
+    bad = dataclasses.replace(
+        dialects.get("trl"),
+        LOSS_OPTIONS={"x": {"no_such_key": 1}},
+        BROWSER_COVERAGE={"scale_rewards": ("group", "median"), "lambd": None},
+        RUN_FORMATS=("trl", "no-such-format"),
+    )
+    found = record_problems(bad)
+    assert [f.split(":")[0] for f in found] == [
+        "LOSS_OPTIONS['x']",
+        "BROWSER_COVERAGE['scale_rewards']",
+        "BROWSER_COVERAGE",
+        "RUN_FORMATS",
+    ]
 
 
 # (framework, BETA_KEY, CLIP_KEYS, KL_ESTIMATOR_KEY, ADAPTIVE_BETA, HAS_REWARD_NORM,

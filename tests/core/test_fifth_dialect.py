@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from core.test_dialect_modules import record_problems
 from roll_viz.analysis import selftest
 from roll_viz.core import pipeline
 from roll_viz.core.ops import apply_mask, group_stats
@@ -199,6 +200,7 @@ def test_the_toy_is_a_complete_record(toy):
     with pytest.raises(ValueError, match="already registered"):
         dialects.register(TOY)
     assert "toy" not in browser_coverage()  # no browser port: the panel says "server path"
+    assert record_problems(toy) == []  # the checks every shipped record passes
 
 
 def test_run_finds_the_toy(toy):
