@@ -20,7 +20,7 @@ GRPO per answer and per prompt: a right answer's advantage is (1 - p) / p under 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -31,6 +31,7 @@ from roll_viz.core.ops import group_stats
 from roll_viz.core.pipeline import (
     ESTIMATOR_KEY,
     agg_weights,
+    dialects,
     loss_agg_modes,
     policy_loss,
     resolve_config,
@@ -147,23 +148,6 @@ def _prompts(batch: Batch, prompts: Sequence[str] | None) -> list[str]:
     return [f"prompt {g}" for g in range(n)]
 
 
-def _clip(config: Mapping) -> tuple[float, float]:
-    """(low, high) of the ratio clip from whichever keys the dialect uses."""
-    for lo, hi in (("clip_ratio_low", "clip_ratio_high"), ("pg_clip_low", "pg_clip_high")):
-        if lo in config and (hi != "pg_clip_high" or config.get("use_pg_clip_range")):
-            return float(config[lo]), float(config[hi])
-    if "pg_clip" in config:
-        return float(config["pg_clip"]), float(config["pg_clip"])
-    if "eps_clip" in config:
-        pair = config.get("eps_clip_low_high")
-        if pair is not None:
-            return float(pair[0]), float(pair[1])
-        return float(config["eps_clip"]), float(config["eps_clip"])
-    eps = float(config["epsilon"])
-    high = config.get("epsilon_high")
-    return eps, float(eps if high is None else high)
-
-
 def _denominator(mode: str, mask: Tensor) -> str:
     rows = int((mask.sum(-1) > 0).sum())
     tokens = int(mask.sum())
@@ -260,7 +244,7 @@ def run_era(
         kl_share=kl_share,
         grad=grad,
         denominator=denominator,
-        clip=_clip(cfg),
+        clip=dialects.get(framework).clip_range(cfg),
     )
 
 

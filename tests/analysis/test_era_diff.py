@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roll_viz.analysis import era_diff
-from roll_viz.core.pipeline import FRAMEWORKS, policy_loss, resolve_config
+from roll_viz.core.pipeline import FRAMEWORKS, dialects, policy_loss, resolve_config
 from roll_viz.core.pipeline.eras import ERAS, check_eras
 from roll_viz.core.records import Batch
 
@@ -38,7 +38,8 @@ def test_every_dialect_accepts_both_eras():
         assert set(era.configs) == set(FRAMEWORKS)
         for fw in FRAMEWORKS:
             cfg = resolve_config(fw, era.config(fw))
-            assert era_diff._clip(cfg) == ((0.2, 0.2) if era.short == "2024" else (0.2, 0.28))
+            want = (0.2, 0.2) if era.short == "2024" else (0.2, 0.28)
+            assert dialects.get(fw).clip_range(cfg) == want
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

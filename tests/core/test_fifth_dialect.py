@@ -159,6 +159,7 @@ TOY = Dialect(
     kl_placement=lambda in_reward, beta: None if in_reward else {},
     train_config=train_config,
     beta_blocked=lambda config: "the toy puts the KL only in the loss",
+    clip_range=trl.clip_range,
     unread_inputs=lambda cfg: ("values", "sum_pi_squared"),
     pipeline=pipeline_fn,
     loss_agg_modes=trl.loss_agg_modes,

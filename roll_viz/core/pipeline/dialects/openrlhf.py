@@ -399,6 +399,15 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def clip_range(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """(low, high) epsilon of the PPO ratio clip of a resolved config.
+
+    eps_clip_low_high when set, else eps_clip on both sides.
+    """
+    low, high = cfg["eps_clip_low_high"] or (cfg["eps_clip"], cfg["eps_clip"])
+    return float(low), float(high)
+
+
 def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
 
@@ -771,6 +780,7 @@ DIALECT = Dialect(
     kl_placement=kl_placement,
     train_config=train_config,
     beta_blocked=beta_blocked,
+    clip_range=clip_range,
     unread_inputs=unread_inputs,
     pipeline=pipeline,
     loss_agg_modes=loss_agg_modes,

@@ -118,6 +118,9 @@ class Dialect:
     kl_placement: Callable[[bool, float], dict[str, Any] | None]
     train_config: Callable[[Config, float, bool, float, float], dict[str, Any]]
     beta_blocked: Callable[[Config], str | None]
+    #: (low, high) epsilon of the ratio clip of a resolved config (its CLIP_KEYS read as the
+    #: framework reads them)
+    clip_range: Callable[[Config], tuple[float, float]]
     unread_inputs: Callable[[Config], tuple[str, ...]]
     pipeline: Callable[[Batch, dict[str, Any], RunningMoments | None], Trace]
     loss_agg_modes: Callable[[Config], dict[str, tuple[str, Any]]]

@@ -466,6 +466,16 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def clip_range(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """(low, high) epsilon of the PPO ratio clip of a resolved config.
+
+    pg_clip on both sides, or pg_clip_low / pg_clip_high when use_pg_clip_range is on.
+    """
+    if cfg["use_pg_clip_range"]:
+        return float(cfg["pg_clip_low"]), float(cfg["pg_clip_high"])
+    return float(cfg["pg_clip"]), float(cfg["pg_clip"])
+
+
 def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
 
@@ -1198,6 +1208,7 @@ DIALECT = Dialect(
     kl_placement=kl_placement,
     train_config=train_config,
     beta_blocked=beta_blocked,
+    clip_range=clip_range,
     unread_inputs=unread_inputs,
     pipeline=pipeline,
     loss_agg_modes=loss_agg_modes,

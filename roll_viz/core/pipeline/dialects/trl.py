@@ -362,6 +362,15 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     )
 
 
+def clip_range(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """(low, high) epsilon of the ratio clip of a resolved config.
+
+    epsilon, and epsilon_high (which falls back to epsilon when null).
+    """
+    high = cfg["epsilon_high"]
+    return float(cfg["epsilon"]), float(cfg["epsilon"] if high is None else high)
+
+
 def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """Optional (B, T) batch inputs this config's ``pipeline`` never reads: both of them.
 
@@ -845,6 +854,7 @@ DIALECT = Dialect(
     kl_placement=kl_placement,
     train_config=train_config,
     beta_blocked=beta_blocked,
+    clip_range=clip_range,
     unread_inputs=unread_inputs,
     pipeline=pipeline,
     loss_agg_modes=loss_agg_modes,

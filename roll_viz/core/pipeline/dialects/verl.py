@@ -506,6 +506,16 @@ def beta_blocked(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def clip_range(cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """(low, high) epsilon of the PPO ratio clip of a resolved config.
+
+    clip_ratio_low / clip_ratio_high, each falling back to clip_ratio when null.
+    """
+    low, high = cfg["clip_ratio_low"], cfg["clip_ratio_high"]
+    low = cfg["clip_ratio"] if low is None else low
+    return float(low), float(cfg["clip_ratio"] if high is None else high)
+
+
 def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
     """Optional (B, T) batch inputs this config's ``pipeline`` never reads.
 
@@ -1242,6 +1252,7 @@ DIALECT = Dialect(
     kl_placement=kl_placement,
     train_config=train_config,
     beta_blocked=beta_blocked,
+    clip_range=clip_range,
     unread_inputs=unread_inputs,
     pipeline=pipeline,
     loss_agg_modes=loss_agg_modes,
