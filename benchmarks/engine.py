@@ -6,7 +6,7 @@ prints one JSON line per measurement, side by side in one run:
 - ``engine_conformance``: ``lm.engine_check.conformance`` of the server against the in-process
   model (max |delta log p|, base and adapter, sampler vs scoring);
 - per N of ``--students``: ``engine_students`` lines for ``path`` = "in-process" (N threads
-  calling ``sampling.shared_sample``: they queue on the model's lock) and ``path`` = "engine"
+  calling ``rollout.shared_sample``: they queue on the model's lock) and ``path`` = "engine"
   (N threads calling ``engine_rollout.engine_sample``: the server batches them), each student
   sampling the lecture request (2 prompts x 8 answers x 64 tokens, steered, so both the policy
   and the reference score) with its own seed. ``per_student_s`` is each student's wall time
@@ -40,7 +40,7 @@ from roll_viz.lm.engine_http import HttpEngine
 from roll_viz.lm.engine_sync import AdapterSync
 from roll_viz.lm.models import load_models
 from roll_viz.lm.request import SamplingConfig
-from roll_viz.lm.sampling import shared_sample
+from roll_viz.lm.rollout import shared_sample
 
 LECTURE_PROMPTS = ("Explain quantum entanglement in one sentence.", "Write a haiku about the sea.")
 LECTURE = SamplingConfig(

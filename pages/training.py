@@ -6,6 +6,7 @@ from roll_viz import ui
 from roll_viz.ui import run_files, training_mu, training_steps
 from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
+from roll_viz.ui import training_view as tv
 from roll_viz.views import training_charts
 
 
@@ -25,14 +26,23 @@ def _start_compare(state, knob: str) -> None:
 def _start_hacking(state) -> None:
     bundle = ui.cached_models(state.model)
     base, _ = tr.base_settings(state, bundle.spec)
-    base = tr.vary(base, "", {"reward": tr.HACK_REWARD, "lr": 1e-3, "framework": "roll",
-                              "config": {"adv_estimator": "grpo"},
-                              "steps": max(base.steps, tr.HACK_STEPS)})  # fmt: skip
+    base = tr.vary(
+        base,
+        "",
+        {
+            "reward": tr.HACK_REWARD,
+            "lr": 1e-3,
+            "framework": "roll",
+            "config": {"adv_estimator": "grpo"},
+            "steps": max(base.steps, tr.HACK_STEPS),
+        },
+    )
     tr.start_run(bundle, "A", tr.vary(base, "beta = 0", {"beta": 0.0, "beta_mode": "fixed"}))
     tr.start_run(
-        bundle, "B", tr.vary(base, f"beta = {tr.HACK_BETA:g}", {"beta": tr.HACK_BETA,
-                                                               "beta_mode": "fixed"})
-    )  # fmt: skip
+        bundle,
+        "B",
+        tr.vary(base, f"beta = {tr.HACK_BETA:g}", {"beta": tr.HACK_BETA, "beta_mode": "fixed"}),
+    )
 
 
 with ui.page_guard("Training"):
@@ -47,7 +57,7 @@ with ui.page_guard("Training"):
         "model is shared, so other students keep working while it trains."
     )
     live = tr.any_running()  # auto-refresh the panels only while a run of this session trains
-    refresh = tr.REFRESH_SECONDS if live else None
+    refresh = tv.REFRESH_SECONDS if live else None
     # only the open tab runs (its .open), so only its panel refreshes; ?tab=... opens one
     tabs = st.tabs(
         [
@@ -67,23 +77,23 @@ with ui.page_guard("Training"):
     # ---------------------------------------------------------------- recorded runs (no model)
     if tabs[0].open:
         with tabs[0]:
-            names = tr.recorded_names()
+            names = tv.recorded_names()
             if not names:
                 st.info("No recorded runs are installed.", icon=":material/info:")
             else:
-                wanted = tr.recorded_choice()  # ?run=<name> opens that run
+                wanted = tv.recorded_choice()  # ?run=<name> opens that run
                 name = st.selectbox(
                     "Recorded run",
                     names,
                     index=names.index(wanted) if wanted else 0,
-                    format_func=lambda n: tr.RECORDED[n].title,
+                    format_func=lambda n: tv.RECORDED[n].title,
                     key="tr_run_pick",
                     help="Runs made with this app's own trainer on the bundled SmolLM2-135M on CPU "
                     "(the CLI command is below). Address one in the URL as ?run=<name>.",
                 )
                 st.query_params[tr.KEY_RUN] = name
-                run = tr.recorded_run(name)
-                meta = tr.RECORDED[name]
+                run = tv.recorded_run(name)
+                meta = tv.RECORDED[name]
                 st.caption(
                     f":material/history: **Recorded run**, not trained in this session: "
                     f"{len(run.steps)} steps on {run.model or run.settings.model}. "
@@ -92,7 +102,7 @@ with ui.page_guard("Training"):
                 st.caption(run.settings.describe())
                 if run.status != "done" and run.message:
                     st.caption(f"Status: {run.status}: {run.message}.")
-                tr.curves([run], key="tr_rec_curves")
+                tv.curves([run], key="tr_rec_curves")
                 training_steps.scrubber(run, key="rec")
                 with st.expander("Settings and the command that made it"):
                     st.code(meta.command, language="bash")
@@ -124,9 +134,13 @@ with ui.page_guard("Training"):
                     "in the loss). GAE uses a zero critic."
                 )
             slot = st.segmented_control(
-                "Slot", list(tr.SLOTS), default="A", key=tr.KEY_SLOT, required=True,
+                "Slot",
+                list(tr.SLOTS),
+                default="A",
+                key=tr.KEY_SLOT,
+                required=True,
                 help="Up to three runs of yours at once; starting in a used slot replaces its run.",
-            )  # fmt: skip
+            )
             st.button(
                 f"Start training in slot {slot}",
                 key="tr_start",
@@ -148,12 +162,12 @@ with ui.page_guard("Training"):
                         st.info("No run yet: press Start.", icon=":material/info:")
                     return
                 for s, runner in sorted(table.items()):
-                    tr.status_line(runner, s)
-                    tr.run_buttons(runner, s)
+                    tv.status_line(runner, s)
+                    tv.run_buttons(runner, s)
                     run_files.download_button(runner, s)  # a run that is not training
                 runner = table.get(slot) or next(iter(table.values()))
                 run = runner.run()
-                tr.curves([run], key="tr_live_curves")
+                tv.curves([run], key="tr_live_curves")
                 if runner.status != "running":
                     training_steps.scrubber(run, key="live")
                 else:
@@ -180,9 +194,9 @@ with ui.page_guard("Training"):
                 help="Each run uses the Train live settings with only this knob changed.",
             )
             options = {f"live {s}": s for s in sorted(tr.runners())}
-            options |= {f"recorded: {tr.RECORDED[n].title}": n for n in tr.recorded_names()}
+            options |= {f"recorded: {tv.RECORDED[n].title}": n for n in tv.recorded_names()}
             default = [k for k in options if k.startswith("live")][:3] or [
-                k for k in options if options[k] in tr.HACKING_PAIR
+                k for k in options if options[k] in tv.HACKING_PAIR
             ]
             chosen = st.multiselect(  # no key: new runs reset the choice to them
                 "Runs to overlay", list(options), default=default, max_selections=3
@@ -198,11 +212,11 @@ with ui.page_guard("Training"):
                         if runner is not None:
                             runs.append(runner.run(label=runner.settings.label or label))
                     else:
-                        runs.append(tr.recorded_run(value))
+                        runs.append(tv.recorded_run(value))
                 if not runs:
                     st.info("Choose runs to overlay.", icon=":material/info:")
                     return
-                tr.curves(runs, key="tr_compare_curves")
+                tv.curves(runs, key="tr_compare_curves")
                 differ = training_charts.differing_settings(runs)
                 if differ:
                     st.caption("Differ in: " + ", ".join(f"`{d}`" for d in differ[:8]))
@@ -213,8 +227,8 @@ with ui.page_guard("Training"):
     # ---------------------------------------------------------------- reward hacking
     if tabs[3].open:
         with tabs[3]:
-            tr.hacking_explainer()
-            pair = [n for n in tr.HACKING_PAIR if n in tr.recorded_names()]
+            tv.hacking_explainer()
+            pair = [n for n in tv.HACKING_PAIR if n in tv.recorded_names()]
             live_pair = any(s in tr.runners() for s in ("A", "B"))
             c1, c2 = st.columns(2)
             with c1:
@@ -243,17 +257,17 @@ with ui.page_guard("Training"):
                 table = tr.runners()
                 slots = [s for s in ("A", "B") if s in table]
                 for s in slots:
-                    tr.status_line(table[s], s)  # step k / N, s per step, time left
+                    tv.status_line(table[s], s)  # step k / N, s per step, time left
                 runs = [table[s].run() for s in slots]
                 faint: tuple[int, ...] = ()
                 if show_recorded and pair:
                     if runs:
                         faint = tuple(range(len(runs), len(runs) + len(pair)))
-                    runs += [tr.recorded_run(n) for n in pair]
+                    runs += [tv.recorded_run(n) for n in pair]
                 if not runs:
                     st.info("Start the pair or show the recorded one.", icon=":material/info:")
                     return
-                tr.curves(runs, key="tr_hack_curves", faint=faint)
+                tv.curves(runs, key="tr_hack_curves", faint=faint)
                 shown = runs[:2]
                 last = [next((r for r in reversed(run.steps) if r.samples), None) for run in shown]
                 if len(shown) == 2 and all(last):
@@ -263,11 +277,13 @@ with ui.page_guard("Training"):
                         with col:
                             st.markdown(f"**{run.label}**, step {rec.step}")
                             st.dataframe(
-                                {"answer": list(rec.samples.responses),
-                                 "reward": list(rec.samples.rewards)},
+                                {
+                                    "answer": list(rec.samples.responses),
+                                    "reward": list(rec.samples.rewards),
+                                },
                                 hide_index=True,
                                 width="stretch",
-                            )  # fmt: skip
+                            )
 
             hacking_panel()
 

@@ -131,10 +131,16 @@ with ui.page_guard("Your run"):
     if zero:
         summary = run.summary(step_no)
         rows = [
-            {"group": summary.group_labels[g], "prompt": summary.prompts[g][:120],
-             "rewards": ", ".join(f"{v:g}" for v in summary.scores[summary.group_ids == g].tolist())}
-            for g in range(summary.num_prompts) if summary.group_labels[g] in zero
-        ]  # fmt: skip
+            {
+                "group": summary.group_labels[g],
+                "prompt": summary.prompts[g][:120],
+                "rewards": ", ".join(
+                    f"{v:g}" for v in summary.scores[summary.group_ids == g].tolist()
+                ),
+            }
+            for g in range(summary.num_prompts)
+            if summary.group_labels[g] in zero
+        ]
         st.dataframe(rows, hide_index=True, key="run_zero_table")
     metrics = runs.metrics_cached(run_id)
     if not metrics.empty:

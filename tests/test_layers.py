@@ -162,7 +162,9 @@ def test_the_check_catches_a_violation(tmp_path):
 UI_LM_MODULES = frozenset({"rollout", "models", "lora", "update", "train", "runfile"})
 MAX_UI_LM_MODULES = 6
 #: page glue: each page's Streamlit code (``ui/*_page.py``) and the Training page's parts
-GLUE_PARTS = frozenset({"training_demos", "training_mu", "training_steps", "run_files"})
+GLUE_PARTS = frozenset(
+    {"training_demos", "training_mu", "training_steps", "training_view", "run_files"}
+)
 
 
 def _lm_modules(path: Path) -> list[tuple[int, str]]:

@@ -57,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20, help="training steps N")
     p.add_argument("--group-size", type=int, default=4, help="samples per prompt G")
     p.add_argument(
-        "--pods-m", type=int, default=0,
+        "--pods-m",
+        type=int,
+        default=0,
         help="PODS: train on the m of the G rollouts with the largest reward variance (0 = all)",
-    )  # fmt: skip
+    )
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--top-p", type=float, default=1.0)

@@ -351,9 +351,18 @@ def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
     """
     idx = rows.tolist()
     tensor_fields = (
-        "group_ids", "token_ids", "response_mask", "logprobs", "ref_logprobs", "exact_kl",
-        "entropy", "topk_ids", "topk_logprobs", "topk_ref_logprobs", "features",
-    )  # fmt: skip
+        "group_ids",
+        "token_ids",
+        "response_mask",
+        "logprobs",
+        "ref_logprobs",
+        "exact_kl",
+        "entropy",
+        "topk_ids",
+        "topk_logprobs",
+        "topk_ref_logprobs",
+        "features",
+    )
     changes: dict[str, Any] = {
         name: getattr(rollout, name)[rows]
         for name in tensor_fields

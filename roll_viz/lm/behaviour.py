@@ -188,8 +188,13 @@ def replay_lean(
     ctx_ids, attn = ctx_ids.to(device), attn.to(device)
     width = ctx_ids.shape[1]
     positions = (attn.cumsum(-1) - 1).clamp_min(0)
-    out = bundle.model(input_ids=ctx_ids, attention_mask=attn, position_ids=positions,
-                       use_cache=True, logits_to_keep=1)  # fmt: skip
+    out = bundle.model(
+        input_ids=ctx_ids,
+        attention_mask=attn,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     logits, cache = out.logits[:, -1, :], out.past_key_values
     buffers = lean.allocate(rows, width + width_t, cache.layers[0].keys.dtype, device)
     lean.load_cache(buffers, cache, width)
@@ -279,10 +284,13 @@ def behaviour_logprobs(
     h_old = _hidden(model, bundle.pad_id, contexts, ids, valid)[valid.to(device)]
     sampler = source in ("top_p", "top_k")
     old_lp, log_s, inside = _token_logprobs(
-        model.get_output_embeddings(), h_old, targets, temperature,
+        model.get_output_embeddings(),
+        h_old,
+        targets,
+        temperature,
         top_p=top_p if source == "top_p" else None,
         top_k=int(top_k) if source == "top_k" else None,
-    )  # fmt: skip
+    )
     replayed = None
     if source == "int8":
         if device.type != "cpu":

@@ -170,9 +170,14 @@ def _processed_draw(policy: LoraPolicy, cfg: SamplingConfig) -> Draw:
     temperature = cfg.temperature if cfg.temperature > 0 else 1.0
     with bundle.lock, policy.activate(bundle), torch.inference_mode():
         beh = behaviour_logprobs(
-            bundle, rows, rollout.token_ids, mask, source="top_p", temperature=temperature,
+            bundle,
+            rows,
+            rollout.token_ids,
+            mask,
+            source="top_p",
+            temperature=temperature,
             top_p=top_p,
-        )  # fmt: skip
+        )
     # log S of each token (0 outside the support: mu = pi_old there), applied to the batch's own
     # pi_old, so d = log S exactly
     log_s = torch.where(beh.mask, beh.old - beh.mu, 0.0).float()

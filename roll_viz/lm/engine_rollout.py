@@ -128,9 +128,15 @@ def engine_sample(
                 engine.sample, policy_ctx, 1, cfg.max_new_tokens, 0.0, cfg.seed, adapter, 1
             )
         drawn = engine.sample(
-            policy_ctx, cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.seed, adapter,
-            cfg.topk, cfg.top_p,
-        )  # fmt: skip
+            policy_ctx,
+            cfg.group_size,
+            cfg.max_new_tokens,
+            cfg.temperature,
+            cfg.seed,
+            adapter,
+            cfg.topk,
+            cfg.top_p,
+        )
         greedy = greedy_job.result() if greedy_job is not None else None
     ref = None
     if not shares:

@@ -100,15 +100,38 @@ def engine_python(venv: Path = ENGINE_VENV) -> Path:
 def command(python: Path, folder: Path, port: int, name: str = DEFAULT_SERVED_NAME) -> list[str]:
     """The server's command line (see the module docstring for why each flag)."""
     return [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(folder), "--served-model-name", name,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-        "--enable-lora", "--max-loras", str(MAX_LORAS), "--max-cpu-loras", str(MAX_CPU_LORAS),
-        "--max-lora-rank", str(MAX_LORA_RANK), "--lora-target-modules", *LORA_TARGETS,
-        "--max-logprobs", "20", "--disable-log-stats",
-        "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_BATCHED_TOKENS),
-    ]  # fmt: skip
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(folder),
+        "--served-model-name",
+        name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "2048",
+        "--enable-lora",
+        "--max-loras",
+        str(MAX_LORAS),
+        "--max-cpu-loras",
+        str(MAX_CPU_LORAS),
+        "--max-lora-rank",
+        str(MAX_LORA_RANK),
+        "--lora-target-modules",
+        *LORA_TARGETS,
+        "--max-logprobs",
+        "20",
+        "--disable-log-stats",
+        "--no-enable-chunked-prefill",
+        "--max-num-batched-tokens",
+        str(MAX_BATCHED_TOKENS),
+    ]
 
 
 def server_env(scratch: Path) -> dict[str, str]:

@@ -43,9 +43,14 @@ class AdapterRefused(EngineError):
 def refusal(policy: Any) -> str:
     """Why the engine cannot serve ``policy``'s adapter ("" when it can)."""
     touched = sorted(
-        {part for name, layer in adapter_layers(policy.bundle) if policy.name in layer.lora_A
-         for part in REFUSED_PARTS if part in name.split(".")}
-    )  # fmt: skip
+        {
+            part
+            for name, layer in adapter_layers(policy.bundle)
+            if policy.name in layer.lora_A
+            for part in REFUSED_PARTS
+            if part in name.split(".")
+        }
+    )
     if touched:
         return (
             f"adapter {policy.name} trains {', '.join(touched)}: the engine serves LoRA on the "

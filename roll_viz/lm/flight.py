@@ -4,7 +4,7 @@
 ``work(relay)``; callers that come with an equal key while it runs (followers) wait for its result
 and get the SAME object (treat it as read-only), or its error. Followers' ``progress`` is called
 from their own thread about 4 times a second with the leader's last fraction and message. Nothing
-is kept after the run: a later identical request runs again. Used by ``sampling.shared_sample``
+is kept after the run: a later identical request runs again. Used by ``rollout.shared_sample``
 (the in-process model) and ``engine_rollout.shared_engine_sample`` (a rollout engine).
 """
 

@@ -47,15 +47,23 @@ from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.lm.engine import EngineError
 from roll_viz.lm.engine_http import ENV_MODEL, ENV_URL, HttpEngine, from_env
 from roll_viz.lm.engine_sync import AdapterSync
+from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import DEFAULT_MODEL, ModelBundle
 from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as MAX_INSTRUCTION_CHARS
 from roll_viz.lm.request import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS
-from roll_viz.lm.request import SamplingConfig, policy_source
+from roll_viz.lm.request import (
+    IdenticalPolicy,
+    PolicySource,
+    SamplingConfig,
+    SteeredPolicy,
+    policy_source,
+)
 from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE as CLASS_MAX_GROUP_SIZE
 from roll_viz.lm.sampling import CLASS_MAX_NEW_TOKENS as CLASS_MAX_NEW_TOKENS
 from roll_viz.lm.sampling import CLASS_MAX_PROMPTS as CLASS_MAX_PROMPTS
 from roll_viz.lm.sampling import calibrate as calibrate
 from roll_viz.lm.sampling import capped as capped
+from roll_viz.lm.sampling import sample
 from roll_viz.lm.serving import SamplePlan
 from roll_viz.lm.teacher import PRESET_TEMPLATES as PRESET_TEMPLATES
 from roll_viz.lm.teacher import recorded_teacher as recorded_teacher
@@ -113,7 +121,7 @@ class Engine(Protocol):
 class InProcess:
     """The shared in-process model: ``lm.sampling.sample``, bit for bit.
 
-    A prompt-only policy (identical or steered) goes through ``sampling.shared_sample``, so
+    A prompt-only policy (identical or steered) goes through ``shared_sample``, so
     identical concurrent requests share one run; a LoRA policy samples alone.
     """
 
@@ -124,7 +132,7 @@ class InProcess:
         """The Rollout of ``request`` from the in-process model."""
         options = decode_options(request.decode)
         if request.policy is None:
-            return sampling.shared_sample(self.bundle, request.cfg, progress, options)
+            return shared_sample(self.bundle, request.cfg, progress, options)
         return sampling.sample(self.bundle, request.cfg, progress, options, request.policy)
 
 
@@ -312,3 +320,53 @@ def engine_behaviour_of(bundle: ModelBundle, cfg: SamplingConfig, rollout: Rollo
         contexts = _contexts(bundle, cfg, rollout)
         mask = rollout.response_mask > 0
         return engine_behaviour(bundle, contexts, rollout.token_ids, mask, rollout.logprobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# One run for identical concurrent requests
+
+MAX_FLIGHTS = 64  # at most this many distinct runs tracked at once; beyond, requests run alone
+
+_SHARED = SingleFlight(MAX_FLIGHTS)
+_FLIGHTS = _SHARED.flights  # key -> the run in progress
+
+
+def in_flight() -> int:
+    """How many distinct shared runs are in progress (entries are dropped when a run ends)."""
+    return _SHARED.in_flight()
+
+
+def shared_sample(
+    bundle: ModelBundle,
+    cfg: SamplingConfig,
+    progress: Callable[[float, str], None] | None = None,
+    decode: DecodeOptions | None = None,
+    source: PolicySource | None = None,
+) -> Rollout:
+    """``sample`` with single-flight: identical concurrent requests share one sampling run.
+
+    Requests are identical when they use the same bundle, an equal (frozen) ``cfg``, equal decode
+    options and an equal prompt-only policy source (identical or steered; a LoRA policy changes
+    between calls, so it always runs alone). The first caller runs ``sample``; callers that come
+    while it runs wait for its result and get the SAME Rollout object (treat it as read-only),
+    or its exception. Their ``progress`` is called from their own thread about 4 times a second
+    with the run's fraction and message. Nothing is kept after the run: a later identical request
+    samples again (same seed, same bytes), so caching across time stays the caller's choice
+    (e.g. Streamlit's ``cache_data``).
+
+    Args:
+        bundle: the shared model.
+        cfg: what to sample.
+        progress: optional ``(fraction, message)`` callback, as for ``sample``.
+        decode: decode-loop options.
+        source: the policy; None means ``policy_source(cfg)``.
+
+    Returns:
+        The Rollout of the (possibly shared) run.
+    """
+    decode = decode or DecodeOptions()
+    effective = source or policy_source(cfg)
+    if not isinstance(effective, (IdenticalPolicy, SteeredPolicy)):
+        return sample(bundle, cfg, progress, decode, source)
+    key = (bundle, cfg, decode, effective)
+    return _SHARED.run(key, lambda report: sample(bundle, cfg, report, decode, source), progress)

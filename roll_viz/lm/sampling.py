@@ -17,8 +17,8 @@ Everything runs inside ``torch.inference_mode()`` while holding ``bundle.lock``.
 
 For a classroom (many students, one CPU model):
 
-- ``shared_sample`` = ``sample`` with single-flight: identical concurrent requests (same bundle,
-  config, decode options, prompt-only policy) share one run and get the same Rollout.
+- ``lm.rollout.shared_sample`` = ``sample`` with single-flight: identical concurrent requests
+  (same bundle, config, decode options, prompt-only policy) share one run and one Rollout.
 - ``sample`` waits for the model through ``serving.model_turn`` (reporting "Waiting for the
   model ..." through ``progress``) and publishes its progress there; ``serving.queue_status``,
   ``serving.estimate_seconds`` and ``serving.plan`` answer from it (``calibrate(bundle)``
@@ -70,14 +70,11 @@ from torch import Tensor
 from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm import threads
 from roll_viz.lm.decode import DecodeOptions, decode_batch, pad_right, prefill, weights_kind
-from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.lean_step import LeanDecoder
 from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import (
-    IdenticalPolicy,
     PolicySource,
     SamplingConfig,
-    SteeredPolicy,
     policy_source,
     prompt_only,
 )
@@ -183,9 +180,17 @@ def sample(
         texts = _texts(bundle, drawn, scored.scores)
         run.phase = "done"
     record_speed(
-        bundle, kind, decode_rows, drawn.timings, scored.tokens, scored.seconds, cfg.prompts,
-        [len(c) for c in ctx.policy], scored.passes, num_rows * cfg.max_new_tokens,
-    )  # fmt: skip
+        bundle,
+        kind,
+        decode_rows,
+        drawn.timings,
+        scored.tokens,
+        scored.seconds,
+        cfg.prompts,
+        [len(c) for c in ctx.policy],
+        scored.passes,
+        num_rows * cfg.max_new_tokens,
+    )
     return _rollout(bundle, cfg, source, kind, ctx, drawn, scored, texts)
 
 
@@ -278,8 +283,10 @@ def _decode(
     def count(done: int, total: int) -> None:
         run.tokens_done = done
         left = math.ceil(run.eta_seconds())
-        tell(0.05 + 0.75 * done / total, f"Sampling responses: {done} / {total} tokens, "
-             f"about {left} s left")  # fmt: skip
+        tell(
+            0.05 + 0.75 * done / total,
+            f"Sampling responses: {done} / {total} tokens, about {left} s left",
+        )
 
     generator = torch.Generator(device=bundle.device).manual_seed(cfg.seed)
     timings: dict = {}
@@ -546,53 +553,3 @@ def calibrate(bundle: ModelBundle, decode: DecodeOptions | None = None) -> float
     cfg = SamplingConfig(prompts=("Say hello.",), group_size=8, max_new_tokens=6, seed=0)
     sample(bundle, cfg, decode=decode)
     return time.perf_counter() - start
-
-
-# ---------------------------------------------------------------------------------------------
-# One run for identical concurrent requests
-
-MAX_FLIGHTS = 64  # at most this many distinct runs tracked at once; beyond, requests run alone
-
-_SHARED = SingleFlight(MAX_FLIGHTS)
-_FLIGHTS = _SHARED.flights  # key -> the run in progress
-
-
-def in_flight() -> int:
-    """How many distinct shared runs are in progress (entries are dropped when a run ends)."""
-    return _SHARED.in_flight()
-
-
-def shared_sample(
-    bundle: ModelBundle,
-    cfg: SamplingConfig,
-    progress: Callable[[float, str], None] | None = None,
-    decode: DecodeOptions | None = None,
-    source: PolicySource | None = None,
-) -> Rollout:
-    """``sample`` with single-flight: identical concurrent requests share one sampling run.
-
-    Requests are identical when they use the same bundle, an equal (frozen) ``cfg``, equal decode
-    options and an equal prompt-only policy source (identical or steered; a LoRA policy changes
-    between calls, so it always runs alone). The first caller runs ``sample``; callers that come
-    while it runs wait for its result and get the SAME Rollout object (treat it as read-only),
-    or its exception. Their ``progress`` is called from their own thread about 4 times a second
-    with the run's fraction and message. Nothing is kept after the run: a later identical request
-    samples again (same seed, same bytes), so caching across time stays the caller's choice
-    (e.g. Streamlit's ``cache_data``).
-
-    Args:
-        bundle: the shared model.
-        cfg: what to sample.
-        progress: optional ``(fraction, message)`` callback, as for ``sample``.
-        decode: decode-loop options.
-        source: the policy; None means ``policy_source(cfg)``.
-
-    Returns:
-        The Rollout of the (possibly shared) run.
-    """
-    decode = decode or DecodeOptions()
-    effective = source or policy_source(cfg)
-    if not isinstance(effective, (IdenticalPolicy, SteeredPolicy)):
-        return sample(bundle, cfg, progress, decode, source)
-    key = (bundle, cfg, decode, effective)
-    return _SHARED.run(key, lambda report: sample(bundle, cfg, report, decode, source), progress)

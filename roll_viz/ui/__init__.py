@@ -20,7 +20,9 @@ above it):
     sidebar.py        the shared sidebar, page_setup and the router's frame
     widgets.py        plot, explainer, links, downloads, token chips
     update_page.py, training_page.py, your_run_page.py   glue of the pages (no other ui
-                      module imports a page's glue: flow and the sidebar read run_source)
+                      module imports a page's glue: flow and the sidebar read run_source);
+                      training_page's parts: training_view (a run's status, buttons, curves,
+                      recorded runs), training_steps, training_demos, training_mu, run_files
 
 This file re-exports what pages call, so a page needs one import. May import every layer below;
 must not import ``cli`` or ``bench``.

@@ -14,8 +14,8 @@ import streamlit as st
 
 from roll_viz.lm.runfile import TrainRun
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import training_page as tr
 from roll_viz.ui import training_steps
+from roll_viz.ui import training_view as tv
 from roll_viz.views import text
 
 #: the largest run file the page opens (a 50-step run with samples every 5 steps is ~0.3 MB)
@@ -91,7 +91,7 @@ def run_file_panel() -> None:
         f"{run.settings.steps} steps on {text.md_escape(run.model or run.settings.model)}, "
         f"status {text.md_escape(run.status)}. {text.md_escape(run.settings.describe())}"
     )
-    tr.curves([run], key="tr_file_curves")
+    tv.curves([run], key="tr_file_curves")
     training_steps.scrubber(run, key="file")
     with st.expander("Settings of this run"):
         training_steps.settings_panel([run])

@@ -17,9 +17,11 @@ from dataclasses import replace
 import streamlit as st
 
 from roll_viz.core.pipeline.eras import DEFAULTS_2026, GRPO_2024
+from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import DEFAULT_OPTION, TrainRun, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import training_page as tr
+from roll_viz.ui import training_view as tv
 from roll_viz.ui.resources import cached_models
 from roll_viz.ui.state import AppState
 from roll_viz.ui.widgets import explainer, plot
@@ -70,8 +72,9 @@ ERA_PANELS = (
 
 def _demo_base(base: TrainSettings) -> TrainSettings:
     """The recorded demos' shared settings on the sidebar's prompts (reward, lr, steps)."""
-    return tr.vary(base, "", {"reward": tr.HACK_REWARD, "lr": 1e-3,
-                              "steps": max(base.steps, DEMO_STEPS)})  # fmt: skip
+    return tr.vary(
+        base, "", {"reward": tr.HACK_REWARD, "lr": 1e-3, "steps": max(base.steps, DEMO_STEPS)}
+    )
 
 
 def adaptive_demo_settings(base: TrainSettings) -> TrainSettings:
@@ -162,20 +165,20 @@ def start_eras(state: AppState) -> None:
 
 def adaptive_recording() -> TrainRun | None:
     """The recorded closed-loop adaptive-beta run, or None when it is not installed."""
-    name = tr.recorded.ADAPTIVE
-    return tr.recorded_run(name) if name in tr.recorded_names() else None
+    name = recorded.ADAPTIVE
+    return tv.recorded_run(name) if name in tv.recorded_names() else None
 
 
 def local_global_recordings() -> list[TrainRun]:
     """The recorded GRPO and REINFORCE++ runs that are installed (in that order)."""
-    installed = tr.recorded_names()
-    return [tr.recorded_run(n) for n in tr.recorded.LOCAL_GLOBAL_PAIR if n in installed]
+    installed = tv.recorded_names()
+    return [tv.recorded_run(n) for n in recorded.LOCAL_GLOBAL_PAIR if n in installed]
 
 
 def era_recordings() -> list[TrainRun]:
     """The recorded era pair that is installed (2024 first)."""
-    installed = tr.recorded_names()
-    return [tr.recorded_run(n) for n in tr.recorded.ERA_PAIR if n in installed]
+    installed = tv.recorded_names()
+    return [tv.recorded_run(n) for n in recorded.ERA_PAIR if n in installed]
 
 
 def adaptive_loop_chart(run: TrainRun, key: str, overlay: TrainRun | None = None) -> None:
@@ -188,15 +191,16 @@ def adaptive_loop_chart(run: TrainRun, key: str, overlay: TrainRun | None = None
 
 def _recording_note(names: Sequence[str]) -> None:
     """The recordings' step counts and the commands that made them, folded."""
-    installed = [n for n in names if n in tr.recorded_names()]
+    installed = [n for n in names if n in tv.recorded_names()]
     if not installed:
         return
     with st.expander("The recording: what it is and the command that made it"):
         for name in installed:
-            run = tr.recorded_run(name)
-            meta = tr.RECORDED[name]
-            st.markdown(f"**{meta.title}**: {len(run.steps)} steps on {run.model}. "
-                        f"{meta.description}")  # fmt: skip
+            run = tv.recorded_run(name)
+            meta = tv.RECORDED[name]
+            st.markdown(
+                f"**{meta.title}**: {len(run.steps)} steps on {run.model}. {meta.description}"
+            )
             st.code(meta.command, language="bash")
 
 
@@ -253,7 +257,7 @@ def _pair_runs(
     """
     table = demo_runners(labels)
     for slot, runner in table:
-        tr.status_line(runner, slot)
+        tv.status_line(runner, slot)
     runs = [runner.run() for _, runner in table]
     faint = tuple(range(len(runs), len(runs) + len(recordings))) if runs else ()
     runs += recordings
@@ -261,8 +265,9 @@ def _pair_runs(
         st.info("Train them live or show the recorded pair.", icon=":material/info:")
         return None
     if not any(r.steps for r in runs):
-        st.info("No steps yet: the curves appear after the first step.",
-                icon=":material/hourglass:")  # fmt: skip
+        st.info(
+            "No steps yet: the curves appear after the first step.", icon=":material/hourglass:"
+        )
         return None
     return runs, faint
 
@@ -290,7 +295,7 @@ def adaptive_tab(state: AppState, refresh: float | None) -> None:
     def adaptive_panel() -> None:
         table = demo_runners([ADAPTIVE_LIVE])
         for slot, runner in table:
-            tr.status_line(runner, slot)  # step k / N, s per step, time left
+            tv.status_line(runner, slot)  # step k / N, s per step, time left
         overlay = recording if show else None
         if table:
             adaptive_loop_chart(table[0][1].run(), "tr_adaptive_curves", overlay=overlay)
@@ -312,7 +317,7 @@ def adaptive_tab(state: AppState, refresh: float | None) -> None:
         "run with beta = 0, whose KL runs away to 1.7.",
         title="Adaptive beta: what to look for",
     )
-    _recording_note([tr.recorded.ADAPTIVE])
+    _recording_note([recorded.ADAPTIVE])
 
 
 def local_global_tab(state: AppState, refresh: float | None) -> None:
@@ -350,7 +355,7 @@ def local_global_tab(state: AppState, refresh: float | None) -> None:
         "(its |A| mean drops), REINFORCE++ still pushes it against the batch.",
         title="GRPO vs REINFORCE++: what to look for",
     )
-    _recording_note(tr.recorded.LOCAL_GLOBAL_PAIR)
+    _recording_note(recorded.LOCAL_GLOBAL_PAIR)
 
 
 def era_tab(state: AppState, refresh: float | None) -> None:
@@ -377,4 +382,4 @@ def era_tab(state: AppState, refresh: float | None) -> None:
 
     era_panel()
     explainer(ERA_CAPTION, title="2024 vs 2026: what to look at")
-    _recording_note(tr.recorded.ERA_PAIR)
+    _recording_note(recorded.ERA_PAIR)

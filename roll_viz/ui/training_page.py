@@ -11,9 +11,7 @@ policy (slot A) and its step, so the other pages can show "trained (step k) vs r
 
 from __future__ import annotations
 
-import html
 import uuid
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,14 +19,12 @@ import streamlit as st
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
-from roll_viz.data import recorded_runs as recorded
-from roll_viz.lm.runfile import RewardChoice, SamplingConfig, TrainRun, TrainSettings
+from roll_viz.lm.runfile import RewardChoice, SamplingConfig, TrainSettings
 from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu, url
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import KEY_BETA, AppState
-from roll_viz.ui.widgets import explainer, plot
-from roll_viz.views import text, training_charts
+from roll_viz.views import text
 
 KEY_RUNNERS = "_train_runners"
 KEY_RUN = "run"  # URL: a recorded run to open (?run=hack_beta0)
@@ -382,15 +378,29 @@ def controls(disabled: bool = False) -> None:
     with c1:
         # whole numbers as float inputs: Streamlit's int input crashes on a crafted NaN
         st.number_input(
-            "Steps N", 1.0, float(CAP_STEPS), 20.0, step=1.0, format="%.0f", key=KEY_STEPS,
-            bind="query-params", disabled=disabled,
+            "Steps N",
+            1.0,
+            float(CAP_STEPS),
+            20.0,
+            step=1.0,
+            format="%.0f",
+            key=KEY_STEPS,
+            bind="query-params",
+            disabled=disabled,
             help=f"Training steps (at most {CAP_STEPS} here).",
-        )  # fmt: skip
+        )
         st.number_input(
-            "Seed", 0.0, 10_000.0, 0.0, step=1.0, format="%.0f", key=KEY_SEED,
-            bind="query-params", disabled=disabled,
+            "Seed",
+            0.0,
+            10_000.0,
+            0.0,
+            step=1.0,
+            format="%.0f",
+            key=KEY_SEED,
+            bind="query-params",
+            disabled=disabled,
             help="Seeds the adapter and every step's sampling: the same seed gives the same run.",
-        )  # fmt: skip
+        )
     with c2:
         st.select_slider(
             "LoRA learning rate",
@@ -405,152 +415,50 @@ def controls(disabled: bool = False) -> None:
         )
     with c3:
         st.segmented_control(
-            "beta", ["fixed", "adaptive"], default="fixed", key=KEY_TRAIN_BETA_MODE,
-            bind="query-params", required=True, disabled=disabled,
+            "beta",
+            ["fixed", "adaptive"],
+            default="fixed",
+            key=KEY_TRAIN_BETA_MODE,
+            bind="query-params",
+            required=True,
+            disabled=disabled,
             help="Adaptive: the framework's controller (Ziegler et al.), beta <- beta * (1 + "
             "clip(KL / target - 1, -0.2, 0.2) * batch size / horizon), on each step's real KL.",
-        )  # fmt: skip
+        )
         st.number_input(
-            "initial beta", 0.0, 5.0, 0.0, step=0.05, key=KEY_TRAIN_BETA, bind="query-params",
-            disabled=disabled, format="%.3f",
+            "initial beta",
+            0.0,
+            5.0,
+            0.0,
+            step=0.05,
+            key=KEY_TRAIN_BETA,
+            bind="query-params",
+            disabled=disabled,
+            format="%.3f",
             help="KL coefficient: in the token rewards (ROLL, verl, OpenRLHF) or the loss (TRL).",
-        )  # fmt: skip
+        )
     with c4:
         st.number_input(
-            "target KL", 0.001, 10.0, 0.05, step=0.01, key=KEY_TARGET, bind="query-params",
-            disabled=disabled, format="%.3f", help="Adaptive controller: KL it steers towards.",
-        )  # fmt: skip
+            "target KL",
+            0.001,
+            10.0,
+            0.05,
+            step=0.01,
+            key=KEY_TARGET,
+            bind="query-params",
+            disabled=disabled,
+            format="%.3f",
+            help="Adaptive controller: KL it steers towards.",
+        )
         st.number_input(
-            "horizon", 1.0, 100_000.0, 100.0, step=10.0, key=KEY_HORIZON, bind="query-params",
+            "horizon",
+            1.0,
+            100_000.0,
+            100.0,
+            step=10.0,
+            key=KEY_HORIZON,
+            bind="query-params",
             disabled=disabled,
             help="Adaptive controller: frameworks ship 10000, with which beta moves by at most "
             "0.2 x batch / 10000 per step (invisible in 30 steps); 100 makes it visible.",
-        )  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
-# Showing runs
-
-
-#: how often a panel that watches a running training redraws (seconds): often enough to follow
-#: the steps (each takes seconds to minutes), rarely enough to keep the server idle
-REFRESH_SECONDS = 5.0
-
-
-def seconds_per_step(records: Sequence[Any], last: int = 3) -> float:
-    """Mean wall time of the last ``last`` steps (0.0 before the first step)."""
-    times = [float((r.metrics.get("seconds") or {}).get("total") or 0.0) for r in records[-last:]]
-    times = [t for t in times if t > 0]
-    return sum(times) / len(times) if times else 0.0
-
-
-def eta_text(seconds: float) -> str:
-    """'40 s', '3 min', '1 h 05 min': a time left, rounded for reading."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-def status_line(runner: TrainRunner, slot: str) -> None:
-    """Progress bar and status text of one runner."""
-    total = runner.settings.steps
-    done = runner.steps_done
-    label = runner.settings.label or f"run {slot}"
-    text = f"**{slot}: {html.escape(label)}**: {runner.status}, step {done} / {total}"
-    st.query_params[KEY_LIVE_MARK] = f"{BOOT_ID}-{done}"  # a restart can say what was lost
-    place = runner.queue_position
-    if runner.status == "running" and place:
-        text += f", waiting for the model: number {place} in line (runs take turns, one step each)"
-    per_step = seconds_per_step(runner.records())
-    if per_step:
-        text += f", {per_step:.1f} s per step"
-        if runner.status == "running" and done < total:
-            text += f", about {eta_text(per_step * (total - done))} left"
-    st.progress(min(done / max(total, 1), 1.0), text=text)
-    if runner.status == "error":
-        st.error(
-            f"Run {slot} stopped with an error after {done} step(s); the steps done are kept. "
-            f"{runner.error}",
-            icon=":material/error:",
         )
-
-
-def run_buttons(runner: TrainRunner, slot: str) -> None:
-    """Pause / resume / stop / reset buttons of one runner."""
-    cols = st.columns(4)
-    running = runner.status == "running"
-    cols[0].button(
-        "Pause", key=f"tr_pause_{slot}", on_click=runner.pause, disabled=not running,
-        icon=":material/pause:",
-    )  # fmt: skip
-    cols[1].button(
-        "Resume", key=f"tr_resume_{slot}", on_click=runner.resume,
-        disabled=runner.status not in ("paused", "stopped"), icon=":material/play_arrow:",
-    )  # fmt: skip
-    cols[2].button(
-        "Stop", key=f"tr_stop_{slot}", on_click=runner.stop,
-        disabled=runner.status not in ("running", "paused"), icon=":material/stop:",
-    )  # fmt: skip
-    cols[3].button(
-        "Reset", key=f"tr_reset_{slot}", on_click=drop_run, args=(slot,),
-        icon=":material/restart_alt:",
-    )  # fmt: skip
-
-
-def curves(
-    runs: Sequence[TrainRun], key: str, current_step: int | None = None, faint: Sequence[int] = ()
-) -> None:
-    """The metric small multiples of 1-3 runs (``faint``: indices drawn faint), with help."""
-    if not runs or not any(r.steps for r in runs):
-        st.info(
-            "No steps yet: the curves appear after the first step.", icon=":material/hourglass:"
-        )
-        return
-    panels = training_charts.DEFAULT_PANELS
-    if any(r.metrics.get("sampler", "fp32") != "fp32" for run in runs for r in run.steps[:1]):
-        panels = (*panels, *training_mu.MISMATCH_PANELS)  # the sampler's gap to the trainer
-    fig = training_charts.training_curves(runs, panels, current_step=current_step, faint=faint)
-    plot(fig, key=key)
-    with st.expander("What each curve means"):
-        shown = [training_charts.METRICS[p] for p in panels if p in training_charts.METRICS]
-        st.markdown("\n".join(f"- **{title}**: {text}" for title, text in shown))
-
-
-RECORDED = recorded.RECORDED
-HACKING_PAIR = recorded.HACKING_PAIR
-
-
-def recorded_names() -> list[str]:
-    """Names of the recorded runs shipped with the app."""
-    return recorded.available()
-
-
-def recorded_run(name: str) -> TrainRun:
-    """The recorded run ``name`` (marked recorded)."""
-    return recorded.load_recorded(name)
-
-
-def recorded_choice() -> str | None:
-    """The recorded run named in the URL (``?run=name``), if it exists."""
-    name = st.query_params.get(KEY_RUN)
-    return name if name in recorded.available() else None
-
-
-def hacking_explainer() -> None:
-    """What to look for in the reward-hacking pair."""
-    explainer(
-        "The reward counts **positive words** (0.25 each, capped at 10, a cap it never reaches), "
-        "so repeating *amazing* scores higher than a good answer. "
-        "**Blue, beta = 0**: nothing holds the policy near the reference model. Watch the "
-        "**KL climb** step after step while the **reward keeps rising** and the **entropy "
-        "falls**; scrub to the last steps and read the answers: in the recorded run they "
-        "collapse into *amazing amazing amazing ...* (reward 0.06 at step 0, 7.4 at step 29; "
-        "exact KL 1.7 nats per token). "
-        "**Orange, beta = 1**: the same reward and seed, but every token pays beta x KL in its "
-        "reward; the KL stays near 0.03 and the answers stay ordinary sentences about octopuses "
-        "and days. This is why RLHF keeps a KL penalty: a reward is only a proxy.",
-        title="Reward hacking: what to look for",
-    )

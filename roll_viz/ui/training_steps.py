@@ -27,9 +27,11 @@ def scrubber(run: TrainRun, key: str) -> int | None:
     if not steps:
         return None
     step = st.select_slider(
-        "Step (samples are kept every few steps)", options=steps, value=steps[-1],
+        "Step (samples are kept every few steps)",
+        options=steps,
+        value=steps[-1],
         key=f"{KEY_SCRUB}_{key}",
-    )  # fmt: skip
+    )
     record = run.steps[step]
     samples = record.samples
     rollout = samples.to_rollout()

@@ -13,7 +13,8 @@ import torch
 from transformers import DynamicCache
 
 from roll_viz.lm.decode import FAST_DECODE, PLAIN_DECODE, DecodeOptions, decode_batch, next_tokens
-from roll_viz.lm.sampling import sample, shared_sample
+from roll_viz.lm.rollout import shared_sample
+from roll_viz.lm.sampling import sample
 
 PROMPTS = ("Hello there", "What is 2 + 3?")
 

@@ -6,10 +6,11 @@ import threading
 import pytest
 import torch
 
-from roll_viz.lm import sampling
+from roll_viz.lm import rollout, sampling
 from roll_viz.lm.decode import DecodeOptions
 from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig, policy_source
-from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, in_flight, sample, shared_sample
+from roll_viz.lm.rollout import in_flight, shared_sample
+from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, sample
 from tests.lm.helpers import run_in_threads, wait_until
 
 PROMPTS = ("Hello there", "What is 2 + 3?")  # as in conftest
@@ -276,7 +277,7 @@ def test_identical_concurrent_requests_share_one_run(tiny, steered_cfg):
             ]
         )
         key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
-        assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
+        assert wait_until(lambda: key in rollout._FLIGHTS and rollout._FLIGHTS[key].followers)
         assert in_flight() == 1
     finally:
         tiny.lock.release()
@@ -311,12 +312,12 @@ def test_shared_run_error_reaches_every_caller(tiny, steered_cfg, monkeypatch):
         with tiny.lock:
             raise RuntimeError("model exploded")
 
-    monkeypatch.setattr(sampling, "sample", broken)
+    monkeypatch.setattr(rollout, "sample", broken)
     tiny.lock.acquire()
     try:
         workers, _, errors = run_in_threads([lambda: shared_sample(tiny, cfg)] * 2)
         key = (tiny, cfg, DecodeOptions(), policy_source(cfg))
-        assert wait_until(lambda: key in sampling._FLIGHTS and sampling._FLIGHTS[key].followers)
+        assert wait_until(lambda: key in rollout._FLIGHTS and rollout._FLIGHTS[key].followers)
     finally:
         tiny.lock.release()
     for w in workers:

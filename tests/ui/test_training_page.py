@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.ui import training_page as tr
+from roll_viz.ui import training_view as tv
 from tests.ui import apptest
 
 
@@ -114,13 +115,13 @@ def test_only_the_open_tab_runs():
     hacking = open_page(tab="Reward hacking")
     assert "tr_hack_curves" in charts(hacking)  # the recorded pair, instantly
     assert "tr_rec_curves" not in charts(hacking)
-    assert tr.REFRESH_SECONDS >= 3  # a watching tab redraws at most every few seconds
+    assert tv.REFRESH_SECONDS >= 3  # a watching tab redraws at most every few seconds
 
 
 def test_progress_says_seconds_per_step_and_time_left():
     records = [SimpleNamespace(metrics={"seconds": {"total": t}}) for t in (30.0, 20.0, 10.0, 12.0)]
-    assert tr.seconds_per_step(records) == 14.0  # the last three steps
-    assert tr.seconds_per_step([]) == 0.0
-    assert tr.eta_text(45) == "45 s"
-    assert tr.eta_text(14.0 * 26) == "6 min"
-    assert tr.eta_text(3900) == "1 h 05 min"
+    assert tv.seconds_per_step(records) == 14.0  # the last three steps
+    assert tv.seconds_per_step([]) == 0.0
+    assert tv.eta_text(45) == "45 s"
+    assert tv.eta_text(14.0 * 26) == "6 min"
+    assert tv.eta_text(3900) == "1 h 05 min"
