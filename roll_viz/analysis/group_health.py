@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 import torch
@@ -190,6 +191,41 @@ def _loss(batch: Batch, adv: Tensor, rows: Tensor, beta: float, cfg: dict):
     return with_kl, without
 
 
+def _summary_row(
+    name: str,
+    rows_in: Tensor,
+    grad: Tensor,
+    grad0: Tensor,
+    base0: Tensor,
+    near: Tensor,
+    total: float,
+    tokens: float,
+    seen: int,
+) -> dict[str, Any]:
+    """One policy's row: its loss, denominator and gradient sizes in and outside flat groups.
+
+    ``grad`` / ``grad0``: per-token gradient coefficients with and without the KL term;
+    ``base0``: the keep policy's without KL (the other groups' reference scale).
+    """
+    g_kl = grad - grad0
+    others = ~near
+    policy_others = float(grad0[others].abs().sum())
+    base_others = float(base0[others].abs().sum())
+    return {
+        "policy": name,
+        "where": dict(POLICIES)[name],
+        "zero-variance groups seen": seen,
+        "rows in the loss": int(rows_in.sum()),
+        "tokens in the denominator": tokens,
+        "loss": total,
+        "|policy grad|, zero-variance groups": float(grad0[near].abs().sum()),
+        "|KL grad|, zero-variance groups": float(g_kl[near].abs().sum()),
+        "|policy grad|, other groups": policy_others,
+        "|KL grad|, other groups": float(g_kl[others].abs().sum()),
+        "other groups' gradient scale": policy_others / base_others if base_others else 1.0,
+    }
+
+
 def zero_variance_policies(
     batch: Batch, beta: float = 0.04, eps: float = 1e-4, config: Mapping | None = None
 ) -> PolicyOutcome:
@@ -221,23 +257,8 @@ def zero_variance_policies(
     n_tokens = float(mask.sum())
 
     def summarise(name, rows_in, grad, grad0, total, tokens, seen):
-        g_kl = grad - grad0
-        others = ~near
-        policy_others = float(grad0[others].abs().sum())
-        base_others = float(keep0.per_token["grad_coef"][others].abs().sum())
-        return {
-            "policy": name,
-            "where": dict(POLICIES)[name],
-            "zero-variance groups seen": seen,
-            "rows in the loss": int(rows_in.sum()),
-            "tokens in the denominator": tokens,
-            "loss": total,
-            "|policy grad|, zero-variance groups": float(grad0[near].abs().sum()),
-            "|KL grad|, zero-variance groups": float(g_kl[near].abs().sum()),
-            "|policy grad|, other groups": policy_others,
-            "|KL grad|, other groups": float(g_kl[others].abs().sum()),
-            "other groups' gradient scale": policy_others / base_others if base_others else 1.0,
-        }
+        base = keep0.per_token["grad_coef"]
+        return _summary_row(name, rows_in, grad, grad0, base, near, total, tokens, seen)
 
     n_flat = int(torch.unique(batch.group_ids[flat]).numel())
     n_near = int(torch.unique(batch.group_ids[near]).numel())

@@ -472,6 +472,9 @@ def length_penalties(batch: Batch, cfg: Mapping[str, Any], notes: list[str]) -> 
 def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
     """OpenRLHF: compute_advantages_and_returns (shaping -> clamp -> compute_reward -> returns).
 
+    Size: the framework's whole order of operations in one reader's view, stage by stage with
+    the note each stage writes, as OpenRLHF's own function runs it.
+
     Args:
         batch: validated float64 batch.
         cfg: resolved OpenRLHF config.

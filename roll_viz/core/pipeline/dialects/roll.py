@@ -491,6 +491,10 @@ def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
 def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
     """ROLL RLVR: reward_postprocess -> compute_token_reward -> compute_advantage.
 
+    Size: the framework's whole order of operations in one reader's view, stage by stage with
+    the note each stage writes, as ROLL's own trainer step runs it; split, the order would be
+    spread over helpers that each do one line.
+
     Args:
         batch: validated float64 batch.
         cfg: resolved ROLL config.
