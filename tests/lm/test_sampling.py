@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from roll_viz.lm import rollout, sampling
+from roll_viz.lm import rollout
 from roll_viz.lm.decode import DecodeOptions
 from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig, policy_source
 from roll_viz.lm.rollout import in_flight, shared_sample
