@@ -26,13 +26,13 @@ OVER_CAP: dict[str, int] = {
 }
 #: functions still over FUNCTION_NOTE lines without a ``Size:`` line: "path:name" -> lines
 LONG_FUNCTIONS: dict[str, int] = {
-    "roll_viz/cli/calculator.py:parse_loss_case": 111,
     "roll_viz/lm/decode.py:decode_batch": 231,
     "roll_viz/lm/update.py:update_step": 171,
     "roll_viz/ui/sidebar.py:_sidebar_data": 170,
 }
-#: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX)
-PRODUCT_NOW = 49_163
+#: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
+#: decision, not a drift: raise it only in the commit that needs the lines, saying why.
+PRODUCT_NOW = 49_169
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:

@@ -139,6 +139,34 @@ def parse_case(obj: Any) -> tuple[Batch, str, dict[str, Any]]:
     return batch, framework, config
 
 
+def _optional_inputs(raw: dict[str, Any], B: int, T: int) -> dict[str, Any]:
+    """The optional tensors: (B, T) log-probs, values, entropy; (B,) baselines; components."""
+    optional: dict[str, Any] = {}
+    for key in (
+        "logprobs",
+        "ref_logprobs",
+        "values",
+        "old_logprobs",
+        "entropy",
+        "rollout_logprobs",
+        "sum_pi_squared",
+    ):
+        if key in raw:
+            optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)
+    if "baseline_scores" in raw:
+        optional["baseline_scores"] = torch.tensor(
+            _vector(raw, "baseline_scores", B), dtype=torch.float64
+        )
+    if "reward_components" in raw:
+        comps = raw["reward_components"]
+        if not isinstance(comps, dict) or not comps:
+            raise InputError("batch.reward_components: expected {name: [B numbers], ...}")
+        optional["reward_components"] = {
+            str(name): torch.tensor(_vector(comps, name, B), dtype=torch.float64) for name in comps
+        }
+    return optional
+
+
 def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any] | None]:
     """``parse_case`` plus the policy-update inputs.
 
@@ -198,29 +226,7 @@ def parse_loss_case(obj: Any) -> tuple[Batch, str, dict[str, Any], dict[str, Any
         if isinstance(g, bool) or not isinstance(g, str | int):
             raise InputError(f"batch.group[{i}]: expected a string or integer, got {g!r}")
         labels.setdefault(g, len(labels))
-    optional = {}
-    for key in (
-        "logprobs",
-        "ref_logprobs",
-        "values",
-        "old_logprobs",
-        "entropy",
-        "rollout_logprobs",
-        "sum_pi_squared",
-    ):
-        if key in raw:
-            optional[key] = torch.tensor(_matrix(raw, key, B, T), dtype=torch.float64)
-    if "baseline_scores" in raw:
-        optional["baseline_scores"] = torch.tensor(
-            _vector(raw, "baseline_scores", B), dtype=torch.float64
-        )
-    if "reward_components" in raw:
-        comps = raw["reward_components"]
-        if not isinstance(comps, dict) or not comps:
-            raise InputError("batch.reward_components: expected {name: [B numbers], ...}")
-        optional["reward_components"] = {
-            str(name): torch.tensor(_vector(comps, name, B), dtype=torch.float64) for name in comps
-        }
+    optional = _optional_inputs(raw, B, T)
     loss = None
     for key in ("entropy", "rollout_logprobs"):
         if key in optional and "old_logprobs" not in optional:
