@@ -1,5 +1,6 @@
 """Per-phase thread choice (lm.threads): machine readings, the policy, the slow-step watch."""
 
+import hashlib
 import os
 import threading
 import time
@@ -11,6 +12,7 @@ from roll_viz.lm import threads
 from roll_viz.lm.decode import DecodeOptions
 from roll_viz.lm.sampling import sample
 from roll_viz.lm.threads import configure_threads, default_threads, resolve_threads
+from tests.lm.helpers import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="needs Linux /proc")
 
@@ -45,21 +47,26 @@ def test_a_number_in_the_environment_pins_the_count(monkeypatch):
 
 
 def test_monitor_sees_another_python_thread_and_excludes_the_callers_own():
-    monitor = threads.CpuMonitor(period=0.05)
+    # the background reader takes one reading at start and then sleeps: the two others_busy
+    # calls below read the same window (a 50 ms reader had replaced it between them under load)
+    monitor = threads.CpuMonitor(period=3600.0)
+    assert wait_until(lambda: monitor.others_busy() is not None)
     monitor.sample()
     start = time.monotonic()
     stop = threading.Event()
+    data = b"x" * (1 << 20)
 
     def spin():
-        x = 0
+        # hashing a megabyte releases the GIL: a pure-Python loop would hold it and delay the
+        # monitor's own reading by tens of ms, which it counts as the window but not the thread's
         while not stop.is_set():
-            x += 1
+            hashlib.sha256(data).digest()
 
     worker = threading.Thread(target=spin, daemon=True)
     worker.start()
     clock = time.pthread_getcpuclockid(worker.ident)
     try:
-        time.sleep(0.4)
+        time.sleep(1.0)
         monitor.sample()
         # the worker's own CPU time, read through another door than the monitor's /proc files;
         # it started after the first reading, so all of it falls inside the window
