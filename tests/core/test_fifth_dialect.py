@@ -9,6 +9,7 @@ built from the same primitives would. Nothing outside this file is touched: ``ru
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -265,3 +266,12 @@ def test_unregistering_restores_the_four():
     assert set(dialects.RECIPES["grpo"]) == set(dialects.FRAMEWORKS)
     with pytest.raises(ValueError, match="shipped framework"):
         dialects.unregister("roll")
+
+
+def test_a_record_of_a_file_names_what_the_file_lacks():
+    toy = {f.name: getattr(TOY, f.name) for f in dataclasses.fields(Dialect)}
+    assert Dialect.of(toy) == TOY
+    del toy["BETA_KEY"]
+    with pytest.raises(TypeError, match=r"toy: the dialect lacks \['BETA_KEY'\]"):
+        Dialect.of(toy)
+    assert Dialect.of(toy, BETA_KEY=TOY.BETA_KEY) == TOY

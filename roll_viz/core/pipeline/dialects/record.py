@@ -1,11 +1,11 @@
 """The ``Dialect`` record: everything roll-viz knows about one framework, as one typed value.
 
 Each framework file (``roll.py``, ``verl.py``, ...) defines its tables and functions at module
-level, where they read best, and ends with ``DIALECT = Dialect(...)`` naming every one of them.
-The registry (``dialects.DIALECTS``) holds these records, so every other layer asks the record
-(``dialects.get("verl").BETA_KEY``, ``.train_config(...)``, ``.ERAS["grpo_2024"]``) and a
-static reader can follow each field to its definition. The field names are the module names
-they came from (upper case: tables and facts; lower case: functions).
+level, where they read best, and ends with ``DIALECT = Dialect.of(globals())``: each field is
+the file's name of the same spelling (upper case: tables and facts; lower case: functions), so a
+reader finds every field's definition under its own name in the framework file. The registry
+(``dialects.DIALECTS``) holds these records, so every other layer asks the record
+(``dialects.get("verl").BETA_KEY``, ``.train_config(...)``, ``.ERAS["grpo_2024"]``).
 
 A record is data, not a class hierarchy: a fifth framework is one more file that builds one more
 record (``tests/core/test_fifth_dialect.py`` does it from a test).
@@ -133,6 +133,23 @@ class Dialect:
     #: pi_old / mu at the first update, its name as shown, whether it counts sequences), or None;
     #: the field itself None: the dialect offers no correction.
     mismatch_correction: Callable[[Config, Tensor, Tensor, Tensor], CorrectionFound | None] | None
+
+    @classmethod
+    def of(cls, namespace: Mapping[str, Any], **given: Any) -> Dialect:
+        """The record of a framework file: each field is the file's name of the same spelling.
+
+        Args:
+            namespace: the file's ``globals()``.
+            given: fields the file sets otherwise (e.g. ``mismatch_correction=None``).
+
+        Raises:
+            TypeError: naming the fields the file neither defines nor gives.
+        """
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in given and n not in namespace]
+        if missing:
+            raise TypeError(f"{namespace.get('NAME', '?')}: the dialect lacks {missing}")
+        return cls(**{n: given[n] if n in given else namespace[n] for n in names})
 
     def native_keys(self) -> frozenset[str]:
         """Every config key of this dialect (reward stage, loss, aliases), ``viz_`` keys aside."""
