@@ -300,9 +300,15 @@ def verl_correction(
         "counted."
     )
     return Correction(
-        "verl", name or "verl rollout_correction", config, weights, keep, truncated & keep,
-        (zeroed | ~keep) & m, note,
-    )  # fmt: skip
+        "verl",
+        name or "verl rollout_correction",
+        config,
+        weights,
+        keep,
+        truncated & keep,
+        (zeroed | ~keep) & m,
+        note,
+    )
 
 
 def verl_offpolicy_metrics(train: Tensor, mu: Tensor, mask: Tensor) -> dict[str, float]:
@@ -680,12 +686,18 @@ def roll_correction(
         ("is_weight.enabled", is_weight_enabled),
         ("is_weight.weight_type", weight_type),
         ("is_weight.upper_bound", upper_bound),
-        ("filters", tuple(
-            (f.agg_type, (f.ratio_low, f.ratio_high) if f.ratio_enabled else None,
-             (f.diff_low, f.diff_high) if f.diff_enabled else None)
-            for f in filters
-        )),
-    )  # fmt: skip
+        (
+            "filters",
+            tuple(
+                (
+                    f.agg_type,
+                    (f.ratio_low, f.ratio_high) if f.ratio_enabled else None,
+                    (f.diff_low, f.diff_high) if f.diff_enabled else None,
+                )
+                for f in filters
+            ),
+        ),
+    )
     note = (
         "train_infer_is_weight multiplies the per-token loss; filters multiply response_mask "
         "while the token-mean denominator keeps the pre-filter count (under token-mean "

@@ -648,8 +648,13 @@ def _gdpo(batch: Batch, cfg: dict[str, Any], mask: Tensor, params: EstimatorPara
     if not keys:  # compute_gdpo_outcome_advantage's fallback: the combined reward, one component
         seq = params.seq_rewards[None, :]
         return decoupled_norm_advantages(
-            seq, torch.ones(1, dtype=seq.dtype), mask, batch.group_ids, params, by_std=True,
-        )  # fmt: skip
+            seq,
+            torch.ones(1, dtype=seq.dtype),
+            mask,
+            batch.group_ids,
+            params,
+            by_std=True,
+        )
     have = batch.reward_components or {}
     missing = [k for k in keys if k not in have]
     if missing:
