@@ -20,7 +20,6 @@ from tests import size_budget as sb
 
 #: modules still over SIZE_MAX formatted lines, with their size now (lower it as they shrink)
 OVER_CAP: dict[str, int] = {
-    "roll_viz/analysis/silent_bugs.py": 1241,
     "roll_viz/core/pipeline/dialects/roll.py": 1176,
     "roll_viz/core/pipeline/dialects/trl.py": 814,
     "roll_viz/core/pipeline/dialects/verl.py": 1217,
@@ -34,7 +33,7 @@ LONG_FUNCTIONS: dict[str, int] = {
 }
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
 #: decision, not a drift: raise it only in the commit that needs the lines, saying why.
-PRODUCT_NOW = 48_986
+PRODUCT_NOW = 49_163
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:

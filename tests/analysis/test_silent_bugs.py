@@ -13,7 +13,9 @@ import re
 import pytest
 import torch
 
-from roll_viz.analysis import silent_bugs as sb
+from roll_viz.analysis import silent_bugs as gallery
+from roll_viz.analysis.silent_bugs import bugs_groups as bg
+from roll_viz.analysis.silent_bugs import bugs_loss as bl
 from roll_viz.core.pipeline import policy_loss, run
 
 F64 = torch.float64
@@ -28,35 +30,39 @@ def std(xs, ddof=1):
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - ddof))
 
 
+#: the fourteen of field-2026.md section 2.3
+FIELD = tuple(gallery.bug(i) for i in gallery.FIELD_ORDER)
+
+
 def test_registry_has_the_fourteen_of_the_field_notes():
-    assert len(sb.BUGS) == 14
-    assert len(set(sb.IDS)) == 14
-    threads = " ".join(b.thread for b in sb.BUGS)
+    assert len(FIELD) == 14
+    assert len(set(gallery.IDS)) == len(gallery.BUGS)
+    threads = " ".join(b.thread for b in FIELD)
     for ref in ("trl#3452", "trl#7068", "RL#4158", "slime#233", "slime#1414", "AReaL#1673",
                 "ROLL#475", "trl#3991", "trl#6654", "verl#957", "verl-recipe#125", "trl#6789",
                 "cispo", "ROLL#397", "prime-rl#3222"):  # fmt: skip
         assert ref in threads, ref
-    for bug in sb.BUGS:
+    for bug in FIELD:
         assert len(bug.choices) >= 3, bug.id
         assert 0 <= bug.answer < len(bug.choices), bug.id
         assert bug.question
         assert bug.explanation
         assert bug.quantity
         assert bug.batch
-        assert sb.bug(bug.id) is bug
+        assert gallery.bug(bug.id) is bug
         assert 0 < len(bug.short) <= 24, bug.short
-    assert len({b.short for b in sb.BUGS}) == 14
+    assert len({b.short for b in FIELD}) == 14
 
 
-@pytest.mark.parametrize("bug_id", sb.IDS)
+@pytest.mark.parametrize("bug_id", gallery.IDS)
 def test_every_lesson_shows_two_different_numbers(bug_id):
-    out = sb.bug(bug_id).compute()
+    out = gallery.bug(bug_id).compute()
     assert math.isfinite(out.right)
     assert math.isnan(out.wrong) or abs(out.wrong - out.right) > 1e-3 * max(1.0, abs(out.right))
     assert len(out.labels) == len(out.wrong_series) == len(out.right_series) >= 1
     assert out.formula.strip()
     # deterministic: the same numbers on every call
-    again = sb.bug(bug_id).compute()
+    again = gallery.bug(bug_id).compute()
     assert again.right == out.right
     assert (math.isnan(again.wrong) and math.isnan(out.wrong)) or again.wrong == out.wrong
 
@@ -75,22 +81,22 @@ def test_loss_zero_but_gradient_not():
     assert abs(hand_loss) < 1e-12
     assert hand_norm == pytest.approx(math.sqrt(2 * sum(a * a for a in adv)) / 6)
 
-    loss, norm, grad, advantages = sb.right_loss_zero()
+    loss, norm, grad, advantages = bl.right_loss_zero()
     assert advantages.tolist() == pytest.approx(adv, abs=1e-12)
     assert abs(loss) < 1e-12  # the loss value is 0 ...
     flat = [g for row in hand_grad for g in row]
     assert grad.flatten().tolist() == pytest.approx(flat, abs=1e-12)  # ... its gradient is not
     assert norm == pytest.approx(hand_norm, rel=1e-12)
     assert norm > 0.3
-    assert sb.wrong_loss_zero() == 0.0
-    out = sb.bug("loss-zero").compute()
+    assert bl.wrong_loss_zero() == 0.0
+    out = gallery.bug("loss-zero").compute()
     assert (out.wrong, out.right) == (0.0, pytest.approx(hand_norm))
 
 
 def test_loss_zero_autograd_through_the_pipeline():
-    batch = sb.make_batch(sb.LOSS_ZERO_SCORES, [2, 2, 2], ["q"] * 3)
+    batch = gallery.make_batch(bl.LOSS_ZERO_SCORES, [2, 2, 2], ["q"] * 3)
     adv = run(batch, "trl").advantages
-    lp = torch.tensor(sb.LOSS_ZERO_LOGPROBS, dtype=F64, requires_grad=True)
+    lp = torch.tensor(bl.LOSS_ZERO_LOGPROBS, dtype=F64, requires_grad=True)
     res = policy_loss(
         "trl", logprobs=lp, old_logprobs=lp.detach(), advantages=adv,
         response_mask=batch.response_mask,
@@ -106,24 +112,24 @@ def test_loss_zero_autograd_through_the_pipeline():
 
 
 def test_kl_gradient_survives_in_zero_advantage_group():
-    beta = sb.KL_ZERO_BETA
-    lp, ref = sb.KL_ZERO_LOGPROBS, sb.KL_ZERO_REF
+    beta = bl.KL_ZERO_BETA
+    lp, ref = bl.KL_ZERO_LOGPROBS, bl.KL_ZERO_REF
     # token-mean over 8 tokens; k3 slope d/dlogp [e^(ref-lp) - (ref-lp) - 1] = 1 - e^(ref-lp)
     hand_q2 = [beta / 8 * (1 - math.exp(ref[b][t] - lp[b][t])) for b in (2, 3) for t in (0, 1)]
-    advantages, grad = sb.right_kl_zero()
+    advantages, grad = bl.right_kl_zero()
     assert advantages[2:].abs().max().item() == 0.0  # q2's advantages are exactly 0
     assert grad[2:].flatten().tolist() == pytest.approx(hand_q2, abs=1e-12)
     assert max(abs(g) for g in hand_q2) > 0.008
-    assert sb.wrong_kl_zero() == [0.0] * 4
+    assert bl.wrong_kl_zero() == [0.0] * 4
     # without beta the same tokens get nothing: the gradient is the KL's
-    batch = sb.make_batch(sb.KL_ZERO_SCORES, [2] * 4, sb.KL_ZERO_GROUPS, lp, ref)
+    batch = gallery.make_batch(bl.KL_ZERO_SCORES, [2] * 4, bl.KL_ZERO_GROUPS, lp, ref)
     x = torch.tensor(lp, dtype=F64, requires_grad=True)
     policy_loss(
         "trl", {"beta": 0.0}, logprobs=x, old_logprobs=x.detach(),
         advantages=run(batch, "trl").advantages, response_mask=batch.response_mask,
     ).total.backward()  # fmt: skip
     assert x.grad[2:].abs().max().item() == 0.0
-    out = sb.bug("kl-zero-adv").compute()
+    out = gallery.bug("kl-zero-adv").compute()
     assert out.right == pytest.approx(math.sqrt(sum(g * g for g in hand_q2)))
     assert out.wrong == 0.0
 
@@ -132,7 +138,7 @@ def test_kl_gradient_survives_in_zero_advantage_group():
 
 
 def test_loo_std_reproduces_minus_2075():
-    wrong = sb.wrong_loo_std()
+    wrong = bg.wrong_loo_std()
     assert wrong[0] == pytest.approx(-2075.39, abs=0.01)  # NeMo RL #4158's number
     # by hand in float32: seven 0.95s, (E[x^2] - E[x]^2) * 7 / 6
     x = torch.tensor(0.95, dtype=torch.float32)
@@ -141,8 +147,8 @@ def test_loo_std_reproduces_minus_2075():
     assert var.item() > 0  # the residue; exactly 0 in exact arithmetic
     assert (0 - x).item() / (math.sqrt(var.item()) + 1e-6) == pytest.approx(wrong[0], rel=1e-5)
 
-    right = sb.right_loo_std()
-    hand = [r - (sum(sb.LOO_SCORES) - r) / 7 for r in sb.LOO_SCORES]  # RLOO: r - mean of others
+    right = bg.right_loo_std()
+    hand = [r - (sum(bg.LOO_SCORES) - r) / 7 for r in bg.LOO_SCORES]  # RLOO: r - mean of others
     assert right.tolist() == pytest.approx(hand, abs=1e-12)
     assert right[0].item() == pytest.approx(-0.95, abs=1e-12)
 
@@ -152,33 +158,33 @@ def test_loo_std_reproduces_minus_2075():
 
 def test_centred_std_equals_raw_std():
     for start in (0, 4):
-        raw = sb.CENTRED_SCORES[start : start + 4]
+        raw = bg.CENTRED_SCORES[start : start + 4]
         centred = [x - mean(raw) for x in raw]
         assert std(centred) == pytest.approx(std(raw), abs=1e-12)
-    assert sb.slime_divisors() == pytest.approx([0.25 + 1e-6, std([0.9, 0.9, 0.1, 0.3]) + 1e-6])
-    wrong = sb.wrong_centred_std()
+    assert bg.slime_divisors() == pytest.approx([0.25 + 1e-6, std([0.9, 0.9, 0.1, 0.3]) + 1e-6])
+    wrong = bg.wrong_centred_std()
     assert abs(wrong) < 1e-6  # the logged mean: round-off around 0
-    rewards, scale = sb.right_centred_std()
+    rewards, scale = bg.right_centred_std()
     hand = []
     for start in (0, 4):
-        raw = sb.CENTRED_SCORES[start : start + 4]
+        raw = bg.CENTRED_SCORES[start : start + 4]
         hand += [(x - mean(raw)) / (std(raw) + 1e-6) for x in raw]
     assert rewards.tolist() == pytest.approx(hand, abs=1e-12)
-    assert scale[[0, 4]].tolist() == pytest.approx(sb.slime_divisors(), rel=1e-6)
-    assert sb.bug("centred-std").compute().right == pytest.approx(0.25 / (0.25 + 1e-6))
+    assert scale[[0, 4]].tolist() == pytest.approx(bg.slime_divisors(), rel=1e-6)
+    assert gallery.bug("centred-std").compute().right == pytest.approx(0.25 / (0.25 + 1e-6))
 
 
 # -------------------------------------------------------------------- 5. uneven groups
 
 
 def test_uneven_groups():
-    scores = sb.UNEVEN_SCORES
-    assert sb.wrong_uneven()[4] == pytest.approx(5 - 67 / 11) == pytest.approx(-1.090909, 1e-6)
+    scores = bg.UNEVEN_SCORES
+    assert bg.wrong_uneven()[4] == pytest.approx(5 - 67 / 11) == pytest.approx(-1.090909, 1e-6)
     hand = []
     for g in ("A", "B", "C"):
-        xs = [s for s, gg in zip(scores, sb.UNEVEN_GROUPS, strict=True) if gg == g]
+        xs = [s for s, gg in zip(scores, bg.UNEVEN_GROUPS, strict=True) if gg == g]
         hand += [x - mean(xs) for x in xs]
-    right = sb.right_uneven()
+    right = bg.right_uneven()
     assert right.tolist() == pytest.approx(hand, abs=1e-12)
     assert right[4:7].tolist() == [0.0, 0.0, 0.0]
 
@@ -187,9 +193,9 @@ def test_uneven_groups():
 
 
 def test_one_token_variance():
-    assert math.isnan(sb.wrong_one_token())
-    assert sb.right_one_token() == 0.7  # whitening skipped: the advantage passes unchanged
-    batch = sb.make_batch([0.7, 0.1], [1, 1], ["q", "q"])  # two tokens: whitening does act
+    assert math.isnan(bg.wrong_one_token())
+    assert bg.right_one_token() == 0.7  # whitening skipped: the advantage passes unchanged
+    batch = gallery.make_batch([0.7, 0.1], [1, 1], ["q", "q"])  # two tokens: whitening does act
     trace = run(batch, "roll", {"adv_estimator": "reinforce", "whiten_advantages": True})
     m, v = 0.4, ((0.3**2) * 2) / 1
     assert trace.advantages[:, 0].tolist() == pytest.approx(
@@ -201,16 +207,16 @@ def test_one_token_variance():
 
 
 def test_trl_batch_uses_the_batch_std():
-    scores = sb.TRL_BATCH_SCORES
+    scores = bg.TRL_BATCH_SCORES
     flat = scores[3:]
-    assert sb.wrong_trl_batch()[4] == pytest.approx((5.1 - mean(flat)) / (std(flat) + 1e-4))
-    assert sb.wrong_trl_batch()[4] == pytest.approx(0.1 / 0.1001)
+    assert bg.wrong_trl_batch()[4] == pytest.approx((5.1 - mean(flat)) / (std(flat) + 1e-4))
+    assert bg.wrong_trl_batch()[4] == pytest.approx(0.1 / 0.1001)
     s = std(scores)
     hand = []
     for start in (0, 3):
         g = scores[start : start + 3]
         hand += [(x - mean(g)) / (s + 1e-4) for x in g]
-    right = sb.right_trl_batch()
+    right = bg.right_trl_batch()
     assert right.tolist() == pytest.approx(hand, abs=1e-12)
     assert right[4].item() == pytest.approx(0.0552, abs=1e-4)
 
@@ -220,9 +226,9 @@ def test_trl_batch_uses_the_batch_std():
 
 def test_luspo_weights_linear_not_quadratic():
     # LUSPO: sequence token-mean * L, mean over B: sequence weight L / B
-    assert sb.right_luspo().tolist() == pytest.approx([2 / 2, 6 / 2], abs=1e-12)
-    assert sb.wrong_luspo() == pytest.approx([2 * 2 / 6 / 2, 6 * 6 / 6 / 2])  # L^2 / T / B
-    out = sb.bug("luspo-quadratic").compute()
+    assert bl.right_luspo().tolist() == pytest.approx([2 / 2, 6 / 2], abs=1e-12)
+    assert bl.wrong_luspo() == pytest.approx([2 * 2 / 6 / 2, 6 * 6 / 6 / 2])  # L^2 / T / B
+    out = gallery.bug("luspo-quadratic").compute()
     assert (out.wrong, out.right) == (pytest.approx(9.0), pytest.approx(3.0))
 
 
@@ -230,12 +236,12 @@ def test_luspo_weights_linear_not_quadratic():
 
 
 def test_dapo_is_token_mean():
-    right = sb.right_names()
+    right = bl.right_names()
     assert right.tolist() == pytest.approx([2 / 8, 6 / 8], abs=1e-12)
-    assert sb.wrong_names() == [0.5, 0.5]
+    assert bl.wrong_names() == [0.5, 0.5]
     # the loss values of the two readings at r = 1: token-mean 0.5, seq-mean-token-mean 0
     lp = torch.full((2, 6), -1.0, dtype=F64)
-    mask = sb.make_batch([0, 0], [2, 6], ["q", "q"]).response_mask
+    mask = gallery.make_batch([0, 0], [2, 6], ["q", "q"]).response_mask
     adv = torch.tensor([1.0, -1.0], dtype=F64)
     tok = policy_loss("verl", {"loss_agg_mode": "token-mean"}, logprobs=lp, old_logprobs=lp,
                       advantages=adv, response_mask=mask)  # fmt: skip
@@ -250,52 +256,52 @@ def test_dapo_is_token_mean():
 
 def test_phantom_advantages():
     shaped = [-0.010, -0.012, -0.008, -0.011]
-    assert sb.phantom_scores() == pytest.approx(shaped)
+    assert bg.phantom_scores() == pytest.approx(shaped)
     m, s = mean(shaped), std(shaped)
     assert s > 0  # a zero-std filter keeps the group
     hand = [(x - m) / (s + 1e-6) for x in shaped]
-    assert sb.wrong_phantom() == pytest.approx(hand)
+    assert bg.wrong_phantom() == pytest.approx(hand)
     assert hand[2] == pytest.approx(1.3167, abs=1e-4)
     # plain GRPO in roll-viz reproduces the phantom: the pipeline computes the wrong side too
-    grpo = run(sb.make_batch(shaped, [1] * 4, ["q"] * 4), "roll", {"adv_estimator": "grpo"})
+    grpo = run(gallery.make_batch(shaped, [1] * 4, ["q"] * 4), "roll", {"adv_estimator": "grpo"})
     assert grpo.advantages[:, 0].tolist() == pytest.approx(hand, abs=1e-9)
-    assert sb.right_phantom().tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert bg.right_phantom().tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 # ---------------------------------------------------------------- 11. top-p in the ratio
 
 
 def test_top_p_renormalisation():
-    assert sb.top_p_mass((0.5, 0.3, 0.15, 0.05), 0.75) == pytest.approx(0.8)
-    assert sb.top_p_mass((0.9, 0.06, 0.04), 0.75) == pytest.approx(0.9)
-    assert sb.top_p_mass((0.2, 0.5, 0.3), 1.0) == pytest.approx(1.0)
+    assert bl.top_p_mass((0.5, 0.3, 0.15, 0.05), 0.75) == pytest.approx(0.8)
+    assert bl.top_p_mass((0.9, 0.06, 0.04), 0.75) == pytest.approx(0.9)
+    assert bl.top_p_mass((0.2, 0.5, 0.3), 1.0) == pytest.approx(1.0)
     # ratio = p / (p / S) = S
-    assert sb.wrong_top_p() == pytest.approx([0.8, 0.9])
-    assert sb.right_top_p().tolist() == [1.0, 1.0]
+    assert bl.wrong_top_p() == pytest.approx([0.8, 0.9])
+    assert bl.right_top_p().tolist() == [1.0, 1.0]
 
 
 # ----------------------------------------------------------------- 12. TRL CISPO cap
 
 
 def test_cispo_cap():
-    assert sb.wrong_cispo() == pytest.approx(-0.2 * 1 / 2)
-    assert sb.right_cispo().tolist() == pytest.approx([-0.5, -0.5], abs=1e-12)
+    assert bl.wrong_cispo() == pytest.approx(-0.2 * 1 / 2)
+    assert bl.right_cispo().tolist() == pytest.approx([-0.5, -0.5], abs=1e-12)
     # roll-viz's TRL default mirrors TRL: epsilon_high None -> epsilon = 0.2 is the cap
     lp = torch.tensor([[-0.7, -1.1]], dtype=F64)
     default = policy_loss("trl", {"loss_type": "cispo"}, logprobs=lp, old_logprobs=lp,
                           advantages=torch.tensor([1.0], dtype=F64),
                           response_mask=torch.ones_like(lp))  # fmt: skip
-    assert default.per_token["grad_coef"][0].tolist() == pytest.approx([sb.wrong_cispo()] * 2)
+    assert default.per_token["grad_coef"][0].tolist() == pytest.approx([bl.wrong_cispo()] * 2)
 
 
 # ------------------------------------------------------- 13. ROLL method: mean per traj
 
 
 def test_per_trajectory_mean_zeroes_everything():
-    assert sb.wrong_per_trajectory() == [0.0] * 6
-    assert sb.right_per_trajectory().tolist() == pytest.approx([0.5] * 3 + [-0.5] * 3)
+    assert bg.wrong_per_trajectory() == [0.0] * 6
+    assert bg.right_per_trajectory().tolist() == pytest.approx([0.5] * 3 + [-0.5] * 3)
     # the same pipeline with one group per trajectory gives the all-zero advantages
-    batch = sb.make_batch(sb.TRAJ_RETURNS, [1] * 6, list(sb.TRAJ_IDS))
+    batch = gallery.make_batch(bg.TRAJ_RETURNS, [1] * 6, list(bg.TRAJ_IDS))
     cfg = {"adv_estimator": "reinforce", "norm_mean_type": "group"}
     assert run(batch, "roll", cfg).rewards.tolist() == [0.0] * 6
 
@@ -304,12 +310,12 @@ def test_per_trajectory_mean_zeroes_everything():
 
 
 def test_zero_advantage_filter_drops_the_ce_gradient():
-    assert sb.wrong_ce_filter().abs().max().item() == 0.0
-    right = sb.right_ce_filter()
+    assert bl.wrong_ce_filter().abs().max().item() == 0.0
+    right = bl.right_ce_filter()
     # CE = 0.5 * token-mean over q2's 4 tokens of -log pi: d/dlogp = -0.5 / 4 per token;
     # q2's policy term has A = 0, so nothing else acts on those tokens
     assert right.flatten().tolist() == pytest.approx([-0.5 / 4] * 4, abs=1e-12)
-    out = sb.bug("ce-filter").compute()
+    out = gallery.bug("ce-filter").compute()
     assert (out.wrong, out.right) == (0.0, pytest.approx(0.25))
 
 
@@ -319,10 +325,10 @@ def _number(choice: str) -> float | None:
     return float(found.group(1)) if found else None
 
 
-@pytest.mark.parametrize("bug_id", sb.IDS)
+@pytest.mark.parametrize("bug_id", gallery.IDS)
 def test_only_the_right_choice_is_near_the_revealed_number(bug_id):
     """A wrong choice never states (about) the number the reveal shows as right."""
-    bug = sb.bug(bug_id)
+    bug = gallery.bug(bug_id)
     right = bug.compute().right
     numbers = [_number(c) for c in bug.choices]
     if numbers[bug.answer] is None or not math.isfinite(right):
