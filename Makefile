@@ -6,6 +6,8 @@
 #   make test-fast    -> the suite without the browser, the servers, the real model and benchmarks
 #   make screenshots  -> refreshes the README's images in docs/screenshots/ (the suite never does)
 #   make loc          -> the product's size, measured on ruff-formatted code, per folder
+#   make hall         -> a lecture hall: N app processes (one per core) behind haproxy, lesson rooms
+#                        in Redis (apt-get install -y redis-server haproxy); prints the one address
 #   make engine       -> builds .engine-venv (vLLM), serves the bundled model on 127.0.0.1:8000 and
 #                        prints the ROLL_VIZ_ENGINE= line for `make run` (see README, "Rollout engine")
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -13,7 +15,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast screenshots lint fmt loc bench engine engine-venv engine-test
+.PHONY: install run hall test test-fast screenshots lint fmt loc bench engine engine-venv engine-test
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +29,9 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m roll_viz serve --browser.gatherUsageStats=false
+
+hall: $(STAMP)
+	$(PY) -m roll_viz hall
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -1,4 +1,4 @@
-"""Command line: ``python -m roll_viz compute | sample | train | runs | serve`` (see --help)."""
+"""Command line: ``python -m roll_viz compute | sample | train | runs | serve | hall``."""
 
 import sys
 
@@ -6,7 +6,8 @@ USAGE = """usage: python -m roll_viz compute CASES.json|-
        python -m roll_viz sample --prompt TEXT [--prompt TEXT ...] [options]  (see sample --help)
        python -m roll_viz train --prompt TEXT --steps N [options]             (see train --help)
        python -m roll_viz runs inspect PATH | runs export PATH --step K --to unipo|rllb|compute
-       python -m roll_viz serve [SCRIPT] [streamlit flags]                    (the app, warm)"""
+       python -m roll_viz serve [SCRIPT] [streamlit flags]                    (the app, warm)
+       python -m roll_viz hall [--processes N] [--port P] [-- streamlit flags] (a lecture hall)"""
 
 #: subcommand -> module whose ``main(argv) -> exit code`` runs it
 COMMANDS = {
@@ -15,6 +16,7 @@ COMMANDS = {
     "train": "roll_viz.cli.train",
     "runs": "roll_viz.cli.runs",
     "serve": "roll_viz.cli.serve",
+    "hall": "roll_viz.cli.hall",
 }
 
 

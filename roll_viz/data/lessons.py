@@ -224,6 +224,7 @@ class Lesson:
         minutes: planned class time.
         gates: the top-level gates.
         steps: what the room walks through: every gate, then its knob.
+        text: the TOML text it was read from (a lecture hall's rooms carry it between processes).
     """
 
     id: str
@@ -232,6 +233,7 @@ class Lesson:
     minutes: int
     gates: tuple[Gate, ...]
     steps: tuple[Gate, ...] = field(default=())
+    text: str = field(default="", repr=False)
 
     def step_index(self, gate_id: str) -> int:
         """Position of a gate (or knob) in ``steps``.
@@ -415,6 +417,7 @@ def parse_lesson(text: str | bytes, lesson_id: str = "lesson", source: str | Non
         minutes=minutes,
         gates=gates,
         steps=tuple(steps),
+        text=raw.decode("utf-8"),
     )
 
 

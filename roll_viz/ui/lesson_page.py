@@ -5,7 +5,8 @@ gets one message naming the gate and the field), start it, and get a room code, 
 code. Each step shows one question; the teacher opens, locks and reveals the vote, asks for a
 re-vote after discussion, resets, moves next or back, and downloads the answers as CSV. On
 reveal the class's distribution stands next to the pipeline's own answer, with its formula and
-one figure. The room lives in the server's vote store (``votes.STORE``). The page's URL carries
+one figure. The room lives in the server's vote store (``rooms.STORE``: in-process, or Redis in
+a lecture hall). The page's URL carries
 the room code only: the teacher key is derived from this browser's student-key cookie
 (``reconnect.student_key``, ``SameSite=Strict``; ``votes.owner_key``), so the projected or copied
 link controls nothing, while a refresh of the teacher's own browser keeps the room.
@@ -43,7 +44,8 @@ from roll_viz.data.lessons import (
 )
 from roll_viz.lm import models
 from roll_viz.ui import flow, reconnect
-from roll_viz.ui.votes import STORE, AnswerSpec, VoteError, csv_text, owner_key
+from roll_viz.ui.rooms import STORE
+from roll_viz.ui.votes import AnswerSpec, VoteError, csv_text, owner_key
 from roll_viz.views import lesson_charts
 from roll_viz.views.text import md_escape
 
@@ -398,8 +400,8 @@ def _join_panel(code: str) -> None:
 def _answer_count(code: str) -> None:
     try:
         view = STORE.view(code)
-    except VoteError:
-        st.warning("This room has ended.")
+    except VoteError as err:
+        st.warning(md_escape(str(err)) if err.reason == "store_down" else "This room has ended.")
         return
     round_text = "first vote" if view.round == 1 else "after discussion"
     st.metric(
@@ -556,16 +558,21 @@ def teacher_page(state: Any) -> None:
     code = (st.query_params.get(KEY_ROOM) or "").strip().upper()
     if code:
         key = teacher_key(code)
-        if STORE.is_teacher(code, key):
-            _room_view(state, code, key)
-            return
         try:
-            STORE.view(code)
-        except VoteError:
+            mine = STORE.is_teacher(code, key)
+            if not mine:
+                STORE.view(code)
+        except VoteError as err:
+            if err.reason == "store_down":  # the room may come back: keep it in the URL
+                st.error(md_escape(str(err)))
+                return
             st.info("That lesson room has ended or expired: start a new one.")
             st.query_params.pop(KEY_ROOM, None)
         else:
-            _not_yours(code)
+            if mine:
+                _room_view(state, code, key)
+            else:
+                _not_yours(code)
             return
     message = st.session_state.pop("_lesson_error", None)
     if message:

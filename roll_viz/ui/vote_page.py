@@ -6,7 +6,8 @@ code from its link under an anonymous token derived from the phone's browser
 in the URL, so a refresh keeps the student's vote and a made-up token in a link adds no student.
 It shows only the current question and the student's own answer, and polls the room every
 ``PHONE_POLL_S`` seconds so it follows the teacher. It never shows other students' answers or
-how many answered. Every vote goes through the bounded store (``votes.STORE``).
+how many answered. Every vote goes through the bounded store (``rooms.STORE``: in-process, or
+Redis in a lecture hall).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import streamlit as st
 
 from roll_viz.ui import reconnect
 from roll_viz.ui.lesson_page import LETTERS, answer_label
-from roll_viz.ui.votes import STORE, VoteError, voter_token
+from roll_viz.ui.rooms import STORE
+from roll_viz.ui.votes import VoteError, voter_token
 from roll_viz.views.text import md_escape
 
 PHONE_POLL_S = 2.0
@@ -57,8 +59,11 @@ def _phone_question(code: str, token: str) -> None:
         view = STORE.view(code)
         lesson = STORE.content(code)
         mine = STORE.my_answer(code, token)
-    except VoteError:
-        st.warning("This lesson has ended. Thank you!")
+    except VoteError as err:
+        if err.reason == "store_down":  # the hall's Redis: the lesson may come back
+            st.error(md_escape(str(err)))
+        else:
+            st.warning("This lesson has ended. Thank you!")
         return
     gate = lesson.steps[view.step]
     again = " · vote again" if view.round > 1 else ""
@@ -118,7 +123,10 @@ def phone_page() -> None:
     code = (st.query_params.get("room") or "").strip().upper()
     try:
         STORE.view(code)
-    except VoteError:
+    except VoteError as err:
+        if err.reason == "store_down":
+            st.error(md_escape(str(err)))
+            return
         if code:
             st.warning("No lesson with this room code (it may have ended).")
         _join_form()

@@ -1,10 +1,10 @@
 """Class votes: an in-process room store shared by the teacher's page and the phones' page.
 
-One Streamlit server process serves every browser, so the store is a module singleton
-(``STORE``) behind one ``threading.Lock``; every operation is O(1) except a tally or an export,
+One Streamlit server process serves every browser, so its store is one object behind one
+``threading.Lock``; every operation is O(1) except a tally or an export,
 which is O(answers of one room). No Streamlit here: the pages call it, the tests drive it
-directly. With several server processes (replicas) the rooms would need a shared store; the
-default install is one process.
+directly. Several server processes (a lecture hall) share rooms through Redis instead
+(``votes_redis``, same API); ``rooms.STORE`` is the one a process uses.
 
 A room walks through a lesson's steps. Each step has two rounds (vote, then re-vote after
 discussion, as in Peer Instruction) and a phase: ``open`` (phones may answer), ``locked`` (no
@@ -56,8 +56,8 @@ ROOM_MAX_AGE_S = 12 * 3600.0
 ROUNDS = (1, 2)
 PHASES = ("open", "locked", "revealed")
 
-_CODE_RE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+CODE_RE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 
 
 def _derive(browser_key: str, purpose: str, code: str) -> str:
@@ -214,7 +214,7 @@ class VoteStore:
     def _room(self, code: object) -> _Room:
         now = self._clock()
         self._purge(now)
-        if not isinstance(code, str) or not _CODE_RE.match(code.upper()):
+        if not isinstance(code, str) or not CODE_RE.match(code.upper()):
             raise VoteError("no_room", "no room with this code")
         room = self._rooms.get(code.upper())
         if room is None:
@@ -411,7 +411,7 @@ class VoteStore:
         """
         with self._lock:
             room = self._room(code)
-            if token is not None and (not isinstance(token, str) or not _TOKEN_RE.match(token)):
+            if token is not None and (not isinstance(token, str) or not TOKEN_RE.match(token)):
                 raise VoteError("unknown_student", "not a student token")
             if token in room.students:
                 return token
@@ -446,7 +446,7 @@ class VoteStore:
         """
         with self._lock:
             room = self._room(code)
-            if not isinstance(token, str) or not _TOKEN_RE.match(token):
+            if not isinstance(token, str) or not TOKEN_RE.match(token):
                 raise VoteError("unknown_student", "this phone has not joined the room")
             if token not in room.students:
                 raise VoteError("unknown_student", "this phone has not joined the room")
@@ -481,10 +481,6 @@ class VoteStore:
         with self._lock:
             self._purge(self._clock())
             return len(self._rooms)
-
-
-#: the one store of this server process
-STORE = VoteStore()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 from roll_viz import nav
 from roll_viz.data.lessons import LessonError, builtin_lessons
 from roll_viz.ui import lesson_page, reconnect, vote_page
-from roll_viz.ui.votes import STORE, owner_key, voter_token
+from roll_viz.ui.rooms import STORE
+from roll_viz.ui.votes import owner_key, voter_token
 from tests.ui.apptest import ROOT, TIMEOUT
 
 TEACHER = str(ROOT / nav.page("lesson").file)

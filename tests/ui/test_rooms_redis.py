@@ -1,0 +1,136 @@
+"""Lesson rooms in Redis: shared between processes, the lesson carried as text, Redis gone or
+restarted. (The store's rules run on both backends in ``test_votes.py``.)"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from roll_viz.data.lessons import builtin_lessons
+from roll_viz.ui import lesson_page, rooms, vote_page
+from roll_viz.ui.votes import AnswerSpec, VoteError, VoteStore, owner_key
+from roll_viz.ui.votes_redis import RedisVoteStore
+from tests.redis_server import RedisServer, need_redis
+from tests.ui.test_lesson_pages import browser_key, click, phone, plain, teacher, url_param
+
+
+@pytest.fixture
+def server(tmp_path):
+    need_redis()
+    srv = RedisServer(tmp_path, appendonly=True).start()
+    yield srv
+    srv.stop()
+
+
+def test_without_the_variable_the_store_is_in_process(monkeypatch):
+    monkeypatch.delenv(rooms.ENV_REDIS, raising=False)
+    assert isinstance(rooms.make_store(), VoteStore)
+    assert isinstance(rooms.make_store(""), VoteStore)
+
+
+def test_two_processes_share_one_room_and_its_lesson(server):
+    lesson = next(iter(builtin_lessons().values()))
+    teacher_side = rooms.make_store(server.url)  # two stores, two connection pools: two processes
+    phone_side = rooms.make_store(server.url)
+    specs = [AnswerSpec(options=2)] * len(lesson.steps)
+    code, key = teacher_side.create_room(lesson.id, specs, content=lesson, owner="k" * 32)
+    got = phone_side.content(code)
+    # parsed again from its TOML text: the same lesson (its answers are parsed expressions, whose
+    # syntax trees compare by identity: compare their sources)
+    assert got.text == lesson.text
+    assert got.text
+    assert (got.id, got.title, [g.id for g in got.steps]) == (
+        lesson.id,
+        lesson.title,
+        [g.id for g in lesson.steps],
+    )
+    assert [g.answer.source for g in got.gates] == [g.answer.source for g in lesson.gates]
+    token = phone_side.join(code)
+    phone_side.vote(code, token, 0, 1, 1)
+    assert teacher_side.tally(code, key).rounds[1] == {1.0: 1}
+    teacher_side.set_phase(code, key, "locked")
+    with pytest.raises(VoteError) as info:
+        phone_side.vote(code, token, 0, 1, 0)
+    assert info.value.reason == "closed"
+
+
+def test_fifty_phones_on_two_processes_each_vote_counts_once(server):
+    a, b = RedisVoteStore(server.url), RedisVoteStore(server.url)
+    code, key = a.create_room("hall", [AnswerSpec(options=4)])
+    tokens = [(a if i % 2 else b).join(code) for i in range(50)]
+    barrier = threading.Barrier(50)
+    errors: list[Exception] = []
+
+    def phone(i: int) -> None:
+        store = a if i % 2 else b
+        barrier.wait()
+        try:
+            store.vote(code, tokens[i], 0, 1, i % 4)
+            store.vote(code, tokens[i], 0, 1, (i + 1) % 4)  # a changed answer replaces the first
+        except VoteError as err:  # reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=phone, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    tally = a.tally(code, key)
+    assert tally.answered[1] == 50
+    assert sum(tally.rounds[1].values()) == 50
+    assert tally.rounds[1] == {0.0: 12, 1.0: 13, 2.0: 13, 3.0: 12}
+    assert len(b.export_rows(code, key)) == 50
+
+
+def test_redis_gone_is_one_message_and_a_restart_keeps_the_room(server):
+    store = RedisVoteStore(server.url)
+    code, _ = store.create_room("hall", [AnswerSpec(options=2)])
+    token = store.join(code)
+    store.vote(code, token, 0, 1, 1)
+    server.stop()
+    for call in (lambda: store.view(code), lambda: store.vote(code, token, 0, 1, 0)):
+        with pytest.raises(VoteError) as info:
+            call()
+        assert info.value.reason == "store_down"
+        assert "Redis" in str(info.value)
+    server.start()  # the append-only file brings the room back
+    assert store.view(code).answered == 1
+    assert store.my_answer(code, token) == 1.0
+
+
+def test_a_room_from_redis_is_never_unpickled(server):
+    store = rooms.make_store(server.url)
+    code, _ = store.create_room(
+        "x", [AnswerSpec(options=2)], content=builtin_lessons()["seed_chain"]
+    )
+    raw = store.r.get(f"rv:{code}:content")
+    assert raw.startswith("{")  # JSON holding the TOML text
+    assert '"text"' in raw
+
+
+def test_pages_on_the_hall_store_and_when_redis_is_gone(server, monkeypatch):
+    """The lesson and vote pages on the Redis store: a room started by the teacher's page is
+    answered by a phone's page; with Redis gone both pages say so in one sentence (no traceback)
+    and the teacher's page keeps the room in its URL."""
+    hall_store = rooms.make_store(server.url)
+    monkeypatch.setattr(lesson_page, "STORE", hall_store)
+    monkeypatch.setattr(vote_page, "STORE", hall_store)
+    at = teacher()
+    click(at, "lesson_start")
+    code = url_param(at, "room")
+    browser = browser_key(at)
+    ph = phone(room=code)
+    click(ph, "vote_0_1_2")
+    assert hall_store.tally(code, owner_key(browser, code)).rounds[1] == {2.0: 1}
+    assert "Your answer" in plain(ph)
+
+    server.stop()
+    ph.run()
+    assert not ph.exception
+    assert "lesson store (Redis) cannot be reached" in plain(ph)
+    again = teacher(browser, room=code)
+    assert not again.exception
+    assert "lesson store (Redis) cannot be reached" in plain(again)
+    assert url_param(again, "room") == code  # kept: the room comes back with Redis
