@@ -132,6 +132,15 @@ def inline_batch(rewards: Sequence[Sequence[float]], lengths: Sequence[Sequence[
 def preset_batch(name: str) -> GateBatch:
     """A committed preset's rollout scored by its own reward (zero critic, greedy baseline)."""
     _, spec, rollout = load_preset(name)
+    return rollout_batch(rollout, spec)
+
+
+def rollout_batch(rollout: Any, spec: Any) -> GateBatch:
+    """A sampled rollout scored by ``spec`` (zero critic, greedy baseline): a gate's batch.
+
+    A follow-up's fresh batch (sampled in class with a new seed) goes through here too, so it
+    is scored exactly as the committed preset it stands in for.
+    """
     scores = rewards_mod.score_rollout(rollout, spec)
     greedy = (
         rewards_mod.score_greedy(rollout, spec)
@@ -157,10 +166,10 @@ def gate_batch(gate: Gate, live: GateBatch | None = None) -> GateBatch:
     if gate.batch == "inline":
         assert gate.rewards is not None  # the format guarantees it
         return inline_batch(gate.rewards, gate.lengths)
-    if gate.batch == "live":
+    if gate.batch == "live" or (gate.resample and live is not None):
         if live is None:
             raise LessonError(f"gate {gate.id!r}, field 'batch': needs the class's live batch")
-        return live
+        return live  # a follow-up's fresh batch stands in for its preset
     if gate.batch.startswith("recorded:"):
         train_run = load_recorded(gate.batch.removeprefix("recorded:"))
         return GateBatch(None, tuple(train_run.settings.sampling.prompts), (), run=train_run)

@@ -6,7 +6,9 @@ question whose distractors are known misconceptions, and names an answer *expres
 revealed number is computed, never typed. Built-in lessons live in ``data/lessons/*.toml``.
 
 Format (every field of a gate; ``[gates.knob]`` is the optional "change one knob and predict
-again" follow-up, which inherits everything it does not set)::
+again" step, which inherits everything it does not set; ``[gates.seen]`` and
+``[gates.followup]`` are the teaching loop's "what did you see?" and "the same question on a
+fresh batch, answered alone": see "The teaching loop" below)::
 
     title = "..."                 # the lesson (required), plus optional description, minutes
     [[gates]]
@@ -28,6 +30,23 @@ again" follow-up, which inherits everything it does not set)::
     [gates.knob]
     change = { beta = 0.1 }       # settings keys, or batch / rewards / lengths
     question = "...", kind = "sign", answer = "advantage[2] - base_advantage[2]", ...
+    [gates.seen]                  # after the reveal: one tap, the common misreadings as choices
+    question = "What did the reveal show?"
+    choices = ["the right reading", "a misreading", ...]
+    answer = 0                    # the index of the right reading
+    [gates.followup]              # the same concept on a fresh batch, answered alone
+    batch = "sample"              # "sample": the model samples the gate's preset (or the class's
+                                  # live prompts) again with a seed drawn in class; or "inline"
+    rewards = [[3.0, 5.5, 4.0]]   # inline only, with its own question (its numbers differ)
+    question = "..."              # optional for "sample" (default: the gate's own question)
+    choices = [...]               # optional: new labels for new numbers (same kind and answer)
+
+The teaching loop (Smith et al. 2009; Miller et al. 2013): predict alone and vote (round 1),
+discuss, re-vote (round 2), the reveal pointing at one number, "what did you see?" (the
+``seen`` step), the teacher explains (no step advances by itself), the isomorphic follow-up on
+a fresh batch answered alone (the ``followup`` step, one round), and, when any gate has a
+follow-up, a last ``summary`` step with the class's accuracy per gate: first vote, after
+discussion, and on the follow-up. A gate's steps are: the gate, its seen, its follow-up, its knob.
 
 Rules: a choice answer picks the choice whose value is nearest the expression's value; a sign
 answer is +1 / 0 / -1 (``|value| <= tolerance`` counts as 0); a number answer is right within
@@ -151,9 +170,21 @@ _GATE_KEYS = frozenset(
         "step",
         "tolerance",
         "knob",
+        "seen",
+        "followup",
     )
 )
-_KNOB_KEYS = (_GATE_KEYS - {"id", "stage", "knob", "settings", "seed"}) | {"change"}
+_KNOB_KEYS = (_GATE_KEYS - {"id", "stage", "knob", "seen", "followup", "settings", "seed"}) | {
+    "change"
+}
+_SEEN_KEYS = frozenset(("question", "choices", "answer", "explanation"))
+_FOLLOWUP_KEYS = frozenset(("batch", "rewards", "lengths", "question", "choices", "explanation"))
+#: the roles of a lesson's steps (``Gate.role``)
+ROLES = ("gate", "seen", "followup", "knob", "summary")
+#: steps a lesson walks at most (a room's bound: ``ui.votes`` reads it)
+MAX_STEPS = 64
+#: a follow-up drawn in class: "sample" (the model samples again, a new seed) or "inline"
+FOLLOWUP_BATCHES = ("sample", "inline")
 
 
 @dataclass(frozen=True)
@@ -177,8 +208,11 @@ class Gate:
         focus: the sample the formula shows (None = the answer's own choice).
         low, high, step, tolerance: a number gate's slider and how close counts as right (for
             a sign gate, ``tolerance`` is the band read as zero).
-        parent: the gate a knob follows (None for a gate).
+        parent: the gate a knob, seen or follow-up step belongs to (None for a gate).
         change: what the knob changed, as (key, value) pairs.
+        role: "gate", "seen" (what did you see?), "followup" (the same question on a fresh
+            batch), "knob" or "summary" (the class's accuracy, no vote) (ROLES).
+        resample: a follow-up whose batch the model samples in class with a new seed.
     """
 
     id: str
@@ -201,6 +235,8 @@ class Gate:
     tolerance: float = 0.0
     parent: str | None = None
     change: tuple[tuple[str, Any], ...] = ()
+    role: str = "gate"
+    resample: bool = False
 
     @property
     def framework(self) -> str:
@@ -293,9 +329,92 @@ def _gate(w: Where, data: Any, index: int, seen: set[str]) -> Gate:
         focus=None if focus is None else int_field(w, "focus", focus, 0, 10_000),
         **number_fields(w, data, kind, None),
     )
-    if "knob" in data:
-        _knob(Where(w.source, f"{gate_id}.knob"), data["knob"], gate)  # checked here once
+    for part, reader in (("knob", _knob), ("seen", _seen), ("followup", _followup)):
+        if part in data:
+            reader(Where(w.source, f"{gate_id}.{part}"), data[part], gate)  # checked here once
     return gate
+
+
+def _seen(w: Where, data: Any, parent: Gate) -> Gate:
+    """The "what did you see?" step: one tap after the reveal, on the gate's own batch."""
+    if not isinstance(data, Mapping):
+        raise w.error("seen", "must be a table ([gates.seen])")
+    reject_unknown(w, data, set(_SEEN_KEYS))
+    answer = data.get("answer")
+    if isinstance(answer, bool) or not isinstance(answer, int):
+        raise w.error("answer", "must be the index of the right reading (from 0)")
+    choices = choices_field(w, "choice", data.get("choices"))
+    if not 0 <= answer < len(choices):
+        raise w.error("answer", f"must be 0..{len(choices) - 1} (an index of choices)")
+    return replace(
+        parent,
+        id=f"{parent.id}.seen",
+        question=text_field(w, data, "question", MAX_TEXT_CHARS),
+        kind="choice",
+        choices=tuple(Choice(c.label, float(i)) for i, c in enumerate(choices)),
+        answer=answer_field(w, str(answer)),
+        explanation=text_field(w, data, "explanation", MAX_TEXT_CHARS, required=False),
+        figure="none",
+        focus=None,
+        parent=parent.id,
+        role="seen",
+    )
+
+
+def _followup(w: Where, data: Any, parent: Gate) -> Gate:
+    """The isomorphic follow-up: the gate's question on a fresh batch, answered alone."""
+    if not isinstance(data, Mapping):
+        raise w.error("followup", "must be a table ([gates.followup])")
+    reject_unknown(w, data, set(_FOLLOWUP_KEYS))
+    how = data.get("batch", "sample")
+    if how not in FOLLOWUP_BATCHES:
+        raise w.error("batch", f"must be one of {', '.join(FOLLOWUP_BATCHES)}")
+    if how == "sample" and parent.batch not in PRESETS and parent.batch != "live":
+        raise w.error(
+            "batch",
+            "a sampled follow-up needs a gate the model samples (a preset or live batch); give "
+            "this one an inline batch and its own question",
+        )
+    rewards, lengths = inline_fields(w, data, "inline" if how == "inline" else parent.batch)
+    if how == "inline" and "question" not in data:
+        raise w.error("question", "an inline follow-up has its own numbers, so its own question")
+    question = data.get("question", parent.question)
+    choices = parent.choices
+    if "choices" in data:  # new numbers may need new labels (same kind, same answer rule)
+        choices = choices_field(w, parent.kind, data["choices"])
+    return replace(
+        parent,
+        id=f"{parent.id}.followup",
+        choices=choices,
+        batch="inline" if how == "inline" else parent.batch,
+        rewards=rewards if how == "inline" else parent.rewards,
+        lengths=lengths if how == "inline" else parent.lengths,
+        question=text_field(w, {"question": question}, "question", MAX_TEXT_CHARS),
+        explanation=text_field(w, data, "explanation", MAX_TEXT_CHARS, required=False)
+        or parent.explanation,
+        parent=parent.id,
+        role="followup",
+        resample=how == "sample",
+    )
+
+
+def summary_step(gates: tuple[Gate, ...]) -> Gate:
+    """The lesson's last step when a gate has a follow-up: the class's accuracy, no vote."""
+    first = gates[0]
+    return replace(
+        first,
+        id="summary",
+        question="What the class learned: each question's first vote, after discussion, and "
+        "the follow-up answered alone",
+        kind="choice",
+        choices=(Choice("-", 0.0),),
+        answer=answer_field(Where("summary"), "0"),
+        explanation="",
+        figure="none",
+        focus=None,
+        parent=None,
+        role="summary",
+    )
 
 
 def _knob(w: Where, data: Any, parent: Gate) -> Gate:
@@ -360,6 +479,7 @@ def _knob(w: Where, data: Any, parent: Gate) -> Gate:
         focus=None if focus is None else int_field(w, "focus", focus, 0, 10_000),
         parent=parent.id,
         change=tuple(change.items()),
+        role="knob",
         **numbers,
     )
 
@@ -408,8 +528,13 @@ def parse_lesson(text: str | bytes, lesson_id: str = "lesson", source: str | Non
     steps: list[Gate] = []
     for gate, g_raw in zip(gates, gates_raw, strict=True):
         steps.append(gate)
-        if "knob" in g_raw:
-            steps.append(_knob(Where(src, f"{gate.id}.knob"), g_raw["knob"], gate))
+        for part, reader in (("seen", _seen), ("followup", _followup), ("knob", _knob)):
+            if part in g_raw:
+                steps.append(reader(Where(src, f"{gate.id}.{part}"), g_raw[part], gate))
+    if any(s.role == "followup" for s in steps):
+        steps.append(summary_step(gates))
+    if len(steps) > MAX_STEPS:
+        raise top.error("gates", f"walks {len(steps)} steps, more than {MAX_STEPS}")
     return Lesson(
         id=lesson_id,
         title=title,

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import io
 import urllib.parse
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import segno
 import streamlit as st
 
 from roll_viz import nav
-from roll_viz.analysis.lesson_answers import GateBatch, GateResult, compute_gate
+from roll_viz.analysis.class_gain import share_right
+from roll_viz.analysis.lesson_answers import GateResult
 from roll_viz.data.lessons import (
     LESSON_DIR,
     MAX_FILE_BYTES,
@@ -39,13 +38,11 @@ from roll_viz.data.lessons import (
     Lesson,
     LessonError,
     builtin_lesson_ids,
-    load_lesson,
-    parse_lesson,
 )
 from roll_viz.lm import models
-from roll_viz.ui import flow, reconnect
+from roll_viz.ui import lesson_loop, lesson_steps, reconnect
 from roll_viz.ui.rooms import STORE
-from roll_viz.ui.votes import AnswerSpec, VoteError, csv_text, owner_key
+from roll_viz.ui.votes import VoteError, owner_key
 from roll_viz.views import lesson_charts
 from roll_viz.views.text import md_escape
 
@@ -62,6 +59,9 @@ TEACHER_CSS = """<style>
 [data-testid="stMain"] .lesson-question p {
   font-size: 2rem !important; line-height: 1.3; font-weight: 600; }
 [data-testid="stMain"] .st-key-lesson_options p { font-size: 1.5rem !important; }
+/* the reveal points at one number: the pipeline's answer, large (Miller et al. 2013) */
+[data-testid="stMain"] .st-key-lesson_answer p {
+  font-size: 2.6rem !important; line-height: 1.2; font-weight: 700; color: #1a6b34; }
 [data-testid="stMain"] [data-testid="stMetricValue"] * { font-size: 2.8rem !important; }
 .lesson-code { font-size: 3rem; font-weight: 700; letter-spacing: 0.3rem; }
 /* presentation mode stacks columns; the question beside the join panel and the row of controls
@@ -79,121 +79,8 @@ TEACHER_CSS = """<style>
 
 
 # ---------------------------------------------------------------------------------------------
-# Lessons and their answers
+# Phones' link
 # ---------------------------------------------------------------------------------------------
-
-
-def answer_spec(gate: Gate) -> AnswerSpec:
-    """What a phone may answer to a gate: an option index, or a number on the slider."""
-    if gate.kind == "number":
-        return AnswerSpec(low=gate.low, high=gate.high)
-    return AnswerSpec(options=len(gate.choices))
-
-
-@st.cache_resource
-def _builtin(lesson_id: str) -> Lesson:
-    return load_lesson(LESSON_DIR / f"{lesson_id}.toml")
-
-
-def read_upload(data: bytes, name: str) -> Lesson:
-    """A lesson from an uploaded file (size checked first). Raises LessonError."""
-    if len(data) > MAX_FILE_BYTES:
-        raise LessonError(f"{name}: field 'file': is {len(data)} bytes, more than {MAX_FILE_BYTES}")
-    stem = name.rsplit(".", 1)[0][:40] or "lesson"
-    digest = hashlib.sha256(data).hexdigest()[:10]
-    return parse_lesson(data, lesson_id=f"{stem}-{digest}", source=name)
-
-
-@st.cache_data(show_spinner=False, max_entries=512)
-def _cached_step(lesson_key: str, index: int, _lesson: Lesson) -> GateResult:
-    gate = _lesson.steps[index]
-    base = None
-    if gate.parent:
-        parent = _lesson.step_index(gate.parent)
-        base = _cached_step(lesson_key, parent, _lesson).env
-    return compute_gate(gate, None, base)
-
-
-def _live_batch(state: Any, gate: Gate) -> GateBatch:
-    """The class's live batch for a live gate: the sidebar's live sampling with the gate's seed."""
-    if state is None or not getattr(state, "live", False):
-        raise LessonError(
-            f"gate {gate.id!r}, field 'batch': this gate uses the class's live batch; switch the "
-            "sidebar's data source to the live model first"
-        )
-    seeded = replace(state, sampling=replace(state.sampling, seed=gate.seed))
-    rollout = flow.cached_rollout(seeded)
-    batch = flow.current_batch(seeded)
-    return GateBatch(batch, tuple(rollout.prompts), tuple(rollout.responses))
-
-
-def step_result(lesson: Lesson, index: int, state: Any = None) -> GateResult:
-    """The pipeline's answer to one step (cached; live gates recompute from the cached batch).
-
-    Raises:
-        LessonError: the gate cannot be computed (one message: gate and field).
-    """
-    gate = lesson.steps[index]
-    if gate.batch != "live":
-        return _cached_step(lesson.id, index, lesson)
-    live = _live_batch(state, gate)
-    base = None
-    if gate.parent:
-        parent_gate = lesson.steps[lesson.step_index(gate.parent)]
-        base = compute_gate(parent_gate, live).env
-    return compute_gate(gate, live, base)
-
-
-def check_lesson(lesson: Lesson, state: Any = None) -> str | None:
-    """The one error message of a lesson that cannot run (None when every step computes)."""
-    for i, gate in enumerate(lesson.steps):
-        if gate.batch == "live" and not getattr(state, "live", False):
-            continue  # computed when the class reaches it, on the live batch of that moment
-        try:
-            step_result(lesson, i, state)
-        except LessonError as err:
-            return str(err)
-    return None
-
-
-def answer_label(gate: Gate, value: float | None) -> str:
-    """A vote as the class saw it: the option's label, or the number."""
-    if value is None:
-        return ""
-    if gate.kind == "number":
-        return f"{value:g}"
-    i = int(value)
-    return gate.choices[i].label if 0 <= i < len(gate.choices) else str(i)
-
-
-def export_csv(code: str, key: str, lesson: Lesson, state: Any = None) -> str:
-    """Every answer of the room as CSV (cells neutralised against spreadsheet formulas)."""
-    header = ["room", "lesson", "step", "gate", "round", "student", "answer", "right", "seconds"]
-    rows = []
-    results: dict[int, GateResult | None] = {}
-    for step, rnd, student, value, seconds in STORE.export_rows(code, key):
-        gate = lesson.steps[step]
-        if step not in results:  # one pipeline answer per step, however many rows
-            try:
-                results[step] = step_result(lesson, step, state)
-            except LessonError:
-                results[step] = None
-        result = results[step]
-        right = "" if result is None else ("yes" if result.is_right(value) else "no")
-        rows.append(
-            [
-                code,
-                lesson.id,
-                step + 1,
-                gate.id,
-                rnd,
-                student,
-                answer_label(gate, value),
-                right,
-                seconds,
-            ]
-        )
-    return csv_text(header, rows)
 
 
 class PhoneLink(NamedTuple):
@@ -279,7 +166,7 @@ def _start_room(lesson: Lesson) -> None:
     try:
         code, _ = STORE.create_room(
             lesson.id,
-            [answer_spec(g) for g in lesson.steps],
+            [lesson_steps.answer_spec(g) for g in lesson.steps],
             content=lesson,
             owner=reconnect.student_key(),
         )
@@ -317,7 +204,7 @@ def _pick_lesson(state: Any) -> Lesson | None:
     titles = {}
     for lesson_id in ids:
         try:
-            titles[lesson_id] = _builtin(lesson_id).title
+            titles[lesson_id] = lesson_steps.builtin(lesson_id).title
         except LessonError as err:
             titles[lesson_id] = f"{lesson_id} (cannot be read: {err})"
     choice = st.selectbox(
@@ -337,12 +224,12 @@ def _pick_lesson(state: Any) -> Lesson | None:
         if upload is None:
             return None
         try:
-            return read_upload(upload.getvalue(), upload.name)
+            return lesson_steps.read_upload(upload.getvalue(), upload.name)
         except LessonError as err:
             st.error(md_escape(str(err)), icon=":material/error:")
             return None
     try:
-        return _builtin(choice)
+        return lesson_steps.builtin(choice)
     except LessonError as err:
         st.error(md_escape(str(err)), icon=":material/error:")
         return None
@@ -363,7 +250,7 @@ def _start_view(state: Any) -> None:
     if lesson.description:
         st.markdown(md_escape(lesson.description))
     st.caption(f"{len(lesson.steps)} questions · about {lesson.minutes} minutes")
-    problem = check_lesson(lesson, state)
+    problem = lesson_steps.check_lesson(lesson, state)
     if problem:
         st.error(md_escape(problem), icon=":material/error:")
         return
@@ -411,18 +298,20 @@ def _answer_count(code: str) -> None:
     )
 
 
-def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
+def _controls(code: str, key: str, phase: str, step: int, n_steps: int, role: str) -> None:
     cols = st.container(key="lesson_controls").columns(7)
+    summary = role == "summary"
     buttons = [
         ("Back", "back", ":material/arrow_back:", step == 0),
         (
             "Lock" if phase == "open" else "Open",
             "locked" if phase == "open" else "open",
             ":material/lock:" if phase == "open" else ":material/lock_open:",
-            False,
+            summary,
         ),
-        ("Reveal", "revealed", ":material/visibility:", phase == "revealed"),
-        ("Re-vote", "revote", ":material/replay:", False),
+        ("Reveal", "revealed", ":material/visibility:", phase == "revealed" or summary),
+        # seen and follow-up are answered once, alone: no discussion round
+        ("Re-vote", "revote", ":material/replay:", role in lesson_loop.SINGLE_ROUND),
         ("Reset", "reset", ":material/restart_alt:", False),
         ("Next", "next", ":material/arrow_forward:", step >= n_steps - 1),
     ]
@@ -450,7 +339,9 @@ def _controls(code: str, key: str, phase: str, step: int, n_steps: int) -> None:
 def _reveal_votes(code: str, key: str, gate: Gate, result: GateResult) -> None:
     """The pipeline's answer and the class's votes, where the options were (first screen)."""
     tally = STORE.tally(code, key)
-    st.success(f"The pipeline's answer: **{md_escape(result.shown)}**", icon=":material/check:")
+    st.caption("The pipeline's answer:")
+    with st.container(key="lesson_answer"):  # the one number the reveal points at, large
+        st.markdown(md_escape(result.shown))
     if gate.kind == "number":
         fig = lesson_charts.vote_histogram(tally.rounds, result.value, gate.low, gate.high)
     else:
@@ -458,7 +349,7 @@ def _reveal_votes(code: str, key: str, gate: Gate, result: GateResult) -> None:
     st.plotly_chart(fig, key="lesson_votes", theme=None, config={"displaylogo": False})
     both = " · ".join(
         f"{'first vote' if r == 1 else 'after discussion'}: {n} answers, "
-        f"{_share_right(tally.rounds[r], result):.0%} right"
+        f"{share_right(tally.rounds[r], result.is_right) or 0.0:.0%} right"
         for r, n in tally.answered.items()
         if n
     )
@@ -479,21 +370,15 @@ def _reveal_details(gate: Gate, result: GateResult) -> None:
         st.latex(result.formula)
 
 
-def _share_right(counts: Any, result: GateResult) -> float:
-    total = sum(counts.values())
-    if not total:
-        return 0.0
-    return sum(n for v, n in counts.items() if result.is_right(v)) / total
-
-
 def _room_view(state: Any, code: str, key: str) -> None:
     lesson = STORE.content(code)
     view = STORE.view(code)
     gate = lesson.steps[view.step]
+    seed = lesson_steps.step_seed(code, key, lesson, view.step)
     result, problem = None, None
-    if view.phase == "revealed":
+    if view.phase == "revealed" and gate.role != "summary":
         try:
-            result = step_result(lesson, view.step, state)
+            result = lesson_steps.step_result(lesson, view.step, state, seed)
         except LessonError as err:
             problem = str(err)
     st.html(TEACHER_CSS)
@@ -502,17 +387,21 @@ def _room_view(state: Any, code: str, key: str) -> None:
         _join_panel(code)
         _answer_count(code)
     with main:
-        knob = " · change one knob" if gate.parent else ""
+        drawn = f" (seed {seed}, drawn in class)" if seed is not None else ""
         st.caption(
             f"{md_escape(lesson.title)} · question {view.step + 1} of {view.n_steps} · "
-            f"{gate.stage.replace('_', ' ')}{knob}"
+            f"{gate.stage.replace('_', ' ')}{lesson_loop.ROLE_CAPTION[gate.role]}{drawn}"
         )
         with st.container(key="lesson_question"):
             st.markdown(
                 f'<div class="lesson-question">\n\n{md_escape(gate.question)}\n\n</div>',
                 unsafe_allow_html=True,
             )
-        if view.phase != "revealed":  # on reveal the vote chart lists the options
+        if gate.role == "summary":
+            lesson_loop.summary_view(
+                code, key, lesson, lesson_steps.results_in_class(lesson, state, code, key)
+            )
+        elif view.phase != "revealed":  # on reveal the vote chart lists the options
             with st.container(key="lesson_options"):
                 if gate.kind == "number":
                     st.markdown(f"Answer on the slider: from {gate.low:g} to {gate.high:g}.")
@@ -524,14 +413,14 @@ def _room_view(state: Any, code: str, key: str) -> None:
     message = st.session_state.pop("_lesson_error", None)
     if message:
         st.warning(md_escape(message))
-    _controls(code, key, view.phase, view.step, view.n_steps)
+    _controls(code, key, view.phase, view.step, view.n_steps, gate.role)
     if problem:
         st.error(md_escape(problem), icon=":material/error:")
     if result is not None:
         _reveal_details(gate, result)
     st.download_button(
         "Download the answers (CSV)",
-        export_csv(code, key, lesson, state),
+        lesson_steps.export_csv(code, key, lesson, state),
         file_name=f"lesson-{code}.csv",
         mime="text/csv",
         key="lesson_csv",

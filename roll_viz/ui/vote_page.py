@@ -15,7 +15,9 @@ from __future__ import annotations
 import streamlit as st
 
 from roll_viz.ui import reconnect
-from roll_viz.ui.lesson_page import LETTERS, answer_label
+from roll_viz.ui.lesson_loop import PHONE_NOTE
+from roll_viz.ui.lesson_page import LETTERS
+from roll_viz.ui.lesson_steps import answer_label
 from roll_viz.ui.rooms import STORE
 from roll_viz.ui.votes import VoteError, voter_token
 from roll_viz.views.text import md_escape
@@ -68,6 +70,12 @@ def _phone_question(code: str, token: str) -> None:
     gate = lesson.steps[view.step]
     again = " · vote again" if view.round > 1 else ""
     st.caption(f"Room {code} · question {view.step + 1} of {view.n_steps}{again}")
+    if gate.role == "summary":
+        st.info("The class's results are on the screen. Thank you!")
+        return
+    note = PHONE_NOTE.get(gate.role)
+    if note:
+        st.markdown(f"**{md_escape(note)}**")
     st.markdown(f"#### {md_escape(gate.question)}")
     message = st.session_state.pop(KEY_PHONE_MSG, None)
     if message:

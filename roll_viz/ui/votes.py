@@ -45,18 +45,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from roll_viz.data.lessons import MAX_STEPS
+
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no I, O, 0, 1: easy to read off a screen
 CODE_LENGTH = 5
 MAX_ROOMS = 50
 MAX_STUDENTS = 300
 MAX_CHANGES = 10
-MAX_STEPS = 64
+MAX_NOTES = 64  # a room's small teacher notes (a follow-up's seed drawn in class)
 ROOM_IDLE_S = 3 * 3600.0
 ROOM_MAX_AGE_S = 12 * 3600.0
 ROUNDS = (1, 2)
 PHASES = ("open", "locked", "revealed")
 
 CODE_RE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
+NOTE_RE = re.compile(r"^[a-z0-9_.]{1,60}$")
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
 
 
@@ -79,6 +82,14 @@ def owner_key(browser_key: str, code: str) -> str:
 def voter_token(browser_key: str, code: str) -> str:
     """The anonymous student token of that browser in room ``code`` (one browser, one student)."""
     return _derive(browser_key, "voter", code)
+
+
+def check_note(name: object, value: object) -> None:
+    """A note is a short lowercase name and an integer (VoteError("bad_step") otherwise)."""
+    if not isinstance(name, str) or not NOTE_RE.match(name):
+        raise VoteError("bad_step", "a note's name is 1..60 of a-z, 0-9, _ and .")
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) >= 2**53:
+        raise VoteError("bad_step", "a note's value is an integer")
 
 
 class VoteError(ValueError):
@@ -136,6 +147,7 @@ class _Room:
     votes: dict[tuple[int, int], dict[str, tuple[float, float]]] = field(default_factory=dict)
     changes: dict[tuple[int, int, str], int] = field(default_factory=dict)
     saved: dict[int, tuple[int, str]] = field(default_factory=dict)  # step -> (round, phase)
+    notes: dict[str, int] = field(default_factory=dict)  # the teacher's notes (MAX_NOTES)
 
 
 @dataclass(frozen=True)
@@ -379,6 +391,24 @@ class VoteStore:
                     rows.append((s, rnd, name, value, round(t - room.created, 3)))
             rows.sort(key=lambda r: (r[0], r[1], r[2]))
             return rows
+
+    def set_note(self, code: str, key: str, name: str, value: int) -> None:
+        """Keep a small teacher note in the room (e.g. the seed a follow-up was drawn with).
+
+        Raises:
+            VoteError: not the teacher; "bad_step" for a bad name or value or too many notes.
+        """
+        check_note(name, value)
+        with self._lock:
+            room = self._teacher(code, key)
+            if name not in room.notes and len(room.notes) >= MAX_NOTES:
+                raise VoteError("bad_step", f"a room keeps at most {MAX_NOTES} notes")
+            room.notes[name] = value
+
+    def notes(self, code: str, key: str) -> dict[str, int]:
+        """The teacher's notes of the room (a copy)."""
+        with self._lock:
+            return dict(self._teacher(code, key).notes)
 
     def close(self, code: str, key: str) -> None:
         """Delete the room and every answer in it."""

@@ -17,6 +17,7 @@ room's hard limit, and is deleted with it):
 - ``students``: hash token -> pseudonym number;
 - ``votes:<step>:<round>``: hash token -> JSON [answer, time];
 - ``changes``: hash "<step>:<round>:<token>" -> answer changes;
+- ``notes``: hash name -> integer, the teacher's notes (``MAX_NOTES``);
 - ``rv:rooms``: sorted set of live room codes (for ``MAX_ROOMS``).
 
 Every change is a WATCH / MULTI / EXEC transaction on the keys it reads, retried when another
@@ -46,6 +47,7 @@ from roll_viz.ui.votes import (
     CODE_LENGTH,
     CODE_RE,
     MAX_CHANGES,
+    MAX_NOTES,
     MAX_ROOMS,
     MAX_STEPS,
     MAX_STUDENTS,
@@ -58,6 +60,7 @@ from roll_viz.ui.votes import (
     RoomView,
     Tally,
     VoteError,
+    check_note,
     owner_key,
 )
 
@@ -164,7 +167,8 @@ class RedisVoteStore:
         return meta
 
     def _room_keys(self, code: str, meta: dict | None = None) -> list[str]:
-        keys = [_key(code, p) for p in ("meta", "content", "students", "changes", "touched")]
+        parts = ("meta", "content", "students", "changes", "touched", "notes")
+        keys = [_key(code, p) for p in parts]
         steps = range(len(meta["specs"])) if meta else range(MAX_STEPS)
         return keys + [_key(code, f"votes:{s}:{r}") for s in steps for r in ROUNDS]
 
@@ -347,6 +351,33 @@ class RedisVoteStore:
                         rows.append((s, rnd, name, value, round(t - meta["created"], 3)))
             rows.sort(key=lambda r: (r[0], r[1], r[2]))
             return rows
+
+        return self._call(read)
+
+    def set_note(self, code: str, key: str, name: str, value: int) -> None:
+        """Keep a small teacher note in the room (see ``VoteStore.set_note``)."""
+        check_note(name, value)
+        up = self._code(code)
+        notes = _key(up, "notes")
+
+        def body(pipe: Any) -> None:
+            meta = self._teacher_meta(pipe, up, key)
+            if not pipe.hexists(notes, name) and pipe.hlen(notes) >= MAX_NOTES:
+                raise VoteError("bad_step", f"a room keeps at most {MAX_NOTES} notes")
+            left = max(1, int(meta["created"] + ROOM_MAX_AGE_S - self._clock()) + 60)
+            pipe.multi()
+            pipe.hset(notes, name, value)
+            pipe.expire(notes, left)
+
+        self._txn([_key(up, "meta"), notes], body)
+
+    def notes(self, code: str, key: str) -> dict[str, int]:
+        """The teacher's notes of the room."""
+        up = self._code(code)
+
+        def read() -> dict[str, int]:
+            self._teacher_meta(self.r, up, key)
+            return {k: int(v) for k, v in self.r.hgetall(_key(up, "notes")).items()}
 
         return self._call(read)
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from roll_viz.analysis.class_gain import Gain
 from roll_viz.analysis.lesson_answers import GateResult
 from roll_viz.views.scales import title_style as _title
 
@@ -20,6 +21,8 @@ TICK_FONT = 20
 RIGHT = "#1a9850"  # the real answer's bar
 OTHER = "#9e9e9e"
 ROUND_COLORS = {1: "#4575b4", 2: "#f46d43"}
+#: the class's gain: first vote, after discussion, the follow-up alone
+GAIN_COLORS = ("#4575b4", "#f46d43", "#1a9850")
 NUMBER_BINS = 12
 
 
@@ -184,3 +187,29 @@ def gate_figure(result: GateResult) -> go.Figure | None:
             "dL/dlogp",
         )
     return _bars(labels, env["advantage"], "Advantage (first token)", "advantage")
+
+
+def class_gain(gains: Sequence[Gain]) -> go.Figure:
+    """Share right per question: first vote, after discussion, and the follow-up alone.
+
+    Args:
+        gains: ``analysis.class_gain.class_gain``'s rows (a question nobody answered in a round
+            has no bar there).
+
+    Returns:
+        Grouped bars, one group per question (its id on the axis), shares in percent.
+    """
+    fig = go.Figure()
+    names = ("first vote", "after discussion", "follow-up, alone")
+    for j, (name, color) in enumerate(zip(names, GAIN_COLORS, strict=True)):
+        shares = [(g.first, g.discussed, g.followup)[j] for g in gains]
+        fig.add_bar(
+            name=name,
+            x=[g.gate for g in gains],
+            y=[None if v is None else 100.0 * v for v in shares],
+            marker_color=color,
+            text=["" if v is None else f"{v:.0%}" for v in shares],
+            textposition="outside",
+        )
+    fig.update_yaxes(range=[0, 110], title="right answers (%)")
+    return _layout(fig, "What the class learned", height=420)

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.data.lessons import LessonError, builtin_lessons
-from roll_viz.ui import lesson_page, reconnect, vote_page
+from roll_viz.ui import lesson_page, lesson_steps, reconnect, vote_page
 from roll_viz.ui.rooms import STORE
 from roll_viz.ui.votes import owner_key, voter_token
 from tests.ui.apptest import ROOT, TIMEOUT
@@ -105,7 +105,9 @@ def test_teacher_runs_a_room(started):
     run(at)
     assert at.metric[0].value == "3 / 3"
     click(at, "lesson_revealed")
-    assert "The pipeline's answer: **Answer 2 (6.5)**" in plain(at)
+    assert "The pipeline's answer:" in plain(at)
+    # the reveal points at one number: the answer alone, large (its own element)
+    assert any(m.value.replace("\\", "") == "Answer 2 (6.5)" for m in at.markdown)
     assert len(at.get("plotly_chart")) == 2  # votes and the explaining figure
     assert at.latex
     # re-vote: round 2 keeps round 1
@@ -116,9 +118,9 @@ def test_teacher_runs_a_room(started):
     assert "first vote: 3 answers, 67% right" in texts(at)
     assert "after discussion: 3 answers, 100% right" in texts(at)
     # CSV of both rounds
-    csv = lesson_page.export_csv(code, key, seed)
+    csv = lesson_steps.export_csv(code, key, seed)
     lines = csv.strip().splitlines()
-    assert lines[0].startswith("room,lesson,step,gate,round,student,answer,right")
+    assert lines[0].startswith("room,lesson,step,gate,role,seed,round,student,answer,right")
     assert len(lines) == 7
     assert sum(",yes," in line for line in lines) == 5
     # next and back
@@ -166,7 +168,7 @@ def test_an_ended_room_says_so(started):
 
 def test_bad_upload_gets_one_message():
     with pytest.raises(LessonError) as info:
-        lesson_page.read_upload(b'title = "x"\n[[gates]]\nid = "a"\nstage = "nope"\n', "mine.toml")
+        lesson_steps.read_upload(b'title = "x"\n[[gates]]\nid = "a"\nstage = "nope"\n', "mine.toml")
     assert str(info.value) == "mine.toml: gate 'a', field 'stage': must be one of " + ", ".join(
         ("reward", "normalisation", "kl", "advantage", "local_global", "update", "training")
     )
@@ -245,9 +247,9 @@ kind = "choice"
 choices = ["{hostile}", "b"]
 answer = "argmin(advantage)"
 """
-    lesson = lesson_page.read_upload(text.encode(), "hostile.toml")
+    lesson = lesson_steps.read_upload(text.encode(), "hostile.toml")
     code, key = STORE.create_room(
-        lesson.id, [lesson_page.answer_spec(g) for g in lesson.steps], content=lesson
+        lesson.id, [lesson_steps.answer_spec(g) for g in lesson.steps], content=lesson
     )
     try:
         at = phone(room=code)
@@ -274,10 +276,13 @@ answer = "where(min(advantage) < 0, 1, 0)"
 
 
 def test_live_gate_uses_the_class_batch():
-    lesson = lesson_page.read_upload(LIVE_LESSON.encode(), "live.toml")
+    lesson = lesson_steps.read_upload(LIVE_LESSON.encode(), "live.toml")
     browser = reconnect.new_student_key()
     code, key = STORE.create_room(
-        lesson.id, [lesson_page.answer_spec(g) for g in lesson.steps], content=lesson, owner=browser
+        lesson.id,
+        [lesson_steps.answer_spec(g) for g in lesson.steps],
+        content=lesson,
+        owner=browser,
     )
     try:
         STORE.set_phase(code, key, "revealed")
