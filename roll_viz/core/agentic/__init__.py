@@ -1,8 +1,9 @@
 """Multi-turn, tool-using episodes: the transcript record, its loss masks and credit per turn.
 
 Pure Python and torch, like the rest of ``core``: ``episode`` (the records), ``masks`` (which
-tokens get gradient, and the known mistakes), ``credit`` (advantage per turn and per token).
-The ATIF reader lives in ``roll_viz.data.runs.atif`` (data layer: it opens files).
+tokens get gradient, and the known mistakes), ``extension`` (token-exact histories),
+``credit`` (advantage per turn and per token). The ATIF reader lives in
+``roll_viz.data.runs.atif`` (data layer: it opens files).
 
 API (what the lm and ui layers call; B episodes, T tokens of the longest transcript):
 
@@ -22,18 +23,23 @@ API (what the lm and ui layers call; B episodes, T tokens of the longest transcr
     token-mean policy-gradient loss and its closed-form d loss / d log-prob.
     ``attention_breaks(batch, mask) -> Tensor``: positions whose context loses tokens when the
     loss mask is used as the attention mask.
-    ``per_turn_samples(episode) -> tuple[Episode, ...]``: one sample per turn, earlier turns as
-    prompt (the layout of NeMo RL #2176).
+
+``extension``
     ``strip_think(text) -> str``; ``check_extension(episode, reencode, transform=strip_think)
     -> ExtensionReport`` (re-encoded history vs the sampled tokens, differing positions).
+    ``per_turn_samples(episode) -> tuple[Episode, ...]``: one sample per turn, earlier turns
+    as prompt (the layout of NeMo RL #2176).
 
 ``credit``
-    ``CREDIT_RULES``: name -> ``CreditRule(name, label, source, fn)``; names
+    ``CREDIT_RULES``: name -> ``CreditRule(name, label, source, formula, fn)``; names
     ``outcome_broadcast``, ``episode_grpo``, ``turn_returns``, ``turn_gae``, ``gigpo``,
-    ``mt_grpo``, ``progress_deltas``. ``credit(name, episodes, params=CreditParams(),
-    pad_id=0) -> Credit`` (per-turn advantages per episode, per-token (B, T) advantages aligned
-    with ``batch_episodes``, the formula with numbers). ``turn_rewards(episode)``.
-    ``turn_index_bias(...) -> TurnIndexBias``: the verl #7244 bias per extra turn, exact.
+    ``mt_grpo``, ``progress_deltas``, ``turn_index_sum`` (the verl #7244 construction).
+    ``credit(name, episodes, params=CreditParams(), pad_id=0, unit="token") -> Credit``
+    (per-turn advantages per episode, per-token (B, T) advantages aligned with
+    ``batch_episodes``, the formula and the formula with numbers). ``turn_rewards(episode)``.
+    ``turn_index_bias(stop_probs, turn_reward, outcome) -> TurnIndexBias``: the verl #7244
+    bias per extra turn, exact; ``turn_index_demo(counts, turn_reward, outcome)``: episodes
+    that show it on tokens.
 
 ``roll_viz.data.runs.atif``
     ``read_atif(path, tokenize=None) -> AtifRead`` (episodes, per-step problems, notes,
