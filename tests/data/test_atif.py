@@ -147,6 +147,27 @@ def test_size_caps_bite_with_a_message(monkeypatch, tmp_path):
         read_atif(many)
 
 
+def test_the_token_cap_bites_per_trajectory(monkeypatch):
+    monkeypatch.setattr(atif, "MAX_TRANSCRIPT_TOKENS", 17)  # the longest list: 17
+    with pytest.raises(RunFormatError, match="21 tokens, more than the cap 17"):
+        read_atif(fixture("atif/calculator.json"))
+
+
+def test_detection_parses_when_the_version_comes_late(tmp_path):
+    doc = json.loads(fixture("atif/calculator.json").read_text())
+    late = {"steps": doc["steps"], "notes": "x" * 9000, "schema_version": "ATIF-v1.7"}
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps(late))
+    assert is_atif(path)
+    lines = tmp_path / "late.jsonl"
+    lines.write_text(json.dumps(late) + "\n")
+    assert is_atif(lines)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"notes": "x" * 9000, "schema_version": "v2"}))
+    assert not is_atif(other)
+    assert not is_atif(tmp_path / "missing.json")
+
+
 def test_a_newer_minor_version_is_read_with_a_note(tmp_path):
     doc = json.loads(fixture("atif/calculator.json").read_text())
     doc["schema_version"] = "ATIF-v1.9"
