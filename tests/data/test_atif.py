@@ -90,6 +90,9 @@ def test_trajectory_without_token_ids_works_per_segment():
     assert {"no outcome reward (extra.reward): taken as 0"} <= set(read.notes)
     batch = batch_episodes(read.episodes, unit=read.unit)
     assert rule_mask(batch, "correct")[0].int().tolist() == [0, 1, 0, 0, 1]
+    # the credit views take the same per-segment layout
+    per_segment = credit("outcome_broadcast", read.episodes, unit=read.unit)
+    assert per_segment.token_advantages.shape == (1, 5)
 
 
 def test_tokenize_fills_in_missing_ids_and_says_so():
