@@ -353,7 +353,9 @@ def _seen(w: Where, data: Any, parent: Gate) -> Gate:
         kind="choice",
         choices=tuple(Choice(c.label, float(i)) for i, c in enumerate(choices)),
         answer=answer_field(w, str(answer)),
-        explanation=text_field(w, data, "explanation", MAX_TEXT_CHARS, required=False),
+        # step 7, the teacher explains: the gate's explanation unless the seen step has its own
+        explanation=text_field(w, data, "explanation", MAX_TEXT_CHARS, required=False)
+        or parent.explanation,
         figure="none",
         focus=None,
         parent=parent.id,

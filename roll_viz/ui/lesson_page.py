@@ -207,13 +207,18 @@ def _pick_lesson(state: Any) -> Lesson | None:
             titles[lesson_id] = lesson_steps.builtin(lesson_id).title
         except LessonError as err:
             titles[lesson_id] = f"{lesson_id} (cannot be read: {err})"
+    # The link names a lesson by its id (?lesson=teaching_loop). Streamlit's query-param binding
+    # would write the formatted title instead, so the page reads and writes the id itself.
+    linked = st.query_params.get(KEY_LESSON_CHOICE)
+    if KEY_LESSON_CHOICE not in st.session_state and linked in options:
+        st.session_state[KEY_LESSON_CHOICE] = linked
     choice = st.selectbox(
-        "Lesson",
-        options,
-        key=KEY_LESSON_CHOICE,
-        format_func=lambda o: titles.get(o, o),
-        bind="query-params",
+        "Lesson", options, key=KEY_LESSON_CHOICE, format_func=lambda o: titles.get(o, o)
     )
+    if choice == options[0]:  # the default stays out of the link
+        st.query_params.pop(KEY_LESSON_CHOICE, None)
+    else:
+        st.query_params[KEY_LESSON_CHOICE] = choice
     if choice == UPLOAD_CHOICE:
         upload = st.file_uploader(
             f"Lesson file (TOML, at most {MAX_FILE_BYTES // 1000} kB)",
@@ -284,13 +289,17 @@ def _join_panel(code: str) -> None:
 
 
 @st.fragment(run_every=TEACHER_POLL_S)
-def _answer_count(code: str) -> None:
+def _answer_count(code: str, role: str) -> None:
+    if role == "summary":  # no vote on the last screen
+        return
     try:
         view = STORE.view(code)
     except VoteError as err:
         st.warning(md_escape(str(err)) if err.reason == "store_down" else "This room has ended.")
         return
     round_text = "first vote" if view.round == 1 else "after discussion"
+    if role in lesson_loop.SINGLE_ROUND:
+        round_text = "answered alone"
     st.metric(
         f"Answers ({round_text}, {view.phase})",
         f"{view.answered} / {view.students}",
@@ -385,7 +394,7 @@ def _room_view(state: Any, code: str, key: str) -> None:
     main, side = st.container(key="lesson_top").columns([3, 1])
     with side:
         _join_panel(code)
-        _answer_count(code)
+        _answer_count(code, gate.role)
     with main:
         drawn = f" (seed {seed}, drawn in class)" if seed is not None else ""
         st.caption(

@@ -14,7 +14,7 @@ import pytest
 
 from roll_viz.analysis.class_gain import class_gain, share_right
 from roll_viz.data.lessons import builtin_lessons
-from roll_viz.ui import lesson_page, lesson_steps
+from roll_viz.ui import lesson_steps
 from roll_viz.ui.rooms import STORE
 from roll_viz.ui.votes import owner_key, voter_token
 from tests.ui.test_lesson_pages import (
@@ -33,9 +33,7 @@ LOOP = builtin_lessons()["teaching_loop"]
 
 @pytest.fixture
 def room():
-    at = teacher()
-    at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).set_value("teaching_loop")
-    run(at)
+    at = teacher(lesson="teaching_loop")  # the link names the lesson
     assert not at.error, [e.value for e in at.error]
     click(at, "lesson_start")
     code = url_param(at, "room")

@@ -300,6 +300,13 @@ def test_live_gate_uses_the_class_batch():
 def test_lesson_choice_is_in_the_url():
     at = teacher(lesson="seed_chain")
     assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
+    # a link names a lesson by its id (the selectbox shows its title)
+    at = teacher(lesson="teaching_loop")
+    assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "teaching_loop"
+    assert url_param(at, "lesson") == "teaching_loop"
+    at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).set_value("seed_chain")
+    run(at)
+    assert url_param(at, "lesson") is None  # the default stays out of the link
     at = teacher(lesson="no_such_lesson")  # an unknown value falls back to the default
     assert at.selectbox(key=lesson_page.KEY_LESSON_CHOICE).value == "seed_chain"
 
