@@ -337,7 +337,7 @@ def dead_advantages() -> Tensor:
     return run(batch, "trl", {}).advantages
 
 
-def wrong_dead(advantages: Sequence[float] = (), length: int = DEAD_LENGTH) -> list[float]:
+def wrong_dead(advantages: Sequence[float], length: int = DEAD_LENGTH) -> list[float]:
     """TRL ``loss_type="dapo"``: token-mean over ALL tokens of the batch, dead groups included.
 
     d loss / d log pi = -A / (tokens in the batch) on each of q1's tokens at r = 1.

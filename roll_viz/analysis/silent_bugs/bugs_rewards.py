@@ -367,7 +367,7 @@ def noisy_verdicts(accuracy: float, seed: int = NOISE_SEED) -> list[list[int]]:
 
 
 def wrong_zero_fraction(verdicts: Sequence[Sequence[int]]) -> float:
-    """The metric of asuzukosi #21: share of answers whose group has ``max |r - mean| < 1e-8``."""
+    """Share of answers whose group has ``max |r - mean| < 1e-8`` (asuzukosi #21's sketch)."""
     zero = 0
     for group in verdicts:
         m = avg(group)
@@ -525,8 +525,8 @@ BUGS: tuple[SilentBug, ...] = (
         "about 0.02. What advantage should the 0.7012 answer get?",
         choices=(
             "0: the four are a tie at the reward's resolution",
-            "about +1.4: it is the best of its group",
-            "about +0.0009: its raw difference",
+            "about +1.18: it is the best of its group",
+            "about +0.0007: its raw difference from the mean",
         ),
         answer=0,
         quantity="advantage of q1's 0.7012 answer",
