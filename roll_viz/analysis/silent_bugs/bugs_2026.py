@@ -7,6 +7,9 @@ discard that favours short rollouts (tinker-cookbook PR #822) and dead groups in
 denominator (TRL #6367). Each: its batch, the ``wrong_*`` code written plainly the way its thread
 describes it, the ``right_*`` call into roll-viz's pipeline wherever roll-viz computes that
 quantity, and its record.
+
+The section headings number them as field-2026-b.md does (2.n: section 2's list; row n:
+section 1's table).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from roll_viz.core.pipeline import ESTIMATOR_KEY, policy_loss, run
 VERL_RLOO = {ESTIMATOR_KEY["verl"]: "rloo"}
 CLIP_EPS = 0.2  # verl's and TRL's default clip range, both sides
 
-# ----------------------------------------------- 5. async pi_old from the current actor
+# -------------------------------------------------------- 2.5 async pi_old from the current actor
 
 STALE_ADVANTAGES = (1.0, -1.0)  # answer 1 right, answer 2 wrong; 2 tokens each
 STALE_CURRENT = ((-0.6, -1.0), (-1.2, -0.5))  # log pi_theta now, two updates after sampling
@@ -96,7 +99,7 @@ def _stale() -> Outcome:
     )
 
 
-# ------------------------------------------- 6. AsyncGRPO against top-p processed log-probs
+# ------------------------------------------------ 2.6 AsyncGRPO against top-p processed log-probs
 
 ASYNC_TOP_P = 0.65
 ASYNC_DISTRIBUTIONS = ((0.5, 0.2, 0.2, 0.1), (0.9, 0.06, 0.04))  # the sampled token first
@@ -156,7 +159,7 @@ def _async_top_p() -> Outcome:
     )
 
 
-# ------------------------------------------ 10. dynamic sampling misaligns rewards and rows
+# ----------------------------------------------- 2.10 dynamic sampling misaligns rewards and rows
 
 DS_ROWS = ("p0g0", "p0g1", "p1g0", "p1g1", "p2g0", "p2g1")
 DS_REWARDS = (10.0, 11.0, 20.0, 21.0, 30.0, 31.0)  # prompt * 10 + generation: a marker
@@ -204,7 +207,7 @@ def _ds_rows() -> Outcome:
     )
 
 
-# -------------------------------- 11. leave-one-out + dynamic sampling keeps identical winners
+# ---------------------------------- 2.11 leave-one-out + dynamic sampling keeps identical winners
 
 LOO_DS_SCORES = (0.0,) + (0.95,) * 7
 
@@ -260,7 +263,7 @@ def _loo_ds() -> Outcome:
     )
 
 
-# --------------------------------------- 15. discarding stale groups favours short rollouts
+# -------------------------------------------- 2.15 discarding stale groups favours short rollouts
 
 DISCARD_LENGTHS = (300, 500, 800, 1200, 1500, 2500, 3500, 6000)  # tokens, one per problem
 TOKENS_PER_STEP = 1000  # a rollout of L tokens spans ceil(L / 1000) trainer steps
@@ -323,7 +326,7 @@ def _discard() -> Outcome:
     )
 
 
-# ---------------------------------------------- 19. dead groups in the loss denominator
+# ---------------------------------------------------- row 19: dead groups in the loss denominator
 
 DEAD_SCORES = (1.0, 0.0, 1.0, 1.0, 0.0, 0.0)
 DEAD_GROUPS = ("q1", "q1", "q2", "q2", "q3", "q3")

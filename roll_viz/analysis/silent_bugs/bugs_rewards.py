@@ -7,6 +7,9 @@ rewards blown up by the std (twinkle PR #288) and a noisy verifier that breaks g
 (asuzukosi #15). Each: its batch, the ``wrong_*`` code written plainly the way its thread
 describes it, the ``right_*`` side (roll-viz's reward and pipeline wherever roll-viz computes
 that quantity), and its record.
+
+The section headings number them as field-2026-b.md does (2.n: section 2's list; row n:
+section 1's table).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from roll_viz.rewards import RewardSpec, score_responses
 VERL_GRPO = {ESTIMATOR_KEY["verl"]: "grpo"}
 VERL_RPP = {ESTIMATOR_KEY["verl"]: "reinforce_plus_plus"}
 
-# ---------------------------------------------- 2. a zero-token sibling in the group mean
+# ----------------------------------------------------- 2.2 a zero-token sibling in the group mean
 
 ZERO_SIBLING_SCORES = (100.0, 1.0)
 ZERO_SIBLING_TOKENS = (0, 2)  # the first sibling lost every trainable token to truncation
@@ -87,7 +90,7 @@ def _zero_sibling() -> Outcome:
     )
 
 
-# ------------------------------------------- 3. an empty parse appends a second score
+# ------------------------------------------------------ 2.3 an empty parse appends a second score
 
 SHIFT_PROMPTS = ("What is 5 + 7?",) * 3 + ("What is 9 - 2?",) * 3
 SHIFT_GOLDS = ("12",) * 3 + ("7",) * 3
@@ -160,7 +163,7 @@ def _reward_shift() -> Outcome:
     )
 
 
-# ------------------------------------------------ 4. an unparseable gold answer scores 1.0
+# ------------------------------------------------------ 2.4 an unparseable gold answer scores 1.0
 
 GOLD_SOLUTIONS = ("see the figure",) * 4 + ("12",) * 4
 GOLD_ANSWERS = ("1/2", "1/2", "3", "5", "12", "13", "11", "10")
@@ -227,7 +230,7 @@ def _gold() -> Outcome:
     )
 
 
-# ----------------------------------------------- 9. a second whitening over the batch
+# ---------------------------------------------------------- 2.9 a second whitening over the batch
 
 DOUBLE_SCORES = (1.0, 0.0, 1.0, 1.0)
 DOUBLE_LENGTHS = (2, 6, 3, 3)
@@ -264,6 +267,7 @@ def right_double_whiten() -> Tensor:
 def _double_whiten() -> Outcome:
     wrong = wrong_double_whiten()
     right = right_double_whiten()
+    token_mean = (2 - 6) * right[0].item() / 14
     return Outcome(
         wrong=wrong[2],
         right=right[2].item(),
@@ -274,15 +278,15 @@ def _double_whiten() -> Outcome:
         formula=(
             f"GRPO: q1 -> {num(right[0].item())}, {num(right[1].item())}; q2 (both 1) -> 0, 0\n"
             "token mean over 14 tokens = (2 * 0.7071 - 6 * 0.7071) / 14 = "
-            f"{num((2 - 6) * right[0].item() / 14)}  (not 0: the answers differ in length)\n"
-            f"second whitening: q2's tokens (0 - ({num((2 - 6) * right[0].item() / 14)})) / "
-            f"std = {num(wrong[2])}  (a dead group trains)\n"
+            f"{num(token_mean)}  (not 0: the answers differ in length)\n"
+            f"second whitening: q2's tokens (0 - ({num(token_mean)})) / "
+            f"{num(-token_mean / wrong[2])} = {num(wrong[2])}  (a dead group trains)\n"
             "GRPO alone (the opt-out): q2 stays 0"
         ),
     )
 
 
-# ---------------------------------------------------- 21. near-tie rewards blown up by std
+# ------------------------------------------------------- row 21: near-tie rewards blown up by std
 
 NEAR_TIE_SCORES = (0.7012, 0.7003, 0.6998, 0.7007, 0.9, 0.3, 0.6, 0.2)
 NEAR_TIE_GROUPS = ("q1",) * 4 + ("q2",) * 4
@@ -338,7 +342,7 @@ def _near_tie() -> Outcome:
     )
 
 
-# ----------------------------------------------- 23. a noisy verifier breaks group ties
+# ----------------------------------------------------- row 23: a noisy verifier breaks group ties
 
 #: the true verdicts: 8 prompts x 4 answers, mostly all-fail (a hard batch)
 TRUE_VERDICTS = (
