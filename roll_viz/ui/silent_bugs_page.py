@@ -71,8 +71,9 @@ def choose_bug() -> silent_bugs.SilentBug:
         required=True,
         key=KEY_CHOICE,
         on_change=_to_url,
-        help="Fourteen bugs practitioners hit in real frameworks, each on a batch you can check "
-        "by hand. The choice is in the URL (?bug=...), so a link opens the same lesson.",
+        help=f"{len(silent_bugs.BUGS)} bugs practitioners hit in real frameworks, each on a batch "
+        "you can check by hand. The choice is in the URL (?bug=...), so a link opens the same "
+        "lesson.",
     )
     return silent_bugs.BY_ID.get(bug_id or wanted, silent_bugs.BUGS[0])
 
