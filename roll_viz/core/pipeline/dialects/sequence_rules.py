@@ -24,13 +24,14 @@ token-level corrections (``corrections.py``):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import sequence_masks as sm
-from roll_viz.core.pipeline.dialects.corrections import verl_correction
+from roll_viz.core.pipeline.dialects.corrections import trl_correction, verl_correction
 from roll_viz.core.pipeline.rollout_correction import F64, Correction, prep
 
 #: TRL OPSM's example delta in its docs (GRPOConfig.off_policy_mask_threshold)
@@ -65,6 +66,14 @@ def trl_opsm(
         m & ~rule.keep,
         note,
     )
+
+
+def trl_sequence_product(
+    old: Tensor, mu: Tensor, mask: Tensor, low: float, high: float
+) -> Correction:
+    """TRL ``sequence_mask``: drop a sequence whose product ratio pi_old / mu leaves [low, high]."""
+    corr = trl_correction(old, mu, mask, mode="sequence_mask", clip_min=low, clip_max=high)
+    return replace(corr, name="sequence_mask (product)")
 
 
 def verl_geo_rs(old: Tensor, mu: Tensor, mask: Tensor, low: float, high: float) -> Correction:
