@@ -37,6 +37,7 @@ VARIANT_LABELS: dict[str, str] = {
     "k1+": "k1+ (value k1, gradient k2)",
     "abs+": "abs+ (value |x|, gradient k2)",
     "k3+": "k3+ (value k3, gradient k2)",
+    "k3*r": "k3 x ratio (TRL bias-corrected KL: value k3 at ratio 1, gradient k3' + k3 = x)",
 }
 
 

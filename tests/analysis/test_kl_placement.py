@@ -59,8 +59,9 @@ def test_expected_table_names_what_each_estimator_follows():
     assert got[("k2", "as a loss")] == "grad KL(pi || ref)"
     assert got[("k3", "as a loss")] == "grad KL(ref || pi)"
     assert got[("k3", "in the reward")] == "neither"
-    for name in ("k1+", "abs+", "k3+"):
+    for name in ("k1+", "abs+", "k3+", "k3*r"):
         assert got[(name, "as a loss")] == "grad KL(pi || ref)"
+    assert got[("k3*r", "in the reward")] == "neither"  # a ratio has no place in the reward
     assert len(table) == 2 * len(KL_VARIANTS)
 
 
