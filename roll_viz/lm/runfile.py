@@ -424,20 +424,20 @@ class TrainSettings:
 
 
 def loss_config(
-    settings: TrainSettings, beta: float, entropy_coef: float | None = None
+    settings: TrainSettings, beta: float, entropy: EntropyTarget | None = None
 ) -> dict[str, Any]:
     """The dialect keys the loss reads (``core.pipeline.losses``) for one update.
 
     The step's dialect config (beta included: TRL's loss KL, OpenRLHF's KL loss when
     ``use_loss``), the keys of the run's ``loss_option``, plus the clip range ``clip_eps`` under
     the framework's own key(s) (unless the config sets them); every other loss key keeps the
-    framework's shipped default. ``entropy_coef`` (the adaptive entropy target's coefficient
-    for this step) goes under the framework's entropy key.
+    framework's shipped default. With the adaptive entropy target ``entropy``, the coefficient
+    it applies this step goes under the framework's entropy key.
     """
     cfg = settings.dialect_config(beta)
     cfg.update(option_keys(settings.framework, settings.loss_option))
-    if entropy_coef is not None:
-        cfg.update(entropy_overrides(settings.framework, entropy_coef))
+    if entropy is not None:
+        cfg.update(entropy_overrides(settings.framework, entropy.applied()))
     for key in dialects.get(settings.framework).CLIP_KEYS:
         cfg.setdefault(key, settings.clip_eps)
     return cfg

@@ -198,9 +198,7 @@ class Trainer:
             rollout,
             trace.advantages.float(),
             framework=s.framework,
-            loss_config=loss_config(
-                s, self.beta, None if self.entropy is None else self.entropy.applied()
-            ),
+            loss_config=loss_config(s, self.beta, self.entropy),
             cfg=cfg,
             # read only by the loss options that need them (ROLL topr, difficulty_loss_weight,
             # a train/rollout correction: mu of the run's sampler, run_step's ``_step_mu``)
@@ -230,25 +228,6 @@ class Trainer:
         for key, value in result.seconds.items():
             out[f"seconds_{key}"] = value
         return out
-
-    def _entropy_step(self, trained: Rollout) -> dict[str, float]:
-        """Move the adaptive entropy target on the trained rows' mean token entropy.
-
-        The rows' entropy at sampling is the policy's before the update (TRL measures it in the
-        update's forward pass: the same numbers on the first epoch). Returns the applied
-        coefficient, the next one and the target, for the curve.
-        """
-        valid = trained.response_mask > 0
-        if not bool(valid.any()):  # nothing measured: the controller stays where it was
-            return {}
-        entropy = float(trained.entropy.double()[valid].mean())
-        applied = self.entropy.applied()
-        self.entropy = self.entropy.after(entropy)
-        return {
-            "entropy_coef_applied": applied,
-            "entropy_coef": self.entropy.coef,
-            "entropy_target": self.entropy.target,
-        }
 
     def run_step(self, keep_samples: bool = True) -> StepRecord:
         """Do one sample -> reward -> KL -> advantages -> update step and return its record.
@@ -324,7 +303,8 @@ class Trainer:
             advantages = train_batch.seen_advantages(seen, kept_rows, trace)
             samples = StepSamples.from_rollout(seen, seen_scores, advantages)
         if self.entropy is not None and trace is not None:
-            metrics.update(self._entropy_step(rollout))
+            self.entropy, moved = train_batch.entropy_step(self.entropy, rollout)
+            metrics.update(moved)
         record = StepRecord(step=self.step, metrics=_round_metrics(metrics), samples=samples)
         if trace is not None:  # a step with every group dropped leaves the controller as it was
             self.running = trace.running

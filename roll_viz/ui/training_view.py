@@ -114,7 +114,7 @@ def curves(
         panels = (*panels, *training_mu.MISMATCH_PANELS)  # the sampler's gap to the trainer
     fig = training_charts.training_curves(runs, panels, current_step=current_step, faint=faint)
     plot(fig, key=key)
-    if any("entropy_coef" in r.metrics for run in runs for r in run.steps[:1]):
+    if entropy_charts.has_entropy_target(runs):
         plot(entropy_charts.entropy_target_figure(runs), key=f"{key}_entropy")
     with st.expander("What each curve means"):
         shown = [training_charts.METRICS[p] for p in panels if p in training_charts.METRICS]

@@ -1,8 +1,9 @@
 """The adaptive entropy target over training steps: the entropy against its target, the coefficient.
 
-Takes run records (``lm.runfile.TrainRun``: ``steps[i].metrics`` with ``entropy``,
-``entropy_target``, ``entropy_coef_applied`` and ``entropy_coef``) and returns a figure; no
-Streamlit. Steps without the controller's numbers are skipped.
+Takes run records (``lm.runfile.TrainRun``: ``steps[i].metrics`` with ``entropy`` and the
+controller's ``ent_target``, ``ent_coef_applied``, ``ent_coef_next``, the names
+``lm.train_batch`` records) and returns a figure; no Streamlit. Steps without the controller's
+numbers are skipped.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from roll_viz.core.pipeline.entropy_control import METRIC_APPLIED as APPLIED
+from roll_viz.core.pipeline.entropy_control import METRIC_NEXT as NEXT
+from roll_viz.core.pipeline.entropy_control import METRIC_TARGET as GOAL
 from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.scales import title_style
 
 
 def _points(run: Any, key: str) -> tuple[list[int], list[float]]:
-    steps = [r for r in run.steps if "entropy_coef" in r.metrics]
+    steps = [r for r in run.steps if NEXT in r.metrics]
     return [r.step for r in steps], [float(r.metrics[key]) for r in steps]
+
+
+def has_entropy_target(runs: Sequence[Any]) -> bool:
+    """Whether any run recorded the adaptive entropy target's numbers."""
+    return any(NEXT in r.metrics for run in runs for r in run.steps[:1])
 
 
 def entropy_target_figure(runs: Sequence[Any]) -> go.Figure:
@@ -40,9 +49,9 @@ def entropy_target_figure(runs: Sequence[Any]) -> go.Figure:
         xs, entropy = _points(run, "entropy")
         if not xs:
             continue
-        _, target = _points(run, "entropy_target")
-        _, applied = _points(run, "entropy_coef_applied")
-        _, after = _points(run, "entropy_coef")
+        _, target = _points(run, GOAL)
+        _, applied = _points(run, APPLIED)
+        _, after = _points(run, NEXT)
         line = {"color": color}
         fig.add_trace(
             go.Scatter(x=xs, y=entropy, mode="lines+markers", name=name, line=line),

@@ -49,20 +49,20 @@ def test_the_coefficient_follows_the_rule_on_the_real_entropy(bundle, framework)
     for r in records:
         m = r.metrics
         assert m["entropy"] > 0.5
-        assert m["entropy_coef_applied"] == state.applied() == 0.0
+        assert m["ent_coef_applied"] == state.applied() == 0.0
         state = state.after(m["entropy"])
-        assert m["entropy_coef"] == pytest.approx(state.coef, abs=1e-4)  # metrics keep 4 places
-        assert m["entropy_target"] == 0.5
+        assert m["ent_coef_next"] == pytest.approx(state.coef, abs=1e-4)  # metrics keep 4 places
+        assert m["ent_target"] == 0.5
         assert "term_entropy" not in m["update"]  # coefficient 0: no entropy term built
-    assert [r.metrics["entropy_coef"] for r in records] == pytest.approx([0.015, 0.01, 0.005])
+    assert [r.metrics["ent_coef_next"] for r in records] == pytest.approx([0.015, 0.01, 0.005])
 
 
 def test_above_the_target_the_bonus_applies_from_the_second_step(bundle):
     s = _settings(entropy_target=50.0, entropy_coef=0.01, entropy_delta=0.01)
     records = _run(bundle, s)
-    applied = [r.metrics["entropy_coef_applied"] for r in records]
+    applied = [r.metrics["ent_coef_applied"] for r in records]
     assert applied == pytest.approx([0.0, 0.02, 0.03])  # +inf first, then c after each step
-    assert [r.metrics["entropy_coef"] for r in records] == pytest.approx([0.02, 0.03, 0.04])
+    assert [r.metrics["ent_coef_next"] for r in records] == pytest.approx([0.02, 0.03, 0.04])
     # the loss carries the entropy term once the bonus applies (not at the first step)
     assert "term_entropy" not in records[0].metrics["update"]
     assert records[1].metrics["update"]["term_entropy"] == pytest.approx(
@@ -74,7 +74,7 @@ def test_off_by_default_and_round_trips(bundle):
     plain = _settings()
     assert plain.entropy_controller() is None
     records = _run(bundle, plain, steps=1)
-    assert "entropy_coef" not in records[0].metrics
+    assert "ent_coef_next" not in records[0].metrics
     s = _settings(entropy_target=0.3, entropy_coef=0.1, entropy_delta=0.02)
     again = TrainSettings.from_json(s.to_json())
     assert again == s

@@ -20,8 +20,8 @@ def test_entropy_target_knob_runs_the_controller_and_draws_its_curve():
         assert table["A"].settings.entropy_target == 15.0
         steps = table["A"].records()
         # the tiny model's entropy is below 15: c goes 0 -> 0.005 -> 0.01; step 2 applies 0.005
-        assert [r.metrics["entropy_coef_applied"] for r in steps] == [0.0, 0.005]
-        assert [r.metrics["entropy_coef"] for r in steps] == [0.005, 0.01]
+        assert [r.metrics["ent_coef_applied"] for r in steps] == [0.0, 0.005]
+        assert [r.metrics["ent_coef_next"] for r in steps] == [0.005, 0.01]
         at.run()
         assert not at.exception, [e.message for e in at.exception]
         figs = {

@@ -26,6 +26,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+#: the names of the controller's numbers per training step (run files, curves)
+METRIC_APPLIED, METRIC_NEXT, METRIC_TARGET = "ent_coef_applied", "ent_coef_next", "ent_target"
+
 #: TRL 1.16's GRPOConfig defaults of the rule's parameters
 DEFAULT_TARGET = 0.2
 DEFAULT_DELTA = 0.005
