@@ -69,6 +69,6 @@ with ui.page_guard("Sampler ≠ trainer"):
             title="Loss and gradient",
         )
 
-        st.header("4. Sequence-level masks: whole responses in or out")
+        st.header("4. Sequence-level masks: whole responses in or out (and prime-rl's loss)")
         sequence_section.section(lab, got.old, got.mu, trace.advantages, source, rollout)
     ui.back_next("mismatch")

@@ -13,7 +13,10 @@ the framework that ships it (``dialects/sequence_rules``):
 - the keep sampling mask (DeepSeek-V3.2), only when mu is a truncated sampler (top-p / top-k):
   pi_old renormalised on the sampler's support. For those sources mu is pi_old's own float32
   distribution renormalised on the support, so log S (the support's mass under pi_old) is d
-  itself and the renormalised ratio is exactly 1 on every token.
+  itself and the renormalised ratio is exactly 1 on every token;
+- last, prime-rl's default loss (``dialects/prime_loss``) for comparison: not a sequence rule but
+  its own loss against mu (a DPPO token mask by the advantage's sign, -A pi / mu, kl_tau
+  log^2(pi / mu)), with its own loss and gradient instead of the lab's PPO-clip.
 
 ``sequence_lab`` returns a ``mismatch.Lab`` whose corrections are these rules (so the page's
 figures draw them as they draw the token-level ones) and a per-sequence table.
@@ -32,6 +35,7 @@ from roll_viz.analysis import mismatch
 from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline import sequence_masks as sm
 from roll_viz.core.pipeline.dialects import sequence_rules as sr
+from roll_viz.core.pipeline.dialects.prime_loss import prime_default_loss
 
 #: the mu sources that draw from a truncated support (the keep sampling mask applies)
 TRUNCATED_SOURCES = ("top_p", "top_k")
@@ -63,7 +67,7 @@ class SequenceLab:
         lab: the token-level lab with ``corrections`` / ``results`` / ``table`` replaced by the
             sequence rules' (same delta, mask, logp, ratio and plain loss).
         sequences: one row per response: length, mean A, the statistics each rule compares and
-            whether each rule keeps the row.
+            what each rule does to it ("kept", "removed", or "k tokens" for a token mask).
         rule_names: the rules' labels (columns of ``sequences``), in table order.
     """
 
@@ -99,6 +103,13 @@ def build_rules(
         # mu = pi_old renormalised on the support (same float32 logits): log S = d
         rules.append(sr.keep_sampling(old, mu, m, lab.delta))
     return tuple(rules)
+
+
+def _cell(dropped: int, length: int) -> str:
+    """A response's fate under one rule: "kept", "removed" (every token) or "k tokens"."""
+    if dropped == 0:
+        return "kept"
+    return "removed" if dropped == length else f"{dropped} tokens"
 
 
 def _rows_removed(corr: rc.Correction, m: Tensor) -> int:
@@ -137,6 +148,9 @@ def sequence_lab(
     mu64 = torch.where(m, torch.as_tensor(mu).double(), 0.0)
     rules = build_rules(lab, old64, mu64, adv, settings, source)
     results = tuple(rc.lab_loss(lab.logp, old64, adv, m, c, eps=mismatch.EPS_CLIP) for c in rules)
+    # prime-rl's default loss beside them: its own loss on pi_theta / mu (a token mask)
+    prime, prime_result = prime_default_loss(lab.logp, mu64, adv, m)
+    rules, results = (*rules, prime), (*results, prime_result)
     n = int(m.sum())
     rows = []
     for corr, res in zip(rules, results, strict=True):
@@ -174,6 +188,7 @@ def sequence_lab(
     )
     names = tuple(_label(c) for c in rules)
     for name, corr in zip(names, rules, strict=True):
-        dropped = (corr.masked | (m & ~corr.counted)) & m
-        frame[name] = ["removed" if bool(d.any()) else "kept" for d in dropped]
+        dropped = ((corr.masked | (m & ~corr.counted)) & m).sum(-1).tolist()
+        lengths = m.sum(-1).tolist()
+        frame[name] = [_cell(d, n) for d, n in zip(dropped, lengths, strict=True)]
     return SequenceLab(replace(lab, corrections=rules, results=results, table=table), frame, names)

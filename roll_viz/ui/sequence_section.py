@@ -153,7 +153,10 @@ def section(
         "leaves [low, high] even when each token is close; the **geometric mean** is the "
         "per-token typical ratio and ignores length. **TRM** drops a response as soon as one "
         "token leaves the trust region. Raise the staleness in section 2: pi_theta moves by "
-        "s * A, and OPSM starts dropping the responses with negative advantage."
+        "s * A, and OPSM starts dropping the responses with negative advantage. The last row "
+        "is prime-rl's default loss on the same tokens (its own loss, not the PPO clip): the "
+        "ratio is pi_theta / mu, a token is masked when its probability moved more than 0.2 "
+        "from mu in the advantage's direction, plus 1e-3 x log^2(pi_theta / mu) on every token."
         + (
             "\n\n**Keep sampling mask**: this mu is a truncated sampler's, renormalised over "
             "its support S. Training pi on the same support (log pi - log pi(S)) makes the "

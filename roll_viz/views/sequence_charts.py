@@ -13,17 +13,26 @@ from roll_viz.analysis.sequence_lab import SequenceLab
 from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.scales import title_style
 
-KEPT, REMOVED = "#e8eef4", OKABE_ITO[5]
+KEPT, PARTLY, REMOVED = "#e8eef4", OKABE_ITO[1], OKABE_ITO[5]
+#: three bands on [0, 1]: kept (0), some tokens masked (0.5), removed (1)
+SCALE = [[0.0, KEPT], [0.33, KEPT], [0.33, PARTLY], [0.66, PARTLY], [0.66, REMOVED], [1.0, REMOVED]]
+
+
+def _level(cell: str) -> float:
+    """0 kept, 0.5 some tokens masked (a token rule), 1 the whole response removed."""
+    return {"kept": 0.0, "removed": 1.0}.get(cell, 0.5)
 
 
 def rows_removed_grid(seq: SequenceLab) -> go.Figure:
     """One cell per (response, rule): dark where the rule removes the whole response.
 
+    A token rule (prime-rl's DPPO mask) that masks some of a response's tokens is drawn light.
+
     Hover: the response's length, mean advantage and the statistic each rule compares.
     """
     frame = seq.sequences
     names = list(seq.rule_names)
-    z = np.array([[1.0 if v == "removed" else 0.0 for v in frame[n]] for n in names]).T
+    z = np.array([[_level(v) for v in frame[n]] for n in names]).T
     hover = []
     for _, row in frame.iterrows():
         line = (
@@ -40,7 +49,7 @@ def rows_removed_grid(seq: SequenceLab) -> go.Figure:
             y=[f"sample {int(s)}" for s in frame["sample"]],
             zmin=0.0,
             zmax=1.0,
-            colorscale=[[0.0, KEPT], [0.5, KEPT], [0.5, REMOVED], [1.0, REMOVED]],
+            colorscale=SCALE,
             showscale=False,
             xgap=2,
             ygap=1,
@@ -49,7 +58,9 @@ def rows_removed_grid(seq: SequenceLab) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=title_style("Which responses each sequence rule removes (dark: the whole row)"),
+        title=title_style(
+            "Which responses each rule removes (dark: all of it; light: some tokens)"
+        ),
         height=max(260, 26 * len(frame) + 120),
         margin={"l": 80, "r": 20, "t": 50, "b": 40},
         xaxis={"side": "top", "automargin": True},

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from roll_viz.core.pipeline.dialects.prime_loss import prime_default_loss, prime_spec
 from roll_viz.core.pipeline.losses import LossInputs, LossSpec, loss_from_spec
 
 F = torch.float64
@@ -79,3 +80,25 @@ def test_by_hand_at_the_defaults():
     assert res.total.item() == pytest.approx((pg + kl) / 5, abs=1e-14)
     assert res.per_token["clipped_low"].tolist() == [[False] * 3, [True, False, False]]
     assert not res.per_token["clipped_high"].any()
+
+
+def test_prime_default_loss_on_the_lab_tokens():
+    corr, res = prime_default_loss(
+        torch.tensor(LP, dtype=F),
+        torch.tensor(MU, dtype=F),
+        torch.tensor(ADV, dtype=F),
+        torch.tensor(MASK, dtype=F),
+    )
+    loss, grad = _oracle(DEFAULTS)
+    assert res.loss == pytest.approx(loss, abs=1e-14)
+    assert res.grad.tolist() == [pytest.approx(row, abs=1e-14) for row in grad]
+    assert res.denominator == 5
+    assert corr.masked.tolist() == [[False] * 3, [True, False, False]]
+    assert corr.counted.sum() == 5
+    assert dict(corr.config) == {
+        "dppo_mask_low": 0.2, "dppo_mask_high": 0.2, "adv_tau": 1.0, "kl_tau": 1e-3,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="no knob"):
+        prime_spec(dppo_mask=0.1)
+    with pytest.raises(ValueError, match=">= 0"):
+        prime_spec(kl_tau=-1.0)

@@ -25,8 +25,9 @@ def test_preset_shows_the_four_rules_and_the_rows_they_remove():
         "sequence_mask (product)",
         "Geo-RS (geometric mean)",
         "TRM (max token k2)",
+        "default loss (DPPO + KL)",
     ]
-    assert list(table["framework"]) == ["trl", "trl", "verl", "verl"]
+    assert list(table["framework"]) == ["trl", "trl", "verl", "verl", "prime-rl"]
     # bf16: every response's geometric mean is within [0.8, 1.25], the product is not always
     assert int(_row(table, "Geo-RS (geometric mean)")["rows removed"]) == 0
     assert int(_row(table, "sequence_mask (product)")["rows removed"]) > 0
@@ -53,7 +54,7 @@ def test_top_p_adds_the_keep_sampling_mask_with_ratio_one():
     assert keep["framework"] == "deepseek"
     assert int(keep["masked"]) == 0
     assert abs(float(keep["ESS"]) - 1.0) < 1e-12  # every weight pi_old^S / mu is exactly 1
-    assert at.selectbox(key=ss.KEY_RULE + "_t").options[-1] == "deepseek: keep sampling mask"
+    assert at.selectbox(key=ss.KEY_RULE + "_t").options[-2] == "deepseek: keep sampling mask"
 
 
 def test_inverted_bounds_get_a_message_and_the_default():
