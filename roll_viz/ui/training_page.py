@@ -374,6 +374,27 @@ def check_controls() -> None:
         st.warning("\n".join(f"- {text.md_escape(m)}" for m in notices), icon=":material/info:")
 
 
+def entropy_target_control(disabled: bool = False) -> None:
+    """The adaptive entropy target's one knob (URL-bound; 0 = off)."""
+    e1, _ = st.columns([1, 3])
+    with e1:
+        st.number_input(
+            "entropy target (0 = off)",
+            0.0,
+            20.0,
+            0.0,
+            step=0.1,
+            key=KEY_ENTROPY_TARGET,
+            bind="query-params",
+            disabled=disabled,
+            format="%.2f",
+            help="Adaptive entropy bonus (TRL PR #6140's rule, on any framework): the bonus "
+            "loss -= c x entropy applies once a step's mean token entropy is at or below the "
+            "target; c starts at 0 and moves by 0.005 a step, up while the entropy stays at or "
+            "below the target, down above it. Its curve is drawn under the training curves.",
+        )
+
+
 def controls(disabled: bool = False) -> None:
     """The page's training controls (each bound to the URL; checked on the server first)."""
     check_controls()
@@ -465,20 +486,4 @@ def controls(disabled: bool = False) -> None:
             help="Adaptive controller: frameworks ship 10000, with which beta moves by at most "
             "0.2 x batch / 10000 per step (invisible in 30 steps); 100 makes it visible.",
         )
-    e1, _ = st.columns([1, 3])
-    with e1:
-        st.number_input(
-            "entropy target (0 = off)",
-            0.0,
-            20.0,
-            0.0,
-            step=0.1,
-            key=KEY_ENTROPY_TARGET,
-            bind="query-params",
-            disabled=disabled,
-            format="%.2f",
-            help="Adaptive entropy bonus (TRL PR #6140's rule, on any framework): the bonus "
-            "loss -= c x entropy applies once a step's mean token entropy is at or below the "
-            "target; c starts at 0 and moves by 0.005 a step, up while the entropy stays at or "
-            "below the target, down above it. Its curve is drawn under the training curves.",
-        )
+    entropy_target_control(disabled)
