@@ -186,6 +186,8 @@ def sequence_lab(
             "max token k2": trm.statistic.tolist(),
         }
     )
+    if source in TRUNCATED_SOURCES:  # the keep sampling mask's renormalisation term -log S
+        frame["mean -log S"] = ((-lab.delta * m).sum(-1) / m.sum(-1).clamp(min=1)).tolist()
     names = tuple(_label(c) for c in rules)
     for name, corr in zip(names, rules, strict=True):
         dropped = ((corr.masked | (m & ~corr.counted)) & m).sum(-1).tolist()

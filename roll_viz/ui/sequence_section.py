@@ -128,7 +128,9 @@ def section(
         )
     columns = [c for c in seq.lab.table.columns if c != "config"] + ["config"]
     table(seq.lab.table[columns], key="mm_seq_table")
-    download_csv(seq.sequences, "sequence_masks", key="mm_seq_csv")
+    with st.expander("Every response: the numbers each rule compares, and its fate"):
+        table(seq.sequences, key="mm_seq_rows")
+        download_csv(seq.sequences, "sequence_masks", key="mm_seq_csv")
     names = list(seq.rule_names)
     truncated = source in sequence_lab.TRUNCATED_SOURCES
     # the keep sampling mask is a fifth rule for a truncated sampler: its own key, so a link

@@ -72,6 +72,9 @@ def test_keep_sampling_rule_only_for_a_truncated_sampler():
     seq = _lab(source="top_p")
     assert seq.rule_names[-2] == "deepseek: keep sampling mask"
     keep = seq.lab.corrections[-2]
+    # d = log S on a truncated sampler: the term -log S per row is -mean d
+    assert seq.sequences["mean -log S"].tolist() == pytest.approx([0.1, -0.05, 0.125])
+    assert "mean -log S" not in _lab().sequences.columns
     assert keep.weights[MASK].tolist() == pytest.approx([1.0] * int(MASK.sum()))
 
 

@@ -32,6 +32,10 @@ def test_preset_shows_the_four_rules_and_the_rows_they_remove():
     assert int(_row(table, "Geo-RS (geometric mean)")["rows removed"]) == 0
     assert int(_row(table, "sequence_mask (product)")["rows removed"]) > 0
     assert "off_policy_mask_threshold=0.01" in _row(table, "OPSM")["config"]
+    rows = next(d.value for d in at.dataframe if "max token k2" in d.value.columns)
+    assert set(rows["trl: OPSM"]) <= {"kept", "removed"}
+    removed = (rows["trl: sequence_mask (product)"] == "removed").sum()
+    assert removed == int(_row(table, "sequence_mask (product)")["rows removed"])
     keys = {c.key for c in at.get("plotly_chart")}
     assert {"mm_seq_grid", "mm_seq_ratio", "mm_seq_weights", "mm_seq_grad"} <= keys
 
