@@ -92,7 +92,10 @@ with ui.page_guard("Eras"):
         "The same estimate can sit **in the reward** (r_t -= beta k, computed without a "
         "gradient: it reaches the policy only through the advantage's -A log pi) or **in the "
         "loss** (beta k is differentiated: its slope k'(x) acts on the token directly). verl's "
-        "straight-through names (k1+, k3+, abs+) keep the value and take k2's gradient."
+        "straight-through names (k1+, k3+, abs+) keep the value and take k2's gradient. "
+        "**k3\\*r** is TRL's default since PR #6503 (k3 times the ratio pi / pi_old): the ratio "
+        "is 1 on-policy, but its derivative is 1 too, so the slope becomes k3' + k3 = x, k2's: "
+        "not a no-op for the gradient (the Silent bugs page, *k3 x ratio at ratio 1*)."
     )
     if state.sampling.policy_mode == "identical" and not state.adapted:
         ui.zero_kl_notice(

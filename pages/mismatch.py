@@ -5,6 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.analysis import mismatch
 from roll_viz.ui import mismatch_page as page
+from roll_viz.ui import sequence_section
 from roll_viz.views import mismatch_charts as charts
 
 with ui.page_guard("Sampler ≠ trainer"):
@@ -67,4 +68,7 @@ with ui.page_guard("Sampler ≠ trainer"):
             "masked token has no gradient at all; a truncated one has a smaller one.",
             title="Loss and gradient",
         )
+
+        st.header("4. Sequence-level masks: whole responses in or out (and prime-rl's loss)")
+        sequence_section.section(lab, got.old, got.mu, trace.advantages, source, rollout)
     ui.back_next("mismatch")

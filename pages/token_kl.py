@@ -3,6 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
+from roll_viz.analysis import kl_placement
 from roll_viz.ui import health_banner as health_ui
 from roll_viz.ui import training_demos
 from roll_viz.views import charts, explain, heatmaps, scales, tables
@@ -260,6 +261,49 @@ with ui.page_guard("Token KL"):
         "and advantages. **As a loss term** (TRL GRPO, verl/ROLL use_kl_loss), the token rewards "
         "keep only the response reward and the KL is a separate term of the policy loss.",
         title="Two places for the same penalty",
+    )
+
+    st.subheader("Two more places: in the advantage (centred), or nowhere")
+    base = traces.get("as a loss term", trace)  # advantages of the reward alone where possible
+    centred = kl_placement.centred_placement(
+        base.advantages, rollout.logprobs, rollout.ref_logprobs, mask, beta
+    )
+    a1, a2 = st.columns([3, 1], gap="large")
+    with a1:
+        ui.plot(
+            heatmaps.heatmap(
+                centred.adjustment,
+                mask,
+                rollout=rollout,
+                title="beta x (mean KL - KL_t): what each token's advantage gains or loses",
+                quantity="adjustment",
+                signed=True,
+                zmax=scales.nice_ceiling(
+                    max(scales.symmetric_range(centred.adjustment, mask), 1e-6)
+                ),
+                extra={
+                    "KL_t": centred.kl,
+                    "A before": base.advantages,
+                    "A after": centred.advantages,
+                },
+            ),
+            key="kl_centred_heatmap",
+        )
+    with a2:
+        st.metric("batch mean KL (k1)", f"{centred.mean_kl:.4f}")
+        st.metric("sum of the adjustments", f"{float(centred.adjustment.sum()):.2e}")
+    st.latex(r"A'_t = A_t + \beta\,(\overline{\mathrm{KL}} - \mathrm{KL}_t)")
+    st.dataframe(centred.samples, hide_index=True, key="kl_centred_samples")
+    ui.explainer(
+        "**In the advantage** (Tinker's `incorporate_kl_penalty`, OpenPipe ART #562): the "
+        "per-token KL (k1, the sampled token) is compared with the batch's mean and "
+        "beta x (mean - KL_t) is added to the token's advantage. Tokens that drifted more than "
+        "average lose advantage, the others gain; the adjustments sum to 0, so the KL moves the "
+        "push between tokens without adding any. Unlike the reward placement it does not pass "
+        "through the returns or the group normalisation; unlike the loss term it is a constant "
+        "(no gradient of its own). **Nowhere** (beta = 0) is the fourth choice, and the default "
+        "of 2026 (Eras page).",
+        title="Four places for the penalty",
     )
 
     st.subheader("Every token")

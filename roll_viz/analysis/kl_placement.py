@@ -10,7 +10,8 @@ of k). ``expected_table`` judges each estimator by its expected gradient on one 
 KL(ref || pi), or nothing (0). ``through_the_advantage`` does the in-reward case with a
 framework's own pipeline and loss: the KL's share of d loss / d log pi is the difference of the
 loss gradients with and without the penalty, and it reaches the policy only via the advantages
-(``run`` works on detached tensors).
+(``run`` works on detached tensors). ``centred_placement`` is the fourth placement besides in the
+reward, in the loss and none: the KL as a centred adjustment of the advantage (Tinker, ART).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.pipeline import dialects, policy_loss, resolve_config, run
+from roll_viz.core.pipeline.kl_advantage import centred_kl_advantages
 from roll_viz.core.pipeline.kl_gradient import KL_VARIANTS, expected_gradients, kl_gradient
 from roll_viz.core.records import Batch
 
@@ -37,6 +39,7 @@ VARIANT_LABELS: dict[str, str] = {
     "k1+": "k1+ (value k1, gradient k2)",
     "abs+": "abs+ (value |x|, gradient k2)",
     "k3+": "k3+ (value k3, gradient k2)",
+    "k3*r": "k3 x ratio (TRL bias-corrected KL: value k3 at ratio 1, gradient k3' + k3 = x)",
 }
 
 
@@ -247,3 +250,57 @@ def through_the_advantage(
         grad=grads[0],
         share=grads[0] - grads[1],
     )
+
+
+@dataclass(frozen=True)
+class CentredPlacement:
+    """The KL as a centred advantage adjustment on a batch (Tinker, OpenPipe ART PR #562).
+
+    Attributes:
+        kl: (B, T) x_t = log pi - log pi_ref, 0 on padding.
+        mean_kl: the batch's mean x over valid tokens.
+        adjustment: (B, T) beta * (mean x - x_t).
+        advantages: (B, T) A + adjustment.
+        samples: one row per sample: its mean x, mean A before and after, the adjustment's sum.
+    """
+
+    kl: Tensor
+    mean_kl: float
+    adjustment: Tensor
+    advantages: Tensor
+    samples: pd.DataFrame
+
+
+def centred_placement(
+    advantages: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    response_mask: Tensor,
+    beta: float,
+    discount: float = 0.0,
+) -> CentredPlacement:
+    """The fourth placement on a batch: A'_t = A_t + beta * (mean KL - KL_t).
+
+    Args:
+        advantages: (B, T) or (B,) the reward's advantages (no KL in them).
+        logprobs: (B, T) policy log-probs.
+        ref_logprobs: (B, T) reference log-probs.
+        response_mask: (B, T) 0/1.
+        beta: Tinker's ``kl_penalty_coef``.
+        discount: Tinker's ``kl_discount_factor`` (0: none).
+    """
+    res = centred_kl_advantages(advantages, logprobs, ref_logprobs, response_mask, beta, discount)
+    m = torch.as_tensor(response_mask, dtype=F64)
+    before = res.advantages - res.adjustment
+    count = m.sum(-1).clamp(min=1.0)
+    samples = pd.DataFrame(
+        {
+            "sample": list(range(m.shape[0])),
+            "tokens": m.sum(-1).long().tolist(),
+            "mean KL x": ((res.kl * m).sum(-1) / count).tolist(),
+            "mean A before": ((before * m).sum(-1) / count).tolist(),
+            "mean A after": ((res.advantages * m).sum(-1) / count).tolist(),
+            "adjustment sum": (res.adjustment * m).sum(-1).tolist(),
+        }
+    )
+    return CentredPlacement(res.kl, res.mean_kl, res.adjustment, res.advantages, samples)

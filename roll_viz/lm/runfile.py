@@ -70,6 +70,8 @@ from torch import Tensor
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
+from roll_viz.core.pipeline.dialects.entropy_keys import entropy_overrides
+from roll_viz.core.pipeline.entropy_control import EntropyTarget
 from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.lm.loss_options import DEFAULT_OPTION, SAMPLERS, option_keys, options_for
 from roll_viz.lm.loss_options import OPTION_IDS as OPTION_IDS
@@ -233,6 +235,12 @@ class TrainSettings:
         filter_zero_variance: drop the groups whose rewards are all exactly equal before the
             advantages (dynamic sampling without the refill); a step where every group is flat
             makes no update.
+        entropy_target: the adaptive entropy target (``core.pipeline.entropy_control``, TRL PR
+            #6140's rule on any dialect) in nats, or 0 (off): the entropy bonus's coefficient
+            starts at ``entropy_coef`` and moves by ``entropy_delta`` per step toward keeping
+            the mean token entropy at the target; it applies only once the entropy reached it.
+        entropy_coef: the controller's initial coefficient.
+        entropy_delta: its step per optimizer step.
     """
 
     sampling: SamplingConfig
@@ -257,6 +265,9 @@ class TrainSettings:
     loss_option: str = DEFAULT_OPTION
     sampler: str = "fp32"
     filter_zero_variance: bool = False
+    entropy_target: float = 0.0
+    entropy_coef: float = 0.0
+    entropy_delta: float = 0.005
 
     def __post_init__(self) -> None:
         if not isinstance(self.sampling, SamplingConfig):
@@ -304,6 +315,11 @@ class TrainSettings:
                 f"loss_option must be one of {sorted(options_for(self.framework))} "
                 f"for {dialect.LABEL}"
             )
+        if self.entropy_target:
+            try:
+                self.entropy_controller()
+            except ValueError as err:
+                problems.append(str(err).removeprefix("invalid EntropyTarget: "))
         if problems:
             raise ValueError("invalid TrainSettings: " + "; ".join(problems))
         pipeline.resolve_config(self.framework, self.dialect_config())  # raises on a bad key
@@ -324,6 +340,14 @@ class TrainSettings:
             self.beta_mode == "adaptive",
             self.target_kl,
             self.horizon,
+        )
+
+    def entropy_controller(self) -> EntropyTarget | None:
+        """The adaptive entropy target's initial state, or None when it is off."""
+        if not self.entropy_target:
+            return None
+        return EntropyTarget(
+            target=self.entropy_target, coef=self.entropy_coef, delta=self.entropy_delta
         )
 
     @property
@@ -390,6 +414,8 @@ class TrainSettings:
             extras.append(f", sampler {self.sampler}")
         if self.filter_zero_variance:
             extras.append(", zero-variance groups dropped")
+        if self.entropy_target:
+            extras.append(f", entropy target {self.entropy_target:g}")
         return (
             f"{self.framework} / {self.estimator}, {beta}, reward {self.reward.label()}, "
             f"lr {self.lr:g}, LoRA r{self.lora_rank}, {len(self.sampling.prompts)} prompts x "
@@ -397,16 +423,21 @@ class TrainSettings:
         )
 
 
-def loss_config(settings: TrainSettings, beta: float) -> dict[str, Any]:
+def loss_config(
+    settings: TrainSettings, beta: float, entropy: EntropyTarget | None = None
+) -> dict[str, Any]:
     """The dialect keys the loss reads (``core.pipeline.losses``) for one update.
 
     The step's dialect config (beta included: TRL's loss KL, OpenRLHF's KL loss when
     ``use_loss``), the keys of the run's ``loss_option``, plus the clip range ``clip_eps`` under
     the framework's own key(s) (unless the config sets them); every other loss key keeps the
-    framework's shipped default.
+    framework's shipped default. With the adaptive entropy target ``entropy``, the coefficient
+    it applies this step goes under the framework's entropy key.
     """
     cfg = settings.dialect_config(beta)
     cfg.update(option_keys(settings.framework, settings.loss_option))
+    if entropy is not None:
+        cfg.update(entropy_overrides(settings.framework, entropy.applied()))
     for key in dialects.get(settings.framework).CLIP_KEYS:
         cfg.setdefault(key, settings.clip_eps)
     return cfg

@@ -166,6 +166,7 @@ class Trainer:
             bundle, rank=settings.lora_rank, alpha=settings.lora_alpha, seed=settings.sampling.seed
         )
         self.beta = float(settings.beta)
+        self.entropy = settings.entropy_controller()  # the adaptive entropy target, or None
         self.running = None
         self.step = 0
         self._step_mu: Tensor | None = None  # (B, T) log mu of the rows being trained
@@ -197,7 +198,7 @@ class Trainer:
             rollout,
             trace.advantages.float(),
             framework=s.framework,
-            loss_config=loss_config(s, self.beta),
+            loss_config=loss_config(s, self.beta, self.entropy),
             cfg=cfg,
             # read only by the loss options that need them (ROLL topr, difficulty_loss_weight,
             # a train/rollout correction: mu of the run's sampler, run_step's ``_step_mu``)
@@ -301,6 +302,9 @@ class Trainer:
         if keep_samples:
             advantages = train_batch.seen_advantages(seen, kept_rows, trace)
             samples = StepSamples.from_rollout(seen, seen_scores, advantages)
+        if self.entropy is not None and trace is not None:
+            self.entropy, moved = train_batch.entropy_step(self.entropy, rollout)
+            metrics.update(moved)
         record = StepRecord(step=self.step, metrics=_round_metrics(metrics), samples=samples)
         if trace is not None:  # a step with every group dropped leaves the controller as it was
             self.running = trace.running

@@ -8,6 +8,8 @@ advantages back among every sample of the step (0 on the dropped ones) for the r
 
 ``mismatch_metrics``: the behaviour policy's gap on a step's tokens (delta = log pi_old - log mu),
 the effective sample size of pi_old / mu and the share the loss's correction truncates or masks.
+
+``entropy_step``: the adaptive entropy target moved on a step's mean token entropy.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from torch import Tensor
 from roll_viz.core import pipeline
 from roll_viz.core.ops import group_stats, masked_mean
 from roll_viz.core.pipeline import dialects, rollout_correction
+from roll_viz.core.pipeline.entropy_control import (
+    METRIC_APPLIED,
+    METRIC_NEXT,
+    METRIC_TARGET,
+    EntropyTarget,
+)
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm.runfile import TrainSettings, loss_config
 from roll_viz.lm.update import loss_inputs
@@ -140,3 +148,24 @@ def seen_kl_est(
     if seen.token_ids.shape[0] == 0:
         return 0.0
     return float(masked_mean(trace.kl.double(), mask, dim=-1).mean())
+
+
+def entropy_step(state: EntropyTarget, trained: Rollout) -> tuple[EntropyTarget, dict[str, float]]:
+    """Move the adaptive entropy target on the trained rows' mean token entropy.
+
+    The rows' entropy at sampling is the policy's before the update (TRL measures it in the
+    update's forward pass: the same numbers on the first epoch). A step without a valid token
+    leaves the controller where it was.
+
+    Returns:
+        (the next state, {applied coefficient, next coefficient, target} for the curve).
+    """
+    valid = trained.response_mask > 0
+    if not bool(valid.any()):
+        return state, {}
+    after = state.after(float(trained.entropy.double()[valid].mean()))
+    return after, {
+        METRIC_APPLIED: state.applied(),
+        METRIC_NEXT: after.coef,
+        METRIC_TARGET: after.target,
+    }

@@ -35,6 +35,7 @@ KEY_TRAIN_BETA_MODE = "tr_beta_mode"
 KEY_TRAIN_BETA = "tr_beta"
 KEY_TARGET = "tr_target"
 KEY_HORIZON = "tr_horizon"
+KEY_ENTROPY_TARGET = "tr_ent"  # the adaptive entropy target (0 = off)
 KEY_SEED = "tr_seed"
 KEY_SLOT = "tr_slot"
 KEY_COMPARE = "tr_compare"
@@ -306,6 +307,7 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         model=model,
         loss_option=option,
         sampler=sampler,
+        entropy_target=float(_field(KEY_ENTROPY_TARGET)),
     )
     return settings, notes
 
@@ -332,6 +334,7 @@ def field_specs() -> dict[str, Field]:
         KEY_TRAIN_BETA: Field(0.0, 0.0, 5.0),
         KEY_TARGET: Field(0.05, 0.001, 10.0),
         KEY_HORIZON: Field(100.0, 1.0, 100_000.0),
+        KEY_ENTROPY_TARGET: Field(0.0, 0.0, 20.0),
         KEY_SLOT: Field("A", options=SLOTS),
         **training_mu.FIELDS,
     }
@@ -369,6 +372,27 @@ def check_controls() -> None:
     notices = check_fields(field_specs())
     if notices:
         st.warning("\n".join(f"- {text.md_escape(m)}" for m in notices), icon=":material/info:")
+
+
+def entropy_target_control(disabled: bool = False) -> None:
+    """The adaptive entropy target's one knob (URL-bound; 0 = off)."""
+    e1, _ = st.columns([1, 3])
+    with e1:
+        st.number_input(
+            "entropy target (0 = off)",
+            0.0,
+            20.0,
+            0.0,
+            step=0.1,
+            key=KEY_ENTROPY_TARGET,
+            bind="query-params",
+            disabled=disabled,
+            format="%.2f",
+            help="Adaptive entropy bonus (TRL PR #6140's rule, on any framework): the bonus "
+            "loss -= c x entropy applies once a step's mean token entropy is at or below the "
+            "target; c starts at 0 and moves by 0.005 a step, up while the entropy stays at or "
+            "below the target, down above it. Its curve is drawn under the training curves.",
+        )
 
 
 def controls(disabled: bool = False) -> None:
@@ -462,3 +486,4 @@ def controls(disabled: bool = False) -> None:
             help="Adaptive controller: frameworks ship 10000, with which beta moves by at most "
             "0.2 x batch / 10000 per step (invisible in 30 steps); 100 makes it visible.",
         )
+    entropy_target_control(disabled)

@@ -18,7 +18,7 @@ from roll_viz.lm.train import TrainRunner
 from roll_viz.ui import training_mu
 from roll_viz.ui.training_page import BOOT_ID, KEY_LIVE_MARK, KEY_RUN, drop_run
 from roll_viz.ui.widgets import explainer, plot
-from roll_viz.views import training_charts
+from roll_viz.views import entropy_charts, training_charts
 
 #: how often a panel that watches a running training redraws (seconds): often enough to follow
 #: the steps (each takes seconds to minutes), rarely enough to keep the server idle
@@ -114,6 +114,8 @@ def curves(
         panels = (*panels, *training_mu.MISMATCH_PANELS)  # the sampler's gap to the trainer
     fig = training_charts.training_curves(runs, panels, current_step=current_step, faint=faint)
     plot(fig, key=key)
+    if entropy_charts.has_entropy_target(runs):
+        plot(entropy_charts.entropy_target_figure(runs), key=f"{key}_entropy")
     with st.expander("What each curve means"):
         shown = [training_charts.METRICS[p] for p in panels if p in training_charts.METRICS]
         st.markdown("\n".join(f"- **{title}**: {text}" for title, text in shown))

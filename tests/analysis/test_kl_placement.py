@@ -59,8 +59,9 @@ def test_expected_table_names_what_each_estimator_follows():
     assert got[("k2", "as a loss")] == "grad KL(pi || ref)"
     assert got[("k3", "as a loss")] == "grad KL(ref || pi)"
     assert got[("k3", "in the reward")] == "neither"
-    for name in ("k1+", "abs+", "k3+"):
+    for name in ("k1+", "abs+", "k3+", "k3*r"):
         assert got[(name, "as a loss")] == "grad KL(pi || ref)"
+    assert got[("k3*r", "in the reward")] == "neither"  # a ratio has no place in the reward
     assert len(table) == 2 * len(KL_VARIANTS)
 
 
@@ -115,3 +116,21 @@ def test_through_the_advantage_refuses_what_a_dialect_cannot_do():
         kp.through_the_advantage(batch, "trl")
     with pytest.raises(ValueError, match="no abs estimator"):
         kp.through_the_advantage(batch, "openrlhf", {"advantage_estimator": "rloo"}, 0.1, "abs")
+
+
+def test_centred_placement_by_hand():
+    lp = torch.tensor([[-1.0, -0.5], [-0.2, 0.0]], dtype=torch.float64)
+    ref = torch.tensor([[-1.5, -0.5], [-0.1, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    out = kp.centred_placement(torch.tensor([1.0, -1.0]), lp, ref, mask, beta=0.2)
+    # x = 0.5, 0, -0.1 -> mean 0.4 / 3; adjustment 0.2 * (mean - x)
+    mean = 0.4 / 3
+    assert out.mean_kl == pytest.approx(mean)
+    expected = [[0.2 * (mean - 0.5), 0.2 * mean], [0.2 * (mean + 0.1), 0.0]]
+    assert out.adjustment.tolist() == [pytest.approx(r, abs=1e-15) for r in expected]
+    assert out.samples["adjustment sum"].tolist() == pytest.approx(
+        [0.2 * (2 * mean - 0.5), 0.2 * (mean + 0.1)]
+    )
+    assert out.samples["mean A after"].tolist() == pytest.approx(
+        [1.0 + 0.1 * (2 * mean - 0.5), -1.0 + 0.2 * (mean + 0.1)]
+    )

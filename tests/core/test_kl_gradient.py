@@ -9,6 +9,7 @@ from core.cases import close
 from roll_viz.core.pipeline import dialects, policy_loss
 from roll_viz.core.pipeline.kl_gradient import (
     KL_VARIANTS,
+    RATIO_K3,
     expected_gradients,
     kl_gradient,
     value_and_slope,
@@ -26,6 +27,10 @@ def test_slopes_by_hand():
     k3p = value_and_slope(x, "k3+")
     close(k3p.value, [math.exp(-0.5) - 1 + 0.5, math.exp(0.2) - 1 - 0.2], 1e-15)
     close(k3p.slope, [0.5, -0.2], 0)  # value of k3, gradient of k2
+    # k3 x ratio at ratio 1 (TRL PR #6503): k3' + k3 = (1 - e^-x) + (e^-x - 1 + x) = x
+    k3r = value_and_slope(x, RATIO_K3)
+    close(k3r.value, k3p.value, 0)
+    close(k3r.slope, [0.5, -0.2], 1e-15)
     with pytest.raises(ValueError, match="KL variant"):
         value_and_slope(x, "k4")
 
@@ -33,11 +38,13 @@ def test_slopes_by_hand():
 @pytest.mark.parametrize("name", KL_VARIANTS)
 def test_slope_is_autograd_of_the_straight_through_term(name):
     x = torch.tensor([0.7, -0.4, 0.05, -1.3], dtype=F, requires_grad=True)
-    base = name.rstrip("+")
+    base = "k3" if name == RATIO_K3 else name.rstrip("+")
     value = value_and_slope(x, base).value
     if name.endswith("+"):  # verl kl_penalty: k2 - sg(k2) + sg(k)
         k2 = 0.5 * x * x
         value = k2 - k2.detach() + value.detach()
+    if name == RATIO_K3:  # TRL: per_token_kl * exp(logp - sg(logp)) (the ratio on-policy)
+        value = value * torch.exp(x - x.detach())
     value.sum().backward()
     vs = value_and_slope(x.detach(), name)
     close(vs.slope, x.grad, 1e-15)

@@ -37,6 +37,7 @@ EXAMPLES: dict[str, tuple[dict, tuple[tuple[str, float | None], ...]]] = {
     "vespo": ({"vespo": (2.0, 3.0, 3.0, 2.0)}, (("token", None),)),
     "kl_cov": ({"kl_cov_ratio": 0.2, "kl_cov_coef": 0.5}, (("token", None),)),
     "geo_mean": ({"eps_low": 0.2, "eps_high": 0.2}, (("token", None),)),
+    "prime_default": ({"prime": (0.2, 0.1, 1.5, 0.05)}, (("token", None),)),
 }
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-all-rows")

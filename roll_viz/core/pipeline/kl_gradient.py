@@ -29,8 +29,13 @@ from torch import Tensor
 from roll_viz.core.ops import apply_mask, as_bool, reverse_discounted_cumsum
 from roll_viz.core.pipeline.kl import KL_ESTIMATORS
 
-#: Canonical estimator names and the straight-through variants (verl ``kl_loss_type`` with "+").
-KL_VARIANTS: tuple[str, ...] = ("k1", "abs", "k2", "k3", "k1+", "abs+", "k3+")
+#: k3 * pi / pi_old on-policy (TRL use_bias_correction_kl): value k3, slope k3' + k3 = x
+RATIO_K3 = "k3*r"
+
+#: Canonical estimator names, the straight-through variants (verl ``kl_loss_type`` with "+") and
+#: k3 times the importance ratio pi / pi_old (TRL ``use_bias_correction_kl``, DeepSeek-V3.2's
+#: unbiased estimate), taken on-policy: ratio 1 in value, d ratio / d log pi = 1.
+KL_VARIANTS: tuple[str, ...] = ("k1", "abs", "k2", "k3", "k1+", "abs+", "k3+", RATIO_K3)
 
 
 class ValueSlope(NamedTuple):
@@ -41,6 +46,8 @@ class ValueSlope(NamedTuple):
 
 
 def _base(name: str) -> str:
+    if name == RATIO_K3:
+        return "k3"
     base = name[:-1] if name.endswith("+") else name
     if base not in KL_ESTIMATORS:
         raise ValueError(f"KL variant must be one of {KL_VARIANTS} (or k2+), got {name!r}")
@@ -53,7 +60,9 @@ def value_and_slope(log_ratio: Tensor, name: str) -> ValueSlope:
     Args:
         log_ratio: (...) x = log pi - log pi_ref at the sampled tokens.
         name: "k1", "abs", "k2", "k3" or one of those with "+" (value of the estimator,
-            slope of k2 = x, as verl's ``kl_penalty`` with a "+" suffix).
+            slope of k2 = x, as verl's ``kl_penalty`` with a "+" suffix), or ``RATIO_K3``
+            (k3 times a ratio that is 1 on-policy: value k3, slope k3' + k3, which is x: the
+            "no-op" of TRL PR #6503 turns k3's reverse-KL gradient into k2's forward one).
 
     Returns:
         ValueSlope of the input's shape (no clamps: the frameworks' clamps act only beyond
@@ -70,6 +79,8 @@ def value_and_slope(log_ratio: Tensor, name: str) -> ValueSlope:
         slope = torch.sign(x)
     else:  # k3 = exp(-x) - 1 + x
         slope = -torch.expm1(-x)
+    if name == RATIO_K3:  # d(k3 * ratio) = k3' * ratio + k3 * d ratio, ratio 1: k3' + k3 (= x)
+        slope = slope + value
     return ValueSlope(value, slope)
 
 

@@ -46,6 +46,8 @@ class LossSpec:
     kl_is_weight_clip: float | None = None
     trunc_c: float = 3.0  # verl dppo: sg(min(r, clip_ratio_c))
     kimi_tau: float = 0.1  # ROLL kimi15_tau / verl dro_beta: + tau/2 (logp - old)^2
+    # prime-rl default loss: dppo_mask_low, dppo_mask_high, adv_tau, kl_tau
+    prime: tuple[float, float, float, float] = (0.2, 0.2, 1.0, 1e-3)
     kl_cov_ratio: float = 0.0002  # verl kl_cov: share of tokens with the KL penalty
     kl_cov_coef: float = 0.1  # verl ppo_kl_coef
     vespo: tuple[float, float, float, float] = (2.0, 3.0, 3.0, 2.0)  # k+, lambda+, k-, lambda-

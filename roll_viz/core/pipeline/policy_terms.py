@@ -379,6 +379,32 @@ def geo_mean(x: PolicyInputs) -> TermResult:
     )
 
 
+def prime_default(x: PolicyInputs) -> TermResult:
+    """prime-rl's default loss: a DPPO mask on p - p_mu, ``-A r`` and ``kl_tau d^2`` to mu.
+
+    prime-rl ``default_loss_fn`` (``src/prime_rl/trainer/rl/loss.py`` at 559b447): with the
+    ratio r = pi / mu (``old`` holds mu: prime-rl keeps no pi_old) and d = log r, a token with
+    A > 0 is masked when p - p_mu > ``dppo_mask_high``, any other when p - p_mu <
+    -``dppo_mask_low``; the loss is ``-keep adv_tau A r + kl_tau d^2`` (Kimi-K2.5's squared
+    log-ratio to the INFERENCE policy, on every token). d/dlogp = ``-keep adv_tau A r + 2
+    kl_tau d``. Its docs write the policy term with ``min(r, delta)``; the code applies no clamp
+    and has no delta knob, so none is applied here.
+    """
+    low, high, adv_tau, kl_tau = x.spec.prime
+    diff = torch.exp(x.lp.detach()) - torch.exp(x.old)
+    masked = torch.where(x.adv > 0, diff > high, diff < -low) & x.mask
+    keep = (~masked).to(F64)
+    d = x.lp - x.old
+    return TermResult(
+        -keep * adv_tau * x.adv * x.ratio + kl_tau * d * d,
+        dl_dlogp=-keep * adv_tau * x.adv * x.r + 2.0 * kl_tau * x.d,
+        clipped_high=masked & (x.adv > 0),
+        clipped_low=masked & (x.adv < 0),
+        ratio_shown=_exp_d(x),
+        extra={"valid": ~masked & x.mask},
+    )
+
+
 #: kind -> its policy term. Each dialect maps its own loss names to these kinds in one table.
 POLICY_TERMS: dict[str, PolicyTerm] = {
     "ppo": PolicyTerm(ppo, takes_is_correction=True),
@@ -393,6 +419,7 @@ POLICY_TERMS: dict[str, PolicyTerm] = {
     "vespo": PolicyTerm(vespo, own_sampler_weights=True),
     "kl_cov": PolicyTerm(kl_cov),
     "geo_mean": PolicyTerm(geo_mean),
+    "prime_default": PolicyTerm(prime_default),
 }
 
 
