@@ -1,14 +1,15 @@
 """The field's silent bugs as one-click lessons: the wrong number and the right one, side by side.
 
 One record per bug (``bug_record.SilentBug``), written in case modules by topic: ``bugs_loss``
-and ``bugs_groups`` (the fourteen of field-2026.md section 2.3). The gallery's order is ``BUGS``
+and ``bugs_groups`` (the fourteen of field-2026.md section 2.3), ``bugs_multiturn`` (the masks of
+a tool-using episode, field-2026-b.md section 1 rows 2-6). The gallery's order is ``BUGS``
 below (a case module's bugs keep their order); a bug's ``id`` is its page's ``bug=`` URL value and
 must stay stable.
 """
 
 from __future__ import annotations
 
-from roll_viz.analysis.silent_bugs import bugs_groups, bugs_loss
+from roll_viz.analysis.silent_bugs import bugs_groups, bugs_loss, bugs_multiturn
 from roll_viz.analysis.silent_bugs.bug_record import Outcome, SilentBug, make_batch
 
 __all__ = ["BUGS", "BY_ID", "IDS", "Outcome", "SilentBug", "bug", "make_batch"]
@@ -33,7 +34,7 @@ FIELD_ORDER = (
 _FIELD = {b.id: b for b in bugs_loss.BUGS + bugs_groups.BUGS}
 
 #: every case module's bugs, in gallery order
-BUGS: tuple[SilentBug, ...] = tuple(_FIELD[i] for i in FIELD_ORDER)
+BUGS: tuple[SilentBug, ...] = tuple(_FIELD[i] for i in FIELD_ORDER) + bugs_multiturn.BUGS
 
 BY_ID: dict[str, SilentBug] = {bug.id: bug for bug in BUGS}
 IDS: tuple[str, ...] = tuple(BY_ID)

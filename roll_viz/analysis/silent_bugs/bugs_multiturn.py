@@ -1,0 +1,344 @@
+"""Silent bugs of multi-turn masks: field-2026-b.md section 1 rows 2-5 and section 2 items 12-13.
+
+A tool-using episode is one transcript: the prompt, then per turn the assistant's sampled tokens
+and the tool's answer. Only the sampled tokens may carry gradient. Each case writes the buggy
+mask plainly (a list comprehension over the transcript, as its thread describes the code) and
+takes roll-viz's loss on it (``episode_lab.mask_loss``: the dialect's ``policy_loss`` at the
+first step, its gradient by autograd) beside the right mask (``episode_lab.episode_batch``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from roll_viz.analysis import episode_lab as lab
+from roll_viz.analysis.silent_bugs.bug_record import Outcome, SilentBug, num, series
+from roll_viz.core.agentic.episode import Episode, Segment
+
+#: the one transcript of these cases: (role, turn, sampled, tokens as display strings)
+EOS = "<eos>"
+TRANSCRIPT: tuple[tuple[str, int, bool, tuple[str, ...]], ...] = (
+    ("system", -1, False, ("Use", " calc", ".")),
+    ("user", -1, False, ("3", "*4", "+5", "?")),
+    ("assistant", 0, True, ("<call>", "calc", " 3*4", EOS)),
+    ("tool", 0, False, ("12", "\n")),
+    ("assistant", 1, True, ("12", "+5", "=17", EOS)),
+)
+#: an earlier conversation in the prompt: an assistant message the policy did not sample now
+HISTORY = ("assistant", -1, False, ("Hi", ",", " ask", " me"))
+#: the episode's per-token advantage (one outcome, broadcast: the mask is the lesson here)
+ADVANTAGE = 1.0
+#: the loss every case takes: verl's default (token-mean over the batch's masked tokens)
+FRAMEWORK = "verl"
+
+
+def make_episode(rows: Sequence[tuple[str, int, bool, tuple[str, ...]]]) -> tuple[Episode, list]:
+    """(the Episode, its tokens' display strings) of a transcript written as rows.
+
+    Token ids are the position of the string in the transcript's vocabulary (1-based), so equal
+    strings share an id (both EOS tokens are one id, as they are in a real tokenizer).
+    """
+    vocab: dict[str, int] = {}
+    segments, pieces = [], []
+    for role, turn, sampled, tokens in rows:
+        ids = tuple(vocab.setdefault(t, len(vocab) + 1) for t in tokens)
+        segments.append(Segment(role, "".join(tokens), ids, turn, sampled=sampled))
+        pieces.extend(tokens)
+    return Episode("calc-1", "calculator", tuple(segments), outcome=1.0), pieces
+
+
+def _roles(rows: Sequence[tuple[str, int, bool, tuple[str, ...]]]) -> list[tuple[str, int, bool]]:
+    """(role, turn, sampled) of every token of the transcript."""
+    return [(role, turn, sampled) for role, turn, sampled, tokens in rows for _ in tokens]
+
+
+def _losses(rows, wrong_mask: list[float]) -> tuple[lab.MaskLoss, lab.MaskLoss, list[str]]:
+    """roll-viz's loss on the right mask and on the buggy one, same advantages."""
+    episode, pieces = make_episode(rows)
+    batch = lab.episode_batch([episode])
+    adv = torch.full_like(batch.valid, ADVANTAGE)
+    right = lab.mask_loss(batch, batch.trainable, adv, FRAMEWORK)
+    wrong = lab.mask_loss(batch, torch.tensor([wrong_mask], dtype=lab.F64), adv, FRAMEWORK)
+    return right, wrong, pieces
+
+
+def _grad_outcome(right, wrong, pieces, wrong_value, right_value, formula) -> Outcome:
+    return Outcome(
+        wrong=wrong_value,
+        right=right_value,
+        labels=tuple(f"{i}:{p!r}" for i, p in enumerate(pieces)),
+        wrong_series=series(0.0 - wrong.grad[0]),
+        right_series=series(0.0 - right.grad[0]),
+        series_title="push on each token's log-prob (-d loss / d log pi)",
+        formula=formula,
+    )
+
+
+# ------------------------------------------------ TRL #5144 / PR #4975: tool output trained on
+
+
+def wrong_tool_mask(rows=TRANSCRIPT) -> list[float]:
+    """TRL's Liger loss path before PR #4975: ``completion_mask`` alone, ``tool_mask`` ignored.
+
+    Every token after the prompt is a completion token, the tool's answer included.
+    """
+    return [1.0 if turn >= 0 else 0.0 for _role, turn, _sampled in _roles(rows)]
+
+
+def _tool_mask() -> Outcome:
+    right, wrong, pieces = _losses(TRANSCRIPT, wrong_tool_mask())
+    n, extra = wrong.tokens, wrong.context_tokens
+    return _grad_outcome(
+        right,
+        wrong,
+        pieces,
+        wrong.context_share,
+        right.context_share,
+        f"completion tokens after the prompt: {n} (of which {extra} are the tool's answer)\n"
+        f"token-mean: every trained token gets A / {n} = {num(ADVANTAGE / n)}\n"
+        f"share of the gradient on tool output: {extra} / {n} = {num(wrong.context_share)}\n"
+        f"with tool_mask: {right.tokens} sampled tokens, each A / {right.tokens} = "
+        f"{num(ADVANTAGE / right.tokens)}; share on tool output = 0",
+    )
+
+
+# --------------------------------------------------- NeMo RL PR #2176: history turns trained on
+
+
+HISTORY_TRANSCRIPT = (TRANSCRIPT[0], HISTORY, *TRANSCRIPT[1:])
+
+
+def wrong_history(rows=HISTORY_TRANSCRIPT) -> list[float]:
+    """NeMo RL before PR #2176: every ``role == "assistant"`` message is trained on.
+
+    The assistant message of the earlier conversation is part of the prompt, not a sample.
+    """
+    return [1.0 if role == "assistant" else 0.0 for role, _turn, _sampled in _roles(rows)]
+
+
+def _history() -> Outcome:
+    right, wrong, pieces = _losses(HISTORY_TRANSCRIPT, wrong_history())
+    return _grad_outcome(
+        right,
+        wrong,
+        pieces,
+        float(wrong.context_tokens),
+        float(right.context_tokens),
+        f"assistant messages: {len(HISTORY[3])} history tokens + {right.tokens} sampled = "
+        f"{wrong.tokens} trained\n"
+        f"the history tokens get A / {wrong.tokens} = {num(ADVANTAGE / wrong.tokens)} each: "
+        f"{num(wrong.context_share)} of the gradient pushes text the policy never sampled\n"
+        f"sampled only: {right.tokens} tokens, history tokens trained = 0",
+    )
+
+
+# ------------------------------------------------------ ms-swift PR #7838: only the last turn
+
+
+def wrong_last_turn(rows=TRANSCRIPT) -> list[float]:
+    """ms-swift without an explicit ``loss_mask``: only the last assistant message is a label."""
+    last = max(turn for role, turn, _sampled, _tokens in rows if role == "assistant")
+    return [1.0 if role == "assistant" and turn == last else 0.0 for role, turn, _ in _roles(rows)]
+
+
+def _last_turn() -> Outcome:
+    right, wrong, pieces = _losses(TRANSCRIPT, wrong_last_turn())
+    roles = _roles(TRANSCRIPT)
+    first = [i for i, (role, turn, _) in enumerate(roles) if role == "assistant" and turn == 0]
+    wrong_push = 0.0 - float(wrong.grad[0, first].sum())
+    right_push = 0.0 - float(right.grad[0, first].sum())
+    return _grad_outcome(
+        right,
+        wrong,
+        pieces,
+        wrong_push,
+        right_push,
+        f"turn 1 (the tool call) has {len(first)} sampled tokens\n"
+        f"last turn only: {wrong.tokens} tokens trained, turn 1's push = {num(wrong_push)}\n"
+        f"every sampled turn: {right.tokens} tokens, each A / {right.tokens}: turn 1's push = "
+        f"{len(first)} x {num(ADVANTAGE / right.tokens)} = {num(right_push)}",
+    )
+
+
+# ------------------------------------------------------------- TRL #4974: pad == EOS, EOS masked
+
+
+def wrong_pad_eos(rows=TRANSCRIPT, pad: str = EOS) -> list[float]:
+    """TRL's multi-turn mask with padding inferred from ``pad_token_id`` (pad == eos here).
+
+    ``mask = completion & (ids != pad_token_id)``: the sampled EOS of every turn reads as padding.
+    """
+    out = []
+    for _role, _turn, sampled, tokens in rows:
+        out.extend(1.0 if sampled and t != pad else 0.0 for t in tokens)
+    return out
+
+
+def _pad_eos() -> Outcome:
+    right, wrong, pieces = _losses(TRANSCRIPT, wrong_pad_eos())
+    eos = [i for i, p in enumerate(pieces) if p == EOS]
+    wrong_push = 0.0 - float(wrong.grad[0, eos].sum())
+    right_push = 0.0 - float(right.grad[0, eos].sum())
+    return _grad_outcome(
+        right,
+        wrong,
+        pieces,
+        wrong_push,
+        right_push,
+        f"the transcript has {len(eos)} sampled EOS tokens (one per turn)\n"
+        f"pad == eos: mask = ids != pad  ->  {wrong.tokens} tokens trained, EOS push = 0: the "
+        "policy is never taught to stop a turn\n"
+        f"right: {right.tokens} tokens, EOS push = {len(eos)} x {num(ADVANTAGE / right.tokens)} "
+        f"= {num(right_push)}",
+    )
+
+
+# ---------------------------------------------- TRL #4974: the loss mask used as attention mask
+
+
+def wrong_attention(rows=TRANSCRIPT) -> list[int]:
+    """Tokens each position may attend to when ``completion_mask`` is the attention mask.
+
+    The prompt is attended; after it, only tokens the loss mask keeps: the tool's answer is a
+    hole every later token is blind to.
+    """
+    flags = [turn < 0 or sampled for _role, turn, sampled in _roles(rows)]
+    return [sum(flags[: i + 1]) for i in range(len(flags))]
+
+
+def right_attention(rows=TRANSCRIPT) -> list[int]:
+    """Causal attention over the whole transcript: position i sees tokens 0..i."""
+    episode, _ = make_episode(rows)
+    valid = lab.episode_batch([episode]).valid[0]
+    return [int(v) for v in torch.cumsum(valid, 0).tolist()]
+
+
+def _attention() -> Outcome:
+    wrong, right = wrong_attention(), right_attention()
+    _, pieces = make_episode(TRANSCRIPT)
+    answer = pieces.index("=17")
+    tool = [i for i, (role, _t, _s) in enumerate(_roles(TRANSCRIPT)) if role == "tool"]
+    return Outcome(
+        wrong=float(wrong[answer]),
+        right=float(right[answer]),
+        labels=tuple(f"{i}:{p!r}" for i, p in enumerate(pieces)),
+        wrong_series=series([float(v) for v in wrong]),
+        right_series=series([float(v) for v in right]),
+        series_title="tokens each position attends to",
+        formula=f"the answer token '=17' is at position {answer}: causally it sees "
+        f"{right[answer]} tokens\nloss mask as attention mask: the tool's {len(tool)} tokens "
+        f"(positions {tool[0]}-{tool[-1]}) are masked out, so it sees {wrong[answer]}\n"
+        "its log-prob is computed without the tool's result: the gradient trains an answer the "
+        "model could not have derived",
+    )
+
+
+# ----------------------------------------------------------------------------- the registry
+
+BUGS: tuple[SilentBug, ...] = (
+    SilentBug(
+        id="tool-mask",
+        short="Tool output trained",
+        title="The loss path that ignores the tool mask",
+        thread="huggingface/trl#5144, huggingface/trl#4975",
+        question="A two-turn episode: 8 sampled tokens, and the tool's 2-token answer between "
+        "the turns. TRL's Liger loss path ignored tool_mask. With the mask applied, what share "
+        "of the gradient lands on the tool's text?",
+        choices=(
+            "0: the tool wrote it, the policy did not sample it",
+            "1/5: 2 of the 10 completion tokens",
+            "1/2: one turn of two",
+        ),
+        answer=0,
+        quantity="share of |gradient| on tokens the tool wrote",
+        batch=(
+            ("transcript", "system, user | assistant 4 | tool 2 | assistant 4"),
+            ("advantage", "A = 1 on every trained token (token-mean)"),
+        ),
+        wrong_label="completion_mask only (Liger path)",
+        right_label="roll-viz: sampled tokens only, policy_loss('verl')",
+        explanation="Training finishes and the loss looks normal, but the model is taught to "
+        "write the environment's text, and every sampled token's weight drops from 1/8 to 1/10.",
+        compute=_tool_mask,
+    ),
+    SilentBug(
+        id="history-turns",
+        short="History turns trained",
+        title="Every assistant message trained, the history's too",
+        thread="NVIDIA-NeMo/RL#2176",
+        question="The prompt carries an earlier conversation with a 4-token assistant message; "
+        "the policy then samples 8 tokens. NeMo RL masked by role == 'assistant'. How many of "
+        "the history's tokens should be trained?",
+        choices=("0: the history is prompt", "4: it is an assistant message", "12: all of them"),
+        answer=0,
+        quantity="trained tokens that the policy did not sample",
+        batch=(
+            ("transcript", "system | history (assistant) 4 | user | turn 1: 4 | tool | turn 2: 4"),
+        ),
+        wrong_label="mask = role == 'assistant'",
+        right_label="roll-viz: sampled tokens only",
+        explanation="A history turn is prompt: its log-probs are not the policy's samples, so "
+        "pushing them up is supervised fine-tuning on old text, weighted by this episode's "
+        "advantage.",
+        compute=_history,
+    ),
+    SilentBug(
+        id="last-turn",
+        short="Only the last turn",
+        title="Only the last assistant turn in the loss",
+        thread="modelscope/ms-swift#7838",
+        question="Two assistant turns: the tool call, then the answer. Without an explicit "
+        "loss_mask, ms-swift trained the last one only. How much push should the tool call "
+        "(turn 1) get?",
+        choices=("None", "Half of the answer's", "The same per token as the answer"),
+        answer=2,
+        quantity="total push on turn 1's tokens",
+        batch=(("transcript", "assistant 4 (tool call) | tool 2 | assistant 4 (answer)"),),
+        wrong_label="labels on the last assistant message",
+        right_label="roll-viz: every sampled turn",
+        explanation="The reward depended on the tool call, but only the final answer is "
+        "trained: the policy never learns which call led to it.",
+        compute=_last_turn,
+    ),
+    SilentBug(
+        id="pad-eos",
+        short="pad == EOS",
+        title="pad == EOS: the end of every turn masked",
+        thread="huggingface/trl#4974",
+        question="The tokenizer's pad token is its EOS. The mask drops tokens equal to "
+        "pad_token_id. How much push should the two sampled EOS tokens get?",
+        choices=("None", "Half as much as the other tokens", "As much as every other token"),
+        answer=2,
+        quantity="total push on the sampled EOS tokens",
+        batch=(("transcript", "assistant 4 ending in EOS | tool 2 | assistant 4 ending in EOS"),),
+        wrong_label="mask = completion & (ids != pad_token_id)",
+        right_label="roll-viz: the sampled EOS is a sampled token",
+        explanation="Stopping is an action: with its EOS masked the policy is never rewarded "
+        "for ending a turn, and turns grow until max_tokens.",
+        compute=_pad_eos,
+    ),
+    SilentBug(
+        id="mask-attention",
+        short="Mask as attention",
+        title="The loss mask used as the attention mask",
+        thread="huggingface/trl#4974",
+        question="The completion mask (0 on the tool's answer) was also passed as the "
+        "attention mask. How many tokens should the final answer '=17' attend to (itself "
+        "included)?",
+        choices=(
+            "16: every token up to itself",
+            "8: the sampled tokens only",
+            "14: all but the tool's 2 tokens",
+        ),
+        answer=0,
+        quantity="tokens the answer token attends to",
+        batch=(("transcript", "prompt 7 | assistant 4 | tool 2 | assistant 4"),),
+        wrong_label="attention_mask = completion_mask",
+        right_label="roll-viz: causal attention over the transcript",
+        explanation="The loss mask says where the gradient goes; the attention mask says what "
+        "each token may read. With holes in it, the answer is scored without the tool's result.",
+        compute=_attention,
+    ),
+)
