@@ -1,152 +1,154 @@
-"""The Episodes page's numbers: multi-turn episodes as a batch, and a mask's loss and gradient.
+"""The Episodes page's numbers: every mask rule and every credit rule on the same episodes.
 
-The episodes of one task form a group of G; each episode's transcript is one row of the batch
-(right-padded to the longest). The loss is roll-viz's ``policy_loss`` of a framework at the first
-update step (ratio 1: log pi_theta = log pi_old), so its gradient per token is ``grad_coef`` =
-d loss / d log pi(token): zero wherever the mask is 0. A mistake swaps the mask (or the tokens the
-trainer sees) and the same loss is taken again on the same advantages.
+``core.agentic`` has the math (``masks``: the correct mask, the known mistakes, their loss and
+gradient; ``credit``: the credit rules; ``extension``: the re-encoded history). This module runs
+them all on one batch and lays the results out as the page's tables: the episode the page shows
+is put first (``selected_first``), so every rule's worked example (the first episode's numbers)
+is that episode's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 from torch import Tensor
 
+from roll_viz.core.agentic import credit as credit_mod
+from roll_viz.core.agentic import masks
 from roll_viz.core.agentic.episode import Episode
-from roll_viz.core.pipeline import policy_loss
+from roll_viz.core.agentic.extension import check_extension
 
-F64 = torch.float64
+#: the advantages the mask section uses (the credit section compares the rules)
+MASK_ADVANTAGES = "episode_grpo"
 
-#: |gradient| below this counts as none
-GRAD_ZERO = 1e-12
+
+def selected_first(episodes: Sequence[Episode], row: int) -> tuple[Episode, ...]:
+    """The episodes with episode ``row`` moved to the front (the rest keep their order).
+
+    Group statistics do not depend on the order, so each episode's advantages stay the same.
+    """
+    if not 0 <= row < len(episodes):
+        raise ValueError(f"episode {row + 1} of {len(episodes)}")
+    return (episodes[row], *episodes[:row], *episodes[row + 1 :])
 
 
 @dataclass(frozen=True)
-class EpisodeBatch:
-    """Episodes as a right-padded batch.
+class MaskLab:
+    """Every mask rule on one batch, against the correct mask.
 
     Attributes:
-        episodes: the B episodes, in order.
-        token_ids: (B, T) long, 0 on padding.
-        valid: (B, T) 0/1: a real token of the transcript (not padding).
-        trainable: (B, T) 0/1: the right loss mask (tokens the sampler generated).
-        logprobs: (B, T) the sampler's log-probs where recorded, else 0.
+        batch: the transcripts as (B, T) tensors.
+        advantages: the (B, T) advantages the losses use (``MASK_ADVANTAGES``).
+        effects: rule name -> its ``RuleEffect``.
     """
 
-    episodes: tuple[Episode, ...]
-    token_ids: Tensor
-    valid: Tensor
-    trainable: Tensor
-    logprobs: Tensor
+    batch: masks.TranscriptBatch
+    advantages: Tensor
+    effects: dict[str, masks.RuleEffect]
+
+    def row(self, values: Tensor, b: int = 0) -> list[float]:
+        """Row ``b`` of a (B, T) tensor, cut to that transcript's length, as plain floats."""
+        n = int(self.batch.valid[b].sum())
+        return [float(v) for v in values[b, :n].to(torch.float64).tolist()]
 
 
-def episode_batch(episodes: Sequence[Episode]) -> EpisodeBatch:
-    """The episodes as one padded batch with the right mask (sampled assistant tokens only).
+def mask_lab(
+    episodes: Sequence[Episode],
+    eos_id: int | None = None,
+    reencode: Callable[[str], Sequence[int]] | None = None,
+    unit: str = "token",
+) -> MaskLab:
+    """Every mask rule's mask, loss and gradient on ``episodes`` (episode-level GRPO advantages).
 
     Raises:
-        ValueError: no episode, or an episode with no token.
+        ValueError: episodes the core refuses (too many, too long, turns not 0..N-1).
     """
-    if not episodes:
-        raise ValueError("episodes: none given")
-    width = max(len(e.token_ids) for e in episodes)
-    if width == 0:
-        raise ValueError("episodes: every transcript is empty")
-    b = len(episodes)
-    ids = torch.zeros(b, width, dtype=torch.long)
-    valid = torch.zeros(b, width, dtype=F64)
-    trainable = torch.zeros(b, width, dtype=F64)
-    logprobs = torch.zeros(b, width, dtype=F64)
-    for row, episode in enumerate(episodes):
-        at = 0
-        for seg in episode.segments:
-            n = len(seg.token_ids)
-            ids[row, at : at + n] = torch.tensor(seg.token_ids, dtype=torch.long)
-            valid[row, at : at + n] = 1.0
-            if seg.sampled and seg.role == "assistant":
-                trainable[row, at : at + n] = 1.0
-            if seg.logprobs is not None:
-                logprobs[row, at : at + n] = torch.tensor(seg.logprobs, dtype=F64)
-            at += n
-    return EpisodeBatch(tuple(episodes), ids, valid, trainable, logprobs)
+    batch = masks.batch_episodes(episodes, unit=unit)
+    adv = credit_mod.credit(MASK_ADVANTAGES, episodes, unit=unit).token_advantages
+    effects = masks.rule_effects(batch, adv, eos_id=eos_id, reencode=reencode)
+    return MaskLab(batch, adv, effects)
 
 
-@dataclass(frozen=True)
-class MaskLoss:
-    """One mask's loss at the first update step and its gradient per token.
+def context_share(effect: masks.RuleEffect, batch: masks.TranscriptBatch) -> float:
+    """Share of the gradient's mass (sum |d L / d log pi|) on tokens the sampler did not write."""
+    mass = effect.grad.abs()
+    total = float(mass.sum())
+    return float(mass[~batch.sampled].sum()) / total if total > 0 else 0.0
 
-    Attributes:
-        loss: the framework's total loss.
-        grad: (B, T) d loss / d log pi(token), 0 where the mask is 0.
-        tokens: tokens in the mask.
-        context_tokens: tokens in the mask that the sampler did not generate.
-        grad_sampled: sum of |grad| over the sampled (right) tokens.
-        grad_context: sum of |grad| over tokens the sampler did not generate.
+
+def rule_table(lab: MaskLab) -> pd.DataFrame:
+    """One row per mask rule: what it trains, its loss and what it does to the gradient."""
+    rows = []
+    for name, effect in lab.effects.items():
+        rule = masks.MASK_RULES[name]
+        rows.append(
+            {
+                "rule": rule.label,
+                "where it shipped": rule.source,
+                "tokens trained": effect.n_trained,
+                "trained, not sampled": int(effect.added.sum()),
+                "sampled, not trained": int(effect.removed.sum()),
+                "gradient on context": round(context_share(effect, lab.batch), 4),
+                "scale of a right token's gradient": round(effect.scale, 4),
+                "positions with broken context": int(effect.broken.sum()),
+                "loss": effect.loss,
+                "note": effect.note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def all_credit(
+    episodes: Sequence[Episode], params: credit_mod.CreditParams, unit: str = "token"
+) -> dict[str, credit_mod.Credit]:
+    """Every credit rule on the same episodes."""
+    return {
+        name: credit_mod.credit(name, episodes, params, unit=unit)
+        for name in credit_mod.CREDIT_RULES
+    }
+
+
+def credit_table(credits: dict[str, credit_mod.Credit], b: int = 0) -> pd.DataFrame:
+    """One row per rule: name, paper or framework, formula, episode ``b``'s advantage per turn."""
+    rows = []
+    for c in credits.values():
+        turns = c.turn_advantages[b]
+        row = {"rule": c.label, "paper or framework": c.source, "formula": c.formula}
+        row.update({f"turn {t + 1}": round(a, 4) for t, a in enumerate(turns)})
+        row["with these numbers"] = c.worked
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stop_table(episodes: Sequence[Episode], credits: dict[str, credit_mod.Credit]) -> pd.DataFrame:
+    """Mean first-turn advantage of the episodes that took n turns, under every rule.
+
+    A rule that rewards taking more turns, whatever the outcome, shows it here first.
     """
-
-    loss: float
-    grad: Tensor
-    tokens: int
-    context_tokens: int
-    grad_sampled: float
-    grad_context: float
-
-    @property
-    def context_share(self) -> float:
-        """The share of the gradient's mass that lands on context (tool, prompt, history)."""
-        total = self.grad_sampled + self.grad_context
-        return self.grad_context / total if total > 0 else 0.0
-
-
-def mask_loss(
-    batch: EpisodeBatch,
-    mask: Tensor,
-    advantages: Tensor,
-    framework: str = "verl",
-    logprobs: Tensor | None = None,
-) -> MaskLoss:
-    """The loss of ``framework`` (its default config) over ``mask`` and d loss / d log pi.
-
-    Args:
-        batch: the episodes.
-        mask: (B, T) 0/1 loss mask.
-        advantages: (B, T) per-token advantages (read where the mask is 1).
-        framework: whose loss aggregation (the default config of that dialect).
-        logprobs: (B, T) the log-probs the trainer recomputes (default: the sampler's); the
-            ratio is 1 at the first step either way, so they move only a KL or entropy term.
-
-    Raises:
-        ValueError: shapes differ from the batch's, or the dialect refuses the inputs.
-    """
-    if mask.shape != batch.valid.shape or advantages.shape != batch.valid.shape:
-        raise ValueError(f"mask / advantages must be {tuple(batch.valid.shape)}")
-    base = batch.logprobs if logprobs is None else logprobs
-    lp = base.detach().clone().requires_grad_(True)
-    mask = mask.to(F64) * batch.valid
-    result = policy_loss(
-        framework,
-        {},
-        logprobs=lp,
-        old_logprobs=lp.detach(),
-        advantages=advantages.to(F64) * mask,
-        response_mask=mask,
-    )
-    (grad,) = torch.autograd.grad(result.total, lp)
-    grad = grad.detach() * mask
-    sampled = batch.trainable > 0
-    return MaskLoss(
-        loss=float(result.total.detach()),
-        grad=grad,
-        tokens=int(mask.sum()),
-        context_tokens=int((mask * (1 - batch.trainable)).sum()),
-        grad_sampled=float(grad.abs()[sampled].sum()),
-        grad_context=float(grad.abs()[~sampled].sum()),
-    )
+    by_turns: dict[int, list[int]] = {}
+    for i, e in enumerate(episodes):
+        by_turns.setdefault(e.n_turns, []).append(i)
+    rows = []
+    for n in sorted(by_turns):
+        members = by_turns[n]
+        row: dict[str, object] = {"turns taken": n, "episodes": len(members)}
+        row["mean outcome"] = round(sum(episodes[i].outcome for i in members) / len(members), 4)
+        for c in credits.values():
+            first = [c.turn_advantages[i][0] for i in members if c.turn_advantages[i]]
+            row[c.label] = round(sum(first) / len(first), 4) if first else None
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
-def row_values(values: Tensor, batch: EpisodeBatch, row: int) -> list[float]:
-    """Row ``row`` of a (B, T) tensor cut to that episode's length, as plain floats."""
-    n = int(batch.valid[row].sum())
-    return [float(v) for v in values[row, :n].tolist()]
+def differing_positions(
+    episode: Episode, reencode: Callable[[str], Sequence[int]] | None
+) -> tuple[int, ...] | None:
+    """Positions where the think-stripped re-encoded history differs (None: no tokenizer)."""
+    if reencode is None:
+        return None
+    report = check_extension(episode, reencode)
+    n = len(episode.token_ids)
+    return tuple(i for i, d in enumerate(report.differs) if d and i < n)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from roll_viz.core.agentic.episode import Episode
+from roll_viz.views.chips import colorbar_html
 from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.scales import FONT, SIGNED_SCALE, scale_colors, text_color, title_style
 from roll_viz.views.text import visible_whitespace
@@ -36,12 +37,15 @@ def segment_label(role: str, turn: int) -> str:
     return f"{ROLE_NAMES[role]}, turn {turn + 1}"
 
 
-def _chip(piece: str, tip: str, style: str) -> str:
-    shown = html.escape(visible_whitespace(piece))
+def _chip(piece: str, tip: str, style: str, wrap: bool = False) -> str:
+    """One token (or, ``wrap``, one whole segment's text: wrapped, whitespace kept) as a chip."""
+    shown = html.escape(piece if wrap else visible_whitespace(piece))
+    space = (
+        "white-space:pre-wrap;display:inline;" if wrap else "white-space:pre;display:inline-block;"
+    )
     return (
-        f'<span title="{html.escape(tip, quote=True)}" tabindex="0" style="{style}'
-        "padding:1px 3px;margin:1px;border-radius:4px;white-space:pre;"
-        f'display:inline-block">{shown}</span>'
+        f'<span title="{html.escape(tip[:300], quote=True)}" tabindex="0" style="{style}'
+        f'padding:1px 3px;margin:1px;border-radius:4px;{space}">{shown}</span>'
     )
 
 
@@ -96,6 +100,7 @@ def mask_html(
     trained: Sequence[float],
     right: Sequence[float] | None = None,
     differs: Sequence[int] = (),
+    wrap: bool = False,
 ) -> str:
     """The transcript as token chips, one row per segment, the loss mask over it.
 
@@ -106,6 +111,7 @@ def mask_html(
         right: the right mask (sampled assistant tokens only); tokens where the two differ are
             drawn as the mistake's (orange = trained by mistake, dashed = dropped). None = same.
         differs: positions to outline (the re-encoded history differs from the sampled tokens).
+        wrap: each position is a whole segment's text (a file without token ids): wrap it.
 
     Returns:
         Escaped HTML (a ``div`` of rows of ``span`` chips) for ``st.html``.
@@ -122,7 +128,7 @@ def mask_html(
             css, words = _mask_style(trained[i] > 0, right[i] > 0, i in marked)
             note = "; re-encoded token differs" if i in marked else ""
             tip = f"{pieces[i]!r}  position {i}, {label}: {words}{note}"
-            chips.append(_chip(pieces[i], tip, css))
+            chips.append(_chip(pieces[i], tip, css, wrap))
         rows.append(_row(label, chips))
     return _frame(rows)
 
@@ -133,6 +139,7 @@ def advantage_html(
     advantages: Sequence[float],
     trained: Sequence[float],
     vmax: float,
+    wrap: bool = False,
 ) -> str:
     """The transcript's tokens coloured by a per-token advantage (diverging, 0 = white).
 
@@ -145,6 +152,7 @@ def advantage_html(
         advantages: one advantage per token (ignored where ``trained`` is 0).
         trained: the loss mask.
         vmax: the fixed symmetric colour range [-vmax, vmax] (the legend says it).
+        wrap: each position is a whole segment's text: wrap it.
     """
     n = len(pieces)
     colours = scale_colors([float(a) for a in advantages], -vmax, vmax, SIGNED_SCALE)
@@ -159,7 +167,7 @@ def advantage_html(
             else:
                 css = f"background:{CONTEXT};color:#595959;"
                 tip = f"{pieces[i]!r}  position {i}, {label}: no gradient (masked)"
-            chips.append(_chip(pieces[i], tip, css))
+            chips.append(_chip(pieces[i], tip, css, wrap))
         rows.append(_row(label, chips))
     return _frame(rows)
 
@@ -192,6 +200,18 @@ def mask_legend_html(with_mistake: bool, with_differs: bool = False) -> str:
         for css, words in items
     )
     return f'<div style="font-size:0.85em;margin:4px 0 8px 0">{spans}</div>'
+
+
+def advantage_legend_html(vmax: float) -> str:
+    """The advantage chips' legend: the diverging scale's true range, and grey = no gradient."""
+    grey = (
+        f'<span style="background:{CONTEXT};color:#595959;padding:1px 6px;border-radius:4px;'
+        'margin-left:10px">no gradient (masked)</span>'
+    )
+    bar = colorbar_html(
+        SIGNED_SCALE, -vmax, vmax, "advantage A (red < 0 < blue; clipped at the ends):"
+    )
+    return bar.replace("</div>", grey + "</div>", 1)
 
 
 def credit_figure(
@@ -235,13 +255,13 @@ def bias_figure(turns: Sequence[int], biased: Sequence[float], fair: Sequence[fl
 
     Args:
         turns: the stopping turns n on the x axis.
-        biased: E[A | stop at n] of per-turn-index normalisation (a baseline that depends on n).
-        fair: the same with one baseline for the whole episode (0 when the outcome is the same).
+        biased: E[A_0 | stop at n] of per-turn-index baselines (their number depends on n).
+        fair: E[G - E G | stop at n], the unbiased advantage of the whole episode.
     """
     fig = go.Figure()
     for name, ys, colour, dash in (
-        ("per-turn-index baseline (MT-GRPO style)", biased, OKABE_ITO[5], "solid"),
-        ("one baseline per episode", fair, OKABE_ITO[0], "dash"),
+        ("per-turn-index baselines, summed (verl #7244)", biased, OKABE_ITO[5], "solid"),
+        ("unbiased: G - E[G]", fair, OKABE_ITO[0], "dash"),
     ):
         fig.add_trace(
             go.Scatter(
@@ -256,7 +276,7 @@ def bias_figure(turns: Sequence[int], biased: Sequence[float], fair: Sequence[fl
             )
         )
     fig.update_layout(
-        title=title_style("Mean advantage of an episode by the turn it stops at (same outcome)"),
+        title=title_style("Expected first-turn advantage by the number of turns taken"),
         xaxis={"title": "turns taken", "dtick": 1},
         yaxis_title="mean advantage of its tokens",
         legend={"orientation": "h"},

@@ -1,66 +1,75 @@
 """Silent bugs of multi-turn masks: field-2026-b.md section 1 rows 2-5 and section 2 items 12-13.
 
-A tool-using episode is one transcript: the prompt, then per turn the assistant's sampled tokens
-and the tool's answer. Only the sampled tokens may carry gradient. Each case writes the buggy
-mask plainly (a list comprehension over the transcript, as its thread describes the code) and
-takes roll-viz's loss on it (``episode_lab.mask_loss``: the dialect's ``policy_loss`` at the
-first step, its gradient by autograd) beside the right mask (``episode_lab.episode_batch``).
+A tool-using episode is one transcript (``episode_sets.TRANSCRIPT``): the prompt, then per turn
+the assistant's sampled tokens and the tool's answer. Only the sampled tokens may carry
+gradient. Each case writes the buggy mask plainly (a list comprehension over the transcript, as
+its thread describes the code) and takes roll-viz's token-mean loss on it
+(``core.agentic.masks.grad_coefficients``: d L / d log pi at the first step) beside the right
+mask (``masks.rule_mask(batch, "correct")``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from roll_viz.analysis import episode_lab as lab
-from roll_viz.analysis.silent_bugs.bug_record import Outcome, SilentBug, num, series
-from roll_viz.core.agentic.episode import Episode, Segment
-
-#: the one transcript of these cases: (role, turn, sampled, tokens as display strings)
-EOS = "<eos>"
-TRANSCRIPT: tuple[tuple[str, int, bool, tuple[str, ...]], ...] = (
-    ("system", -1, False, ("Use", " calc", ".")),
-    ("user", -1, False, ("3", "*4", "+5", "?")),
-    ("assistant", 0, True, ("<call>", "calc", " 3*4", EOS)),
-    ("tool", 0, False, ("12", "\n")),
-    ("assistant", 1, True, ("12", "+5", "=17", EOS)),
+from roll_viz.analysis.episode_sets import (
+    EOS,
+    HISTORY,
+    HISTORY_TRANSCRIPT,
+    TRANSCRIPT,
+    Rows,
+    make_episode,
 )
-#: an earlier conversation in the prompt: an assistant message the policy did not sample now
-HISTORY = ("assistant", -1, False, ("Hi", ",", " ask", " me"))
+from roll_viz.analysis.silent_bugs.bug_record import Outcome, SilentBug, num, series
+from roll_viz.core.agentic import masks
+
 #: the episode's per-token advantage (one outcome, broadcast: the mask is the lesson here)
 ADVANTAGE = 1.0
-#: the loss every case takes: verl's default (token-mean over the batch's masked tokens)
-FRAMEWORK = "verl"
 
 
-def make_episode(rows: Sequence[tuple[str, int, bool, tuple[str, ...]]]) -> tuple[Episode, list]:
-    """(the Episode, its tokens' display strings) of a transcript written as rows.
-
-    Token ids are the position of the string in the transcript's vocabulary (1-based), so equal
-    strings share an id (both EOS tokens are one id, as they are in a real tokenizer).
-    """
-    vocab: dict[str, int] = {}
-    segments, pieces = [], []
-    for role, turn, sampled, tokens in rows:
-        ids = tuple(vocab.setdefault(t, len(vocab) + 1) for t in tokens)
-        segments.append(Segment(role, "".join(tokens), ids, turn, sampled=sampled))
-        pieces.extend(tokens)
-    return Episode("calc-1", "calculator", tuple(segments), outcome=1.0), pieces
-
-
-def _roles(rows: Sequence[tuple[str, int, bool, tuple[str, ...]]]) -> list[tuple[str, int, bool]]:
+def _roles(rows: Rows) -> list[tuple[str, int, bool]]:
     """(role, turn, sampled) of every token of the transcript."""
     return [(role, turn, sampled) for role, turn, sampled, tokens in rows for _ in tokens]
 
 
-def _losses(rows, wrong_mask: list[float]) -> tuple[lab.MaskLoss, lab.MaskLoss, list[str]]:
-    """roll-viz's loss on the right mask and on the buggy one, same advantages."""
+@dataclass(frozen=True)
+class Side:
+    """One mask's gradient at the first step: d L / d log pi per token and what it lands on.
+
+    Attributes:
+        grad: (T,) ``masks.grad_coefficients`` of the token-mean loss over the mask.
+        tokens: tokens in the mask.
+        context_tokens: tokens in the mask that the sampler did not write.
+        context_share: share of sum |grad| on those tokens.
+    """
+
+    grad: torch.Tensor
+    tokens: int
+    context_tokens: int
+    context_share: float
+
+
+def _side(batch: masks.TranscriptBatch, mask: torch.Tensor) -> Side:
+    adv = torch.full(batch.valid.shape, ADVANTAGE, dtype=torch.float64)
+    grad = masks.grad_coefficients(adv, mask)[0]
+    context = mask[0] & ~batch.sampled[0]
+    total = float(grad.abs().sum())
+    return Side(
+        grad=grad,
+        tokens=int(mask.sum()),
+        context_tokens=int(context.sum()),
+        context_share=float(grad.abs()[context].sum()) / total if total else 0.0,
+    )
+
+
+def _losses(rows, wrong_mask: list[float]) -> tuple[Side, Side, list[str]]:
+    """roll-viz's correct mask and the buggy one, the same token-mean loss on each."""
     episode, pieces = make_episode(rows)
-    batch = lab.episode_batch([episode])
-    adv = torch.full_like(batch.valid, ADVANTAGE)
-    right = lab.mask_loss(batch, batch.trainable, adv, FRAMEWORK)
-    wrong = lab.mask_loss(batch, torch.tensor([wrong_mask], dtype=lab.F64), adv, FRAMEWORK)
+    batch = masks.batch_episodes([episode])
+    right = _side(batch, masks.rule_mask(batch, "correct"))
+    wrong = _side(batch, torch.tensor([wrong_mask]) > 0)
     return right, wrong, pieces
 
 
@@ -69,8 +78,8 @@ def _grad_outcome(right, wrong, pieces, wrong_value, right_value, formula) -> Ou
         wrong=wrong_value,
         right=right_value,
         labels=tuple(f"{i}:{p!r}" for i, p in enumerate(pieces)),
-        wrong_series=series(0.0 - wrong.grad[0]),
-        right_series=series(0.0 - right.grad[0]),
+        wrong_series=series(0.0 - wrong.grad),
+        right_series=series(0.0 - right.grad),
         series_title="push on each token's log-prob (-d loss / d log pi)",
         formula=formula,
     )
@@ -105,9 +114,6 @@ def _tool_mask() -> Outcome:
 
 
 # --------------------------------------------------- NeMo RL PR #2176: history turns trained on
-
-
-HISTORY_TRANSCRIPT = (TRANSCRIPT[0], HISTORY, *TRANSCRIPT[1:])
 
 
 def wrong_history(rows=HISTORY_TRANSCRIPT) -> list[float]:
@@ -147,8 +153,8 @@ def _last_turn() -> Outcome:
     right, wrong, pieces = _losses(TRANSCRIPT, wrong_last_turn())
     roles = _roles(TRANSCRIPT)
     first = [i for i, (role, turn, _) in enumerate(roles) if role == "assistant" and turn == 0]
-    wrong_push = 0.0 - float(wrong.grad[0, first].sum())
-    right_push = 0.0 - float(right.grad[0, first].sum())
+    wrong_push = 0.0 - float(wrong.grad[first].sum())
+    right_push = 0.0 - float(right.grad[first].sum())
     return _grad_outcome(
         right,
         wrong,
@@ -179,8 +185,8 @@ def wrong_pad_eos(rows=TRANSCRIPT, pad: str = EOS) -> list[float]:
 def _pad_eos() -> Outcome:
     right, wrong, pieces = _losses(TRANSCRIPT, wrong_pad_eos())
     eos = [i for i, p in enumerate(pieces) if p == EOS]
-    wrong_push = 0.0 - float(wrong.grad[0, eos].sum())
-    right_push = 0.0 - float(right.grad[0, eos].sum())
+    wrong_push = 0.0 - float(wrong.grad[eos].sum())
+    right_push = 0.0 - float(right.grad[eos].sum())
     return _grad_outcome(
         right,
         wrong,
@@ -211,8 +217,8 @@ def wrong_attention(rows=TRANSCRIPT) -> list[int]:
 def right_attention(rows=TRANSCRIPT) -> list[int]:
     """Causal attention over the whole transcript: position i sees tokens 0..i."""
     episode, _ = make_episode(rows)
-    valid = lab.episode_batch([episode]).valid[0]
-    return [int(v) for v in torch.cumsum(valid, 0).tolist()]
+    valid = masks.batch_episodes([episode]).valid[0]
+    return [int(v) for v in torch.cumsum(valid.long(), 0).tolist()]
 
 
 def _attention() -> Outcome:
@@ -258,7 +264,7 @@ BUGS: tuple[SilentBug, ...] = (
             ("advantage", "A = 1 on every trained token (token-mean)"),
         ),
         wrong_label="completion_mask only (Liger path)",
-        right_label="roll-viz: sampled tokens only, policy_loss('verl')",
+        right_label="roll-viz: masks.rule_mask('correct'), token-mean",
         explanation="Training finishes and the loss looks normal, but the model is taught to "
         "write the environment's text, and every sampled token's weight drops from 1/8 to 1/10.",
         compute=_tool_mask,
