@@ -68,6 +68,9 @@ class Episode:
             (GiGPO's anchor states: equal ids = the same state), or None.
         stop: why it ended: "answer", "max_turns", "max_tokens" or "error".
         seed: the sampling seed (None for an imported file).
+        progress: an optional score of the environment state after each agent turn (len =
+            number of turns; prime-rl's ``turn_credit`` state score, e.g. the fraction of the
+            task done), or None.
     """
 
     task: str
@@ -78,6 +81,7 @@ class Episode:
     states: tuple[str, ...] | None = None
     stop: str = "answer"
     seed: int | None = None
+    progress: tuple[float, ...] | None = None
 
     @property
     def n_turns(self) -> int:

@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from roll_viz.core.pipeline import dialects
-from roll_viz.data.runs import plain, rllb, roll_dump, rollviz, trl_completions, unipo, verl_dump
+from roll_viz.data.runs import (
+    atif,
+    plain,
+    rllb,
+    roll_dump,
+    rollviz,
+    trl_completions,
+    unipo,
+    verl_dump,
+)
 from roll_viz.data.runs.jail import RunsJail
 from roll_viz.data.runs.json_document import read_json_document
 from roll_viz.data.runs.parse import (
@@ -248,6 +257,8 @@ def _detect_file(path: Path) -> str:
             return unipo.FORMAT
         if isinstance(doc, dict) and roll_dump.matches(doc):
             return roll_dump.FORMAT
+        if atif.matches(doc):
+            raise RunFormatError(path, None, None, atif.NOT_A_RUN)
         if isinstance(doc, dict):
             keys = sorted(map(str, doc))[:12]
             raise RunFormatError(path, 1, None, f"not a known run format (top-level keys: {keys})")
@@ -258,6 +269,8 @@ def _detect_file(path: Path) -> str:
     for name, matches in _JSONL_MATCHERS:
         if first is not None and matches(first):
             return name
+    if atif.matches(first):
+        raise RunFormatError(path, 1, None, atif.NOT_A_RUN)
     if path.suffix == ".json" or first is None:
         doc = read_json_document(path)
         if unipo.matches_document(doc):
