@@ -16,8 +16,10 @@ API (``lm.rollout`` offers it to the pages: ``current(spec, bundle).episodes(req
 
 How an episode is made (``toy_tools`` for the environments, ``transcript`` for the template):
 
-1. the context starts as the system prompt (the environment's, with an example call) and the
-   task's question, each as the chat template writes it, then the assistant's header;
+1. the context starts as the system prompt (the environment's tool syntax), a worked exchange
+   (``toy_tools.DEMOS``: user, assistant, tool messages written by hand, ``sampled=False``) and
+   the task's question, each as the chat template writes it, then the assistant's header: all
+   turn -1;
 2. each turn, every unfinished episode draws up to ``max_turn_tokens`` tokens; they are appended
    to its context VERBATIM (never decoded and re-encoded: the extension property), the
    environment answers the decoded text (``toy_tools.step``) and its reply is appended as one
@@ -39,9 +41,10 @@ episode's turn is its own request with seed ``row_seed(seed, row, t)`` (vLLM see
 rows of identical contexts under one seed would draw the same tokens). The two paths draw
 different tokens for the same seed; each is reproducible per seed.
 
-Bounds (``EpisodeRequest`` rejects more): ``MAX_TASKS`` tasks, ``MAX_GROUP_SIZE`` episodes per
-task, ``MAX_TURNS`` agent turns, ``MAX_TURN_TOKENS`` tokens per turn, ``MAX_EPISODE_TOKENS``
-tokens per transcript (prompt included); the tools' own bounds are in ``toy_tools``.
+Bounds (``EpisodeRequest`` rejects more): ``MAX_EPISODE_TASKS`` (6) tasks,
+``MAX_EPISODE_GROUP`` (8) episodes per task, ``MAX_TURNS`` (4) agent turns, ``MAX_TURN_TOKENS``
+(64) tokens per turn, ``MAX_EPISODE_TOKENS`` (1024) tokens per transcript, prompt included; the
+tools' own bounds are in ``toy_tools``.
 """
 
 from __future__ import annotations
@@ -62,8 +65,8 @@ from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.scoring import response_hidden, score_positions
 from roll_viz.lm.transcript import ChatPieces
 
-MAX_TASKS = 6
-MAX_GROUP_SIZE = 8
+MAX_EPISODE_TASKS = 6
+MAX_EPISODE_GROUP = 8
 MAX_TURNS = 4
 MAX_TURN_TOKENS = 64
 MAX_EPISODE_TOKENS = 1024  # the whole transcript, prompt included (the tiny model's bytes too)
@@ -77,8 +80,8 @@ class EpisodeRequest:
     """Which tasks, how many episodes each, and how they are sampled. Frozen and validated.
 
     Attributes:
-        tasks: task ids of ``toy_tools.TASKS`` (at most ``MAX_TASKS``, no repeats).
-        group_size: G episodes per task (1..``MAX_GROUP_SIZE``).
+        tasks: task ids of ``toy_tools.TASKS`` (at most ``MAX_EPISODE_TASKS``, no repeats).
+        group_size: G episodes per task (1..``MAX_EPISODE_GROUP``).
         max_turns: agent turns per episode (1..``MAX_TURNS``).
         max_turn_tokens: tokens the model may write per turn (1..``MAX_TURN_TOKENS``); a turn
             cut there is closed by the template and the episode goes on.
@@ -112,10 +115,10 @@ class EpisodeRequest:
             problems.append(f"unknown tasks {unknown}; known: {sorted(toy_tools.TASKS)}")
         if len(set(self.tasks)) != len(self.tasks):
             problems.append("each task at most once")
-        if len(self.tasks) > MAX_TASKS:
-            problems.append(f"at most {MAX_TASKS} tasks (got {len(self.tasks)})")
+        if len(self.tasks) > MAX_EPISODE_TASKS:
+            problems.append(f"at most {MAX_EPISODE_TASKS} tasks (got {len(self.tasks)})")
         for name, value, top in (
-            ("group_size", self.group_size, MAX_GROUP_SIZE),
+            ("group_size", self.group_size, MAX_EPISODE_GROUP),
             ("max_turns", self.max_turns, MAX_TURNS),
             ("max_turn_tokens", self.max_turn_tokens, MAX_TURN_TOKENS),
         ):
@@ -189,16 +192,24 @@ Draw = Callable[[list[list[int]], int, list[int]], list[tuple[list[int], list[fl
 
 
 def _start(bundle: ModelBundle, pieces: ChatPieces, task: toy_tools.Task) -> _Live:
-    """An episode's prompt: the environment's system message, the question, the header."""
+    """An episode's prompt, all turn -1: system message, worked exchange, question, header.
+
+    The worked exchange (``toy_tools.DEMOS``) is written by hand, not sampled.
+    """
     tok = bundle.tokenizer
-    system_text = toy_tools.ENVIRONMENTS[task.env]
-    system_ids = pieces.message_ids(tok, "system", system_text)
-    user_ids = pieces.message_ids(tok, "user", task.question) + pieces.header_ids(tok)
-    segments = [
-        Segment("system", system_text, tuple(system_ids), -1),
-        Segment("user", task.question, tuple(user_ids), -1),
+    messages = [
+        ("system", toy_tools.ENVIRONMENTS[task.env]),
+        *toy_tools.DEMOS[task.env],
+        ("user", task.question),
     ]
-    return _Live(task, toy_tools.reset(task), system_ids + user_ids, segments)
+    segments = [
+        Segment(role, text, tuple(pieces.message_ids(tok, role, text)), -1)
+        for role, text in messages
+    ]
+    last = segments[-1]
+    segments[-1] = Segment(last.role, last.text, last.token_ids + tuple(pieces.header_ids(tok)), -1)
+    ids = [t for s in segments for t in s.token_ids]
+    return _Live(task, toy_tools.reset(task), ids, segments)
 
 
 def _roll(

@@ -7,18 +7,20 @@ bounded (``MAX_CALL_CHARS``, ``MAX_DIGITS``, ``MAX_DEPTH``, ``MAX_MAGNITUDE``).
 
 The tool-call syntax is one line, ``name: argument`` (``calc: 17*23+4``, ``lookup: cheese``,
 ``guess: 5``, ``answer: 395``); the parser is lenient (any case, ``:`` ``=`` or ``(`` after the
-name, backticks and a closing parenthesis ignored, the first call in the message wins).
+name, or a number right after it as in "the answer is 380"; backticks and a closing
+parenthesis ignored; the first call in the message wins).
 
-A 135M model often writes no call at all. Decided here: such a turn is still a turn. The
-environment answers as the user ("No tool call found ...", restating the syntax), a malformed or
-unknown call gets a tool answer starting with ``error:``, and the episode goes on until an
-answer or the turn bound (``lm.episodes.MAX_TURNS``). So every episode is a complete transcript
-with an outcome, however badly the model does.
+A 135M model often writes no call at all. The prompt shows a worked exchange (``DEMOS``, as
+chat messages), which makes calls the rule rather than the exception. A turn without a call is
+still a turn (decided here): the environment answers as the user ("No tool call found ...",
+restating the syntax), a malformed or unknown call gets a tool answer starting with ``error:``,
+and the episode goes on until an answer or the turn bound (``lm.episodes.MAX_TURNS``). So every
+episode is a complete transcript with an outcome, however badly the model does.
 
 API:
 
 - ``TASKS``: task id -> ``Task`` (environment, question, the expected answer);
-  ``ENVIRONMENTS``: environment name -> its system prompt (with an example call).
+  ``ENVIRONMENTS``: environment name -> its system prompt; ``DEMOS``: its worked exchange.
 - ``reset(task) -> EnvState``; ``step(task, state, text) -> Step``: the environment's reply to
   one assistant message (the observation and its role, the turn's progress reward, done, the
   parsed call) and the next state; ``state_id(task, state)``: the anchor-state id of GiGPO
@@ -66,7 +68,8 @@ _ALIASES = {
     "final answer": "answer",
 }
 _CALL = re.compile(
-    r"(final answer|calculator|calculate|calc|look up|lookup|guess|answer)\s*([:=(])\s*([^\n]*)",
+    r"\b(final answer|calculator|calculate|calc|look up|lookup|guess|answer)"
+    r"[ \t]*(?:(?:is|was)\b[ \t]*)?([:=(]?)[ \t]*",
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"-?\d+")
@@ -74,21 +77,44 @@ _NUMBER = re.compile(r"-?\d+")
 #: the lookup environment's table (prices in coins): made up, so the model cannot know them
 PRICES = {"apple": 3, "bread": 5, "cheese": 12, "dates": 7, "eggs": 4}
 
+#: environment -> its system prompt (the tool's syntax)
 ENVIRONMENTS = {
     "calculator": (
         "You can use a calculator. Write one line: calc: <expression>. "
-        "When you know the result, write: answer: <number>.\n"
-        "Example:\ncalc: 12*3\n(the tool replies 36)\nanswer: 36"
+        "When you know the result, write: answer: <number>."
     ),
     "lookup": (
         "You can look up prices in a table. Write one line: lookup: <item>. "
-        "When you know the result, write: answer: <number>.\n"
-        "Example:\nlookup: milk\n(the tool replies milk costs 2)\nanswer: 2"
+        "When you know the result, write: answer: <number>."
     ),
     "guess": (
         "Find the secret number. Write one line: guess: <number>. "
-        "The game replies higher, lower or correct.\n"
-        "Example:\nguess: 50\n(the game replies lower)\nguess: 25"
+        "The game replies higher, lower or correct."
+    ),
+}
+
+#: environment -> a worked exchange shown as chat messages before the task's question (a small
+#: model copies the pattern of earlier turns: with it SmolLM2-135M calls a tool in most turns,
+#: with the same example as text in the system prompt in about one turn in three)
+DEMOS = {
+    "calculator": (
+        ("user", "What is 12 * 3?"),
+        ("assistant", "calc: 12*3"),
+        ("tool", "36"),
+        ("assistant", "answer: 36"),
+    ),
+    "lookup": (
+        ("user", "How many coins does milk cost?"),
+        ("assistant", "lookup: milk"),
+        ("tool", "milk costs 2"),
+        ("assistant", "answer: 2"),
+    ),
+    "guess": (
+        ("user", "I picked a number from 1 to 8. Find it."),
+        ("assistant", "guess: 4"),
+        ("tool", "higher than 4"),
+        ("assistant", "guess: 6"),
+        ("tool", "correct"),
     ),
 }
 
@@ -192,14 +218,17 @@ def parse_call(text: str) -> tuple[str, str] | None:
     backticks, quotes, a trailing full stop and an unbalanced closing parenthesis; it may be
     longer than ``MAX_CALL_CHARS`` (the tool refuses it then).
     """
-    found = _CALL.search(text[:MAX_SCAN_CHARS])
-    if found is None:
-        return None
-    name = _ALIASES[" ".join(found.group(1).lower().split())]
-    arg = found.group(3).strip().strip("`'\"").strip().rstrip(".").strip()
-    if arg.endswith(")") and (found.group(2) == "(" or arg.count(")") > arg.count("(")):
-        arg = arg[:-1].strip()
-    return name, arg
+    text = text[:MAX_SCAN_CHARS]
+    for found in _CALL.finditer(text):
+        separator, arg = found.group(2), text[found.end() :].split("\n", 1)[0]
+        if not separator and not _NUMBER.match(arg):
+            continue  # "I can calculate it" names a tool without calling it
+        name = _ALIASES[" ".join(found.group(1).lower().split())]
+        arg = arg.strip().strip("`'\"").strip().rstrip(".").strip()
+        if arg.endswith(")") and (separator == "(" or arg.count(")") > arg.count("(")):
+            arg = arg[:-1].strip()
+        return name, arg
+    return None
 
 
 def _tokens(expression: str) -> list[str]:
