@@ -19,7 +19,6 @@ from torch import Tensor
 from roll_viz.core.agentic import credit as credit_mod
 from roll_viz.core.agentic import masks
 from roll_viz.core.agentic.episode import Episode
-from roll_viz.core.agentic.extension import check_extension
 
 #: the advantages the mask section uses (the credit section compares the rules)
 MASK_ADVANTAGES = "episode_grpo"
@@ -41,7 +40,8 @@ class MaskLab:
 
     Attributes:
         batch: the transcripts as (B, T) tensors.
-        advantages: the (B, T) advantages the losses use (``MASK_ADVANTAGES``).
+        advantages: the (B, T) advantages the losses use (``MASK_ADVANTAGES``: the episode's
+            on every position of its row).
         effects: rule name -> its ``RuleEffect``.
     """
 
@@ -61,13 +61,19 @@ def mask_lab(
     reencode: Callable[[str], Sequence[int]] | None = None,
     unit: str = "token",
 ) -> MaskLab:
-    """Every mask rule's mask, loss and gradient on ``episodes`` (episode-level GRPO advantages).
+    """Every mask rule's mask, loss and gradient on ``episodes``.
+
+    The advantages are episode-level GRPO's, one per episode, broadcast over its row.
 
     Raises:
         ValueError: episodes the core refuses (too many, too long, turns not 0..N-1).
     """
     batch = masks.batch_episodes(episodes, unit=unit)
-    adv = credit_mod.credit(MASK_ADVANTAGES, episodes, unit=unit).token_advantages
+    # a trainer broadcasts the episode's advantage over its whole row; the mask picks the
+    # tokens (so a mistake that trains the prompt's history gives it this advantage too)
+    per_episode = credit_mod.credit(MASK_ADVANTAGES, episodes, unit=unit).turn_advantages
+    first = torch.tensor([a[0] if a else 0.0 for a in per_episode], dtype=torch.float64)
+    adv = first[:, None] * batch.valid
     effects = masks.rule_effects(batch, adv, eos_id=eos_id, reencode=reencode)
     return MaskLab(batch, adv, effects)
 
@@ -143,12 +149,11 @@ def stop_table(episodes: Sequence[Episode], credits: dict[str, credit_mod.Credit
     return pd.DataFrame(rows)
 
 
-def differing_positions(
-    episode: Episode, reencode: Callable[[str], Sequence[int]] | None
-) -> tuple[int, ...] | None:
-    """Positions where the think-stripped re-encoded history differs (None: no tokenizer)."""
-    if reencode is None:
-        return None
-    report = check_extension(episode, reencode)
-    n = len(episode.token_ids)
-    return tuple(i for i, d in enumerate(report.differs) if d and i < n)
+def differing_positions(sampled: Sequence[int], rendered: Sequence[int]) -> tuple[int, ...]:
+    """Positions of the sampled transcript where a re-rendered one has another token (or none).
+
+    A length change shifts every later position: the trainer then scores other tokens there.
+    """
+    return tuple(
+        i for i, t in enumerate(sampled) if i >= len(rendered) or int(rendered[i]) != int(t)
+    )
