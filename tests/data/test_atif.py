@@ -90,6 +90,9 @@ def test_trajectory_without_token_ids_works_per_segment():
     assert {"no outcome reward (extra.reward): taken as 0"} <= set(read.notes)
     batch = batch_episodes(read.episodes, unit=read.unit)
     assert rule_mask(batch, "correct")[0].int().tolist() == [0, 1, 0, 0, 1]
+    # the credit views take the same per-segment layout
+    per_segment = credit("outcome_broadcast", read.episodes, unit=read.unit)
+    assert per_segment.token_advantages.shape == (1, 5)
 
 
 def test_tokenize_fills_in_missing_ids_and_says_so():
@@ -145,6 +148,27 @@ def test_size_caps_bite_with_a_message(monkeypatch, tmp_path):
     many.write_text(json.dumps([doc] * 3))
     with pytest.raises(RunFormatError, match="3 trajectories, more than 2"):
         read_atif(many)
+
+
+def test_the_token_cap_bites_per_trajectory(monkeypatch):
+    monkeypatch.setattr(atif, "MAX_TRANSCRIPT_TOKENS", 17)  # the longest list: 17
+    with pytest.raises(RunFormatError, match="21 tokens, more than the cap 17"):
+        read_atif(fixture("atif/calculator.json"))
+
+
+def test_detection_parses_when_the_version_comes_late(tmp_path):
+    doc = json.loads(fixture("atif/calculator.json").read_text())
+    late = {"steps": doc["steps"], "notes": "x" * 9000, "schema_version": "ATIF-v1.7"}
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps(late))
+    assert is_atif(path)
+    lines = tmp_path / "late.jsonl"
+    lines.write_text(json.dumps(late) + "\n")
+    assert is_atif(lines)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"notes": "x" * 9000, "schema_version": "v2"}))
+    assert not is_atif(other)
+    assert not is_atif(tmp_path / "missing.json")
 
 
 def test_a_newer_minor_version_is_read_with_a_note(tmp_path):

@@ -114,14 +114,34 @@ def matches(doc: Any) -> bool:
 
 
 def is_atif(path: str | Path) -> bool:
-    """The file starts like an ATIF trajectory (its first bytes name an ATIF schema version)."""
+    """The file holds ATIF trajectories (False for anything unreadable; never raises).
+
+    The first bytes decide when they name an ATIF schema version; otherwise the document (or the
+    first JSONL line) is parsed under the usual caps and its ``schema_version`` looked at.
+    """
+    path = Path(path)
     try:
         with open(path, "rb") as handle:
             head = handle.read(parse.SNIFF_BYTES)
     except OSError:
         return False
     text = head.decode("utf-8", errors="ignore").lstrip()
-    return text.startswith(("{", "[")) and '"schema_version"' in text and '"ATIF-v' in text
+    if not text.startswith(("{", "[")):
+        return False
+    if '"schema_version"' in text and '"ATIF-v' in text:
+        return True
+    try:
+        if path.suffix == ".jsonl":
+            return any(matches(value) for _, _, value in _first_line(path))
+        return matches(read_json_document(path))
+    except (RunFormatError, OSError):
+        return False
+
+
+def _first_line(path: Path):
+    for item in iter_jsonl(path, Problems()):
+        yield item
+        return
 
 
 # ---------------------------------------------------------------------------------------------
