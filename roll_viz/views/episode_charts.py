@@ -217,7 +217,7 @@ def advantage_legend_html(vmax: float) -> str:
 def credit_figure(
     rules: Sequence[str], turn_advantages: Sequence[Sequence[float]], title: str
 ) -> go.Figure:
-    """Each rule's advantage per agent turn of one episode, as grouped bars with their numbers.
+    """Each rule's advantage per agent turn of one episode, as grouped bars (numbers on hover).
 
     Args:
         rules: the rules' names (one trace each).
@@ -233,8 +233,6 @@ def credit_figure(
                 y=list(values),
                 name=rule,
                 marker={"color": OKABE_ITO[k % len(OKABE_ITO)]},
-                text=[f"{v:+.3f}" for v in values],
-                textposition="outside",
                 hovertemplate=f"{html.escape(rule)}<br>%{{x}}: A = %{{y:.4f}}<extra></extra>",
             )
         )

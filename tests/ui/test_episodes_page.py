@@ -11,6 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.core.agentic import credit, masks
+from roll_viz.data import episode_pieces
+from roll_viz.data.recorded_episodes import load_recorded_episodes
 from roll_viz.ui import episodes_page as page
 from tests.ui import apptest
 
@@ -144,6 +146,35 @@ def test_episode_picker_moves_the_views_to_that_episode(views):
 
 
 # ------------------------------------------------------------------------------- the real page
+
+
+def test_recorded_episodes_open_by_default_without_the_model():
+    at = apptest.open_page("episodes")
+    assert at.radio(key="ep_src").value == "recorded"
+    assert not at.error, [e.value for e in at.error]
+    name = at.selectbox(key="ep_set").value
+    first = load_recorded_episodes(name).batch.episodes[0]
+    # oracle: the sampled assistant tokens of every recorded episode, counted here
+    sampled = sum(
+        len(s.token_ids)
+        for e in load_recorded_episodes(name).batch.episodes
+        for s in e.segments
+        if s.role == "assistant" and s.sampled
+    )
+    assert _metrics(at)["Tokens trained"] == str(sampled)
+    assert first.n_turns >= 2  # a real two-to-three-turn tool episode
+    html = _html(at)
+    assert "tool, turn 1:" in html
+    assert "[" not in "".join(episode_pieces.pieces(first))  # every token shown as its text
+    assert len(at.get("plotly_chart")) == 2
+
+
+@pytest.mark.parametrize("name", ["lookup", "guess"])
+def test_every_recorded_set_opens(name):
+    at = apptest.open_page("episodes", ep_set=name)
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.selectbox(key="ep_set").value == name
+    assert int(_metrics(at)["Tokens trained"]) > 0
 
 
 def test_live_episodes_on_the_tiny_model():
