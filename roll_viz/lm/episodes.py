@@ -27,7 +27,7 @@ How an episode is made (``toy_tools`` for the environments, ``transcript`` for t
    it and the next assistant header after it;
 3. an episode stops at an answer ("answer"), after ``max_turns`` turns ("max_turns"), or when the
    next turn would not fit in ``MAX_EPISODE_TOKENS`` ("max_tokens"); the environment's reply to
-   the last turn is kept (without a header after it);
+   the last turn is kept (without a header after it) when it fits in the bound, else left out;
 4. in-process, one teacher-forced pass over the finished transcripts scores every sampled token
    under the policy and one under the reference (none when the policy IS the reference: the
    same numbers), ``log_softmax(logits / T)`` over the full vocabulary as ``lm.sampling`` does
@@ -262,7 +262,10 @@ def _roll(
                 ep.stop = "max_tokens"
             else:
                 reply += header
-            ep.segments.append(Segment(step.role, step.observation, tuple(reply), turn))
+            if total <= MAX_EPISODE_TOKENS:  # else the reply is left out: the bound holds
+                ep.segments.append(Segment(step.role, step.observation, tuple(reply), turn))
+            else:
+                reply = []
             ep.ids += [*ids, *reply]
     return live
 
