@@ -129,6 +129,8 @@ def test_a_two_key_lookup_by_hand():
     assert (first.observation, first.reward) == ("apple costs 3", 0.5)
     second = step(task, first.state, "lookup: bread")
     assert (second.observation, second.reward) == ("bread costs 5", 0.5)
+    both = step(task, reset(task), "lookup: apples and bread")  # the first item named
+    assert (both.observation, both.reward) == ("apple costs 3", 0.5)
     useless = step(task, second.state, "lookup: eggs")
     assert (useless.observation, useless.reward) == ("eggs costs 4", 0.0)
     unknown = step(task, second.state, "lookup: milk")
