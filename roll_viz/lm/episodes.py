@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -290,37 +290,15 @@ def _with_scores(
     episodes: tuple[Episode, ...], scores: list[tuple[list[float], list[float]]]
 ) -> tuple[Episode, ...]:
     """Episodes with each assistant segment's (policy, reference) log-probs filled in, in order."""
-    out, k = [], 0
-    for ep in episodes:
-        segments = []
-        for seg in ep.segments:
-            if seg.sampled:
-                logprobs, ref = scores[k]
-                k += 1
-                seg = Segment(
-                    seg.role,
-                    seg.text,
-                    seg.token_ids,
-                    seg.turn,
-                    True,
-                    tuple(logprobs),
-                    tuple(ref),
-                    seg.tool_call,
-                )
-            segments.append(seg)
-        out.append(
-            Episode(
-                ep.task,
-                ep.env,
-                tuple(segments),
-                ep.outcome,
-                ep.turn_rewards,
-                ep.states,
-                ep.stop,
-                ep.seed,
-            )
-        )
-    return tuple(out)
+    found = iter(scores)
+
+    def scored(seg: Segment) -> Segment:
+        if not seg.sampled:
+            return seg
+        logprobs, ref = next(found)
+        return replace(seg, logprobs=tuple(logprobs), ref_logprobs=tuple(ref))
+
+    return tuple(replace(ep, segments=tuple(scored(s) for s in ep.segments)) for ep in episodes)
 
 
 # ---------------------------------------------------------------------------------------------
