@@ -27,7 +27,7 @@ How an episode is made (``toy_tools`` for the environments, ``transcript`` for t
    it and the next assistant header after it;
 3. an episode stops at an answer ("answer"), after ``max_turns`` turns ("max_turns"), or when the
    next turn would not fit in ``MAX_EPISODE_TOKENS`` ("max_tokens"); the environment's reply to
-   the last turn is kept (without a header after it);
+   the last turn is kept (without a header after it) when it fits in the bound, else left out;
 4. in-process, one teacher-forced pass over the finished transcripts scores every sampled token
    under the policy and one under the reference (none when the policy IS the reference: the
    same numbers), ``log_softmax(logits / T)`` over the full vocabulary as ``lm.sampling`` does
@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -262,7 +262,10 @@ def _roll(
                 ep.stop = "max_tokens"
             else:
                 reply += header
-            ep.segments.append(Segment(step.role, step.observation, tuple(reply), turn))
+            if total <= MAX_EPISODE_TOKENS:  # else the reply is left out: the bound holds
+                ep.segments.append(Segment(step.role, step.observation, tuple(reply), turn))
+            else:
+                reply = []
             ep.ids += [*ids, *reply]
     return live
 
@@ -287,37 +290,15 @@ def _with_scores(
     episodes: tuple[Episode, ...], scores: list[tuple[list[float], list[float]]]
 ) -> tuple[Episode, ...]:
     """Episodes with each assistant segment's (policy, reference) log-probs filled in, in order."""
-    out, k = [], 0
-    for ep in episodes:
-        segments = []
-        for seg in ep.segments:
-            if seg.sampled:
-                logprobs, ref = scores[k]
-                k += 1
-                seg = Segment(
-                    seg.role,
-                    seg.text,
-                    seg.token_ids,
-                    seg.turn,
-                    True,
-                    tuple(logprobs),
-                    tuple(ref),
-                    seg.tool_call,
-                )
-            segments.append(seg)
-        out.append(
-            Episode(
-                ep.task,
-                ep.env,
-                tuple(segments),
-                ep.outcome,
-                ep.turn_rewards,
-                ep.states,
-                ep.stop,
-                ep.seed,
-            )
-        )
-    return tuple(out)
+    found = iter(scores)
+
+    def scored(seg: Segment) -> Segment:
+        if not seg.sampled:
+            return seg
+        logprobs, ref = next(found)
+        return replace(seg, logprobs=tuple(logprobs), ref_logprobs=tuple(ref))
+
+    return tuple(replace(ep, segments=tuple(scored(s) for s in ep.segments)) for ep in episodes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -351,12 +351,17 @@ def _integer(arg: str) -> int:
 
 
 def _key(arg: str) -> str:
-    """A lookup key: lower case letters only, a plural s dropped ("Apples." -> "apple")."""
-    word = re.sub(r"[^a-z ]", "", arg[:MAX_CALL_CHARS].lower()).strip()
-    word = word.removeprefix("an ").removeprefix("a ").removeprefix("the ").strip()
-    if word not in PRICES and word.endswith("s") and word[:-1] in PRICES:
-        word = word[:-1]
-    return word
+    """A lookup key: the first item the argument names ("Apples and bread." -> "apple").
+
+    Lower case letters only, a plural s dropped; the whole cleaned argument when it names no
+    item (the tool then refuses it).
+    """
+    text = re.sub(r"[^a-z ]", " ", arg[:MAX_CALL_CHARS].lower())
+    for word in text.split():
+        for item in (word, word.removesuffix("s")):
+            if item in PRICES:
+                return item
+    return " ".join(text.split())
 
 
 # ---------------------------------------------------------------------------------------------
