@@ -26,6 +26,7 @@ from roll_viz.ui.episode_sources import atif_from_path as atif_from_path
 from roll_viz.ui.episode_sources import is_atif as is_atif
 from roll_viz.ui.episode_sources import source_controls as source_controls
 from roll_viz.ui.fields import Field, check_fields
+from roll_viz.ui.table_fit import table
 from roll_viz.ui.url import bound
 from roll_viz.ui.widgets import chips, explainer, plot
 from roll_viz.views import episode_charts as charts
@@ -69,8 +70,11 @@ def pick_episode(data: EpisodeSet, key: str) -> int:
     _notice(check_fields({key: Field(1, 1, n, integer=True)}))
     if n == 1:
         return 0
-    choice = bound(st.selectbox, "Episode", list(range(1, n + 1)), index=0, key=key)
-    st.caption(text.md_escape(episode_label(data.episodes, int(choice) - 1)))
+    pick, words = st.columns([1, 4], vertical_alignment="bottom")
+    with pick:
+        choice = bound(st.selectbox, "Episode", list(range(1, n + 1)), index=0, key=key)
+    with words:
+        st.caption(text.md_escape(episode_label(data.episodes, int(choice) - 1)))
     return int(choice) - 1
 
 
@@ -127,8 +131,6 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
     episodes = lab.selected_first(data.episodes, row)
     pieces = (data.pieces[row], *data.pieces[:row], *data.pieces[row + 1 :])
     episode = episodes[0]
-    with st.expander("The transcript as text (exactly as recorded)"):
-        st.dataframe(transcript_table(episode), hide_index=True, key=f"{prefix}_text")
 
     st.header("1. Which tokens get gradient?")
     name = MASK_CHOICES[
@@ -159,8 +161,6 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
             differs = lab.differing_positions(episode.token_ids, data.rerender(episode))
     elif name == "mask_as_attention":
         differs = [i for i, v in enumerate(mlab.row(shown.broken.double())) if v > 0]
-    st.caption(_mask_notes(name, data))
-    chips(charts.mask_legend_html(name not in ("correct", THINK), bool(differs)))
     chips(
         charts.mask_html(
             episode,
@@ -171,6 +171,11 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
             wrap=data.unit == "segment",
         )
     )
+    # the legend and the rule's words under the chips: the transcript starts in the first screen
+    chips(charts.mask_legend_html(name not in ("correct", THINK), bool(differs)))
+    st.caption(_mask_notes(name, data))
+    with st.expander("The transcript as text (exactly as recorded)"):
+        table(transcript_table(episode), key=f"{prefix}_text")
     _effect_metrics(name, shown, right, mlab, differs)
     st.caption(
         "Advantages for these losses: episode-level GRPO (each episode's return against its "
@@ -178,7 +183,7 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
         "step; gradient d L / d log pi = -m A / sum m."
     )
     with st.expander("Every mask on this batch (table)"):
-        st.dataframe(lab.rule_table(mlab), hide_index=True, key=f"{prefix}_rules")
+        table(lab.rule_table(mlab), key=f"{prefix}_rules", point="rule")
 
     _credit_section(data, episodes, pieces, mlab, prefix)
 
@@ -249,7 +254,7 @@ def _credit_section(data, episodes, pieces, mlab, prefix: str) -> None:
         ),
         key=f"{prefix}_credit_fig",
     )
-    st.dataframe(lab.credit_table(credits), hide_index=True, key=f"{prefix}_credit_table")
+    table(lab.credit_table(credits), key=f"{prefix}_credit_table", point="rule")
     with c2:
         name = CREDIT_CHOICES[
             bound(
@@ -286,7 +291,7 @@ def _credit_section(data, episodes, pieces, mlab, prefix: str) -> None:
     )
 
     st.header("3. Which rule rewards an extra turn?")
-    st.dataframe(lab.stop_table(episodes, credits), hide_index=True, key=f"{prefix}_stops")
+    table(lab.stop_table(episodes, credits), key=f"{prefix}_stops", point="turns taken")
     st.caption(
         "Mean advantage of the first turn of the episodes that took n turns, under each rule. "
         "An unbiased rule moves with the outcome, not with the number of turns."
