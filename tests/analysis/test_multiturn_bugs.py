@@ -20,10 +20,17 @@ ROLES = ["system"] * 3 + ["user"] * 4 + ["assistant"] * 4 + ["tool"] * 2 + ["ass
 
 def test_the_cases_are_in_the_gallery_after_the_field_fourteen():
     ids = [b.id for b in mt.BUGS]
-    assert ids == ["tool-mask", "history-turns", "last-turn", "pad-eos", "mask-attention"]
+    assert ids == [
+        "tool-mask",
+        "history-turns",
+        "last-turn",
+        "pad-eos",
+        "mask-attention",
+        "turn-index-bias",
+    ]
     assert gallery.IDS[-len(ids) :] == tuple(ids)
     threads = " ".join(b.thread for b in mt.BUGS)
-    for ref in ("trl#5144", "trl#4975", "RL#2176", "ms-swift#7838", "trl#4974"):
+    for ref in ("trl#5144", "trl#4975", "RL#2176", "ms-swift#7838", "trl#4974", "verl#7244"):
         assert ref in threads, ref
 
 
@@ -75,3 +82,15 @@ def test_mask_as_attention_hides_the_tool_answer():
     # '=17' is token 15 (0-based): causally 16 tokens, minus the tool's 2
     assert (out.wrong, out.right) == (14.0, 16.0)
     assert list(out.right_series) == [float(i + 1) for i in range(17)]
+
+
+def test_turn_index_baselines_cancel_the_extra_turn():
+    out = gallery.bug("turn-index-bias").compute()
+    # stops 1, 1, 2, 3; returns 0.5 n + 1 = 1.5, 1.5, 2, 2.5; mean 1.875
+    returns = [1.5, 1.5, 2.0, 2.5]
+    mean = sum(returns) / 4
+    assert list(out.right_series) == pytest.approx([g - mean for g in returns])
+    assert out.right == pytest.approx(((2.5 - mean) - (1.5 - mean)) / 2)  # 0.5 per turn
+    # b_k = 0.5 at every index reached: every turn's reward cancels, the outcome too
+    assert list(out.wrong_series) == [0.0] * 4
+    assert out.wrong == 0.0

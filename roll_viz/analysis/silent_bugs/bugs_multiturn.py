@@ -1,4 +1,4 @@
-"""Silent bugs of multi-turn masks: field-2026-b.md section 1 rows 2-5 and section 2 items 12-13.
+"""Silent bugs of multi-turn episodes: field-2026-b.md section 1 rows 2-6, section 2 items 12-14.
 
 A tool-using episode is one transcript (``episode_sets.TRANSCRIPT``): the prompt, then per turn
 the assistant's sampled tokens and the tool's answer. Only the sampled tokens may carry
@@ -24,6 +24,7 @@ from roll_viz.analysis.episode_sets import (
 )
 from roll_viz.analysis.silent_bugs.bug_record import Outcome, SilentBug, num, series
 from roll_viz.core.agentic import masks
+from roll_viz.core.agentic.credit import CreditParams, credit, turn_index_bias, turn_index_demo
 
 #: the episode's per-token advantage (one outcome, broadcast: the mask is the lesson here)
 ADVANTAGE = 1.0
@@ -241,6 +242,75 @@ def _attention() -> Outcome:
     )
 
 
+# ---------------------------------------- verl #7244: per-turn-index baselines under a stop
+
+#: the group: episodes per stopping turn n = 1, 2, 3 (P = 1/2, 1/4, 1/4), a format reward per
+#: tool call, the same outcome whatever the stop
+BIAS_COUNTS = (2, 1, 1)
+BIAS_REWARD = 0.5
+BIAS_OUTCOME = 1.0
+
+
+def _bias_group():
+    n = len(BIAS_COUNTS)
+    return turn_index_demo(BIAS_COUNTS, (BIAS_REWARD,) * n, (BIAS_OUTCOME,) * n, task="bias")
+
+
+def wrong_turn_index(counts=BIAS_COUNTS, reward=BIAS_REWARD, outcome=BIAS_OUTCOME) -> list[float]:
+    """Per-turn-index baselines, summed (MT-GRPO style, verl RFC #7244): A_0 per episode.
+
+    b_k = the mean turn-k reward over the episodes that reached turn k; A_0 = sum over the
+    episode's own turns of (r_k - b_k) + (O - mean O). The number of baseline terms is the
+    episode's own number of turns.
+    """
+    stops = [n for n, c in enumerate(counts, start=1) for _ in range(c)]
+    rewards = [[reward] * n for n in stops]
+    b = []
+    for k in range(max(stops)):
+        reached = [r[k] for r in rewards if len(r) > k]
+        b.append(sum(reached) / len(reached))
+    return [sum(r[k] - b[k] for k in range(len(r))) + outcome - outcome for r in rewards]
+
+
+def _per_turn(values: list[float], stops: list[int]) -> float:
+    """Mean advantage of the longest stop minus the shortest's, per extra turn."""
+    by: dict[int, list[float]] = {}
+    for v, n in zip(values, stops, strict=True):
+        by.setdefault(n, []).append(v)
+    low, high = min(by), max(by)
+    return (sum(by[high]) / len(by[high]) - sum(by[low]) / len(by[low])) / (high - low)
+
+
+def _turn_index() -> Outcome:
+    group = _bias_group()
+    stops = [e.n_turns for e in group]
+    wrong = wrong_turn_index()
+    # roll-viz: one baseline for the whole episode (G - mean G), the unbiased comparison
+    params = CreditParams(scale_by_std=False)
+    right = [a[0] for a in credit("episode_grpo", group, params).turn_advantages]
+    exact = turn_index_bias(
+        [c / sum(BIAS_COUNTS) for c in BIAS_COUNTS],
+        (BIAS_REWARD,) * len(BIAS_COUNTS),
+        (BIAS_OUTCOME,) * len(BIAS_COUNTS),
+    )
+    return Outcome(
+        wrong=_per_turn(wrong, stops),
+        right=_per_turn(right, stops),
+        labels=tuple(f"ep {i + 1}: {n} turns" for i, n in enumerate(stops)),
+        wrong_series=series(wrong),
+        right_series=series(right),
+        series_title="first-turn advantage of each episode",
+        formula=f"returns G = 0.5 n + 1 for n = {stops}; mean G = "
+        f"{num(sum(0.5 * n + 1 for n in stops) / len(stops))}\n"
+        f"per-turn-index: b_k = 0.5 for every k, so A_0 = sum_k (0.5 - 0.5) + (1 - 1) = 0 "
+        f"whatever n: {num(_per_turn(wrong, stops))} per extra turn\n"
+        f"G - mean G: {num(_per_turn(right, stops))} per extra turn (one more format reward)\n"
+        f"exactly, over P(n) = 1/2, 1/4, 1/4: bias per extra turn = "
+        + ", ".join(num(x) for x in exact.per_extra_turn)
+        + " (= -E[r])",
+    )
+
+
 # ----------------------------------------------------------------------------- the registry
 
 BUGS: tuple[SilentBug, ...] = (
@@ -346,5 +416,31 @@ BUGS: tuple[SilentBug, ...] = (
         explanation="The loss mask says where the gradient goes; the attention mask says what "
         "each token may read. With holes in it, the answer is scored without the tool's result.",
         compute=_attention,
+    ),
+    SilentBug(
+        id="turn-index-bias",
+        short="Per-turn-index baseline",
+        title="Per-turn-index baselines when the policy decides when to stop",
+        thread="verl-project/verl#7244",
+        question="Every tool call earns a format reward of 0.5 and every episode ends right "
+        "(outcome 1); episodes stop after 1, 2 or 3 turns. Against one baseline for the whole "
+        "episode (G - mean G), what does one more turn add to an episode's advantage?",
+        choices=(
+            "0: the outcome is the same",
+            "+0.5: one more format reward",
+            "+1: one more outcome",
+        ),
+        answer=1,
+        quantity="change of the first-turn advantage per extra turn",
+        batch=(
+            ("episodes", "4 of one task: 2 stop after 1 turn, 1 after 2, 1 after 3"),
+            ("rewards", "0.5 per turn (format), outcome 1 for all"),
+        ),
+        wrong_label="sum of per-turn-index baselines (MT-GRPO style)",
+        right_label="roll-viz: credit('episode_grpo', scale_by_std=False)",
+        explanation="Each turn index gets its own baseline, so an episode's baseline has as many "
+        "terms as it took turns: an action of the policy. The extra turn's reward is cancelled "
+        "by its own baseline, a hidden -E[r] per extra turn that no reward designer chose.",
+        compute=_turn_index,
     ),
 )
