@@ -174,6 +174,8 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
     # the legend and the rule's words under the chips: the transcript starts in the first screen
     chips(charts.mask_legend_html(name not in ("correct", THINK), bool(differs)))
     st.caption(_mask_notes(name, data))
+    if name != THINK and shown.note:
+        st.info(f"Not shown on these episodes: the rule {shown.note}.", icon=":material/info:")
     with st.expander("The transcript as text (exactly as recorded)"):
         table(transcript_table(episode), key=f"{prefix}_text")
     _effect_metrics(name, shown, right, mlab, differs)
