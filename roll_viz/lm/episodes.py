@@ -100,7 +100,7 @@ class EpisodeRequest:
     temperature: float = 0.7
     top_p: float = 1.0
     seed: int = 0
-    policy: Any = field(default=None, compare=False)
+    policy: Any = None
     steps: int = 0
 
     def __post_init__(self) -> None:

@@ -149,3 +149,23 @@ def test_recorded_logprobs_are_the_bundled_models():
             assert lp == pytest.approx(seg.logprobs, abs=1e-3)
             body = seg.token_ids[:-1] if seg.token_ids[-1] in bundle.eos_ids else seg.token_ids
             assert bundle.tokenizer.decode(list(body)) == seg.text
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--task", "calc-1", "--group-size", "99"], "group_size must be 1..8"),
+        (["--task", "calc-1", "--max-turns", "9"], "max_turns must be 1..4"),
+        (["--task", "calc-1", "--max-turn-tokens", "1000"], "max_turn_tokens must be 1..64"),
+        ([], "give at least one task"),
+    ],
+)
+def test_the_command_refuses_work_beyond_the_bounds(args, named, capsys):
+    assert cli_main([*args, "--model", "tiny"]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_the_command_is_a_subcommand():
+    from roll_viz.__main__ import COMMANDS
+
+    assert COMMANDS["episodes"] == "roll_viz.cli.record_episodes"
