@@ -5,6 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.analysis import downsampling as pods
 from roll_viz.analysis import history
+from roll_viz.ui import episodes_page as episodes
 from roll_viz.ui import your_run_page as runs
 from roll_viz.views import history_charts, text
 
@@ -14,7 +15,8 @@ with ui.page_guard("Your run"):
     ABOUT = (
         "Open what ROLL (`save_logging_board_dir`, `rollout_dump_dir`), verl (`rollout_data_dir`), "
         "TRL (`completions_*.parquet`), UNIPO or roll-viz's own trainer wrote, or a plain CSV / "
-        "JSONL with prompt, response and reward. Pick a step and press **Use this step on every "
+        "JSONL with prompt, response and reward. An ATIF file (agent trajectories) opens the "
+        "Episodes page's mask and credit views here. Pick a step and press **Use this step on every "
         "page**: Rewards, Token KL, Advantages, Local vs global, Frameworks and Sensitivity then "
         "show that step of your run. Nothing in a file is executed."
     )
@@ -50,6 +52,19 @@ with ui.page_guard("Your run"):
     run_id = st.selectbox(
         "Run", choices, format_func=lambda c: c.split(":", 1)[1].split("/")[-1], key="run_pick"
     )
+    # an ATIF file holds agent trajectories, not a run of samples: the Episodes page's views
+    try:
+        path = runs.resolve(run_id)
+    except ValueError as err:
+        st.error(f"Cannot open this run: {text.md_escape(str(err))}", icon=":material/error:")
+        ui.stop_page("your_run")
+    if path.is_file() and episodes.is_atif(path):
+        st.header("Agent trajectories (ATIF): the mask and credit per turn")
+        data = episodes.atif_from_path(path, run_id.split(":", 1)[1].split("/")[-1])
+        if data is not None:
+            st.caption(text.md_escape(data.source))
+            episodes.draw_views(data, prefix="yr")
+        ui.stop_page("your_run")
     try:
         run = runs.open_cached(run_id)
     except (ValueError, OSError) as err:

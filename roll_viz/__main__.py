@@ -1,10 +1,11 @@
-"""Command line: ``python -m roll_viz compute | sample | train | runs | serve | hall``."""
+"""The command line: ``python -m roll_viz <command>`` (see ``USAGE`` or ``--help``)."""
 
 import sys
 
 USAGE = """usage: python -m roll_viz compute CASES.json|-
        python -m roll_viz sample --prompt TEXT [--prompt TEXT ...] [options]  (see sample --help)
        python -m roll_viz train --prompt TEXT --steps N [options]             (see train --help)
+       python -m roll_viz episodes --preset NAME | --task ID [options]        (see episodes --help)
        python -m roll_viz runs inspect PATH | runs export PATH --step K --to unipo|rllb|compute
        python -m roll_viz serve [SCRIPT] [streamlit flags]                    (the app, warm)
        python -m roll_viz hall [--processes N] [--port P] [-- streamlit flags] (a lecture hall)"""
@@ -14,6 +15,7 @@ COMMANDS = {
     "compute": "roll_viz.cli.calculator",
     "sample": "roll_viz.cli.sample",
     "train": "roll_viz.cli.train",
+    "episodes": "roll_viz.cli.record_episodes",
     "runs": "roll_viz.cli.runs",
     "serve": "roll_viz.cli.serve",
     "hall": "roll_viz.cli.hall",

@@ -62,6 +62,7 @@ PAGES: tuple[Page, ...] = (
     Page("training", "pages/training.py", "Training", "Training", BEYOND),
     Page("your_run", "pages/your_run.py", "Your run", "Your_run", BEYOND),
     Page("mismatch", "pages/mismatch.py", "Sampler ≠ trainer", "Sampler_vs_trainer", BEYOND),
+    Page("episodes", "pages/episodes.py", "Episodes (multi-turn)", "Episodes", BEYOND),
     Page("silent_bugs", "pages/silent_bugs.py", "Silent bugs", "Silent_bugs", LESSONS),
     Page("lesson", "pages/lesson.py", "Lesson (teacher)", "Lesson", LESSONS),
     Page("vote", "pages/vote.py", "Vote (phones)", "vote", LESSONS),

@@ -7,6 +7,9 @@ live batch handed in by the caller, or a recorded training run), runs
 (``policy_loss`` at ratio 1) and the local-vs-global analysis, and evaluates the expression on
 those numbers. Nothing revealed to the class is typed by hand.
 
+An ``episodes:<set>`` batch (multi-turn transcripts) answers from ``lesson_episodes``: the
+gate's mask rule and credit rule on a hand-built set.
+
 What is simplified: an inline batch has no log-probs (its KL is 0, its loss uses log-probs 0);
 a live batch is whatever the caller sampled (the page samples it with the gate's seed); a
 recorded run answers from its per-step metrics only.
@@ -24,12 +27,14 @@ import torch
 from torch import Tensor
 
 from roll_viz import rewards as rewards_mod
+from roll_viz.analysis import lesson_episodes
 from roll_viz.analysis.local_global import local_vs_global
 from roll_viz.analysis.sweep import subsample_groups
 from roll_viz.core.pipeline import policy_loss, run
 from roll_viz.core.records import Batch, Trace, batch_from_rollout
 from roll_viz.data.lesson_expr import BASE_PREFIX, ExprError, evaluate, to_env_value
 from roll_viz.data.lessons import (
+    EPISODES_PREFIX,
     SETTING_G,
     Gate,
     Lesson,
@@ -299,6 +304,11 @@ def gate_env(gate: Gate, live: GateBatch | None = None) -> tuple[dict, GateBatch
     Raises:
         LessonError: the settings are not valid for this batch (names gate and field).
     """
+    if gate.batch.startswith(EPISODES_PREFIX):
+        env, labels = lesson_episodes.episodes_env(
+            gate.batch.removeprefix(EPISODES_PREFIX), dict(gate.settings)
+        )
+        return env, GateBatch(None, (gate.batch,), labels), None
     source = gate_batch(gate, live)
     if source.run is not None:
         return run_env(source.run), source, None
@@ -416,6 +426,8 @@ def _num(x: float) -> str:
 
 def formula(gate: Gate, env: Mapping[str, Any], trace: Trace | None) -> str:
     """LaTeX of the stage's formula with this batch's numbers (one line, for ``st.latex``)."""
+    if trace is None and "trained" in env:
+        return lesson_episodes.formula(dict(gate.settings), env)
     if trace is None:
         kl, rew = env["run_kl"], env["run_reward"]
         last = len(kl) - 1

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from roll_viz.core.agentic.credit import CREDIT_RULES
+from roll_viz.core.agentic.masks import MASK_RULES
 from roll_viz.core.pipeline import ALIASES, FRAMEWORKS, resolve_config
 from roll_viz.data.lesson_expr import BASE_PREFIX, ExprError, Expression, compile_expression
 from roll_viz.data.presets import PRESETS
@@ -56,6 +58,16 @@ NAMES: dict[str, str] = {
     "loss": "the policy loss at the first update step (ratio 1)",
     "grad_coef": "(B, T_i) d loss / d log-prob of every token at the first step",
     "grad_tokens": "tokens with a non-zero gradient at the first step",
+    "trained": "episodes: tokens the gate's mask trains",
+    "sampled": "episodes: tokens the sampler generated (what the right mask trains)",
+    "context_tokens": "episodes: tokens the mask trains that the sampler did not write",
+    "dropped": "episodes: sampled tokens the mask leaves out",
+    "context_share": "episodes: share of the gradient (sum |dL/dlog pi|) on context tokens",
+    "grad_scale": "episodes: scale of a rightly trained token's gradient (right count / count)",
+    "turns": "episodes: (B,) agent turns of each episode",
+    "outcome": "episodes: (B,) outcome of each episode",
+    "first_advantage": "episodes: (B,) the credit rule's advantage of each episode's first turn",
+    "extra_turn": "episodes: change of the mean first-turn advantage per extra turn taken",
     "steps": "recorded run: number of steps",
     "run_reward": "recorded run: (steps,) mean reward per step",
     "run_kl": "recorded run: (steps,) exact KL(policy || reference) per step",
@@ -68,6 +80,13 @@ NAMES: dict[str, str] = {
 #: settings keys that are not dialect keys
 SETTING_FRAMEWORK = "framework"
 SETTING_G = "G"
+#: settings of an episodes batch: the loss mask rule and the credit rule (core.agentic)
+SETTING_MASK = "mask"
+SETTING_CREDIT = "credit"
+EPISODE_SETTINGS = {SETTING_MASK: tuple(MASK_RULES), SETTING_CREDIT: tuple(CREDIT_RULES)}
+#: the episode sets a gate's ``batch = "episodes:<name>"`` names (analysis.lesson_episodes)
+EPISODE_SETS = ("calculator", "stops")
+EPISODES_PREFIX = "episodes:"
 #: what a knob may change besides the settings
 KNOB_BATCH_KEYS = ("batch", "rewards", "lengths")
 
@@ -157,14 +176,24 @@ def nested_field(
 
 
 def batch_field(w: Where, value: Any) -> str:
-    """A batch source: a preset name, "live", "inline" or "recorded:<run>"."""
+    """A batch source: a preset name, "live", "inline", "recorded:<run>" or "episodes:<set>"."""
     if not isinstance(value, str):
         raise w.error("batch", "must be text")
     if value in ("live", "inline") or value in PRESETS:
         return value
     if value.startswith("recorded:") and value.removeprefix("recorded:") in RECORDED:
         return value
-    known = ", ".join([*sorted(PRESETS), "live", "inline", *(f"recorded:{n}" for n in RECORDED)])
+    if value.startswith(EPISODES_PREFIX) and value.removeprefix(EPISODES_PREFIX) in EPISODE_SETS:
+        return value
+    known = ", ".join(
+        [
+            *sorted(PRESETS),
+            "live",
+            "inline",
+            *(f"recorded:{n}" for n in RECORDED),
+            *(EPISODES_PREFIX + n for n in EPISODE_SETS),
+        ]
+    )
     raise w.error("batch", f"{value[:60]!r} is not one of {known}")
 
 
@@ -185,6 +214,12 @@ def settings_field(w: Where, value: Any, label: str = "settings") -> tuple[tuple
         if key == SETTING_G:
             out.append((key, int_field(w, f"{label}.G", item, 1, 64)))
             continue
+        if key in EPISODE_SETTINGS:
+            if item not in EPISODE_SETTINGS[key]:
+                known = ", ".join(EPISODE_SETTINGS[key])
+                raise w.error(f"{label}.{key}", f"{str(item)[:60]!r} is not one of {known}")
+            out.append((key, item))
+            continue
         dialect_key = ALIASES[framework].get(key, key)
         if dialect_key is None:
             raise w.error(f"{label}.{key}", f"{framework} has no setting for {key!r}")
@@ -200,7 +235,7 @@ def dialect_config(framework: str, settings: Mapping[str, Any]) -> dict[str, Any
     """A gate's settings in the dialect's own keys (generic names translated, G dropped)."""
     out: dict[str, Any] = {}
     for key, value in settings.items():
-        if key in (SETTING_FRAMEWORK, SETTING_G):
+        if key in (SETTING_FRAMEWORK, SETTING_G, *EPISODE_SETTINGS):
             continue
         out[ALIASES[framework].get(key) or key] = value
     return out

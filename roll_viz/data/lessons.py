@@ -14,11 +14,14 @@ fresh batch, answered alone": see "The teaching loop" below)::
     [[gates]]
     id = "push_down"              # [a-z0-9_], unique in the lesson
     stage = "advantage"           # one of STAGES
-    batch = "inline"              # a preset name (PRESETS), "live", "inline" or "recorded:<run>"
+    batch = "inline"              # a preset name (PRESETS), "live", "inline", "recorded:<run>"
+                                  # or "episodes:<set>" (EPISODE_SETS: multi-turn transcripts)
     rewards = [[8.2, 6.5, 9.1]]   # inline only: one list of rewards per prompt
     lengths = [[3, 2, 4]]         # inline only, optional: tokens per answer (default 1)
     seed = 0                      # the sampling seed (a preset's or recorded run's own seed)
     settings = { estimator = "grpo", beta = 0.0, G = 4 }   # generic names or dialect keys
+                                  # (an episodes batch: mask = a masks.MASK_RULES name,
+                                  # credit = a credit.CREDIT_RULES name)
     question = "..."
     kind = "choice"               # choice | sign | number
     choices = ["Answer 1", ...]   # choice: labels (value = index from 0) or {label, value}
@@ -70,6 +73,9 @@ from pathlib import Path
 from typing import Any
 
 from roll_viz.data.lesson_fields import (
+    EPISODE_SETS,
+    EPISODE_SETTINGS,
+    EPISODES_PREFIX,
     KNOB_BATCH_KEYS,
     MAX_CHOICES,
     MAX_INLINE_GROUPS,
@@ -78,8 +84,10 @@ from roll_viz.data.lesson_fields import (
     MAX_LABEL_CHARS,
     MAX_TEXT_CHARS,
     NAMES,
+    SETTING_CREDIT,
     SETTING_FRAMEWORK,
     SETTING_G,
+    SETTING_MASK,
     SIGN_LABELS,
     SIGN_VALUES,
     Choice,
@@ -101,6 +109,8 @@ from roll_viz.data.presets import PRESETS
 
 __all__ = [
     "DEFAULT_FIGURE",
+    "EPISODES_PREFIX",
+    "EPISODE_SETS",
     "FIGURES",
     "KINDS",
     "KNOB_BATCH_KEYS",
@@ -114,8 +124,10 @@ __all__ = [
     "MAX_LABEL_CHARS",
     "MAX_TEXT_CHARS",
     "NAMES",
+    "SETTING_CREDIT",
     "SETTING_FRAMEWORK",
     "SETTING_G",
+    "SETTING_MASK",
     "SIGN_LABELS",
     "SIGN_VALUES",
     "STAGES",
@@ -135,9 +147,18 @@ LESSON_DIR = Path(__file__).with_name("lessons")
 MAX_FILE_BYTES = 64_000
 MAX_GATES = 30
 
-STAGES = ("reward", "normalisation", "kl", "advantage", "local_global", "update", "training")
+STAGES = (
+    "reward",
+    "normalisation",
+    "kl",
+    "advantage",
+    "local_global",
+    "update",
+    "training",
+    "episodes",
+)
 KINDS = ("choice", "sign", "number")
-FIGURES = ("rewards", "advantages", "kl", "local_global", "update", "training", "none")
+FIGURES = ("rewards", "advantages", "kl", "local_global", "update", "training", "episodes", "none")
 DEFAULT_FIGURE = {
     "reward": "rewards",
     "normalisation": "rewards",
@@ -146,6 +167,7 @@ DEFAULT_FIGURE = {
     "local_global": "local_global",
     "update": "update",
     "training": "training",
+    "episodes": "episodes",
 }
 _ID = re.compile(r"^[a-z0-9_]{1,40}$")
 _TOP_KEYS = {"title", "description", "minutes", "gates"}
@@ -303,6 +325,11 @@ def _gate(w: Where, data: Any, index: int, seen: set[str]) -> Gate:
     if batch in PRESETS and seed != PRESETS[batch][1].seed:
         raise w.error("seed", f"preset {batch!r} is frozen with seed {PRESETS[batch][1].seed}")
     settings = settings_field(w, data.get("settings"))
+    episodes = batch.startswith(EPISODES_PREFIX)
+    if episodes != (stage == "episodes"):
+        raise w.error("stage", "an episodes batch goes with stage 'episodes', and only it")
+    if not episodes and any(k in EPISODE_SETTINGS for k, _ in settings):
+        raise w.error("settings", "mask and credit are settings of an episodes batch")
     if settings and batch.startswith("recorded:"):
         raise w.error("settings", "a recorded run answers from its metrics: it takes no settings")
     kind = data.get("kind")

@@ -16,6 +16,12 @@ returns the ``Rollout``. The choice is made here, never by a page:
 Other model specs (``tiny``, a folder) always run in-process: the server serves one model. A
 visitor never chooses: the operator's environment does.
 
+Multi-turn episodes against the toy tools (``lm.episodes``) go through the same door:
+``current(spec, bundle).episodes(EpisodeRequest(...))`` returns an ``EpisodeBatch``, in-process
+or through the server (each turn's context sent as token ids, its answer appended as the ids
+the server returned), with the same fallback. ``reencode`` re-renders an episode's history from
+text (the extension-property check), and the tasks, environments and bounds are offered here.
+
 The behaviour samplers of a training run (``fp32``, ``bf16``, ``int8``, ``top_p``:
 ``lm.behaviour_sampler.draw``) stay behind ``lm.train``: a step needs the sampler's log mu beside
 its Rollout. An engine gives a training run its own sampler (``training_sampler``).
@@ -47,6 +53,12 @@ from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.lm.engine import EngineError
 from roll_viz.lm.engine_http import ENV_MODEL, ENV_URL, HttpEngine, from_env
 from roll_viz.lm.engine_sync import AdapterSync
+from roll_viz.lm.episodes import MAX_EPISODE_GROUP as MAX_EPISODE_GROUP
+from roll_viz.lm.episodes import MAX_EPISODE_TASKS as MAX_EPISODE_TASKS
+from roll_viz.lm.episodes import MAX_EPISODE_TOKENS as MAX_EPISODE_TOKENS
+from roll_viz.lm.episodes import MAX_TURN_TOKENS as MAX_TURN_TOKENS
+from roll_viz.lm.episodes import MAX_TURNS as MAX_TURNS
+from roll_viz.lm.episodes import EpisodeBatch, EpisodeRequest, engine_episodes, sample_episodes
 from roll_viz.lm.flight import SingleFlight
 from roll_viz.lm.models import DEFAULT_MODEL, ModelBundle
 from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as MAX_INSTRUCTION_CHARS
@@ -69,6 +81,10 @@ from roll_viz.lm.teacher import PRESET_TEMPLATES as PRESET_TEMPLATES
 from roll_viz.lm.teacher import recorded_teacher as recorded_teacher
 from roll_viz.lm.teacher import score_teacher as score_teacher
 from roll_viz.lm.teacher import teacher_instruction as teacher_instruction
+from roll_viz.lm.toy_tools import DEMOS as DEMOS
+from roll_viz.lm.toy_tools import ENVIRONMENTS as ENVIRONMENTS
+from roll_viz.lm.toy_tools import TASKS as TASKS
+from roll_viz.lm.transcript import reencode as reencode_text
 from roll_viz.lm.warm import is_warm as is_warm
 from roll_viz.lm.warm import warm_up as warm_up
 
@@ -116,6 +132,10 @@ class Engine(Protocol):
         """The request's Rollout (B = P * G rows, rows of one prompt contiguous)."""
         ...
 
+    def episodes(self, request: EpisodeRequest, progress: Any = None) -> EpisodeBatch:
+        """G multi-turn episodes per task against the toy tools (``lm.episodes``)."""
+        ...
+
 
 @dataclass(frozen=True)
 class InProcess:
@@ -134,6 +154,10 @@ class InProcess:
         if request.policy is None:
             return shared_sample(self.bundle, request.cfg, progress, options)
         return sampling.sample(self.bundle, request.cfg, progress, options, request.policy)
+
+    def episodes(self, request: EpisodeRequest, progress: Any = None) -> EpisodeBatch:
+        """The request's episodes from the in-process model (``lm.episodes.sample_episodes``)."""
+        return sample_episodes(self.bundle, request, progress)
 
 
 @dataclass(frozen=True)
@@ -165,6 +189,19 @@ class Remote:
             if self.on_failure is not None:
                 self.on_failure(err)
             return InProcess(self.bundle).sample(request, progress)
+
+    def episodes(self, request: EpisodeRequest, progress: Any = None) -> EpisodeBatch:
+        """The request's episodes through the server (else from the in-process model)."""
+        try:
+            name = None
+            if request.policy is not None:
+                name = adapter_sync(self.http.url).served_name(request.policy, request.steps)
+            return engine_episodes(self.bundle, self.http, request, progress, name)
+        except EngineError as err:
+            _DOWN.set()
+            if self.on_failure is not None:
+                self.on_failure(err)
+            return InProcess(self.bundle).episodes(request, progress)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,6 +312,16 @@ def training_sampler(spec: str, bundle: ModelBundle) -> Any:
 def conformance(bundle: ModelBundle, url: str, model: str) -> engine_check.Conformance:
     """The server at ``url`` (serving ``model``) checked against the in-process ``bundle``."""
     return engine_check.conformance(bundle, HttpEngine(url, model), adapter_sync(url))
+
+
+def reencode(bundle: ModelBundle, episode: Any, strip_think: bool = False) -> tuple[int, ...]:
+    """``episode``'s history re-encoded from text by ``bundle``'s chat template (``lm.transcript``).
+
+    Where it differs from ``episode.token_ids``, a trainer that re-encodes scores other tokens
+    than were sampled. ``strip_think`` drops earlier turns' ``<think>`` blocks first.
+    """
+    with bundle.lock:
+        return reencode_text(bundle.tokenizer, episode, strip_think)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ above it):
     knobs.py          the algorithm section of the sidebar, from one table of knobs
     sidebar.py        the shared sidebar, page_setup and the router's frame
     widgets.py        plot, explainer, links, downloads, token chips
+    episode_sources.py the Episodes page's episodes: recorded, live through the door, an ATIF file
     update_page.py, training_page.py, your_run_page.py   glue of the pages (no other ui
                       module imports a page's glue: flow and the sidebar read run_source);
                       training_page's parts: training_view (a run's status, buttons, curves,

@@ -5,6 +5,7 @@ Sized for 1280 x 720 on a light background, with type readable from the back of 
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 
@@ -14,6 +15,7 @@ from plotly.subplots import make_subplots
 from roll_viz.analysis.class_gain import Gain
 from roll_viz.analysis.lesson_answers import GateResult
 from roll_viz.views.scales import title_style as _title
+from roll_viz.views.text import visible_whitespace
 
 #: projector type sizes (px)
 BIG_FONT = 24
@@ -148,6 +150,14 @@ def gate_figure(result: GateResult) -> go.Figure | None:
     env, kind = result.env, result.gate.figure
     if kind == "none":
         return None
+    if kind == "episodes" or "token_push" in env:
+        labels = list(result.source.responses)
+        if len(env["turns"]) == 1:
+            # token strings are model-like text: escaped (Plotly reads tags in tick labels)
+            shown = [f"{i}: {html.escape(visible_whitespace(t))}" for i, t in enumerate(labels)]
+            return _bars(shown, env["token_push"], "Push on each token (-dL/dlog pi)", "push")
+        shown = [f"{i + 1}: {html.escape(t)}" for i, t in enumerate(labels)]
+        return _bars(shown, env["first_advantage"], "First-turn advantage", "advantage")
     if kind == "training" or "run_kl" in env:
         steps = list(range(len(env["run_kl"])))
         fig = make_subplots(specs=[[{"secondary_y": True}]])

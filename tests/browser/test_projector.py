@@ -27,7 +27,7 @@ IN_VIEW = 120
 PROJECTED = (
     "home", "samples", "rewards", "kl", "advantages", "local_global", "normalisation", "update",
     "sensitivity", "frameworks", "eras", "teacher", "mismatch", "training", "your_run",
-    "self_test",
+    "episodes", "self_test",
 )  # fmt: skip
 #: a page's figure: a chart, a table, an image, Home's chain or token chips; not the instant
 #: strip (a small in-browser view of the main figure, drawn under it)

@@ -170,7 +170,16 @@ def test_bad_upload_gets_one_message():
     with pytest.raises(LessonError) as info:
         lesson_steps.read_upload(b'title = "x"\n[[gates]]\nid = "a"\nstage = "nope"\n', "mine.toml")
     assert str(info.value) == "mine.toml: gate 'a', field 'stage': must be one of " + ", ".join(
-        ("reward", "normalisation", "kl", "advantage", "local_global", "update", "training")
+        (
+            "reward",
+            "normalisation",
+            "kl",
+            "advantage",
+            "local_global",
+            "update",
+            "training",
+            "episodes",
+        )
     )
 
 

@@ -116,7 +116,7 @@ class Credit:
 
 
 def _n_turns(episode: Episode) -> int:
-    turns = sorted({s.turn for s in episode.segments if s.role == "assistant"})
+    turns = sorted({s.turn for s in episode.segments if s.role == "assistant" and s.turn >= 0})
     if turns != list(range(len(turns))):
         raise ValueError(f"assistant turns {turns} are not 0..N-1")
     if len(turns) > MAX_TURNS:

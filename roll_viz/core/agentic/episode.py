@@ -85,8 +85,8 @@ class Episode:
 
     @property
     def n_turns(self) -> int:
-        """Number of agent turns (assistant segments' distinct turns)."""
-        return len({s.turn for s in self.segments if s.role == "assistant"})
+        """Number of agent turns (assistant segments' distinct turns; turn -1 is the prompt)."""
+        return len({s.turn for s in self.segments if s.role == "assistant" and s.turn >= 0})
 
     @property
     def token_ids(self) -> tuple[int, ...]:
