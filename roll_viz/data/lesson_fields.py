@@ -77,6 +77,10 @@ NAMES: dict[str, str] = {
     "run_grad_norm": "recorded run: (steps,) gradient norm per step",
 }
 
+#: a gate's kinds of answer, and the one figure its reveal draws
+KINDS = ("choice", "sign", "number")
+FIGURES = ("rewards", "advantages", "kl", "local_global", "update", "training", "episodes", "none")
+
 #: settings keys that are not dialect keys
 SETTING_FRAMEWORK = "framework"
 SETTING_G = "G"
