@@ -81,8 +81,11 @@ def test_verl_presets_by_hand():
     assert ice.counted.tolist() == (MASK > 0).tolist()  # IcePop keeps the denominator
     mis = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-MIS"])
     # row 0: sum k1 = 0.8, exp = 2.2 > 2 -> rejected; row 1: sum k1 = -1.8 -> rejected
-    assert not mis.counted.any()
+    assert mis.counted.tolist() == (MASK > 0).tolist()  # v1: loss_mask counted before
+    assert mis.masked.tolist() == (MASK > 0).tolist()
     assert float(mis.weights.abs().sum()) == 0.0
+    legacy = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-MIS"], count_rejected=False)
+    assert not legacy.counted.any()  # the legacy trainer's loss_mask is the narrowed mask
 
 
 def test_trl_openrlhf_roll_by_hand():
@@ -206,8 +209,13 @@ def test_verl_rs_matches_the_loop(seed, option, threshold, bounds):
     keep = fc.verl_rollout_rs(old, mu, mask, option, threshold)
     assert keep.tolist() == _loop_verl_rs(old, mu, mask, option, *bounds)
     corr = fc.verl_correction(old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold)
-    assert corr.counted.tolist() == keep.tolist()
+    assert corr.counted.tolist() == (mask > 0).tolist()  # the v1 trainer's denominator
     assert corr.masked.tolist() == ((mask > 0) & ~keep).tolist()
+    assert ((corr.weights != 0) == keep).all()
+    legacy = fc.verl_correction(
+        old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold, count_rejected=False
+    )
+    assert legacy.counted.tolist() == keep.tolist()
 
 
 def test_verl_rs_chains_options_with_and():

@@ -239,6 +239,12 @@ def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
     cfg = verl_actor_config({"actor.clip_ratio_c": 100.0})
     loss, _ = mods["losses"].ppo_loss(cfg, {"log_probs": lp}, data)
     (grad,) = torch.autograd.grad(loss, lp)
+    # the v1 trainer: batch_num_tokens counts loss_mask, written before the rejection
+    lp1 = case.lp.clone().requires_grad_(True)
+    loss_v1, _ = mods["losses"].ppo_loss(
+        cfg, {"log_probs": lp1}, TensorDictLike(**{**data, "batch_num_tokens": case.mask.sum()})
+    )
+    (grad_v1,) = torch.autograd.grad(loss_v1, lp1)
     return {
         "case": "rollout_correction",
         "options": opts,
@@ -246,7 +252,67 @@ def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
         "response_mask": new_mask.tolist(),
         "loss": float(f"{loss.item():.10g}"),
         "grad": _r12(grad),
+        "loss_v1": float(f"{loss_v1.item():.10g}"),
+        "grad_v1": _r12(grad_v1),
     }
+
+
+def run_verl_trainer_correction(mods, case, lp, opts: dict):
+    """verl's trainers with ``algorithm.rollout_correction`` (``trainer.use_v1``, default true).
+
+    Decoupled (``bypass_mode`` false): ``compute_rollout_correction_and_add_to_batch``'s
+    ``compute_rollout_correction_and_rejection_mask`` on pi_old against mu gives
+    ``rollout_is_weights`` and the narrowed ``response_mask``, then ``ppo_loss`` with them; the
+    engine's ``batch_num_tokens`` counts ``loss_mask``: under v1 the agent loop's response mask
+    (written before the rejection), under the legacy trainer ``left_right_2_no_padding``'s copy
+    of the narrowed one. ``bypass_mode: true``: old = mu; the legacy ``apply_bypass_mode`` also
+    sets ``loss_mode: bypass_mode`` with the rollout_correction config, v1 changes nothing else.
+
+    Returns:
+        (loss, metrics: the actor's under ``actor/`` and the trainer's ``rollout_corr/*``).
+    """
+    p = "algorithm.rollout_correction."
+    rc_cfg = {k[len(p) :]: v for k, v in opts.items() if k.startswith(p)}
+    actor = {k: v for k, v in opts.items() if k.startswith("actor.")}
+    v1 = opts.get("trainer.use_v1", True)
+    mask, old, weights, trainer_metrics = case.mask, case.old, None, {}
+    if rc_cfg.pop("bypass_mode", False):
+        old = case.mu
+        if not v1:  # apply_bypass_mode
+            actor["actor.policy_loss.loss_mode"] = "bypass_mode"
+            for key, value in rc_cfg.items():
+                actor["actor.policy_loss.rollout_correction." + key] = value
+    else:
+        proto, mask, trainer_metrics = mods[
+            "rollout_corr"
+        ].compute_rollout_correction_and_rejection_mask(
+            old_log_prob=case.old,
+            rollout_log_prob=case.mu,
+            response_mask=case.mask,
+            rollout_is=rc_cfg.get("rollout_is"),
+            rollout_is_threshold=rc_cfg.get("rollout_is_threshold", 2.0),
+            rollout_is_batch_normalize=rc_cfg.get("rollout_is_batch_normalize", False),
+            rollout_rs=rc_cfg.get("rollout_rs"),
+            rollout_rs_threshold=rc_cfg.get("rollout_rs_threshold"),
+        )
+        weights = None if proto is None else proto.batch["rollout_is_weights"]
+    data = TensorDictLike(
+        dp_size=1,
+        batch_num_tokens=case.mask.sum() if v1 else mask.sum(),
+        global_batch_size=case.B,
+        response_mask=mask,
+        old_log_probs=old,
+        advantages=case.adv,
+    )
+    if weights is not None:
+        data["rollout_is_weights"] = weights
+    if actor.get("actor.use_kl_loss"):
+        data["ref_log_prob"] = case.ref
+    out = {"log_probs": lp}
+    if actor.get("actor.entropy_coeff"):
+        out["entropy"] = case.entropy
+    loss, metrics = mods["losses"].ppo_loss(verl_actor_config(actor), out, data)
+    return loss, {**mods["rename_dict"](metrics, "actor/"), **trainer_metrics}
 
 
 # ------------------------------------------------------------------------------------ OpenRLHF

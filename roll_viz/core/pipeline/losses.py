@@ -367,7 +367,7 @@ def _policy(spec: LossSpec, modes: dict, b: LossBatch, x: LossInputs, notes: lis
     extra.update(term.extra)
     pg = torch.where(b.mask, term.pg, 0.0)
     keep, row_w = _keep_weights(spec, registered, b, x, sampler_w, extra)
-    w_pol = agg_weights(b.m, *modes["policy"]) * row_w
+    w_pol = agg_weights(b.m, *modes["policy"], b.num_tokens) * row_w
     if x.policy_mask is not None and modes["policy"][0] == "token-mean":
         w_pol = b.m / b.full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
     if x.policy_weights is not None:
@@ -487,7 +487,7 @@ def _entropy_term(modes: dict, b: LossBatch, pol: _Policy) -> Tensor | None:
     if b.ent is None:
         return None
     ent_mask = pol.extra["entropy_kept"].to(F64) if "entropy_kept" in pol.extra else b.ent_m
-    return aggregate(b.ent, ent_mask, *modes["entropy"])
+    return aggregate(b.ent, ent_mask, *modes["entropy"], b.num_tokens)
 
 
 def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict, notes: list):
