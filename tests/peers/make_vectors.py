@@ -193,6 +193,9 @@ def run_verl(tmp: Path) -> None:
             )
         for est in pin.verl_estimators(case):
             vectors.append(stubs.run_verl_estimator(core, case, est))
+    for est in pin.verl_offset_estimators():
+        offset = pin.SCORE_OFFSET
+        vectors.append(stubs.run_verl_estimator(core, pin.CASES[0], est, offset=offset))
     for est in pin.verl_singleton_estimators():
         groups = pin.SINGLETON_GROUPS
         vectors.append(stubs.run_verl_estimator(core, pin.CASES[0], est, groups=groups))

@@ -151,16 +151,20 @@ def _r12(t: torch.Tensor) -> list:
     return [_r12(r) for r in t]
 
 
-def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) -> dict:
+def run_verl_estimator(
+    core, case, opts: dict, groups: list[int] | None = None, offset: float = 0.0
+) -> dict:
     """One verl advantage estimator as ``ray_trainer.compute_advantage`` calls it (reward on each
     response's last token; values, old log-probs, sum_pi_squared and reward components from a
-    seeded generator); ``groups`` replaces the case's prompt ids (stored in the vector)."""
+    seeded generator); ``groups`` replaces the case's prompt ids (stored in the vector);
+    ``offset`` is added to every score (float32 group statistics show on large scores)."""
     g = torch.Generator().manual_seed(7)
     m = EST_MASK
     B = m.shape[0]
     last = m.sum(-1).long() - 1
     tlr = torch.zeros_like(m)
-    tlr[torch.arange(B), last] = EST_SCORES
+    scores = EST_SCORES + offset
+    tlr[torch.arange(B), last] = scores
     values = torch.randn(m.shape, generator=g, dtype=F64) * 0.5 * m
     old = (-0.1 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64)) * m
     pi2 = torch.exp(old) ** 2 + (1 - torch.exp(old) ** 2) * torch.rand(
@@ -204,7 +208,7 @@ def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) 
         "options": opts,
         **extra,
         "mask": m.tolist(),
-        "scores": EST_SCORES.tolist(),
+        "scores": scores.tolist(),
         "baseline_scores": EST_BASELINES.tolist(),
         "values": _r12(values),
         "old_log_probs": _r12(old),

@@ -126,8 +126,9 @@ CHOICES: dict[str, tuple] = {
 }
 
 HELP: dict[str, str] = {
-    "adv_estimator": "algorithm.adv_estimator: gae, grpo, grpo_vectorized (grpo, always divided "
-    "by the group std: the trainer does not pass norm_adv_by_std_in_grpo to it), rloo, "
+    "adv_estimator": "algorithm.adv_estimator: gae, grpo, grpo_vectorized (grpo with float32 "
+    "group statistics, always divided by the group std: the trainer does not pass "
+    "norm_adv_by_std_in_grpo to it), rloo, "
     "rloo_vectorized (rloo, a group of one gets advantage 0), reinforce_plus_plus, "
     "reinforce_plus_plus_baseline, remax, opo (length-weighted baseline), gpg (batch factor "
     "B / #nonzero), grpo_passk (only the best sample learns), gdpo (normalise each reward "
@@ -587,6 +588,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         group_labels=batch.group_labels,
         logprobs=batch.logprobs,
         sum_pi_squared=batch.sum_pi_squared,
+        float32_stats=est == "grpo_vectorized",
     )
     notes.extend(_estimator_notes(name, batch, conv, cfg))
     try:
@@ -754,8 +756,9 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> l
     if cfg["adv_estimator"] == "grpo_vectorized":
         notes.append(
             "grpo_vectorized always divides by the group std: ray_trainer.compute_advantage does "
-            "not pass norm_adv_by_std_in_grpo to it (verl computes its group mean and std in "
-            "float32; roll-viz in float64)"
+            "not pass norm_adv_by_std_in_grpo to it; its group mean and std are float32 "
+            "(utils/groupwise.py::group_mean_std, computed so here too): with large scores "
+            "(an offset near 1000) they differ from grpo's by up to ~1e-2"
         )
     return notes
 
