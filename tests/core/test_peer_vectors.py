@@ -312,7 +312,8 @@ def test_roll_sample_level_masks_match_get_sample_level_mask():
 def test_verl_rollout_correction_matches_rollout_corr_helper():
     """verl's rollout IS weights and rejection mask against ``verl_correction``, and verl's
     ``ppo_loss`` with them against the lab's ``lab_loss``: the legacy trainer's token-mean
-    (rejected tokens leave the denominator) and the v1 trainer's (they stay counted)."""
+    (rejected tokens leave the denominator; dual clip out of reach) and the v1 trainer's (they
+    stay counted; verl's default dual clip c = 3, which binds on some tokens)."""
     case = case_tensors("verl", "row")
     n = 0
     for vector in load("verl")["vectors"]:
@@ -323,7 +324,14 @@ def test_verl_rollout_correction_matches_rollout_corr_helper():
         kept = torch.tensor(vector["response_mask"], dtype=F64)  # rejected tokens leave the mask
         want = torch.tensor(vector["weights"], dtype=F64) * kept
         for v1, loss, grad in ((False, "loss", "grad"), (True, "loss_v1", "grad_v1")):
-            corr = verl_correction(case.old, case.mu, case.mask, **kw, count_rejected=v1)
+            corr = verl_correction(
+                case.old,
+                case.mu,
+                case.mask,
+                **kw,
+                count_rejected=v1,
+                dual_clip=3.0 if v1 else 100.0,
+            )
             assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), kw
             counted = case.mask.bool() if v1 else kept.bool()
             assert torch.equal(corr.counted, counted), kw

@@ -221,8 +221,10 @@ def run_verl_estimator(
 
 def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
     """verl ``compute_rollout_correction_and_rejection_mask``: IS weights and the new mask; and
-    ``ppo_loss`` (vanilla, token-mean, dual clip out of reach: clip_ratio_c 100) on them, the
-    rejected tokens gone from ``response_mask`` and from ``batch_num_tokens``."""
+    ``ppo_loss`` (vanilla, token-mean) on them: the legacy trainer's (rejected tokens gone from
+    ``response_mask`` and from ``batch_num_tokens``; dual clip out of reach: clip_ratio_c 100)
+    and the v1 trainer's (``_v1``: rejected tokens still in ``batch_num_tokens``; the default
+    dual clip, clip_ratio_c 3)."""
     p = "algorithm.rollout_correction."
     kw = {k[len(p) :]: v for k, v in opts.items()}
     proto, new_mask, _metrics = mods["rollout_corr"].compute_rollout_correction_and_rejection_mask(
@@ -243,10 +245,13 @@ def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
     cfg = verl_actor_config({"actor.clip_ratio_c": 100.0})
     loss, _ = mods["losses"].ppo_loss(cfg, {"log_probs": lp}, data)
     (grad,) = torch.autograd.grad(loss, lp)
-    # the v1 trainer: batch_num_tokens counts loss_mask, written before the rejection
+    # the v1 trainer: batch_num_tokens counts loss_mask, written before the rejection; verl's
+    # default dual clip (clip_ratio_c 3)
     lp1 = case.lp.clone().requires_grad_(True)
     loss_v1, _ = mods["losses"].ppo_loss(
-        cfg, {"log_probs": lp1}, TensorDictLike(**{**data, "batch_num_tokens": case.mask.sum()})
+        verl_actor_config({}),
+        {"log_probs": lp1},
+        TensorDictLike(**{**data, "batch_num_tokens": case.mask.sum()}),
     )
     (grad_v1,) = torch.autograd.grad(loss_v1, lp1)
     return {

@@ -261,6 +261,7 @@ def verl_correction(
     rollout_is_batch_normalize: bool = False,
     name: str = "",
     count_rejected: bool = True,
+    dual_clip: float | None = 3.0,
 ) -> Correction:
     """The weights and masks of verl's ``algorithm.rollout_correction`` (decoupled mode).
 
@@ -268,7 +269,8 @@ def verl_correction(
     (rejected tokens get weight 0); IcePop's zero weights stay counted. ``count_rejected``: the
     v1 trainer (verl 0.9.1's default) counts the token-mean denominator on its ``loss_mask``,
     written before the rejection, so rejected tokens stay counted; the legacy trainer
-    (``count_rejected=False``) counts the narrowed ``response_mask``.
+    (``count_rejected=False``) counts the narrowed ``response_mask``. ``dual_clip``: the PPO
+    loss's ``clip_ratio_c`` (verl's default 3, always on for A < 0).
     """
     m, _ = prep(mask, old)
     mf = m.to(F64)
@@ -307,6 +309,7 @@ def verl_correction(
             else "response_mask and the legacy trainer's token-mean denominator"
         )
         + "; IcePop zeroes a weight but keeps the token counted."
+        + ("" if dual_clip is None else f" The PPO loss caps A<0 tokens at -{dual_clip:g} A.")
     )
     return Correction(
         "verl",
@@ -317,6 +320,7 @@ def verl_correction(
         truncated & keep,
         (zeroed | ~keep) & m,
         note,
+        dual_clip,
     )
 
 

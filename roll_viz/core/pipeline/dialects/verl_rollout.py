@@ -102,6 +102,7 @@ def _correction(cfg: Mapping[str, Any], train: Tensor, mu: Tensor, mask: Tensor,
         rollout_rs_threshold=cfg["rollout_rs_threshold"],
         rollout_is_batch_normalize=cfg["rollout_is_batch_normalize"],
         count_rejected=v1,
+        dual_clip=cfg["clip_ratio_c"],
     )
 
 
