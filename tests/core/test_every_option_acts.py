@@ -229,6 +229,7 @@ CONTEXT: dict[str, dict[str, dict[str, Any]]] = {
         "vespo_k_neg": _VESPO,
         "vespo_lambda_neg": _VESPO,
         "vllm_importance_sampling_clip_min": {"vllm_importance_sampling_mode": "token_truncate"},
+        "mask_truncated_completions": {"max_completion_length": 5},
     },
 }
 

@@ -246,6 +246,8 @@ def policy_loss(
         response_mask, advantages, metric_mask = roll.final_response_mask(
             response_mask, advantages, sample_mask, notes
         )
+    if framework == "trl":  # mask_truncated_completions narrows completion_mask
+        response_mask = trl.truncation_mask(cfg, response_mask, notes)
     # verl's rollout correction rewrites the inputs (old = mu, a narrowed mask, IS weights)
     rewritten: dict[str, Any] = {"old_logprobs": old_logprobs, "response_mask": response_mask}
     trainer_metrics: dict[str, float] = {}
