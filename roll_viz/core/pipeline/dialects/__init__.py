@@ -249,8 +249,7 @@ def policy_loss(
     if framework == "trl":  # mask_truncated_completions narrows completion_mask
         response_mask = trl.truncation_mask(cfg, response_mask, notes)
     # verl's rollout correction rewrites the inputs (old = mu, a narrowed mask, IS weights)
-    rewritten: dict[str, Any] = {"old_logprobs": old_logprobs, "response_mask": response_mask}
-    trainer_metrics: dict[str, float] = {}
+    rewritten, trainer_metrics = {"old_logprobs": old_logprobs, "response_mask": response_mask}, {}
     if framework == "verl":
         more, trainer_metrics = verl_rollout.loss_inputs(
             cfg, notes, logprobs, old_logprobs, rollout_logprobs, response_mask
@@ -280,6 +279,4 @@ def policy_loss(
         notes=notes,
         inputs=inputs,
     )
-    if not trainer_metrics:
-        return result
     return dataclasses.replace(result, metrics={**result.metrics, **trainer_metrics})
