@@ -9,8 +9,9 @@ all mismatch. ``Settings.staleness`` s > 0 stands in for a policy that moved sin
 log pi_theta = log pi_old + s * A per token (a toy step in the direction a policy-gradient update
 moves each sampled token, stated as such on the page), so the second factor and PPO's clip show.
 
-The loss of every row is ``rollout_correction.lab_loss``: PPO-clip (eps 0.2), token mean over the
-batch, the correction's weights multiplying each token's loss and its own denominator rule.
+The loss of every row is ``rollout_correction.lab_loss``: PPO-clip (eps 0.2; verl's rows with
+its dual clip c = 3 for A < 0), token mean over the batch, the correction's weights multiplying
+each token's loss and its own denominator rule.
 """
 
 from __future__ import annotations

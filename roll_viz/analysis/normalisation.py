@@ -8,7 +8,8 @@ verl-recipe PR #125: a group whose answers all fail gets a std only from a small
 dividing by that std turns the length noise into full-size advantages.
 
 Conventions (ROLL's ``reward_norm``, so ``run(batch, "roll", {"norm_mean_type": m,
-"norm_std_type": s})`` gives the same rewards, checked in the tests): unbiased std, eps added to
+"norm_std_type": s})`` gives the same rewards, checked in the tests, except the two cells with a
+group std but no group mean, which ROLL refuses): unbiased std, eps added to
 the std, no division when the std level is "none"; sigma of "batch" is the std of the raw rewards
 of the batch. A group of one has no group std: its group-std cells are NaN.
 
@@ -34,7 +35,7 @@ LEVELS: tuple[str, ...] = ("none", "group", "batch")
 #: (mean level, std level) -> the methods that use that cell, with where they ship.
 CELL_METHODS: dict[tuple[str, str], tuple[str, ...]] = {
     ("none", "none"): ("REINFORCE (raw reward, no baseline)",),
-    ("none", "group"): ("(no named method: scale without a baseline)",),
+    ("none", "group"): ("(no named method: scale without a baseline; ROLL raises)",),
     ("none", "batch"): ("reward scaling without centring (ROLL norm_mean_type None, std batch)",),
     ("group", "none"): (
         "Dr. GRPO (verl norm_adv_by_std_in_grpo=False, OpenRLHF dr_grpo, TRL scale_rewards=none)",
@@ -50,7 +51,7 @@ CELL_METHODS: dict[tuple[str, str], tuple[str, ...]] = {
         "REINFORCE++-baseline (std of the group-centred rewards, token-weighted)",
     ),
     ("batch", "none"): ("REINFORCE with a batch-mean baseline",),
-    ("batch", "group"): ("(no named method; ROLL accepts it)",),
+    ("batch", "group"): ("(no named method; ROLL raises: a group std needs a group mean)",),
     ("batch", "batch"): (
         "REINFORCE++ (global whitening; ROLL norm batch/batch, verl/OpenRLHF whiten returns)",
     ),

@@ -226,6 +226,9 @@ class Rollout:
         finish_reasons: (B,) "eos" or "length".
         greedy_responses: (P,) greedy (temperature 0) answer per prompt, for ReMax's baseline.
         features: (B, T, F) reference-model features per position for a value probe, or None.
+        sum_pi_squared: (B, T) sum over the vocabulary of the policy's squared next-token
+            probabilities (verl's optimal token baseline reads it), or None where the maker
+            saw only the top-K (an engine, a run file, a preset).
         vocab: id -> display string for every id in token_ids and topk_ids.
         meta: how it was made (``RolloutMeta``: model, seed, temperature, policy mode, decode
             weights, KL note ...); (key, value) pairs given here are read into one.
@@ -249,6 +252,7 @@ class Rollout:
     features: Tensor | None = None
     vocab: dict = field(default_factory=dict)
     meta: RolloutMeta = field(default_factory=RolloutMeta)
+    sum_pi_squared: Tensor | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.meta, RolloutMeta):
@@ -280,6 +284,7 @@ def build_rollout(
     greedy_responses: tuple[str, ...] = (),
     features: Tensor | None = None,
     vocab: dict | None = None,
+    sum_pi_squared: Tensor | None = None,
 ) -> Rollout:
     """The one place a Rollout is made: the sampler's, an engine's, a run file's, a preset's.
 
@@ -306,6 +311,7 @@ def build_rollout(
         greedy_responses: (P,) greedy answers, or ().
         features: (B, T, F) probe features, or None.
         vocab: id -> display string ({} when None).
+        sum_pi_squared: (B, T) sum of the policy's squared next-token probabilities, or None.
     """
     shape = tuple(token_ids.shape)
     per_token = {
@@ -315,6 +321,8 @@ def build_rollout(
         "exact_kl": exact_kl,
         "entropy": entropy,
     }
+    if sum_pi_squared is not None:
+        per_token["sum_pi_squared"] = sum_pi_squared
     for name, value in per_token.items():
         assert tuple(value.shape) == shape, f"{name} {tuple(value.shape)} != token_ids {shape}"
     for name, value in (("topk_logprobs", topk_logprobs), ("topk_ref_logprobs", topk_ref_logprobs)):
@@ -341,6 +349,7 @@ def build_rollout(
         features=features,
         vocab={} if vocab is None else vocab,
         meta=meta,
+        sum_pi_squared=sum_pi_squared,
     )
 
 
@@ -362,6 +371,7 @@ def select_rows(rollout: Rollout, rows: Tensor) -> Rollout:
         "topk_logprobs",
         "topk_ref_logprobs",
         "features",
+        "sum_pi_squared",
     )
     changes: dict[str, Any] = {
         name: getattr(rollout, name)[rows]
@@ -396,6 +406,7 @@ def batch_from_rollout(
         ref_logprobs=rollout.ref_logprobs,
         values=values,
         baseline_scores=baseline_scores,
+        sum_pi_squared=rollout.sum_pi_squared,
     )
 
 

@@ -155,6 +155,8 @@ def rollout_to_dict(rollout: Rollout) -> dict[str, Any]:
         "feature_dim": None if rollout.features is None else int(rollout.features.shape[2]),
         "vocab": {str(k): v for k, v in sorted(rollout.vocab.items())},
         "meta": [list(pair) for pair in rollout.meta],
+        # the live sampler's sum pi^2 (verl's optimal token baseline); absent in older files
+        **({} if rollout.sum_pi_squared is None else {"sum_pi2": rows(rollout.sum_pi_squared)}),
     }
 
 
@@ -203,6 +205,7 @@ def rollout_from_dict(data: dict[str, Any]) -> Rollout:
         features=features,
         vocab={int(key): value for key, value in data["vocab"].items()},
         meta=RolloutMeta.of(data["meta"]),
+        sum_pi_squared=dense("sum_pi2") if "sum_pi2" in data else None,
     )
 
 

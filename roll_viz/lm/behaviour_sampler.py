@@ -130,6 +130,7 @@ def _rescore(policy: LoraPolicy, cfg: SamplingConfig, drawn: Rollout, weights: s
         topk_ids=spread(scores.topk_ids),
         topk_logprobs=spread(scores.topk_logprobs),
         topk_ref_logprobs=spread(scores.topk_ref_logprobs),
+        sum_pi_squared=spread(scores.sum_pi2),
         features=features.clone(),
         vocab=vocab,
         meta=meta,

@@ -338,7 +338,7 @@ def _decode(
         ref_hidden = capture.pop("ref_hidden")[:num_rows, :width]
         valid = response_mask.to(bundle.device)
         scores = TokenScores(
-            *(torch.stack([s[i] for s in steps], dim=1)[:, :width][valid].cpu() for i in range(7))
+            *(torch.stack([s[i] for s in steps], dim=1)[:, :width][valid].cpu() for i in range(8))
         )
     return _Drawn(
         sampled, greedy_rows, token_ids, response_mask, finish, timings, hidden, ref_hidden, scores
@@ -483,6 +483,7 @@ def _rollout(
         topk_ids=spread(scores.topk_ids),
         topk_logprobs=spread(scores.topk_logprobs),
         topk_ref_logprobs=spread(scores.topk_ref_logprobs),
+        sum_pi_squared=spread(scores.sum_pi2),
         finish_reasons=drawn.finish,
         greedy_responses=texts.greedy,
         features=features,

@@ -52,6 +52,8 @@ class TokenScores:
         topk_ids: (N, K) long, the policy's K most likely tokens, most likely first.
         topk_logprobs: (N, K) their log p.
         topk_ref_logprobs: (N, K) log q of the same tokens.
+        sum_pi2: (N,) sum over the vocabulary of p^2 (verl's ``sum_pi_squared``, which its
+            optimal token baseline reads).
     """
 
     logprobs: Tensor
@@ -61,6 +63,7 @@ class TokenScores:
     topk_ids: Tensor
     topk_logprobs: Tensor
     topk_ref_logprobs: Tensor
+    sum_pi2: Tensor
 
 
 def logprobs_from_logits(logits: Tensor, temperature: float = 1.0) -> Tensor:
@@ -174,21 +177,23 @@ def score_positions(
             torch.zeros(0, k, dtype=torch.long),
             torch.zeros(0, k),
             torch.zeros(0, k),
+            empty,
         )
-    cols = [torch.cat([p[i] for p in parts]).cpu() for i in range(7)]
+    cols = [torch.cat([p[i] for p in parts]).cpu() for i in range(8)]
     return TokenScores(*cols)
 
 
 def score_logits(
     logits_p: Tensor, logits_q: Tensor | None, targets: Tensor, temperature: float, k: int
 ) -> tuple[Tensor, ...]:
-    """The seven ``TokenScores`` columns of logits already computed (e.g. by a decode step).
+    """The eight ``TokenScores`` columns of logits already computed (e.g. by a decode step).
 
     ``score_positions`` without the head: (n, V) policy and reference logits of n positions
     and the (n,) tokens at them, worked ``SUB_ROWS`` rows at a time (the same numbers).
 
     Returns:
-        (logprobs, ref_logprobs, kl, entropy, topk_ids, topk_logprobs, topk_ref_logprobs).
+        (logprobs, ref_logprobs, kl, entropy, topk_ids, topk_logprobs, topk_ref_logprobs,
+        sum_pi2).
     """
     parts = [
         _score_rows(
@@ -200,13 +205,13 @@ def score_logits(
         )
         for sub in range(0, targets.shape[0], SUB_ROWS)
     ]
-    return tuple(torch.cat([p[i] for p in parts]) for i in range(7))
+    return tuple(torch.cat([p[i] for p in parts]) for i in range(8))
 
 
 def _score_rows(
     logits_p: Tensor, logits_q: Tensor | None, targets: Tensor, temperature: float, k: int
 ) -> tuple[Tensor, ...]:
-    """The seven ``TokenScores`` columns of a few rows (small enough to stay in cache)."""
+    """The eight ``TokenScores`` columns of a few rows (small enough to stay in cache)."""
     logp = logprobs_from_logits(logits_p, temperature)  # (n, V)
     logq = logp if logits_q is None else logprobs_from_logits(logits_q, temperature)
     tgt = targets[:, None]
@@ -225,6 +230,7 @@ def _score_rows(
         top_ids,
         top_lp,
         logq.gather(-1, top_ids),
+        (probs * probs).sum(dim=-1),
     )
 
 

@@ -433,7 +433,7 @@ def loss_inputs(framework: str, loss_config: Mapping[str, Any] | None) -> frozen
     ``scores``: ROLL ``pg_variant: topr`` (splits rows by the score's sign); ``difficulty``: ROLL
     ``difficulty_loss_weight``; ``rollout_logprobs``: a train/rollout correction (OpenRLHF
     ``is_correction_*``, TRL ``vllm_importance_sampling_*``) or a loss whose old log-prob is mu
-    (verl ``loss_mode: bypass_mode``: the dialect's ``reads_rollout_logprobs``).
+    (verl's bypass and decoupled rollout correction: the dialect's ``reads_rollout_logprobs``).
 
     Raises:
         ValueError: an unknown framework or a bad loss key (as ``policy_loss`` would).

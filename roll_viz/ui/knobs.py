@@ -14,7 +14,7 @@ import streamlit as st
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
-from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides
+from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides, offered
 from roll_viz.ui.state import (
     FRAMEWORK_LABELS,
     GENERIC_KEYS,
@@ -93,7 +93,7 @@ def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
     if knob.widget == "select":
         options = list(pipeline.CHOICES.get(framework, {}).get(key, ())) if key else []
         # estimators that read inputs the app does not produce stay in the calculator
-        options = [o for o in options if o not in dialects.get(framework).ESTIMATOR_INPUTS]
+        options = [o for o in options if offered(framework, o)]
         if not options:
             return False, None
         index = options.index(default) if default in options else 0

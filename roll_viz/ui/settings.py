@@ -88,15 +88,26 @@ def native_config(
     return config
 
 
+#: batch inputs beyond scores, masks and log-probs the app produces: the live sampler scores
+#: sum pi^2 at every position (``Rollout.sum_pi_squared``, which verl's optimal token baseline
+#: reads); a batch without it (a preset, a run file, an engine's top-K rollout) gets the
+#: estimator's one-line error instead
+APP_INPUTS = frozenset({"sum_pi_squared"})
+
+
+def offered(framework: str, estimator: str) -> bool:
+    """Whether the pages offer an estimator: every batch input it reads is one the app makes."""
+    return set(dialects.get(framework).ESTIMATOR_INPUTS.get(estimator, ())) <= APP_INPUTS
+
+
 def estimator_options(framework: str) -> tuple[str, ...]:
     """The advantage estimators (or TRL scale_rewards modes) a dialect offers on the pages.
 
-    Estimators that need batch inputs the app does not produce (verl's optimal token baseline
-    reads sum pi^2 per token) stay in the calculator only.
+    Estimators that need batch inputs the app does not produce stay in the calculator only
+    (``APP_INPUTS``).
     """
-    needs = dialects.get(framework).ESTIMATOR_INPUTS
     options = pipeline.CHOICES[framework].get(pipeline.ESTIMATOR_KEY[framework], ())
-    return tuple(est for est in options if est not in needs)
+    return tuple(est for est in options if offered(framework, est))
 
 
 def estimator_overrides(framework: str, estimator: str) -> dict[str, Any]:

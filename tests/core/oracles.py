@@ -6,8 +6,36 @@ Plain Python floats and lists only; nothing here imports roll_viz, so a shared b
 from __future__ import annotations
 
 import math
+import struct
 
 # ---------------------------------------------------------------- basic kernels
+
+
+def f32(x):
+    """x rounded to the nearest float32 (IEEE single), as a Python float."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def grpo_float32(seq, gids, eps):
+    """verl grpo_vectorized: each group's mean and (unbiased) std summed in float32, in order;
+    a group of one: mean 0, std 1; then (s - mean) / (std + eps) in double."""
+    out = []
+    for b, s in enumerate(seq):
+        xs = [f32(seq[j]) for j in range(len(seq)) if gids[j] == gids[b]]
+        if len(xs) <= 1:
+            mean, sd = 0.0, 1.0
+        else:
+            total = 0.0
+            for x in xs:
+                total = f32(total + x)
+            mean = f32(total / len(xs))
+            sq = 0.0
+            for x in xs:
+                c = f32(x - mean)
+                sq = f32(sq + f32(c * c))
+            sd = f32(math.sqrt(f32(sq / (len(xs) - 1))))
+        out.append((s - mean) / (sd + eps))
+    return out
 
 
 def reverse_cumsum(xs, d):
@@ -309,14 +337,15 @@ def verl(
     }.get(est, est)
     if name == "grpo" and not norm_by_std:
         name = "dr_grpo"
-    if name == "grpo_vectorized":  # the trainer never passes norm_adv_by_std_in_grpo to it
-        name = "grpo"
     # a zero-length response's score has no token but still counts as its sequence reward
     seq = [
         s if any(m) else scores[b]
         for b, (s, m) in enumerate(zip(seq_sums(tok, mask), mask, strict=False))
     ]
-    if name == "rloo_vectorized":
+    if name == "grpo_vectorized":  # always / std (the trainer never passes the flag), float32
+        adv = broadcast(grpo_float32(seq, gids, 1e-6), mask)
+        ret = adv
+    elif name == "rloo_vectorized":
         adv = broadcast(rloo_vectorized(seq, gids), mask)
         ret = adv
     elif name == "optimal_token_baseline":

@@ -159,15 +159,35 @@ def test_verl_grpo_vectorized_always_divides_by_std_by_hand():
     """grpo_vectorized: grpo's numbers, but the std flag never reaches it (verl's trainer passes
     only rewards, mask, index and config); a group of one: mean 0, std 1."""
     batch = _batch([1.0, 0.0, 0.5, 0.2, 0.9, 0.7], [2, 1, 3, 1, 2, 1], [0, 0, 0, 1, 1, 2])
-    sd1 = 0.5  # std([1, 0, 0.5], ddof 1)
-    sd2 = 0.7 / math.sqrt(2)  # std([0.2, 0.9], ddof 1)
+    sd1 = 0.5  # std([1, 0, 0.5], ddof 1), exact in float32 too
+    # group 2 in float32 (verl's group_mean_std): 0.2 and 0.9 rounded, their mean and std too
+    f = oracles.f32
+    m2 = f(f(f(0.2) + f(0.9)) / 2)
+    sd2 = f(math.sqrt(f(f(f(f(0.2) - m2) ** 2) + f(f(f(0.9) - m2) ** 2))))
     want = [0.5 / (sd1 + 1e-6), -0.5 / (sd1 + 1e-6), 0.0]
-    want += [-0.35 / (sd2 + 1e-6), 0.35 / (sd2 + 1e-6), 0.7 / (1 + 1e-6)]
+    want += [(0.2 - m2) / (sd2 + 1e-6), (0.9 - m2) / (sd2 + 1e-6), 0.7 / (1 + 1e-6)]
     for by_std in (True, False):
         cfg = {"adv_estimator": "grpo_vectorized", "norm_adv_by_std_in_grpo": by_std}
         close(_seq(run(batch, "verl", cfg)), want, 1e-14)
     dr = run(batch, "verl", {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False})
     close(_seq(dr), [0.5, -0.5, 0.0, -0.35, 0.35, 0.7], 1e-15)  # plain grpo honours the flag
+
+
+def test_verl_grpo_vectorized_float32_statistics_by_hand():
+    """Scores 2^24 + [0, 1, 3]: float32 holds 2^24, 2^24 and 2^24 + 4, sums them exactly to
+    3 * 2^24 + 4 and rounds the mean 2^24 + 4/3 to 2^24 + 2; centred [-2, -2, 2], var 12 / 2 = 6.
+    The advantage is (s - mean) / (sqrt 6 + eps) with s in float64; grpo's float64 statistics
+    give [-0.87, -0.22, 1.09] instead."""
+    base = 2.0**24
+    batch = _batch([base, base + 1.0, base + 3.0], [1, 2, 1], [0, 0, 0])
+    got = _seq(run(batch, "verl", {"adv_estimator": "grpo_vectorized"}))
+    sd = oracles.f32(math.sqrt(6.0))
+    close(got, [-2.0 / (sd + 1e-6), -1.0 / (sd + 1e-6), 1.0 / (sd + 1e-6)], 1e-12)
+    plain = _seq(run(batch, "verl", {"adv_estimator": "grpo"}))
+    sd64 = math.sqrt(42.0 / 18.0)
+    close(plain, [(-4 / 3) / (sd64 + 1e-6), (-1 / 3) / (sd64 + 1e-6), (5 / 3) / (sd64 + 1e-6)])
+    trace = run(batch, "verl", {"adv_estimator": "grpo_vectorized"})
+    assert any("float32" in n for n in trace.notes)
 
 
 def test_verl_rloo_vectorized_group_of_one_is_zero_by_hand():

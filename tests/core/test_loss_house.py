@@ -98,12 +98,12 @@ def test_loss_from_spec_is_short():
 
 
 #: modules that still branch on a loss switch, with their count, which may only go down: verl's
-#: bypass_mode rewrites the loss inputs (old = mu, a rejection mask, IS weights) before the loss
-#: runs, chosen in ``dialects.policy_loss`` and ``verl.mismatch_correction`` by comparing
-#: ``loss_mode``; a hook on the dialect record would take both.
+#: rollout correction rewrites the loss inputs (old = mu, a rejection mask, IS weights) before the
+#: loss runs, its operating mode chosen in ``verl_rollout.mode`` by comparing ``loss_mode`` with
+#: bypass_mode, and geo_mean refuses the decoupled IS weights (its sequence-level geometric mean
+#: of them is not modelled).
 KNOWN = {
-    "roll_viz/core/pipeline/dialects/__init__.py": 1,
-    "roll_viz/core/pipeline/dialects/verl.py": 1,
+    "roll_viz/core/pipeline/dialects/verl_rollout.py": 2,
 }
 
 

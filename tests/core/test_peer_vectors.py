@@ -117,6 +117,7 @@ def calculator(framework: str, vector: dict, case: SimpleNamespace):
         options.pop("GRPOConfig.use_vllm", False)
         or options.get("--algo.advantage.is_correction_level", "off") != "off"
         or options.get("actor.policy_loss.loss_mode") == "bypass_mode"
+        or any(k.startswith("algorithm.rollout_correction.") for k in options)
     )
     cfg = to_config(framework, options)
     mask, adv, keep = case.mask, case.adv, None
@@ -310,7 +311,9 @@ def test_roll_sample_level_masks_match_get_sample_level_mask():
 
 def test_verl_rollout_correction_matches_rollout_corr_helper():
     """verl's rollout IS weights and rejection mask against ``verl_correction``, and verl's
-    ``ppo_loss`` with them against the lab's ``lab_loss``."""
+    ``ppo_loss`` with them against the lab's ``lab_loss``: the legacy trainer's token-mean
+    (rejected tokens leave the denominator; dual clip out of reach) and the v1 trainer's (they
+    stay counted; verl's default dual clip c = 3, which binds on some tokens)."""
     case = case_tensors("verl", "row")
     n = 0
     for vector in load("verl")["vectors"]:
@@ -318,14 +321,24 @@ def test_verl_rollout_correction_matches_rollout_corr_helper():
             continue
         prefix = "algorithm.rollout_correction."
         kw = {k[len(prefix) :]: v for k, v in vector["options"].items()}
-        corr = verl_correction(case.old, case.mu, case.mask, **kw)
         kept = torch.tensor(vector["response_mask"], dtype=F64)  # rejected tokens leave the mask
         want = torch.tensor(vector["weights"], dtype=F64) * kept
-        assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), kw
-        assert torch.equal(corr.counted, kept.bool()), kw
-        lab = lab_loss(case.lp, case.old, case.adv, case.mask, corr, eps=0.2)
-        assert close(lab.loss, vector["loss"]), (kw, lab.loss, vector["loss"])
-        assert torch.allclose(lab.grad, torch.tensor(vector["grad"], dtype=F64), atol=ATOL), kw
+        for v1, loss, grad in ((False, "loss", "grad"), (True, "loss_v1", "grad_v1")):
+            corr = verl_correction(
+                case.old,
+                case.mu,
+                case.mask,
+                **kw,
+                count_rejected=v1,
+                dual_clip=3.0 if v1 else 100.0,
+            )
+            assert torch.allclose(corr.weights * case.mask, want, atol=ATOL), kw
+            counted = case.mask.bool() if v1 else kept.bool()
+            assert torch.equal(corr.counted, counted), kw
+            lab = lab_loss(case.lp, case.old, case.adv, case.mask, corr, eps=0.2)
+            assert close(lab.loss, vector[loss]), (kw, v1, lab.loss, vector[loss])
+            want_grad = torch.tensor(vector[grad], dtype=F64)
+            assert torch.allclose(lab.grad, want_grad, atol=ATOL), (kw, v1)
         n += 1
     assert n >= 14
 

@@ -81,8 +81,11 @@ def test_verl_presets_by_hand():
     assert ice.counted.tolist() == (MASK > 0).tolist()  # IcePop keeps the denominator
     mis = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-MIS"])
     # row 0: sum k1 = 0.8, exp = 2.2 > 2 -> rejected; row 1: sum k1 = -1.8 -> rejected
-    assert not mis.counted.any()
+    assert mis.counted.tolist() == (MASK > 0).tolist()  # v1: loss_mask counted before
+    assert mis.masked.tolist() == (MASK > 0).tolist()
     assert float(mis.weights.abs().sum()) == 0.0
+    legacy = fc.verl_correction(OLD, MU, MASK, **fc.VERL_PRESETS["seq-MIS"], count_rejected=False)
+    assert not legacy.counted.any()  # the legacy trainer's loss_mask is the narrowed mask
 
 
 def test_trl_openrlhf_roll_by_hand():
@@ -206,8 +209,13 @@ def test_verl_rs_matches_the_loop(seed, option, threshold, bounds):
     keep = fc.verl_rollout_rs(old, mu, mask, option, threshold)
     assert keep.tolist() == _loop_verl_rs(old, mu, mask, option, *bounds)
     corr = fc.verl_correction(old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold)
-    assert corr.counted.tolist() == keep.tolist()
+    assert corr.counted.tolist() == (mask > 0).tolist()  # the v1 trainer's denominator
     assert corr.masked.tolist() == ((mask > 0) & ~keep).tolist()
+    assert ((corr.weights != 0) == keep).all()
+    legacy = fc.verl_correction(
+        old, mu, mask, rollout_rs=option, rollout_rs_threshold=threshold, count_rejected=False
+    )
+    assert legacy.counted.tolist() == keep.tolist()
 
 
 def test_verl_rs_chains_options_with_and():
@@ -355,13 +363,16 @@ def test_lab_loss_gradient_is_autograd(seed):
     old, mu, mask = _random(seed, scale=0.2)
     gen = torch.Generator().manual_seed(100 + seed)
     adv = torch.randn(old.shape[0], generator=gen, dtype=torch.float64)
-    logp0 = old + 0.3 * torch.randn(old.shape, generator=gen, dtype=torch.float64)
+    logp0 = old + 1.2 * torch.randn(old.shape, generator=gen, dtype=torch.float64)
     for corr in _every_correction(old, mu, mask):
         logp = logp0.clone().requires_grad_(True)
         res = rc.lab_loss(logp, old, adv, mask, corr)
         m = mask > 0
         r = torch.exp(logp - old)
         per = torch.where(m, -torch.minimum(r * adv[:, None], r.clamp(0.8, 1.2) * adv[:, None]), 0)
+        if corr is not None and corr.dual_clip is not None:  # verl: min(loss, -c A) for A < 0
+            cap = torch.minimum(per, -corr.dual_clip * adv[:, None])
+            per = torch.where(adv[:, None] < 0, cap, per)
         w = m.double() if corr is None else corr.weights
         counted = m if corr is None else corr.counted
         total = (w * per).sum() / max(int(counted.sum()), 1)
@@ -453,3 +464,27 @@ def test_non_finite_logprob_on_a_token_is_refused():
     bad[1, 2] = float("-inf")  # padding may hold anything
     bad[0, 1] = -1.0
     assert torch.isfinite(rc.log_mismatch(OLD, bad, MASK)).all()
+
+
+def test_lab_loss_dual_clip_by_hand_and_autograd():
+    """verl's corrections carry its dual clip (clip_ratio_c 3): r = 4 with A = -1 costs 3, not
+    4, and has no gradient; r = 1 costs 1 with gradient -A r / N."""
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    mask = torch.ones(1, 2)
+    adv = torch.tensor([-1.0], dtype=torch.float64)
+    logp0 = torch.tensor([[math.log(4.0), 0.0]], dtype=torch.float64)
+    verl = fc.verl_correction(old, old, mask, rollout_is="token")  # mu = pi_old: weights 1
+    assert verl.dual_clip == 3.0
+    got = rc.lab_loss(logp0, old, adv, mask, verl)
+    assert got.loss == pytest.approx((3.0 + 1.0) / 2)
+    assert _close(got.grad, [[0.0, 0.5]])
+    without = fc.verl_correction(old, old, mask, rollout_is="token", dual_clip=None)
+    plain = rc.lab_loss(logp0, old, adv, mask, without)
+    assert plain.loss == pytest.approx((4.0 + 1.0) / 2)
+    assert _close(plain.grad, [[2.0, 0.5]])
+    logp = logp0.clone().requires_grad_(True)
+    r = torch.exp(logp - old)
+    per = -torch.minimum(r * adv[:, None], r.clamp(0.8, 1.2) * adv[:, None])
+    per = torch.minimum(per, -3.0 * adv[:, None])
+    (grad,) = torch.autograd.grad(per.sum() / 2, logp)
+    assert torch.allclose(got.grad, grad)

@@ -6,11 +6,14 @@ import threading
 import pytest
 import torch
 
+from roll_viz.core.pipeline import run
+from roll_viz.core.records import batch_from_rollout, select_rows
 from roll_viz.lm import rollout
 from roll_viz.lm.decode import DecodeOptions
 from roll_viz.lm.request import MAX_GROUP_SIZE, SamplingConfig, policy_source
 from roll_viz.lm.rollout import in_flight, shared_sample
 from roll_viz.lm.sampling import CLASS_MAX_GROUP_SIZE, capped, sample
+from roll_viz.ui.settings import estimator_options
 from tests.lm.helpers import run_in_threads, wait_until
 
 PROMPTS = ("Hello there", "What is 2 + 3?")  # as in conftest
@@ -92,6 +95,10 @@ def test_logprobs_match_independent_teacher_forcing(tiny, steered, steered_cfg):
         ent = -(p * lp_policy).sum(-1)
         torch.testing.assert_close(steered.exact_kl[b, :n].double(), kl, atol=1e-4, rtol=0)
         torch.testing.assert_close(steered.entropy[b, :n].double(), ent, atol=1e-4, rtol=0)
+        # sum_v p(v)^2, which verl's optimal token baseline reads
+        pi2 = (p * p).sum(-1)
+        torch.testing.assert_close(steered.sum_pi_squared[b, :n].double(), pi2, atol=1e-5, rtol=0)
+        assert float(steered.sum_pi_squared[b, n:].abs().sum()) == 0.0
         # top-k: the policy's K best under both models
         top_lp, top_ids = lp_policy.topk(5, dim=-1)
         assert torch.equal(steered.topk_ids[b, :n], top_ids)
@@ -324,3 +331,14 @@ def test_shared_run_error_reaches_every_caller(tiny, steered_cfg, monkeypatch):
         w.join()
     assert len(errors) == 2
     assert in_flight() == 0
+
+
+def test_sampled_batch_feeds_verls_optimal_token_baseline(steered):
+    """The sampler supplies sum pi^2, so the pages offer verl's optimal token baseline."""
+    scores = torch.linspace(0.0, 1.0, len(steered.responses), dtype=torch.float64)
+    trace = run(
+        batch_from_rollout(steered, scores), "verl", {"adv_estimator": "optimal_token_baseline"}
+    )
+    assert bool(torch.isfinite(trace.advantages).all())
+    assert "optimal_token_baseline" in estimator_options("verl")
+    assert select_rows(steered, torch.tensor([0])).sum_pi_squared.shape[0] == 1

@@ -28,6 +28,23 @@ def test_kl_and_entropy_match_plain_loops():
     assert torch.equal(exact_kl(logp, logp), torch.zeros(3))
 
 
+def test_sum_pi2_by_hand_and_by_loop():
+    # p = (1/2, 1/4, 1/4): sum p^2 = 1/4 + 1/16 + 1/16 = 3/8
+    head = torch.nn.Linear(1, 3, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.tensor([[math.log(2.0)], [0.0], [0.0]]))
+        out = score_positions(head, torch.ones(1, 1), None, torch.tensor([0]), k=2)
+    assert abs(out.sum_pi2.item() - 3 / 8) < 1e-6
+    g = torch.Generator().manual_seed(4)
+    hp = torch.randn(6, 1, generator=g)
+    with torch.no_grad():
+        got = score_positions(head, hp, None, torch.zeros(6, dtype=torch.long), k=2).sum_pi2
+        logits = head(hp)
+    for i in range(6):
+        z = [math.exp(v) for v in logits[i].tolist()]
+        assert abs(got[i].item() - sum((v / sum(z)) ** 2 for v in z)) < 1e-6
+
+
 def test_hand_sized_kl():
     # p = (1/2, 1/2), q = (1/4, 3/4): KL = 0.5 ln 2 + 0.5 ln(2/3)
     logp = torch.tensor([[math.log(0.5), math.log(0.5)]])

@@ -179,8 +179,23 @@ def run_verl(tmp: Path) -> None:
                     "metrics": scalar_metrics(metrics),
                 }
             )
+        for opts in pin.verl_trainer_corrections():
+            lp = case.lp.clone().requires_grad_(True)
+            loss, metrics = stubs.run_verl_trainer_correction(mods, case, lp, opts)
+            vectors.append(
+                {
+                    "case": case.name,
+                    "options": opts,
+                    "loss": rnd(loss.item()),
+                    "grad": rows(grad_of(loss, lp)),
+                    "metrics": scalar_metrics(metrics),
+                }
+            )
         for est in pin.verl_estimators(case):
             vectors.append(stubs.run_verl_estimator(core, case, est))
+    for est in pin.verl_offset_estimators():
+        offset = pin.SCORE_OFFSET
+        vectors.append(stubs.run_verl_estimator(core, pin.CASES[0], est, offset=offset))
     for est in pin.verl_singleton_estimators():
         groups = pin.SINGLETON_GROUPS
         vectors.append(stubs.run_verl_estimator(core, pin.CASES[0], est, groups=groups))
@@ -198,6 +213,8 @@ def run_verl(tmp: Path) -> None:
             "verl/workers/utils/losses.py::ppo_loss",
             "verl/trainer/ppo/core_algos.py",
             "verl/trainer/ppo/rollout_corr_helper.py",
+            "verl/trainer/ppo/v1/trainer_base.py (decoupled rollout correction, batch_num_tokens "
+            "on loss_mask); verl/trainer/ppo/ray_trainer.py (the legacy trainer)",
         ],
     }
     write("verl", header, vectors, pin.dump_inputs())

@@ -238,6 +238,45 @@ def verl_bypass_options() -> list[dict]:
     ]  # fmt: skip
 
 
+def verl_trainer_corrections() -> list[dict]:
+    """verl ``algorithm.rollout_correction`` as its trainers run it (``trainer.use_v1``):
+    the decoupled mode under every loss_mode that reads the weights and each aggregation, with
+    the KL and entropy terms, and ``bypass_mode: true`` under both trainers."""
+    rc = "algorithm.rollout_correction."
+    tis = {rc + "rollout_is": "token", rc + "rollout_is_threshold": 2.0}
+    k1 = {rc + "rollout_rs": "token_k1", rc + "rollout_rs_threshold": "0.5_2.0"}
+    k3 = {rc + "rollout_rs": "seq_mean_k3", rc + "rollout_rs_threshold": 0.05}
+    legacy = {"trainer.use_v1": False}
+    terms = {"actor.use_kl_loss": True, "actor.kl_loss_coef": 0.1, "actor.entropy_coeff": 0.01}
+    out = [
+        tis,
+        {rc + "rollout_is": "sequence", rc + "rollout_is_threshold": 2.0},
+        {rc + "rollout_is": "token", rc + "rollout_is_threshold": "0.5_5.0"},
+        {**tis, rc + "rollout_is_batch_normalize": True},
+        k1,
+        {**k1, **legacy},
+        {**tis, **k3, **terms},
+        {**tis, **k3, **terms, **legacy},
+        {
+            rc + "rollout_is": "sequence",
+            rc + "rollout_is_threshold": 2.0,
+            rc + "rollout_rs": "seq_sum_k1",
+            rc + "rollout_rs_threshold": "0.5_2.0",
+        },
+        {**tis, **k1, "actor.loss_agg_mode": "seq-mean-token-mean"},
+        {**tis, **k1, "actor.loss_agg_mode": "seq-mean-token-sum"},
+        {**tis, **k1, "actor.loss_agg_mode": "token-sum"},
+    ]
+    for mode in ("gspo", "cispo", "sapo", "dppo_tv", "kl_cov", "gpg", "dro"):
+        o = {**tis, **k1, "actor.policy_loss.loss_mode": mode}
+        if mode == "dro":
+            o["actor.policy_loss.dro_beta"] = 0.05
+        out.append(o)
+    out.append({**tis, rc + "bypass_mode": True})
+    out.append({**tis, **k1, rc + "bypass_mode": True, **legacy})
+    return out
+
+
 def verl_estimators(case: Case) -> list[dict]:
     """verl advantage estimators (``algorithm.*``) run on the scores of the row case."""
     if case.name != "row":
@@ -272,6 +311,16 @@ def verl_estimators(case: Case) -> list[dict]:
             "algorithm.norm_adv_by_std_in_grpo": False,
         },
     ]
+
+
+#: Added to every score for ``verl_offset_estimators``: grpo_vectorized's float32 group statistics
+#: lose ~1e-4 of a score's 1000 (its advantages differ from float64 by ~1e-2).
+SCORE_OFFSET = 1000.0
+
+
+def verl_offset_estimators() -> list[dict]:
+    """verl group estimators on scores offset by ``SCORE_OFFSET``."""
+    return [{"algorithm.adv_estimator": name} for name in ("grpo", "grpo_vectorized")]
 
 
 #: Prompt ids with a group of one (the last two rows alone), for the singleton rules.

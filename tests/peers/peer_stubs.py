@@ -151,16 +151,20 @@ def _r12(t: torch.Tensor) -> list:
     return [_r12(r) for r in t]
 
 
-def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) -> dict:
+def run_verl_estimator(
+    core, case, opts: dict, groups: list[int] | None = None, offset: float = 0.0
+) -> dict:
     """One verl advantage estimator as ``ray_trainer.compute_advantage`` calls it (reward on each
     response's last token; values, old log-probs, sum_pi_squared and reward components from a
-    seeded generator); ``groups`` replaces the case's prompt ids (stored in the vector)."""
+    seeded generator); ``groups`` replaces the case's prompt ids (stored in the vector);
+    ``offset`` is added to every score (float32 group statistics show on large scores)."""
     g = torch.Generator().manual_seed(7)
     m = EST_MASK
     B = m.shape[0]
     last = m.sum(-1).long() - 1
     tlr = torch.zeros_like(m)
-    tlr[torch.arange(B), last] = EST_SCORES
+    scores = EST_SCORES + offset
+    tlr[torch.arange(B), last] = scores
     values = torch.randn(m.shape, generator=g, dtype=F64) * 0.5 * m
     old = (-0.1 - 2.0 * torch.rand(m.shape, generator=g, dtype=F64)) * m
     pi2 = torch.exp(old) ** 2 + (1 - torch.exp(old) ** 2) * torch.rand(
@@ -204,7 +208,7 @@ def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) 
         "options": opts,
         **extra,
         "mask": m.tolist(),
-        "scores": EST_SCORES.tolist(),
+        "scores": scores.tolist(),
         "baseline_scores": EST_BASELINES.tolist(),
         "values": _r12(values),
         "old_log_probs": _r12(old),
@@ -217,8 +221,10 @@ def run_verl_estimator(core, case, opts: dict, groups: list[int] | None = None) 
 
 def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
     """verl ``compute_rollout_correction_and_rejection_mask``: IS weights and the new mask; and
-    ``ppo_loss`` (vanilla, token-mean, dual clip out of reach: clip_ratio_c 100) on them, the
-    rejected tokens gone from ``response_mask`` and from ``batch_num_tokens``."""
+    ``ppo_loss`` (vanilla, token-mean) on them: the legacy trainer's (rejected tokens gone from
+    ``response_mask`` and from ``batch_num_tokens``; dual clip out of reach: clip_ratio_c 100)
+    and the v1 trainer's (``_v1``: rejected tokens still in ``batch_num_tokens``; the default
+    dual clip, clip_ratio_c 3)."""
     p = "algorithm.rollout_correction."
     kw = {k[len(p) :]: v for k, v in opts.items()}
     proto, new_mask, _metrics = mods["rollout_corr"].compute_rollout_correction_and_rejection_mask(
@@ -239,6 +245,15 @@ def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
     cfg = verl_actor_config({"actor.clip_ratio_c": 100.0})
     loss, _ = mods["losses"].ppo_loss(cfg, {"log_probs": lp}, data)
     (grad,) = torch.autograd.grad(loss, lp)
+    # the v1 trainer: batch_num_tokens counts loss_mask, written before the rejection; verl's
+    # default dual clip (clip_ratio_c 3)
+    lp1 = case.lp.clone().requires_grad_(True)
+    loss_v1, _ = mods["losses"].ppo_loss(
+        verl_actor_config({}),
+        {"log_probs": lp1},
+        TensorDictLike(**{**data, "batch_num_tokens": case.mask.sum()}),
+    )
+    (grad_v1,) = torch.autograd.grad(loss_v1, lp1)
     return {
         "case": "rollout_correction",
         "options": opts,
@@ -246,7 +261,67 @@ def run_verl_rollout_correction(mods, case, opts: dict) -> dict:
         "response_mask": new_mask.tolist(),
         "loss": float(f"{loss.item():.10g}"),
         "grad": _r12(grad),
+        "loss_v1": float(f"{loss_v1.item():.10g}"),
+        "grad_v1": _r12(grad_v1),
     }
+
+
+def run_verl_trainer_correction(mods, case, lp, opts: dict):
+    """verl's trainers with ``algorithm.rollout_correction`` (``trainer.use_v1``, default true).
+
+    Decoupled (``bypass_mode`` false): ``compute_rollout_correction_and_add_to_batch``'s
+    ``compute_rollout_correction_and_rejection_mask`` on pi_old against mu gives
+    ``rollout_is_weights`` and the narrowed ``response_mask``, then ``ppo_loss`` with them; the
+    engine's ``batch_num_tokens`` counts ``loss_mask``: under v1 the agent loop's response mask
+    (written before the rejection), under the legacy trainer ``left_right_2_no_padding``'s copy
+    of the narrowed one. ``bypass_mode: true``: old = mu; the legacy ``apply_bypass_mode`` also
+    sets ``loss_mode: bypass_mode`` with the rollout_correction config, v1 changes nothing else.
+
+    Returns:
+        (loss, metrics: the actor's under ``actor/`` and the trainer's ``rollout_corr/*``).
+    """
+    p = "algorithm.rollout_correction."
+    rc_cfg = {k[len(p) :]: v for k, v in opts.items() if k.startswith(p)}
+    actor = {k: v for k, v in opts.items() if k.startswith("actor.")}
+    v1 = opts.get("trainer.use_v1", True)
+    mask, old, weights, trainer_metrics = case.mask, case.old, None, {}
+    if rc_cfg.pop("bypass_mode", False):
+        old = case.mu
+        if not v1:  # apply_bypass_mode
+            actor["actor.policy_loss.loss_mode"] = "bypass_mode"
+            for key, value in rc_cfg.items():
+                actor["actor.policy_loss.rollout_correction." + key] = value
+    else:
+        proto, mask, trainer_metrics = mods[
+            "rollout_corr"
+        ].compute_rollout_correction_and_rejection_mask(
+            old_log_prob=case.old,
+            rollout_log_prob=case.mu,
+            response_mask=case.mask,
+            rollout_is=rc_cfg.get("rollout_is"),
+            rollout_is_threshold=rc_cfg.get("rollout_is_threshold", 2.0),
+            rollout_is_batch_normalize=rc_cfg.get("rollout_is_batch_normalize", False),
+            rollout_rs=rc_cfg.get("rollout_rs"),
+            rollout_rs_threshold=rc_cfg.get("rollout_rs_threshold"),
+        )
+        weights = None if proto is None else proto.batch["rollout_is_weights"]
+    data = TensorDictLike(
+        dp_size=1,
+        batch_num_tokens=case.mask.sum() if v1 else mask.sum(),
+        global_batch_size=case.B,
+        response_mask=mask,
+        old_log_probs=old,
+        advantages=case.adv,
+    )
+    if weights is not None:
+        data["rollout_is_weights"] = weights
+    if actor.get("actor.use_kl_loss"):
+        data["ref_log_prob"] = case.ref
+    out = {"log_probs": lp}
+    if actor.get("actor.entropy_coeff"):
+        out["entropy"] = case.entropy
+    loss, metrics = mods["losses"].ppo_loss(verl_actor_config(actor), out, data)
+    return loss, {**mods["rename_dict"](metrics, "actor/"), **trainer_metrics}
 
 
 # ------------------------------------------------------------------------------------ OpenRLHF

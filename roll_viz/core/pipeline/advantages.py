@@ -89,6 +89,9 @@ class EstimatorParams:
         group_labels: (P,) prompt ids for error messages.
         logprobs: (B, T) rollout-policy log-probs of the sampled tokens (optimal token baseline).
         sum_pi_squared: (B, T) sum of the squared next-token probabilities (same).
+        float32_stats: grpo's group mean and std in float32 as verl's ``group_mean_std`` computes
+            them (one index_add pass, no refinement; verl ``grpo_vectorized``), the advantage
+            in the rewards' dtype.
     """
 
     gamma: float = 1.0
@@ -106,6 +109,7 @@ class EstimatorParams:
     group_labels: tuple = ()
     logprobs: Tensor | None = None
     sum_pi_squared: Tensor | None = None
+    float32_stats: bool = False
 
 
 class Estimate(NamedTuple):
@@ -267,9 +271,29 @@ def reinforce_advantages(
     return Estimate(returns, returns, token_rewards.new_zeros(B), token_rewards.new_ones(B))
 
 
+def _group_stats_float32(seq: Tensor, group_ids: Tensor, ddof: int) -> tuple[Tensor, Tensor]:
+    """Per-sample group (mean, std) in float32, as verl's ``group_mean_std`` (eps 0) has them.
+
+    mean = sum / count and var = sum (s - mean)^2 / max(count - ddof, 1), each one float32
+    ``index_add`` pass; cast back to ``seq``'s dtype.
+    """
+    s32 = seq.to(torch.float32)
+    n = int(group_ids.max().item()) + 1 if group_ids.numel() else 0
+    zeros = torch.zeros(n, dtype=torch.float32, device=seq.device)
+    count = zeros.index_add(0, group_ids, torch.ones_like(s32))
+    mean = zeros.index_add(0, group_ids, s32) / count.clamp_min(1.0)
+    centered = s32 - mean[group_ids]
+    var = zeros.index_add(0, group_ids, centered * centered) / (count - ddof).clamp_min(1.0)
+    std = torch.sqrt(var.clamp(min=0.0))
+    return mean[group_ids].to(seq.dtype), std[group_ids].to(seq.dtype)
+
+
 def _group_baseline(seq: Tensor, group_ids: Tensor, params: EstimatorParams, what: str):
     """Group mean and std per sample with the singleton rule applied; ((B,), (B,), (B,) bool)."""
     stats = group_stats(seq, group_ids, ddof=params.std_ddof)
+    if params.float32_stats:
+        f32_mean, f32_std = _group_stats_float32(seq, group_ids, params.std_ddof)
+        stats = stats._replace(mean=f32_mean, std=f32_std)
     single = stats.count <= 1
     if params.singleton == "raise":
         require_group_size(group_ids, params.group_labels, what)

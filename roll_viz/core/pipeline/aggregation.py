@@ -35,7 +35,12 @@ AGG_MODES: dict[str, str] = {
 }
 
 
-def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = None) -> Tensor:
+def agg_weights(
+    response_mask: Tensor,
+    mode: str,
+    scale_factor: float | None = None,
+    num_tokens: float | None = None,
+) -> Tensor:
     """(B, T) weights W of an aggregation mode: ``aggregate(x) = sum(W * x)``.
 
     Zero-length rows get weight 0 everywhere; they still count in B for the "-all-rows" modes
@@ -48,6 +53,9 @@ def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = N
         scale_factor: f of "seq-mean-token-sum-norm" and "seq-mean-token-sum-norm-all-rows"
             (None = T) and "token-sum-norm-all-rows" (required: TRL's max_completion_length);
             "token-sum-norm" always uses T.
+        num_tokens: token-mean's denominator where the framework counts it on a wider mask than
+            ``response_mask`` (verl's v1 trainer: ``batch_num_tokens`` counts the response before
+            its rollout rejection narrowed ``response_mask``); None = ``response_mask``'s count.
 
     Returns:
         (B, T) float64 weights, 0 on padding.
@@ -60,7 +68,7 @@ def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = N
     n_rows = (lengths > 0).sum().clamp(min=1)
     per_row_mean = m / lengths.clamp(min=1.0)
     if mode == "token-mean":
-        return m / m.sum().clamp(min=1.0)
+        return m / (m.sum().clamp(min=1.0) if num_tokens is None else max(num_tokens, 1.0))
     if mode == "token-sum":
         return m
     if mode == "seq-mean-token-sum":
@@ -83,7 +91,11 @@ def agg_weights(response_mask: Tensor, mode: str, scale_factor: float | None = N
 
 
 def aggregate(
-    x: Tensor, response_mask: Tensor, mode: str, scale_factor: float | None = None
+    x: Tensor,
+    response_mask: Tensor,
+    mode: str,
+    scale_factor: float | None = None,
+    num_tokens: float | None = None,
 ) -> Tensor:
     """Aggregate a (B, T) per-token quantity into a scalar (differentiable in ``x``).
 
@@ -92,9 +104,10 @@ def aggregate(
         response_mask: (B, T) float 0/1 (or bool).
         mode: one of AGG_MODES (see ``agg_weights``).
         scale_factor: see ``agg_weights``.
+        num_tokens: see ``agg_weights``.
 
     Returns:
         () float64 tensor.
     """
-    weights = agg_weights(response_mask, mode, scale_factor)
+    weights = agg_weights(response_mask, mode, scale_factor, num_tokens)
     return (weights * torch.where(as_bool(response_mask), x.to(F64), 0.0)).sum()

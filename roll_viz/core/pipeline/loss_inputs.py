@@ -55,6 +55,9 @@ class LossInputs:
             over which it logs some metrics); the loss does not use it.
         entropy_mask: 0/1 mask of the entropy term in place of ``response_mask`` (ROLL
             aggregates its entropy over the unmasked ``response_mask``).
+        batch_num_tokens: the token-mean denominator of every term in place of
+            ``response_mask``'s token count (verl's v1 trainer counts ``loss_mask``, the response
+            before its decoupled rollout rejection narrowed ``response_mask``).
     """
 
     logprobs: Tensor
@@ -73,6 +76,7 @@ class LossInputs:
     policy_weights: Tensor | None = None
     metric_mask: Tensor | None = None
     entropy_mask: Tensor | None = None
+    batch_num_tokens: float | None = None
 
 
 def as_input(name: str, x: Any, shape: tuple, mask: Tensor, keep_grad: bool) -> Tensor:
@@ -122,6 +126,7 @@ class LossBatch:
     mu: Tensor | None
     metric_bool: Tensor | None
     metric_d: Tensor | None
+    num_tokens: float | None = None  # token-mean's denominator where not the mask's count
 
 
 def prepare_inputs(spec: LossSpec, x: LossInputs) -> LossBatch:
@@ -181,4 +186,5 @@ def prepare_inputs(spec: LossSpec, x: LossInputs) -> LossBatch:
         mu,
         metric_bool,
         metric_d,
+        x.batch_num_tokens,
     )

@@ -32,7 +32,7 @@ def kl_loss_term(spec: LossSpec, modes: dict, b: LossBatch, ratio: Tensor, r: Te
     """
     m = b.full_m
     mask = m > 0
-    w_kl = agg_weights(m, *modes["kl"])
+    w_kl = agg_weights(m, *modes["kl"], b.num_tokens)
     if not spec.kl_on:
         return None, None, torch.zeros_like(m)
     if spec.kl_zero:

@@ -44,12 +44,13 @@ accumulation step (global token / sample counts are this batch's; TRL's grad-acc
 division is 1; verl's mini-batch is the whole batch, so its ``global_batch_size`` is B); of the
 train/rollout corrections (the sampler's log-probs mu as ``rollout_logprobs``) OpenRLHF's
 ``is_correction_*``, TRL's ``vllm_importance_sampling_*`` and verl's ``bypass_mode`` (old = mu,
-its rejection mask as ``policy_mask``, reinforce's IS weights as ``policy_weights``) are applied,
-verl's decoupled ``algorithm.rollout_correction`` is not (``rollout_correction.lab_loss`` shows
-it); no MoE aux loss, no TRL adaptive entropy; verl clip_cov draws its tokens with the unseeded
-``torch.randperm``, roll-viz with a seeded generator (``viz_clip_cov_seed``); masked means divide
-by the exact count (the frameworks add 1e-8); ROLL's unmasked token-mean sums are taken over
-valid tokens only (its metrics reproduce the padded sums where they differ).
+its rejection mask as ``policy_mask``, reinforce's IS weights as ``policy_weights``) and its
+decoupled ``algorithm.rollout_correction`` (a narrowed ``response_mask``, IS weights as
+``policy_weights``, the v1 trainer's ``batch_num_tokens``) are applied; no MoE aux loss, no TRL
+adaptive entropy; verl clip_cov draws its tokens with the unseeded ``torch.randperm``, roll-viz
+with a seeded generator (``viz_clip_cov_seed``); masked means divide by the exact count (the
+frameworks add 1e-8); ROLL's unmasked token-mean sums are taken over valid tokens only (its
+metrics reproduce the padded sums where they differ).
 """
 
 from __future__ import annotations
@@ -367,7 +368,7 @@ def _policy(spec: LossSpec, modes: dict, b: LossBatch, x: LossInputs, notes: lis
     extra.update(term.extra)
     pg = torch.where(b.mask, term.pg, 0.0)
     keep, row_w = _keep_weights(spec, registered, b, x, sampler_w, extra)
-    w_pol = agg_weights(b.m, *modes["policy"]) * row_w
+    w_pol = agg_weights(b.m, *modes["policy"], b.num_tokens) * row_w
     if x.policy_mask is not None and modes["policy"][0] == "token-mean":
         w_pol = b.m / b.full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
     if x.policy_weights is not None:
@@ -487,7 +488,7 @@ def _entropy_term(modes: dict, b: LossBatch, pol: _Policy) -> Tensor | None:
     if b.ent is None:
         return None
     ent_mask = pol.extra["entropy_kept"].to(F64) if "entropy_kept" in pol.extra else b.ent_m
-    return aggregate(b.ent, ent_mask, *modes["entropy"])
+    return aggregate(b.ent, ent_mask, *modes["entropy"], b.num_tokens)
 
 
 def _value_term(x: LossInputs, mask: Tensor, spec: LossSpec, modes: dict, notes: list):

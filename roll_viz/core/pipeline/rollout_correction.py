@@ -51,6 +51,8 @@ class Correction:
         truncated: (B, T) bool, tokens whose weight was clamped to a bound.
         masked: (B, T) bool, tokens whose weight was set to 0 or that were rejected.
         note: how the framework applies it, in one or two sentences.
+        dual_clip: the dual-clip constant c of the PPO loss the weights multiply (verl's
+            clip_ratio_c, always on for A < 0), None where the framework's default has none.
     """
 
     framework: str
@@ -61,6 +63,7 @@ class Correction:
     truncated: Tensor
     masked: Tensor
     note: str
+    dual_clip: float | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,8 @@ def lab_loss(
 ) -> LabLoss:
     """A PPO-clip token-mean loss with a correction: sum_t w_t * ppo_t / N, and its gradient.
 
-    ppo_t = -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta / pi_old.
+    ppo_t = -min(r A, clip(r, 1-eps, 1+eps) A) with r = pi_theta / pi_old; with the
+    correction's ``dual_clip`` c, capped at -c A where A < 0 (verl's dual clip; gradient 0 there).
 
     Without a correction w = 1 and N counts every valid token; with one, w and N are the
     correction's ``weights`` and ``counted``. The gradient is ``w_t / N * dppo_t/dlog pi``:
@@ -179,7 +183,8 @@ def lab_loss(
         adv = adv[:, None].expand_as(lp)
     adv = torch.where(m, adv, 0.0)
     r = torch.where(m, torch.exp(lp - o), 0.0)
-    per_token = torch.where(m, ppo_token_loss(r, adv, eps, eps), 0.0)
+    dual = None if correction is None else correction.dual_clip
+    per_token = torch.where(m, ppo_token_loss(r, adv, eps, eps, dual), 0.0)
     if correction is None:
         w, counted = m.to(F64), m
     else:
@@ -192,5 +197,7 @@ def lab_loss(
     d1 = -adv
     d2 = -adv * ((r >= lo) & (r <= hi)).to(F64)
     dl_dr = torch.where(a1 < a2, d1, torch.where(a2 < a1, d2, 0.5 * (d1 + d2)))
+    if dual is not None:  # the cap -c A binds: a constant
+        dl_dr = torch.where((adv < 0) & (-torch.minimum(a1, a2) > -dual * adv), 0.0, dl_dr)
     grad = torch.where(m, w * dl_dr * r / denom, 0.0)
     return LabLoss(loss, grad, n)

@@ -577,9 +577,36 @@ export const ADVANTAGE_ESTIMATORS = {
   },
 };
 
+/**
+ * Group mean/std in float32 as verl's group_mean_std (one pass each, no refinement):
+ * advantages._group_stats_float32 (verl grpo_vectorized).
+ */
+function groupStatsFloat32(values, groupIds, ddof) {
+  const f = Math.fround;
+  let N = 0;
+  for (const g of groupIds) N = Math.max(N, g + 1);
+  const sums = new Float32Array(N);
+  const counts = new Float32Array(N);
+  for (let b = 0; b < values.length; b++) {
+    sums[groupIds[b]] = f(sums[groupIds[b]] + f(values[b]));
+    counts[groupIds[b]] += 1;
+  }
+  const means = Float32Array.from(sums, (s, g) => f(s / Math.max(counts[g], 1)));
+  const sq = new Float32Array(N);
+  for (let b = 0; b < values.length; b++) {
+    const c = f(f(values[b]) - means[groupIds[b]]);
+    sq[groupIds[b]] = f(sq[groupIds[b]] + f(c * c));
+  }
+  const std = Float32Array.from(sq, (s, g) => f(Math.sqrt(f(s / Math.max(counts[g] - ddof, 1)))));
+  const gather = (arr) => Float64Array.from(groupIds, (g) => arr[g]);
+  return { mean: gather(means), std: gather(std), count: gather(counts) };
+}
+
 /** Group mean/std with verl's singleton rule (mean 0, std 1): advantages._group_baseline. */
 function groupBaseline(seq, groupIds, p) {
-  const stats = groupStats(seq, groupIds, p.std_ddof);
+  const stats = p.float32_stats
+    ? groupStatsFloat32(seq, groupIds, p.std_ddof)
+    : groupStats(seq, groupIds, p.std_ddof);
   const single = stats.count.map((c) => (c <= 1 ? 1 : 0));
   return {
     mean: stats.mean.map((m, b) => (single[b] ? 0 : m)),
@@ -635,6 +662,13 @@ export function rollPipeline(batch, cfg, running = null) {
   let run = running;
   if (meanType === "running" || stdType === "running") {
     run = updateRunningMoments(running ?? { mean: 0, var: 1, count: 1e-24 }, scores);
+  }
+  if (stdType === "group" && meanType !== "group") {
+    throw new Error(
+      `norm_std_type: group needs norm_mean_type: group in ROLL (got ${meanType}): its ` +
+        "reward_norm divides the (B,) rewards by the (prompts, 1) group std, a (prompts, B) " +
+        "broadcast the batch cannot store (ROLL raises)",
+    );
   }
   if (stdType === "group" && conv.std_ddof > 0) {
     const singles = singletonGroups(batch.group_ids, batch.group_labels);
@@ -736,7 +770,7 @@ export function verlPipeline(batch, cfg, running = null) {
     seq_rewards: seq, std_eps: noStd ? null : conv.eps, std_ddof: conv.std_ddof,
     singleton: est === "rloo_vectorized" ? "zero" : "raw",
     carry_through: true, whiten_ddof: conv.whiten_ddof, whiten_eps: 1e-8, whiten_eps_mode: "add",
-    group_labels: batch.group_labels,
+    group_labels: batch.group_labels, float32_stats: est === "grpo_vectorized",
   };
   let estimate;
   let advantages;

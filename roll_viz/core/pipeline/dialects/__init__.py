@@ -20,12 +20,13 @@ The tables below (``DEFAULTS``, ``ALIASES``, ``KL_NAMES``, ...) are built from t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor
 
-from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl
+from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl, verl_rollout
 from roll_viz.core.pipeline.dialects.config import resolve
 from roll_viz.core.pipeline.dialects.record import FIELDS, Dialect, EraSetting
 from roll_viz.core.pipeline.losses import LossInputs, LossResult, loss_from_spec
@@ -245,13 +246,18 @@ def policy_loss(
         response_mask, advantages, metric_mask = roll.final_response_mask(
             response_mask, advantages, sample_mask, notes
         )
-    bypass: dict[str, Tensor | None] = {"old_logprobs": old_logprobs}
-    if framework == "verl" and cfg["loss_mode"] == "bypass_mode":
-        bypass = verl.bypass_inputs(cfg, notes, logprobs, rollout_logprobs, response_mask)
+    if framework == "trl":  # mask_truncated_completions narrows completion_mask
+        response_mask = trl.truncation_mask(cfg, response_mask, notes)
+    # verl's rollout correction rewrites the inputs (old = mu, a narrowed mask, IS weights)
+    rewritten, trainer_metrics = {"old_logprobs": old_logprobs, "response_mask": response_mask}, {}
+    if framework == "verl":
+        more, trainer_metrics = verl_rollout.loss_inputs(
+            cfg, notes, logprobs, old_logprobs, rollout_logprobs, response_mask
+        )
+        rewritten |= more
     inputs = LossInputs(
         logprobs=logprobs,
         advantages=advantages,
-        response_mask=response_mask,
         ref_logprobs=ref_logprobs,
         entropy=entropy,
         values=values,
@@ -262,9 +268,9 @@ def policy_loss(
         difficulty=difficulty,
         metric_mask=metric_mask,
         entropy_mask=metric_mask,  # ROLL: the entropy term over the unmasked response_mask
-        **bypass,
+        **rewritten,
     )
-    return loss_from_spec(
+    result = loss_from_spec(
         spec,
         dialect.loss_agg_modes(cfg),
         dialect.loss_metrics,
@@ -273,3 +279,4 @@ def policy_loss(
         notes=notes,
         inputs=inputs,
     )
+    return dataclasses.replace(result, metrics={**result.metrics, **trainer_metrics})

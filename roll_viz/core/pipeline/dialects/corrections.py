@@ -260,11 +260,17 @@ def verl_correction(
     rollout_rs_threshold: Any = None,
     rollout_is_batch_normalize: bool = False,
     name: str = "",
+    count_rejected: bool = True,
+    dual_clip: float | None = 3.0,
 ) -> Correction:
     """The weights and masks of verl's ``algorithm.rollout_correction`` (decoupled mode).
 
-    IS weights multiply the PPO per-token loss; the rejection mask replaces ``response_mask``,
-    so rejected tokens leave the denominator; IcePop's zero weights stay counted.
+    IS weights multiply the PPO per-token loss; the rejection mask replaces ``response_mask``
+    (rejected tokens get weight 0); IcePop's zero weights stay counted. ``count_rejected``: the
+    v1 trainer (verl 0.9.1's default) counts the token-mean denominator on its ``loss_mask``,
+    written before the rejection, so rejected tokens stay counted; the legacy trainer
+    (``count_rejected=False``) counts the narrowed ``response_mask``. ``dual_clip``: the PPO
+    loss's ``clip_ratio_c`` (verl's default 3, always on for A < 0).
     """
     m, _ = prep(mask, old)
     mf = m.to(F64)
@@ -296,18 +302,25 @@ def verl_correction(
         config += (("rollout_rs_threshold", rollout_rs_threshold),)
     note = (
         "rollout_is_weights multiply the PPO per-token loss; rollout_rs rejections leave "
-        "response_mask (the denominator shrinks); IcePop zeroes a weight but keeps the token "
-        "counted."
+        + (
+            "response_mask, the v1 trainer's token-mean still counts them (loss_mask is written "
+            "before the rejection)"
+            if count_rejected
+            else "response_mask and the legacy trainer's token-mean denominator"
+        )
+        + "; IcePop zeroes a weight but keeps the token counted."
+        + ("" if dual_clip is None else f" The PPO loss caps A<0 tokens at -{dual_clip:g} A.")
     )
     return Correction(
         "verl",
         name or "verl rollout_correction",
         config,
         weights,
-        keep,
+        m if count_rejected else keep,
         truncated & keep,
         (zeroed | ~keep) & m,
         note,
+        dual_clip,
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from roll_viz.core.ops import group_stats, masked_whiten
+from roll_viz.core.ops import masked_whiten
 from roll_viz.core.pipeline.advantages import (
     ADVANTAGE_ESTIMATORS,
     MASKED_OUTPUTS,
@@ -39,6 +39,8 @@ from roll_viz.core.pipeline.advantages import (
 )
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
+from roll_viz.core.pipeline.dialects.roll_masks import final_response_mask as final_response_mask
+from roll_viz.core.pipeline.dialects.roll_masks import sample_level_mask
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -210,7 +212,8 @@ LOSS_HELP: dict[str, str] = {
     "pg_clip_high": "pg_clip_high: upper clip epsilon (only with use_pg_clip_range).",
     "dual_clip_loss": "dual_clip_loss: for A<0 cap the loss at -c*A with c = 1 + 2*pg_clip.",
     "loss_agg_mode": "loss_agg_mode: aggregation of the policy, KL and entropy terms; "
-    "seq-mean-token-sum-norm is sum / L_max with no batch division.",
+    "seq-mean-token-sum-norm is sum / width with no batch division (ROLL's width is the padded "
+    "prompt + response - 1, roll-viz's the response width T).",
     "importance_sampling": "importance_sampling: token ratio or seq = exp(masked mean "
     "log-ratio) broadcast to the tokens (GSPO-like); no log-ratio clamp.",
     "entropy_loss_coef": "entropy_loss_coef: total -= coef * agg(entropy) when > 0.",
@@ -528,6 +531,12 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             "RunningMoments does (ROLL's reward_norm reads running_ctrl['domain'], the literal "
             "key: a KeyError in the framework unless a reward domain is named 'domain')"
         )
+    if std_type == "group" and mean_type != "group":
+        raise ValueError(
+            f"norm_std_type: group needs norm_mean_type: group in ROLL (got {mean_type}): its "
+            "reward_norm divides the (B,) rewards by the (prompts, 1) group std, a (prompts, B) "
+            "broadcast the batch cannot store (ROLL raises)"
+        )
     if std_type == "group" and conv.std_ddof > 0 and singleton_groups(batch.group_ids):
         label = singleton_groups(batch.group_ids, batch.group_labels)[0]
         raise ValueError(
@@ -544,11 +553,6 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         eps=conv.eps,
         group_labels=batch.group_labels,
     )
-    if mean_type == "batch" and std_type == "group":
-        notes.append(
-            "batch mean + group std: ROLL's reward_norm may mis-broadcast this pair (unverified); "
-            "roll-viz divides each sample by its own group's std"
-        )
     if mean_type or std_type:
         notes.append(
             f"reward_norm: mean={mean_type}, std={std_type}"
@@ -630,49 +634,6 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     )
 
 
-def sample_level_mask(batch: Batch, cfg: Mapping[str, Any]) -> tuple[Tensor, dict[str, float]]:
-    """ROLL ``get_sample_level_mask``: the (B,) 0/1 keep mask and ROLL's logged ratios.
-
-    The product of the switched-on masks: ``max_len_mask`` (length != the response width T),
-    ``difficulty_mask`` (the prompt's mean raw score strictly inside the thresholds; all kept
-    when every group has one sample, ROLL's n_sample <= 1) and ``error_max_len_clip`` ((score
-    == 0 and length < threshold) or score == 1). A ratio is 1.0 when its switch is off. The
-    loss then runs on ``response_mask * keep[:, None]`` (ROLL's ``final_response_mask``, also
-    the token count of token-mean).
-    """
-    mask, scores = batch.response_mask, batch.scores
-    B, T = mask.shape
-    length = mask.sum(-1) if cfg.get("max_len_mask") or cfg.get("error_max_len_clip") else None
-    keep = torch.ones(B, dtype=F64)
-    metrics: dict[str, float] = {}
-    for key, name in (
-        ("max_len_mask", "actor/max_len_mask_ratio"),
-        ("difficulty_mask", "actor/difficulty_mask_ratio"),
-        ("error_max_len_clip", "actor/error_len_mask_ratio"),
-    ):
-        if not cfg.get(key, False):
-            metrics[name] = 1.0
-            continue
-        if key == "max_len_mask":
-            part = (length != T).to(F64)
-        elif key == "difficulty_mask":
-            stats = group_stats(scores, batch.group_ids)
-            if bool((stats.count <= 1).all()):
-                part = torch.ones(B, dtype=F64)
-            else:
-                low, high = cfg["difficulty_low_threshold"], cfg["difficulty_high_threshold"]
-                part = ((stats.mean > low) & (stats.mean < high)).to(F64)
-        else:
-            short = length < cfg["error_max_len_threshold"]
-            part = (((scores == 0) & short) | (scores == 1)).to(F64)
-        keep = keep * part
-        metrics[name] = part.mean().item()
-    metrics["actor/final_mask_ratio"] = keep.mean().item()
-    metrics["actor/samples_used"] = keep.sum().item()
-    metrics["actor/samples_total"] = float(B)
-    return keep, metrics
-
-
 def _std_word(std_type: str, conv: Conventions) -> str:
     if std_type == "running":
         return "running std (Bessel-corrected over all scores seen)"
@@ -691,41 +652,6 @@ def _whiten(x: Tensor, mask: Tensor, conv: Conventions, notes: list, what: str) 
 
 
 # ---------------------------------------------------------------------------- the update loss
-
-
-def final_response_mask(
-    response_mask: Tensor, advantages: Tensor, sample_mask: Tensor, notes: list[str]
-) -> tuple[Tensor, Tensor, Tensor]:
-    """ROLL's ``final_response_mask`` from the unmasked mask and a sample-level keep mask.
-
-    Args:
-        response_mask: (B, T) 0/1 ROLL ``response_mask`` (before the sample-level mask).
-        advantages: (B, T) or (B,) advantages.
-        sample_mask: (B,) 0/1 keep mask (``sample_level_mask``).
-        notes: appended with what was dropped.
-
-    Returns:
-        (final mask (B, T), advantages 0 outside it, the unmasked mask for ROLL's metrics).
-
-    Raises:
-        ValueError: ``sample_mask`` not (B,) or not 0/1.
-    """
-    mask = torch.as_tensor(response_mask).detach().to(F64)
-    keep = torch.as_tensor(sample_mask).detach().to(F64)
-    if mask.dim() != 2 or keep.shape != (mask.shape[0],):
-        raise ValueError(f"sample_mask: expected ({mask.shape[0]},), got {tuple(keep.shape)}")
-    if not bool(((keep == 0) | (keep == 1)).all()):
-        raise ValueError("sample_mask: must contain only 0 and 1")
-    adv = torch.as_tensor(advantages).detach().to(F64)
-    adv = adv * (keep if adv.dim() == 1 else keep[:, None])
-    dropped = int((keep == 0).sum())
-    notes.append(
-        f"sample-level mask: {dropped} of {keep.numel()} samples dropped; the loss runs on "
-        "final_response_mask = response_mask * keep with advantages 0 outside it "
-        "(compute_advantage ran on it); the entropy term and approxkl, policykl, ratio_* and "
-        "clipfrac run over the unmasked response_mask"
-    )
-    return mask * keep[:, None], adv, mask
 
 
 def loss_agg_modes(cfg: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
@@ -774,6 +700,13 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         notes.append(
             "difficulty_loss_weight: policy term weighted per sample by 0.5 + 1.5 * difficulty "
             "(skipped when the samples carry no difficulty), rescaled to mean 1"
+        )
+    if cfg["loss_agg_mode"] == "seq-mean-token-sum-norm":
+        notes.append(
+            "seq-mean-token-sum-norm: ROLL divides by loss_mask.shape[-1], and its actor's mask "
+            "is response_mask[:, 1:] over the padded prompt + response, so its divisor grows "
+            "with the prompt length; roll-viz divides by T, the response width (ROLL's loss = "
+            "this one x T / (P + T - 1) for prompts padded to P tokens)"
         )
     variant = PG_VARIANTS[cfg["pg_variant"]]
     return LossSpec(kind=variant.kind, **variant.params(cfg, notes), **kwargs)

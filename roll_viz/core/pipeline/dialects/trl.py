@@ -33,6 +33,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     make_trace,
     num,
 )
+from roll_viz.core.pipeline.dialects.trl_entropy import applied_entropy_coef, next_entropy_coef
 from roll_viz.core.pipeline.kl import kl_term_mean
 from roll_viz.core.pipeline.losses import F64, LossMode, LossSpec, MetricContext
 from roll_viz.core.pipeline.postprocess import require_group_size
@@ -125,6 +126,7 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "vllm_importance_sampling_mode": "sequence_mask",
     "vllm_importance_sampling_clip_min": None,
     "vllm_importance_sampling_clip_max": 3.0,
+    "mask_truncated_completions": False,
 }
 
 LOSS_CHOICES: dict[str, tuple] = {
@@ -184,6 +186,9 @@ LOSS_HELP: dict[str, str] = {
     "bound (None = none).",
     "vllm_importance_sampling_clip_max": "GRPOConfig.vllm_importance_sampling_clip_max: upper "
     "bound (None = none).",
+    "mask_truncated_completions": "GRPOConfig.mask_truncated_completions: drop completions "
+    "without EOS from every loss term and its token count; here those that reach "
+    "max_completion_length tokens (the calculator sees lengths, not EOS).",
 }
 
 #: Every key the policy update reads (loss table plus the loss KL coefficient).
@@ -263,6 +268,7 @@ ERAS: dict[str, EraSetting] = {
 #: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
 #: in links (TRL's own key and value) -> the loss keys it sets; each reads more than log-probs.
 LOSS_OPTIONS: dict[str, dict[str, Any]] = {
+    "top_entropy_quantile: 0.2": {"top_entropy_quantile": 0.2},
     "vllm_importance_sampling_mode: token_truncate": {
         "vllm_importance_sampling_mode": "token_truncate"
     },
@@ -641,30 +647,6 @@ def _vespo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     return {"vespo": tuple(cfg[key] for key in keys)}
 
 
-def applied_entropy_coef(cfg: Mapping[str, Any]) -> float:
-    """The entropy coefficient this step applies (``_compute_loss``'s ``apply_coef``).
-
-    Static: ``entropy_coef``. Adaptive: ``entropy_coef`` while the previous step's window
-    entropy is <= ``entropy_target``, else 0 (TRL starts that entropy at +inf).
-    """
-    if not cfg["use_adaptive_entropy"]:
-        return cfg["entropy_coef"]
-    last = cfg["viz_last_world_entropy"]
-    return cfg["entropy_coef"] if last is not None and last <= cfg["entropy_target"] else 0.0
-
-
-def next_entropy_coef(cfg: Mapping[str, Any], world_entropy: float) -> float:
-    """The adaptive coefficient after this optimizer step.
-
-    +delta while the step's mean entropy is <= the target, else -delta, clamped to
-    [entropy_coef_min, entropy_coef_max].
-    """
-    coef, delta = cfg["entropy_coef"], cfg["entropy_coef_delta"]
-    if world_entropy <= cfg["entropy_target"]:
-        return min(coef + delta, cfg["entropy_coef_max"])
-    return max(coef - delta, cfg["entropy_coef_min"])
-
-
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     """TRL's logged metrics under its own names.
 
@@ -783,6 +765,23 @@ def _row_values(x: Tensor, m: Tensor, empty_is_zero: bool = True) -> Tensor:
 def _nan_reduce(x: Tensor, fn) -> float:
     finite = x[~torch.isnan(x)]
     return fn(finite).item() if finite.numel() else float("nan")
+
+
+def truncation_mask(cfg: Mapping[str, Any], response_mask: Tensor, notes: list[str]) -> Tensor:
+    """``response_mask`` without the truncated completions (``mask_truncated_completions``).
+
+    TRL zeroes ``completion_mask`` of completions whose last token is not EOS; a row of
+    ``max_completion_length`` tokens is taken as one (generation stopped at the cap).
+    """
+    if not cfg["mask_truncated_completions"]:
+        return response_mask
+    mask = torch.as_tensor(response_mask)
+    cut = mask.sum(-1) >= cfg["max_completion_length"]
+    notes.append(
+        f"mask_truncated_completions: {int(cut.sum())} completion(s) of "
+        f"{cfg['max_completion_length']} tokens (no EOS) leave every loss term and the count"
+    )
+    return mask * (~cut)[:, None].to(mask.dtype)
 
 
 def mismatch_correction(

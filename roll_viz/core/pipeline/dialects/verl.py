@@ -11,9 +11,10 @@ group statistics (verl sums it in through index -1); whitening with <= 1 valid t
 ValueError (verl's masked_var does too). The KL loss readout is aggregated with
 ``loss_agg_mode``.
 
-``loss_mode: bypass_mode`` (what ``algorithm.rollout_correction.bypass_mode: true`` sets) takes
-mu as the old log-prob and ``policy_loss.rollout_correction``'s IS weights and rejection of the
-current log-prob against it (``bypass_inputs``); its ``rollout_corr/`` metrics are printed too.
+``algorithm.rollout_correction`` (``rollout_is``, ``rollout_rs``, ``bypass_mode``) and the two
+trainers (``use_v1``) are in ``verl_rollout``: the decoupled mode weighs and rejects pi_old
+against mu before the loss; ``loss_mode: bypass_mode`` (what the legacy trainer's
+``bypass_mode: true`` sets; the v1 trainer's only sets old = mu) weighs the current log-prob.
 
 Also here: verl's config keys (flattened: ``algorithm.kl_ctrl.kl_coef`` -> ``kl_coef``) with
 defaults, choices and help, the policy-update keys (``actor.policy_loss.loss_mode`` ->
@@ -33,7 +34,6 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import masked_sum, masked_whiten
-from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import (
     ALL_ESTIMATORS,
     MASKED_OUTPUTS,
@@ -41,8 +41,8 @@ from roll_viz.core.pipeline.advantages import (
     decoupled_norm_advantages,
     token_rewards,
 )
-from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects import verl_rollout as vr
 from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
@@ -126,8 +126,9 @@ CHOICES: dict[str, tuple] = {
 }
 
 HELP: dict[str, str] = {
-    "adv_estimator": "algorithm.adv_estimator: gae, grpo, grpo_vectorized (grpo, always divided "
-    "by the group std: the trainer does not pass norm_adv_by_std_in_grpo to it), rloo, "
+    "adv_estimator": "algorithm.adv_estimator: gae, grpo, grpo_vectorized (grpo with float32 "
+    "group statistics, always divided by the group std: the trainer does not pass "
+    "norm_adv_by_std_in_grpo to it), rloo, "
     "rloo_vectorized (rloo, a group of one gets advantage 0), reinforce_plus_plus, "
     "reinforce_plus_plus_baseline, remax, opo (length-weighted baseline), gpg (batch factor "
     "B / #nonzero), grpo_passk (only the best sample learns), gdpo (normalise each reward "
@@ -193,7 +194,9 @@ LOSS_DEFAULTS: dict[str, Any] = {
     "clip_cov_lb": 1.0,
     "clip_cov_ub": 5.0,
     "viz_clip_cov_seed": 0,
-    # actor.policy_loss.rollout_correction (algorithm/rollout_correction.yaml), read by bypass_mode
+    # algorithm.rollout_correction (``verl_rollout``) and the trainer it runs under
+    "bypass_mode": False,
+    "use_v1": True,
     "loss_type": "ppo_clip",
     "rollout_is": None,
     "rollout_is_threshold": 2.0,
@@ -233,7 +236,7 @@ LOSS_HELP: dict[str, str] = {
     "(sequence ratio, GSPO-token form), cispo, gpg (-A*logp), sapo (soft gate), dppo_tv / "
     "dppo_kl (probability trust region; clip_ratio_* are divergence thresholds), geo_mean "
     "(GMPO), kl_cov (KL-Cov), dro (-A*logp + dro_beta/2 * d^2) or bypass_mode (old_log_prob = "
-    "the sampler's mu; what algorithm.rollout_correction.bypass_mode: true sets; needs "
+    "the sampler's mu; what bypass_mode: true sets under the legacy trainer; needs "
     "rollout_logprobs).",
     "clip_ratio": "actor.clip_ratio: PPO epsilon, used where clip_ratio_low/high are null.",
     "clip_ratio_low": "actor.clip_ratio_low: lower epsilon (null = clip_ratio).",
@@ -257,21 +260,26 @@ LOSS_HELP: dict[str, str] = {
     "clip_cov zeroes, drawn among those with clip_cov_lb < cov(A, logp) < clip_cov_ub.",
     "clip_cov_lb": "actor.policy_loss.clip_cov_lb: lower covariance bound of the candidates.",
     "clip_cov_ub": "actor.policy_loss.clip_cov_ub: upper covariance bound of the candidates.",
-    "loss_type": "actor.policy_loss.rollout_correction.loss_type: bypass_mode's loss, ppo_clip "
+    "bypass_mode": "algorithm.rollout_correction.bypass_mode: old_log_prob = mu (no "
+    "recompute, no decoupled correction); the legacy trainer also sets loss_mode bypass_mode, "
+    "the v1 trainer runs loss_mode as configured and applies rollout_is / rollout_rs nowhere.",
+    "use_v1": "trainer.use_v1: the v1 trainer (default; decoupled rejection keeps the rejected "
+    "tokens in token-mean's denominator) or the legacy RayPPOTrainer (false: it drops them; "
+    "bypass_mode: true switches loss_mode to bypass_mode).",
+    "loss_type": "algorithm.rollout_correction.loss_type: bypass_mode's loss, ppo_clip "
     "(vanilla PPO with old = mu, IS weights not applied) or reinforce (-A * logp * w, no clip).",
-    "rollout_is": "actor.policy_loss.rollout_correction.rollout_is: IS weights w of the current "
-    "log-prob against mu, per token or sequence (null = none); bypass_mode applies them only "
-    "with loss_type reinforce.",
-    "rollout_is_threshold": "actor.policy_loss.rollout_correction.rollout_is_threshold: a "
+    "rollout_is": "algorithm.rollout_correction.rollout_is: IS weights w per token or sequence "
+    "(null = none): decoupled, of pi_old against mu, multiplying every loss_mode's per-token "
+    "loss; under loss_mode bypass_mode, of the current log-prob, applied with reinforce only.",
+    "rollout_is_threshold": "algorithm.rollout_correction.rollout_is_threshold: a "
     "number truncates w from above (TIS), 'lower_upper' zeroes w outside [lower, upper] "
     "(IcePop).",
-    "rollout_is_batch_normalize": "actor.policy_loss.rollout_correction."
-    "rollout_is_batch_normalize: divide w by its batch mean (token, or mean of the sequence "
-    "means).",
-    "rollout_rs": "actor.policy_loss.rollout_correction.rollout_rs: rejection rules, comma "
-    "separated (token_k1/k2/k3, seq_sum_k*, seq_mean_k*, seq_max_k2/k3); rejected tokens leave "
-    "the policy term's mask (token-mean still divides by every response token).",
-    "rollout_rs_threshold": "actor.policy_loss.rollout_correction.rollout_rs_threshold: one "
+    "rollout_is_batch_normalize": "algorithm.rollout_correction.rollout_is_batch_normalize: "
+    "divide w by its batch mean (token, or mean of the sequence means).",
+    "rollout_rs": "algorithm.rollout_correction.rollout_rs: rejection rules, comma separated "
+    "(token_k1/k2/k3, seq_sum_k*, seq_mean_k*, seq_max_k2/k3): decoupled, rejected tokens leave "
+    "response_mask (every term); bypass_mode, the policy term's mask.",
+    "rollout_rs_threshold": "algorithm.rollout_correction.rollout_rs_threshold: one "
     "threshold or one per rule ('lower_upper' ratio bounds for k1 rules, an upper bound "
     "otherwise); required with rollout_rs.",
     "viz_clip_cov_seed": "roll-viz extension, not a framework option: seed of clip_cov's random "
@@ -580,6 +588,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         group_labels=batch.group_labels,
         logprobs=batch.logprobs,
         sum_pi_squared=batch.sum_pi_squared,
+        float32_stats=est == "grpo_vectorized",
     )
     notes.extend(_estimator_notes(name, batch, conv, cfg))
     try:
@@ -747,8 +756,9 @@ def _estimator_notes(name: str, batch: Batch, conv: Conventions, cfg: dict) -> l
     if cfg["adv_estimator"] == "grpo_vectorized":
         notes.append(
             "grpo_vectorized always divides by the group std: ray_trainer.compute_advantage does "
-            "not pass norm_adv_by_std_in_grpo to it (verl computes its group mean and std in "
-            "float32; roll-viz in float64)"
+            "not pass norm_adv_by_std_in_grpo to it; its group mean and std are float32 "
+            "(utils/groupwise.py::group_mean_std, computed so here too): with large scores "
+            "(an offset near 1000) they differ from grpo's by up to ~1e-2"
         )
     return notes
 
@@ -838,7 +848,7 @@ def _vanilla(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
 
 
 def _bypass_ppo_clip(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
-    _bypass_rules(cfg)
+    vr.bypass_rules(cfg)
     low, high = _clip_bounds(cfg)
     notes.append(
         f"loss_mode bypass_mode, loss_type ppo_clip: vanilla PPO with old = mu (ratio "
@@ -850,7 +860,7 @@ def _bypass_ppo_clip(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]
 
 
 def _bypass_reinforce(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
-    _bypass_rules(cfg)
+    vr.bypass_rules(cfg)
     notes.append(
         "loss_mode bypass_mode, loss_type reinforce: -A * logp * w, w the rollout IS "
         "weight of the current log-prob against mu (no_grad, a constant), no clip"
@@ -947,87 +957,9 @@ def _gspo(cfg: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     return {"level": "sequence-token", "clamp": 10.0, "eps_low": low, "eps_high": high}
 
 
-def _bypass_rules(cfg: Mapping[str, Any]) -> None:
-    """Check bypass_mode's rejection rules against their thresholds (verl's parser, its words).
-
-    Raises:
-        ValueError: rollout_rs without rollout_rs_threshold, or thresholds that do not fit the
-            rules (the message starts with the key).
-    """
-    if cfg["rollout_rs"] is None:
-        return
-    options = list(dict.fromkeys(o.strip() for o in cfg["rollout_rs"].split(",") if o.strip()))
-    try:
-        fc.parse_verl_rs_threshold(options, cfg["rollout_rs_threshold"])
-    except ValueError as err:
-        raise ValueError(f"rollout_rs_threshold: {err}") from None
-
-
-def reads_rollout_logprobs(cfg: Mapping[str, Any]) -> bool:
-    """Whether the loss reads the sampler's log-probs mu beyond the spec's own corrections.
-
-    ``loss_mode: bypass_mode`` takes mu as its old log-prob (``bypass_inputs``).
-    """
-    return cfg.get("loss_mode") == "bypass_mode"
-
-
-def bypass_inputs(
-    cfg: Mapping[str, Any],
-    notes: list[str],
-    logprobs: Tensor,
-    rollout_logprobs: Tensor | None,
-    response_mask: Tensor,
-) -> dict[str, Tensor | None]:
-    """The inputs ``compute_policy_loss_bypass_mode`` hands its loss (verl 0.9.1).
-
-    The trainer sets old_log_prob = rollout_log_prob (mu); under no_grad
-    ``compute_rollout_correction_and_rejection_mask`` takes the CURRENT log-prob against mu
-    (``corrections.verl_correction``): IS weights w (rollout_is, threshold, batch
-    normalisation) and the rejection mask (rollout_rs). The policy term runs on the rejection
-    mask; reinforce multiplies by w, ppo_clip ignores it.
-
-    Returns:
-        ``old_logprobs`` (mu), ``policy_mask`` (the kept tokens) and ``policy_weights`` (w, or
-        None: reinforce without rollout_is, and ppo_clip) for ``loss_from_spec``.
-
-    Raises:
-        ValueError: ``rollout_logprobs`` missing (bypass_mode has no other old log-prob).
-    """
-    if rollout_logprobs is None:
-        raise ValueError(
-            "rollout_logprobs: verl loss_mode bypass_mode needs the sampler's log-probs mu "
-            "(the trainer sets old_log_prob = rollout_log_prob)"
-        )
-    corr = fc.verl_correction(
-        torch.as_tensor(logprobs).detach(),
-        rollout_logprobs,
-        response_mask,
-        rollout_is=cfg["rollout_is"],
-        rollout_is_threshold=cfg["rollout_is_threshold"],
-        rollout_rs=cfg["rollout_rs"],
-        rollout_rs_threshold=cfg["rollout_rs_threshold"],
-        rollout_is_batch_normalize=cfg["rollout_is_batch_normalize"],
-    )
-    reinforce = cfg["loss_type"] == "reinforce"
-    notes.append("bypass_mode: old_logprobs is not read (verl's old log-prob is mu)")
-    if cfg["rollout_is"] is not None:
-        notes.append(
-            f"rollout_is {cfg['rollout_is']} (threshold {cfg['rollout_is_threshold']}) on pi / mu"
-            + (": multiplies -A * logp" if reinforce else ": computed for metrics, not applied")
-        )
-    if cfg["rollout_rs"] is not None:
-        dropped = int((torch.as_tensor(response_mask).detach() > 0).sum() - corr.counted.sum())
-        notes.append(
-            f"rollout_rs {cfg['rollout_rs']} ({cfg['rollout_rs_threshold']}) on pi / mu: "
-            f"{dropped} token(s) left the policy term's mask; token-mean still divides by every "
-            "response token (batch_num_tokens is counted before the loss)"
-        )
-    weights = corr.weights if reinforce and cfg["rollout_is"] is not None else None
-    return {
-        "old_logprobs": rollout_logprobs,
-        "policy_mask": corr.counted,
-        "policy_weights": weights,
-    }
+#: the rollout-correction hooks of the dialect record (``verl_rollout``)
+reads_rollout_logprobs = vr.reads_rollout_logprobs
+mismatch_correction = vr.mismatch_correction
 
 
 def loss_metrics(ctx: MetricContext) -> dict[str, float]:
@@ -1112,35 +1044,13 @@ def _dro_metrics(ctx: MetricContext) -> dict[str, float]:
     return {"actor/ppo_kl": ctx.token_mean(-ctx.d)}
 
 
-def _bypass_metrics(ctx: MetricContext) -> dict[str, float]:
-    """bypass_mode's rollout-correction metrics (``actor/rollout_corr/*``) of pi against mu."""
-    _bypass_pg_note(ctx)
-    cfg, full = ctx.cfg, ctx.full_mask
-    mu = torch.where(full > 0, ctx.logp - ctx.d, 0.0)  # old_logprobs = mu, d = logp - mu
-    gap = fc.verl_offpolicy_metrics(ctx.logp, mu, full)
-    if cfg["rollout_is"] is not None:
-        gap |= fc.verl_is_metrics(
-            ctx.logp,
-            mu,
-            full,
-            cfg["rollout_is"],
-            cfg["rollout_is_threshold"],
-            cfg["rollout_is_batch_normalize"],
-        )
-    if cfg["rollout_rs"] is not None:
-        gap |= fc.verl_rs_metrics(
-            ctx.logp, mu, full, cfg["rollout_rs"], cfg["rollout_rs_threshold"]
-        )
-    return {f"actor/rollout_corr/{k}": v for k, v in gap.items()}
-
-
 def _bypass_ppo_clip_metrics(ctx: MetricContext) -> dict[str, float]:
-    return _bypass_metrics(ctx) | _vanilla_metrics(ctx)
+    return vr.bypass_metrics(ctx) | _vanilla_metrics(ctx)
 
 
 def _bypass_reinforce_metrics(ctx: MetricContext) -> dict[str, float]:
     # compute_policy_loss_reinforce: only ppo_kl = mean(mu - logp)
-    return _bypass_metrics(ctx) | {"actor/ppo_kl": ctx.token_mean(-ctx.d)}
+    return vr.bypass_metrics(ctx) | {"actor/ppo_kl": ctx.token_mean(-ctx.d)}
 
 
 #: ``loss_mode`` (bypass_mode by its ``loss_type``) -> the kind it runs, its parameters and the
@@ -1163,54 +1073,13 @@ LOSS_MODES: dict[str, LossMode] = {
 
 
 def _loss_mode(cfg: Mapping[str, Any]) -> LossMode:
-    """The ``LOSS_MODES`` row of a config (bypass_mode's by its loss_type)."""
-    mode = cfg["loss_mode"]
-    return LOSS_MODES.get(f"{mode}:{cfg.get('loss_type')}") or LOSS_MODES[mode]
+    """The ``LOSS_MODES`` row of a config.
 
-
-def _bypass_pg_note(ctx: MetricContext) -> None:
-    """Beside actor/pg_loss: token-mean divided by tokens rollout_rs rejected too."""
-    full, kept = float(ctx.full_mask.sum()), float(ctx.m.sum())
-    if ctx.cfg["loss_agg_mode"] != "token-mean" or kept == full or kept == 0:
-        return
-    value = ctx.item("policy") * full / kept
-    ctx.metric_notes["actor/pg_loss"] = (
-        f"divided by all {full:g} response tokens, {full - kept:g} of them rejected by rollout_rs "
-        f"(verl counts batch_num_tokens before the loss rejects); the mean over the {kept:g} "
-        f"kept tokens is {value:.6g}"
-    )
-
-
-def mismatch_correction(
-    cfg: Mapping[str, Any], old: Tensor, mu: Tensor, mask: Tensor
-) -> tuple[rc.Correction, str, bool] | None:
-    """The correction this resolved config's loss applies to pi_old / mu at the first update.
-
-    ``loss_mode: bypass_mode`` takes mu as its old log-prob and weighs / rejects tokens against
-    it (``corrections.verl_correction``); at the first update pi_theta = pi_old, so the
-    weights are pi_old / mu.
-
-    Args:
-        cfg: a resolved verl config.
-        old: (B, T) float64 pi_old log-probs of the sampled tokens.
-        mu: (B, T) float64 the sampler's log-probs of the same tokens.
-        mask: (B, T) bool valid tokens.
-
-    Returns:
-        (the correction, its name as shown, whether it counts sequences) or None (no correction).
+    bypass_mode's by its loss_type, the legacy trainer's ``bypass_mode: true`` included.
     """
-    if cfg.get("loss_mode") != "bypass_mode":
-        return None
-    corr = fc.verl_correction(
-        old,
-        mu,
-        mask,
-        rollout_is=cfg["rollout_is"],
-        rollout_is_threshold=cfg["rollout_is_threshold"],
-        rollout_rs=cfg["rollout_rs"],
-        rollout_rs_threshold=cfg["rollout_rs_threshold"],
-    )
-    return corr, f"bypass_mode ({cfg['loss_type']})", False
+    if vr.mode(cfg) == "bypass_loss":
+        return LOSS_MODES[f"bypass_mode:{cfg['loss_type']}"]
+    return LOSS_MODES[cfg["loss_mode"]]
 
 
 #: The record the registry holds: every fact above, by name.
