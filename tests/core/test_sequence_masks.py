@@ -111,7 +111,8 @@ def test_geometric_mask_equals_verl_geo_rs_and_trl_sequence_mask_is_the_product(
     for low, high in ((0.9, 1.1), (0.75, 1.2), (0.5, 2.0)):
         geo = sm.ratio_mask(LP, MU, MASK, low, high, geometric=True)
         verl = sr.verl_geo_rs(LP, MU, MASK, low, high)
-        assert verl.counted.tolist() == geo.keep.tolist()
+        assert (MASK & ~verl.masked).tolist() == geo.keep.tolist()  # the rows verl rejects
+        assert verl.counted.tolist() == MASK.tolist()  # the v1 trainer still counts them
         prod = sm.ratio_mask(LP, MU, MASK, low, high, geometric=False)
         trl = fc.trl_correction(LP, MU, MASK, mode="sequence_mask", clip_min=low, clip_max=high)
         assert (MASK & ~trl.masked).tolist() == prod.keep.tolist()
@@ -124,7 +125,8 @@ def test_trm_by_hand_and_against_verl_seq_max_k2():
     assert rule.keep_rows.tolist() == [False, True, True, True]
     for delta in (0.001, 0.01, 0.05, 0.2):
         verl = sr.verl_trm(LP, MU, MASK, delta)
-        assert verl.counted.tolist() == sm.trust_region_mask(LP, MU, MASK, delta).keep.tolist()
+        kept = sm.trust_region_mask(LP, MU, MASK, delta).keep
+        assert (MASK & ~verl.masked).tolist() == kept.tolist()
     # any one token decides: the mean k2 of row 0 (0.0767) would keep it at 0.1, the max does not
     k2_mean = (0.045 + 0.18 + 0.005) / 3
     assert k2_mean < 0.1
