@@ -197,6 +197,28 @@ class Trained:
         return sum(self.lengths) / len(self.lengths) if self.lengths else math.nan
 
 
+def group_attempts(steps: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[list[int]]:
+    """Per group, its length at each step given: the attempts a requeue would draw.
+
+    A group is done when its slowest answer is, so its length is its longest answer's.
+
+    Args:
+        steps: per step, in order, (group id of each answer, answer length in tokens); the
+            same prompts every step (a training run's), group ids 0..P-1.
+
+    Returns:
+        P lists, group g's lengths (at least 1) at the steps where it has answers.
+    """
+    out: dict[int, list[int]] = {}
+    for group_ids, lengths in steps:
+        longest: dict[int, int] = {}
+        for g, n in zip(group_ids, lengths, strict=True):
+            longest[int(g)] = max(longest.get(int(g), 1), int(n))
+        for g, n in longest.items():
+            out.setdefault(g, []).append(n)
+    return [out[g] for g in sorted(out)]
+
+
 def staleness_of(length: int, tokens_per_step: int) -> int:
     """Trainer steps that pass beyond the first while ``length`` tokens are generated."""
     return max(math.ceil(length / tokens_per_step) - 1, 0)

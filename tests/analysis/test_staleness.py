@@ -137,3 +137,9 @@ def test_discard_vs_pace_bounds():
         st.discard_vs_pace([[1]], 4, st.MAX_STALENESS + 1)
     with pytest.raises(ValueError, match="groups"):
         st.discard_vs_pace([], 4, 1)
+
+
+def test_group_attempts_take_each_groups_longest_answer_per_step():
+    steps = [([0, 0, 1, 1], [3, 7, 2, 0]), ([0, 0, 1, 1], [5, 4, 9, 1])]
+    assert st.group_attempts(steps) == [[7, 5], [2, 9]]
+    assert st.group_attempts([([0], [0])]) == [[1]]  # an empty answer still took a step
