@@ -5,6 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.analysis import mismatch
 from roll_viz.ui import mismatch_page as page
+from roll_viz.ui import mismatch_stale
 from roll_viz.views import mismatch_charts as charts
 
 with ui.page_guard("Sampler ≠ trainer"):
@@ -67,4 +68,7 @@ with ui.page_guard("Sampler ≠ trainer"):
             "masked token has no gradient at all; a truncated one has a smaller one.",
             title="Loss and gradient",
         )
+
+        st.header("4. Three policies: the sampler k steps behind the trainer")
+        mismatch_stale.section(state, rollout, got.old, got.mu, got.mask, trace.advantages)
     ui.back_next("mismatch")

@@ -26,6 +26,11 @@ Memory (bounded): ``LaggedSampler`` keeps at most k <= 2 copies of the LoRA weig
 optimizer state): one lives in a second, never-trained adapter of this session over the shared
 model (the sampler adapter, disabled for everyone else as every adapter is), the other (k = 2)
 as plain tensors. About 10 MB each for SmolLM2-135M at r = 8. The shared base is never changed.
+A lagged run draws in-process, also where an engine serves the current adapter.
+
+``trainer_ahead`` is the same picture for one batch (the mismatch lab): the batch was drawn by the
+base model, and a scratch adapter takes k update steps on it, so the base is the adapter of k
+steps ago and the scratch adapter's log-probs are pi_theta.
 """
 
 from __future__ import annotations
@@ -43,9 +48,16 @@ from roll_viz.core.pipeline import policy_loss
 from roll_viz.core.records import Rollout
 from roll_viz.lm.behaviour_sampler import draw
 from roll_viz.lm.lora import LoraPolicy
+from roll_viz.lm.models import ModelBundle
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import MAX_LAG, TrainSettings
-from roll_viz.lm.update import UpdateResult, update_step
+from roll_viz.lm.update import (
+    DEFAULT_LR,
+    UpdateConfig,
+    UpdateResult,
+    policy_logprobs,
+    update_step,
+)
 
 #: the update's clip masks that make the step's clip fraction (as ``lm.train`` sums them)
 CLIP_KEYS = ("clipped_high", "clipped_low")
@@ -300,3 +312,44 @@ def step_metrics(settings: TrainSettings, lag: int, cols: Columns | None) -> dic
         "mu_gap_abs_mean": mean_abs(cols.old - cols.mu),
         "anchor_ratio_mean": float(masked_mean(cols.loss_ratio.double(), m)) if n else 1.0,
     }
+
+
+def trainer_ahead(
+    bundle: ModelBundle,
+    rollout: Rollout,
+    advantages: Tensor,
+    steps: int,
+    *,
+    framework: str = "verl",
+    lr: float = DEFAULT_LR,
+    seed: int = 0,
+) -> Tensor:
+    """The log pi_theta of a batch after ``steps`` updates on it, from the base that drew it.
+
+    A scratch adapter (B = 0: the base model, which sampled the batch) takes ``steps`` update
+    steps (``lm.update.update_step``, the framework's default loss, one epoch) on the batch and
+    its advantages, then scores the batch; it is removed before returning, the shared base is
+    never changed. Takes ``bundle.lock`` per step.
+
+    Args:
+        bundle: the model the batch was sampled from (its plain chat contexts).
+        rollout: the batch; its log-probs are pi_old.
+        advantages: (B, T) its advantages.
+        steps: k in 0..``MAX_LAG``.
+        framework: the loss dialect.
+        lr: the adapter's learning rate (the Update page's default).
+        seed: the adapter's init and the minibatch order.
+
+    Returns:
+        (B, T) float32 log pi_theta, 0 on padding.
+
+    Raises:
+        ValueError: ``steps`` out of 0..``MAX_LAG``.
+    """
+    if not 0 <= steps <= MAX_LAG:
+        raise ValueError(f"steps must be in 0..{MAX_LAG}, got {steps}")
+    cfg = UpdateConfig(lr=lr, seed=seed, rescore=False)
+    with LoraPolicy(bundle, seed=seed) as scratch:
+        for _ in range(steps):
+            update_step(scratch, rollout, advantages, framework=framework, cfg=cfg)
+        return policy_logprobs(scratch, rollout) * rollout.response_mask

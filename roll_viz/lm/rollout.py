@@ -48,6 +48,7 @@ from roll_viz.lm.engine import EngineError
 from roll_viz.lm.engine_http import ENV_MODEL, ENV_URL, HttpEngine, from_env
 from roll_viz.lm.engine_sync import AdapterSync
 from roll_viz.lm.flight import SingleFlight
+from roll_viz.lm.lagged import trainer_ahead as trainer_ahead
 from roll_viz.lm.models import DEFAULT_MODEL, ModelBundle
 from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as MAX_INSTRUCTION_CHARS
 from roll_viz.lm.request import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS

@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from roll_viz.analysis import staleness
-from roll_viz.lm.lagged import LaggedSampler
+from roll_viz.lm.lagged import LaggedSampler, trainer_ahead
 from roll_viz.lm.lora import LoraPolicy, adapter_names
+from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import OLD_POLICIES, RewardChoice, TrainSettings
+from roll_viz.lm.sampling import sample
 from roll_viz.lm.train import Trainer
 
 PROMPTS = ("hello", "tell me")
@@ -149,3 +151,20 @@ def test_lag_out_of_bounds_is_refused(tiny):
         settings(staleness=3)
     with pytest.raises(ValueError, match="old_policy"):
         settings(old_policy="stale")
+
+
+def test_trainer_ahead_moves_from_the_base_that_drew_the_batch(tiny):
+    cfg = SamplingConfig(prompts=PROMPTS, group_size=3, max_new_tokens=8, seed=2, greedy=False)
+    batch = sample(tiny, cfg)
+    gen = torch.Generator().manual_seed(0)
+    adv = torch.randn(batch.logprobs.shape, generator=gen) * batch.response_mask
+    before = set(adapter_names(tiny))
+    mask = batch.response_mask > 0
+    at0 = trainer_ahead(tiny, batch, adv, 0)
+    assert float((at0 - batch.logprobs)[mask].abs().max()) < 1e-4  # the base: pi_old itself
+    at1 = trainer_ahead(tiny, batch, adv, 1)
+    assert float((at1 - batch.logprobs)[mask].abs().max()) > 1e-4  # one update later
+    assert torch.equal(trainer_ahead(tiny, batch, adv, 1), at1)  # seeded: the same step
+    assert set(adapter_names(tiny)) == before  # the scratch adapters are gone
+    with pytest.raises(ValueError, match="steps"):
+        trainer_ahead(tiny, batch, adv, 3)

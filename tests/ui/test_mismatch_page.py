@@ -28,7 +28,7 @@ def _errors(at) -> list[str]:
 def test_preset_paints_from_stored_logprobs_without_the_model():
     at = open_page("mismatch", preset="pirate")
     assert not at.warning, [w.value for w in at.warning]
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == 7  # section 4 (mu, pi_old, pi_theta) included
     stats = _stats(at)
     assert stats["tokens"] > 50
     assert stats["mean_abs"] > 1e-3  # bf16 against the float32 recompute: a real gap
@@ -114,7 +114,7 @@ def test_thresholds_change_what_is_masked():
 
 def test_presentation_mode_draws_the_page():
     at = open_page("mismatch", preset="sentiment", present="true")
-    assert len(at.get("plotly_chart")) == 6
+    assert len(at.get("plotly_chart")) == 7
 
 
 @pytest.mark.parametrize(
