@@ -30,6 +30,7 @@ making the trainer wait: the trained lengths are the data's, the cost is idle tr
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -197,26 +198,69 @@ class Trained:
         return sum(self.lengths) / len(self.lengths) if self.lengths else math.nan
 
 
-def group_attempts(steps: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[list[int]]:
-    """Per group, its length at each step given: the attempts a requeue would draw.
+#: what one unit of work is when reading attempts from a run (``attempts_of``)
+UNITS = ("answer", "group")
 
-    A group is done when its slowest answer is, so its length is its longest answer's.
+
+def attempts_of(
+    steps: Sequence[tuple[Sequence[int], Sequence[int]]], unit: str = "answer"
+) -> list[list[int]]:
+    """Per unit of work, its length at each step given: the attempts a requeue would draw.
+
+    A training run samples the same prompts every step, so a unit's later lengths are what
+    sampling it again gives. ``unit`` "answer": the j-th answer of each prompt; "group": a
+    prompt's whole group, as long as its longest answer (a group is done when its slowest
+    answer is).
 
     Args:
-        steps: per step, in order, (group id of each answer, answer length in tokens); the
-            same prompts every step (a training run's), group ids 0..P-1.
+        steps: per step, in order, (group id of each answer, answer length in tokens), group
+            ids 0..P-1.
+        unit: one of ``UNITS``.
 
     Returns:
-        P lists, group g's lengths (at least 1) at the steps where it has answers.
+        One list per unit (ordered by group, then answer), its lengths (at least 1) at the
+        steps where it has one.
+
+    Raises:
+        ValueError: an unknown unit.
     """
-    out: dict[int, list[int]] = {}
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    out: dict[tuple[int, int], list[int]] = {}
     for group_ids, lengths in steps:
-        longest: dict[int, int] = {}
+        seen: dict[int, int] = {}
+        longest: dict[tuple[int, int], int] = {}
         for g, n in zip(group_ids, lengths, strict=True):
-            longest[int(g)] = max(longest.get(int(g), 1), int(n))
-        for g, n in longest.items():
-            out.setdefault(g, []).append(n)
-    return [out[g] for g in sorted(out)]
+            j = seen.get(int(g), 0) if unit == "answer" else 0
+            seen[int(g)] = j + 1
+            key = (int(g), j)
+            longest[key] = max(longest.get(key, 1), int(n))
+        for key, n in longest.items():
+            out.setdefault(key, []).append(n)
+    return [out[k] for k in sorted(out)]
+
+
+def synthetic_attempts(
+    prompts: int = 64, attempts: int = 8, seed: int = 0, max_len: int = 256
+) -> list[list[int]]:
+    """Seeded lengths with hard prompts that are long every time they are sampled.
+
+    Each prompt has its own length scale (log-normal around 40 tokens, sigma 0.7: a long tail
+    of hard prompts) and each attempt varies around it (sigma 0.25), clipped to 1..``max_len``.
+    Its own ``random.Random(seed)``: no global RNG.
+
+    Raises:
+        ValueError: prompts or attempts out of their bounds, max_len < 1.
+    """
+    if not 1 <= prompts <= MAX_GROUPS or not 1 <= attempts <= MAX_ATTEMPTS or max_len < 1:
+        raise ValueError(f"prompts in 1..{MAX_GROUPS}, attempts in 1..{MAX_ATTEMPTS}, max_len >= 1")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(prompts):
+        scale = rng.lognormvariate(math.log(40.0), 0.7)
+        tries = [round(scale * rng.lognormvariate(0.0, 0.25)) for _ in range(attempts)]
+        out.append([min(max(n, 1), max_len) for n in tries])
+    return out
 
 
 def staleness_of(length: int, tokens_per_step: int) -> int:
@@ -244,9 +288,9 @@ def discard_vs_pace(
     """What discard-and-requeue and pacing each train on, from the same attempts.
 
     Args:
-        lengths: per group, the lengths (tokens, >= 1) of its successive attempts: attempt 0 is
-            the data; a requeued group is sampled again as the next attempt. At most
-            ``MAX_GROUPS`` groups of ``MAX_ATTEMPTS`` attempts.
+        lengths: per group (or answer: any unit of work), the lengths (tokens, >= 1) of its
+            successive attempts: attempt 0 is the data; a requeued group is sampled again as
+            the next attempt. At most ``MAX_GROUPS`` groups of ``MAX_ATTEMPTS`` attempts.
         tokens_per_step: tokens the sampler generates per trainer step (>= 1).
         max_staleness: the bound K (0..``MAX_STALENESS``): discard drops an attempt staler than
             K; pacing waits so that no trained group is staler than K.
@@ -285,12 +329,12 @@ def discard_vs_pace(
 
 
 def summary(data: Sequence[int], discard: Trained, pace: Trained) -> pd.DataFrame:
-    """One row per policy beside the data: groups trained, mean length, waste, waiting."""
+    """One row per policy beside the data: units trained, mean length, waste, waiting."""
     n = len(data)
     rows = [
         {
             "what": "the data (first attempts)",
-            "groups trained": n,
+            "trained": n,
             "never trained": 0,
             "mean length": sum(data) / n if n else math.nan,
             "tokens wasted": 0,
@@ -301,7 +345,7 @@ def summary(data: Sequence[int], discard: Trained, pace: Trained) -> pd.DataFram
         rows.append(
             {
                 "what": "discard and requeue" if t.policy == "discard" else "pace the sampler",
-                "groups trained": len(t.groups),
+                "trained": len(t.groups),
                 "never trained": len(t.never),
                 "mean length": t.mean_length,
                 "tokens wasted": t.wasted_tokens,

@@ -10,8 +10,9 @@ checked on the server with the page's other fields (``training_page.field_specs`
 1. the three log-prob columns of a live run's last update (mu, pi_old, pi_theta per token, kept by
    the trainer: ``Trainer.lagged.columns``), PPO's ratio and clip share under each anchor, one
    sample token by token;
-2. discard-and-requeue against pacing (``analysis.staleness.discard_vs_pace``) on the group
-   lengths of a run, recorded (instant, no model) or live: the lengths each trains on.
+2. discard-and-requeue against pacing (``analysis.staleness.discard_vs_pace``) on lengths from
+   a seeded synthetic set (hard prompts long every time; the default), a live run or a recorded
+   one (instant, no model), per answer or per group: the lengths each trains on.
 
 Model output (tokens, answers) reaches the page only as escaped hover text and plain dataframe
 cells.
@@ -40,6 +41,7 @@ KEY_BOUND = "tr_max_stale"
 KEY_SLOT = "tr_st_slot"
 KEY_ROW = "tr_st_row"
 KEY_RUN = "tr_st_run"
+KEY_UNIT = "tr_st_unit"
 
 LAGS = tuple(range(MAX_LAG + 1))
 #: the sampler's speed in tokens per trainer step, and the staleness bounds offered (bounded)
@@ -49,7 +51,7 @@ BOUNDS = (0, 1, 2, 3, 4)
 FIELDS = {
     KEY_LAG: Field(0, options=LAGS),
     KEY_OLD: Field("recomputed", options=OLD_POLICIES),
-    KEY_TOKENS: Field(16, options=TOKEN_RATES),
+    KEY_TOKENS: Field(32, options=TOKEN_RATES),
     KEY_BOUND: Field(1, options=BOUNDS),
 }
 
@@ -172,9 +174,17 @@ def columns_panel(runners: dict[str, TrainRunner]) -> None:
 # 2. Discard stale groups, or pace the sampler
 
 
+#: the synthetic source: seeded lengths, hard prompts long every time (no run needed)
+SYNTHETIC = "synthetic: 64 prompts x 8 attempts, hard prompts long every time"
+
+
 def _runs(runners: dict[str, TrainRunner]) -> dict[str, Any]:
-    """The runs to read lengths from, label -> a function giving it (live slots, then recorded)."""
-    out: dict[str, Any] = {}
+    """Where lengths come from, label -> a function giving a run (None: the synthetic source).
+
+    The synthetic source first, then the live slots, then the recorded runs (whose answers
+    mostly stop at their 32-token cap).
+    """
+    out: dict[str, Any] = {SYNTHETIC: lambda: None}
     for slot, runner in sorted(runners.items()):
         out[f"live {slot}"] = runner.run
     for name in recorded.available():
@@ -182,27 +192,42 @@ def _runs(runners: dict[str, TrainRunner]) -> dict[str, Any]:
     return out
 
 
-def _attempts(run: TrainRun) -> list[list[int]]:
+def _attempts(run: TrainRun | None, unit: str) -> list[list[int]]:
+    if run is None:
+        return staleness.synthetic_attempts()
     steps = [
         (r.samples.group_ids, [len(t) for t in r.samples.token_ids])
         for r in run.steps
         if r.samples is not None and r.samples.token_ids
     ]
-    return staleness.group_attempts(steps)[: staleness.MAX_GROUPS]
+    units = staleness.attempts_of(steps, unit)[: staleness.MAX_GROUPS]
+    return [a[: staleness.MAX_ATTEMPTS] for a in units]
 
 
 def discard_panel(runners: dict[str, TrainRunner]) -> None:
     """Discard-and-requeue vs pacing on a run's group lengths (tinker-cookbook PR #822)."""
     runs = _runs(runners)
-    if not runs:
-        st.info("No run to read lengths from.", icon=":material/info:")
-        return
     label = st.selectbox("Lengths from", list(runs), key=KEY_RUN)
-    c1, c2 = st.columns(2)
+    synthetic = label == SYNTHETIC
+    c0, c1, c2 = st.columns(3)
+    with c0:
+        unit = st.segmented_control(
+            "Unit of work",
+            list(staleness.UNITS),
+            default="answer",
+            key=KEY_UNIT,
+            required=True,
+            disabled=synthetic,
+            help="answer: each answer on its own. group: a prompt's whole group, done when its "
+            "longest answer is (tinker-cookbook discards whole groups). The synthetic source "
+            "has one length per prompt and attempt.",
+        )
+        unit = "prompt" if synthetic else str(unit)
     with c1:
         rate = st.select_slider(
             "Sampler speed (tokens per trainer step)",
             options=list(TOKEN_RATES),
+            value=FIELDS[KEY_TOKENS].default,
             key=KEY_TOKENS,
             bind="query-params",
             help="How many tokens of one answer the sampler produces while the trainer takes "
@@ -219,18 +244,24 @@ def discard_panel(runners: dict[str, TrainRunner]) -> None:
             help="Discard drops a group staler than K and samples its prompt again (tinker's "
             "max_steps_off_policy); pacing makes the trainer wait instead.",
         )
-    attempts = _attempts(runs[label]())
+    attempts = _attempts(runs[label](), unit)
     if not attempts:
         st.info("This run kept no samples yet.", icon=":material/info:")
         return
-    attempts = [a[: staleness.MAX_ATTEMPTS] for a in attempts]
     discard, pace = staleness.discard_vs_pace(attempts, int(rate), int(bound))
     data = [a[0] for a in attempts]
-    plot(staleness_charts.lengths_figure(data, discard, pace), key="tr_st_lengths")
+    plot(staleness_charts.lengths_figure(data, discard, pace, unit), key="tr_st_lengths")
     table(staleness.summary(data, discard, pace), key="tr_st_summary")
+    st.caption(
+        f"{len(attempts)} prompts, seeded: each has its own length scale (log-normal around 40 "
+        "tokens), each attempt varies around it."
+        if synthetic
+        else f"{len(attempts)} {unit}s; attempt 1 is the first kept step's, a requeue draws the "
+        "next kept step's (the run samples the same prompts every step)."
+    )
     if discard.never:
         st.caption(
-            f"Never trained under discard: {len(discard.never)} of {len(attempts)} prompts, "
+            f"Never trained under discard: {len(discard.never)} of {len(attempts)} {unit}s, "
             "every attempt slower than the bound. Pacing trains them, at the cost of the "
             "trainer's waiting steps."
         )

@@ -99,13 +99,21 @@ def three_columns_figure(
     return fig
 
 
-def lengths_figure(data: Sequence[int], discard: Trained, pace: Trained) -> go.Figure:
-    """Histograms of the lengths: the data's, what discard trains, what pacing trains."""
+def lengths_figure(
+    data: Sequence[int], discard: Trained, pace: Trained, unit: str = "group"
+) -> go.Figure:
+    """Histograms of the lengths: the data's (all of which pacing trains) and what discard trains.
+
+    ``unit``: what one count is ("group": its longest answer's length; "answer", "prompt").
+    """
     fig = go.Figure()
     series = (
-        ("the data (first attempts)", list(data), OKABE_ITO[0]),
-        ("trained: discard and requeue", list(discard.lengths), OKABE_ITO[5]),
-        ("trained: pace the sampler", list(pace.lengths), OKABE_ITO[2]),
+        (f"the data, all of which pacing trains ({len(pace.lengths)})", list(data), OKABE_ITO[0]),
+        (
+            f"trained: discard and requeue ({len(discard.lengths)})",
+            list(discard.lengths),
+            OKABE_ITO[5],
+        ),
     )
     top = max([*data, *discard.lengths, 1])
     size = max(1, top // 12)
@@ -113,19 +121,22 @@ def lengths_figure(data: Sequence[int], discard: Trained, pace: Trained) -> go.F
         fig.add_trace(
             go.Histogram(
                 x=values,
-                name=f"{name} ({len(values)})",
+                name=name,
                 marker={"color": colour},
                 opacity=0.6,
                 xbins={"start": 0, "end": top + size, "size": size},
-                hovertemplate="length %{x}: %{y} groups<extra>" + name + "</extra>",
+                hovertemplate="length %{x}: %{y} " + unit + "s<extra>" + name + "</extra>",
             )
         )
     fig.update_layout(
         barmode="overlay",
-        title=title_style("Group lengths (tokens, the longest answer of the group)"),
+        title=title_style(
+            f"Lengths of what gets trained (tokens; one count per {unit}"
+            + (", its longest answer)" if unit == "group" else ")")
+        ),
         height=360,
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        xaxis={"title": {"text": "group length (tokens)"}},
-        yaxis={"title": {"text": "groups"}},
+        xaxis={"title": {"text": "length (tokens)"}},
+        yaxis={"title": {"text": f"{unit}s"}},
     )
     return fig

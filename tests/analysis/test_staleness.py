@@ -139,7 +139,24 @@ def test_discard_vs_pace_bounds():
         st.discard_vs_pace([], 4, 1)
 
 
-def test_group_attempts_take_each_groups_longest_answer_per_step():
+def test_attempts_of_answers_and_of_groups():
     steps = [([0, 0, 1, 1], [3, 7, 2, 0]), ([0, 0, 1, 1], [5, 4, 9, 1])]
-    assert st.group_attempts(steps) == [[7, 5], [2, 9]]
-    assert st.group_attempts([([0], [0])]) == [[1]]  # an empty answer still took a step
+    # the j-th answer of each prompt across the steps (an empty answer still took a step)
+    assert st.attempts_of(steps) == [[3, 5], [7, 4], [2, 9], [1, 1]]
+    # a group is as long as its longest answer
+    assert st.attempts_of(steps, unit="group") == [[7, 5], [2, 9]]
+    with pytest.raises(ValueError, match="unit"):
+        st.attempts_of(steps, unit="token")
+
+
+def test_synthetic_attempts_are_seeded_bounded_and_starve_the_long_prompts():
+    a = st.synthetic_attempts(prompts=50, attempts=6, seed=1, max_len=100)
+    assert a == st.synthetic_attempts(prompts=50, attempts=6, seed=1, max_len=100)
+    assert a != st.synthetic_attempts(prompts=50, attempts=6, seed=2, max_len=100)
+    assert len(a) == 50
+    assert all(len(t) == 6 and all(1 <= n <= 100 for n in t) for t in a)
+    discard, pace = st.discard_vs_pace(a, tokens_per_step=32, max_staleness=1)
+    assert discard.never  # a hard prompt is long every time: never trained
+    assert discard.mean_length < pace.mean_length  # the length bias of discarding
+    with pytest.raises(ValueError, match="prompts"):
+        st.synthetic_attempts(prompts=0)

@@ -75,7 +75,7 @@ def test_a_lagged_run_with_pi_old_as_pi_theta_and_its_three_columns():
         runner.close()
 
 
-def test_discard_vs_pace_on_a_recorded_run():
+def test_discard_vs_pace_on_the_synthetic_lengths_then_a_recorded_run():
     at = apptest.open_page("training", tab=TAB, tr_tps="4", tr_max_stale="0")
     assert not at.exception, [e.message for e in at.exception]
     figs = figures(at)
@@ -85,6 +85,12 @@ def test_discard_vs_pace_on_a_recorded_run():
     # at 4 tokens a step and K = 0 only groups of at most 4 tokens survive discarding
     assert rows.loc["pace the sampler", "never trained"] == 0
     assert rows.loc["discard and requeue", "mean length"] <= 4 or (
-        rows.loc["discard and requeue", "groups trained"] == 0
+        rows.loc["discard and requeue", "trained"] == 0
     )
     assert rows.loc["pace the sampler", "trainer steps waiting"] > 0
+    # a recorded run: its 8 answers (2 prompts x G = 4), attempts from its kept steps
+    box = at.selectbox(key=stale.KEY_RUN)
+    box.set_value(next(o for o in box.options if o.startswith("recorded:"))).run()
+    assert not at.exception, [e.message for e in at.exception]
+    summary = next(d.value for d in at.dataframe if "tokens wasted" in d.value.columns)
+    assert summary.set_index("what").loc["the data (first attempts)", "trained"] == 8
