@@ -129,7 +129,9 @@ class LaggedSampler:
         self.keep(step)  # before the update: the weights of this step, if still needed
         return drawn.rollout, drawn.mu, lag
 
-    def update_step(self, policy: LoraPolicy, rollout: Rollout, advantages: Tensor, **kw: Any):
+    def update_step(
+        self, policy: LoraPolicy, rollout: Rollout, advantages: Tensor, **kw: Any
+    ) -> UpdateResult:
         """``lm.update.update_step`` with the run's anchor (``loss_fn``); kept for ``finish``."""
         self.update = update_step(
             policy, rollout, advantages, loss_fn=loss_fn(self.old_policy), **kw
@@ -153,9 +155,13 @@ class LaggedSampler:
             self._newer.append(Snapshot(step, _copy(self.policy)))
 
     def _load(self, step: int, weights: tuple[Tensor, ...]) -> None:
+        self.policy.check()  # released meanwhile: no new adapter for a closing session
         if self._shadow is None:
             p = self.policy
             self._shadow = LoraPolicy(p.bundle, rank=p.rank, alpha=p.alpha, seed=p.seed)
+            if p.cancelled:  # released while it was made: ``release`` did not see it
+                self._shadow.release()
+                p.check()
         with self.policy.bundle.lock, torch.no_grad():
             for dst, src in zip(self._shadow.parameters(), weights, strict=True):
                 dst.copy_(src)

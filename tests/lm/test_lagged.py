@@ -13,6 +13,7 @@ import torch
 from roll_viz.analysis import staleness
 from roll_viz.lm.lagged import LaggedSampler, trainer_ahead
 from roll_viz.lm.lora import LoraPolicy, adapter_names
+from roll_viz.lm.reaper import REAPER, Cancelled
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import OLD_POLICIES, RewardChoice, TrainSettings
 from roll_viz.lm.sampling import sample
@@ -98,6 +99,18 @@ def test_k2_lag_and_bounded_copies(tiny):
     finally:
         trainer.close()
     assert name not in adapter_names(tiny)  # the sampler adapter leaves the shared model
+
+
+def test_release_frees_the_sampler_adapter_too(tiny):
+    trainer = Trainer(tiny, settings(staleness=1))
+    trainer.run_step()
+    name = trainer.lagged._shadow.name
+    trainer.release()  # what a closing session calls: returns at once
+    assert REAPER.wait_idle(timeout=60)
+    assert name not in adapter_names(tiny)
+    assert trainer.policy.name not in adapter_names(tiny)
+    with pytest.raises(Cancelled):
+        trainer.run_step()
 
 
 def test_pi_old_as_pi_theta_gives_ratio_one_and_no_clipping(tiny):
