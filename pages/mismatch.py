@@ -5,7 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.analysis import mismatch
 from roll_viz.ui import mismatch_page as page
-from roll_viz.ui import sequence_section
+from roll_viz.ui import mismatch_stale, sequence_section
 from roll_viz.views import mismatch_charts as charts
 
 with ui.page_guard("Sampler ≠ trainer"):
@@ -71,4 +71,7 @@ with ui.page_guard("Sampler ≠ trainer"):
 
         st.header("4. Sequence-level masks: whole responses in or out (and prime-rl's loss)")
         sequence_section.section(lab, got.old, got.mu, trace.advantages, source, rollout)
+
+        st.header("5. Three policies: the sampler k steps behind the trainer")
+        mismatch_stale.section(state, rollout, got.old, got.mu, got.mask, trace.advantages)
     ui.back_next("mismatch")

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from roll_viz import ui
-from roll_viz.ui import run_files, training_mu, training_steps
+from roll_viz.ui import run_files, training_mu, training_stale, training_steps
 from roll_viz.ui import training_demos as demos
 from roll_viz.ui import training_page as tr
 from roll_viz.ui import training_view as tv
@@ -68,6 +68,7 @@ with ui.page_guard("Training"):
             "Adaptive beta",
             "GRPO vs REINFORCE++",
             "2024 vs 2026",
+            "Async: k steps behind",
         ],
         key="tab",
         bind="query-params",
@@ -119,6 +120,7 @@ with ui.page_guard("Training"):
             st.caption(tr.CAPS_TEXT)
             tr.controls()
             training_mu.controls(state.framework, dict(state.config))
+            training_stale.controls()
             settings, notes = None, []
             try:
                 settings, notes = tr.base_settings(state, state.model)
@@ -301,4 +303,9 @@ with ui.page_guard("Training"):
     if tabs[6].open:
         with tabs[6]:
             demos.era_tab(state, refresh)
+
+    # ---------------------------------------------------------------- async: k steps behind
+    if tabs[7].open:
+        with tabs[7]:
+            training_stale.async_tab(tr.runners, refresh)
     ui.back_next("training")

@@ -23,7 +23,7 @@ from roll_viz.core import pipeline
 from roll_viz.core.pipeline.eras import ERAS
 from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, SAMPLERS
 from roll_viz.lm.models import ModelNotFoundError, load_models
-from roll_viz.lm.runfile import RewardChoice, TrainRun, TrainSettings
+from roll_viz.lm.runfile import MAX_LAG, OLD_POLICIES, RewardChoice, TrainRun, TrainSettings
 from roll_viz.lm.train import Trainer
 from roll_viz.lm.update import MAX_EPOCHS
 from roll_viz.rewards import EXTRA_REWARDS, REWARD_FNS
@@ -122,6 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="fp32",
         help="who draws the tokens (the behaviour policy mu); fp32 = the trainer itself",
     )
+    p.add_argument(
+        "--staleness",
+        type=int,
+        choices=range(MAX_LAG + 1),
+        default=0,
+        help="the sampler's lag k: step s samples with the adapter of step s - k (async)",
+    )
+    p.add_argument(
+        "--old-policy",
+        choices=OLD_POLICIES,
+        default="recomputed",
+        help="pi_old in the loss: recomputed at the sampler's weights, current (pi_theta) or mu",
+    )
     p.add_argument("--label", default="")
     p.add_argument("--model", default=None, help="model spec (default: ROLL_VIZ_MODEL/bundled)")
     p.add_argument("--device", default=None)
@@ -165,6 +178,8 @@ def settings_from_args(args: argparse.Namespace, model: str) -> Any:
         label=args.label,
         loss_option=args.loss_option,
         sampler=args.sampler,
+        staleness=args.staleness,
+        old_policy=args.old_policy,
         filter_zero_variance=args.filter_zero_variance or bool(era and era.filter_zero_variance),
     )
 

@@ -60,6 +60,7 @@ from roll_viz.lm.episodes import MAX_TURN_TOKENS as MAX_TURN_TOKENS
 from roll_viz.lm.episodes import MAX_TURNS as MAX_TURNS
 from roll_viz.lm.episodes import EpisodeBatch, EpisodeRequest, engine_episodes, sample_episodes
 from roll_viz.lm.flight import SingleFlight
+from roll_viz.lm.lagged import trainer_ahead as trainer_ahead
 from roll_viz.lm.models import DEFAULT_MODEL, ModelBundle
 from roll_viz.lm.request import MAX_INSTRUCTION_CHARS as MAX_INSTRUCTION_CHARS
 from roll_viz.lm.request import MAX_PROMPT_CHARS as MAX_PROMPT_CHARS

@@ -16,7 +16,8 @@ runs made elsewhere reads the same lines). UTF-8, one JSON object per line:
   reward {"terms": [[name, weight, {param: value}]], "noise_sigma", "noise_seed"}, framework,
   config {dialect key: value}, beta_mode ("fixed" | "adaptive"), beta, target_kl, horizon, lr,
   lora_rank, lora_alpha, clip_eps, ppo_epochs, minibatches, sample_every, model, label, pods_m,
-  loss_option, sampler, filter_zero_variance (a file without one of these reads its default).
+  loss_option, sampler, filter_zero_variance, staleness, old_policy (a file without one of these
+  reads its default).
 
 - then one line per step, in order, ``step`` counting from 0::
 
@@ -37,7 +38,10 @@ runs made elsewhere reads the same lines). UTF-8, one JSON object per line:
   ``filter_zero_variance``: filtered_share (share of samples in dropped groups; a step where
   all are dropped has loss, grad_norm null and update {}). With a sampler other than fp32 or a
   loss that reads mu (``lm.train_batch.mismatch_metrics``): sampler, delta_abs_mean, delta_mean
-  (delta = log pi_old - log mu per token), is_ess, correction, correction_frac.
+  (delta = log pi_old - log mu per token), is_ess, correction, correction_frac. With a sampler
+  lag or another pi_old (``lm.lagged.step_metrics``): staleness (the lag this step had),
+  old_policy, drift_abs_mean (mean |log pi_theta - log pi_old|), mu_gap_abs_mean
+  (mean |log pi_old - log mu|), anchor_ratio_mean.
 
   ``samples`` (a few steps only, every ``sample_every`` and the last): prompts [P], group_ids
   [B], responses [B] (untrusted model text), rewards [B], finish [B] ("eos" | "length"),
@@ -89,6 +93,12 @@ from roll_viz.rewards import (
 SCHEMA = "roll-viz.train/1"
 
 BETA_MODES = ("fixed", "adaptive")
+#: the sampler's lag k in steps (async training: the adapter of step s - k samples step s); each
+#: lag keeps k copies of the LoRA weights (``lm.lagged``), so it is bounded
+MAX_LAG = 2
+#: what the loss uses as pi_old (``lm.lagged``): the trainer recomputed at the sampler's
+#: weights, the current policy (ratio = 1: miles #1829, SkyRL #1315) or the sampler's mu
+OLD_POLICIES = ("recomputed", "current", "mu")
 
 
 @dataclass(frozen=True)
@@ -241,6 +251,11 @@ class TrainSettings:
             the mean token entropy at the target; it applies only once the entropy reached it.
         entropy_coef: the controller's initial coefficient.
         entropy_delta: its step per optimizer step.
+        staleness: the sampler's lag k in 0..``MAX_LAG``: step s samples with the adapter of step
+            s - k (async training, ``lm.lagged``); 0 is synchronous.
+        old_policy: what the loss uses as pi_old (``OLD_POLICIES``): "recomputed" (the trainer
+            at the sampler's weights), "current" (pi_theta itself: ratio 1, nothing clipped) or
+            "mu" (the sampler's log-probs).
     """
 
     sampling: SamplingConfig
@@ -268,6 +283,8 @@ class TrainSettings:
     entropy_target: float = 0.0
     entropy_coef: float = 0.0
     entropy_delta: float = 0.005
+    staleness: int = 0
+    old_policy: str = "recomputed"
 
     def __post_init__(self) -> None:
         if not isinstance(self.sampling, SamplingConfig):
@@ -310,6 +327,10 @@ class TrainSettings:
             problems.append("ppo_epochs must be >= 1")
         if self.sampler not in SAMPLERS:
             problems.append(f"sampler must be one of {SAMPLERS}")
+        if not (isinstance(self.staleness, int) and 0 <= self.staleness <= MAX_LAG):
+            problems.append(f"staleness must be a whole number of steps in 0..{MAX_LAG}")
+        if self.old_policy not in OLD_POLICIES:
+            problems.append(f"old_policy must be one of {OLD_POLICIES}")
         if dialect is not None and self.loss_option not in options_for(self.framework):
             problems.append(
                 f"loss_option must be one of {sorted(options_for(self.framework))} "
@@ -416,6 +437,12 @@ class TrainSettings:
             extras.append(", zero-variance groups dropped")
         if self.entropy_target:
             extras.append(f", entropy target {self.entropy_target:g}")
+        if self.staleness:
+            extras.append(
+                f", sampler {self.staleness} step{'s' if self.staleness > 1 else ''} behind"
+            )
+        if self.old_policy != "recomputed":
+            extras.append(f", pi_old := {'pi_theta' if self.old_policy == 'current' else 'mu'}")
         return (
             f"{self.framework} / {self.estimator}, {beta}, reward {self.reward.label()}, "
             f"lr {self.lr:g}, LoRA r{self.lora_rank}, {len(self.sampling.prompts)} prompts x "

@@ -47,15 +47,14 @@ from roll_viz.core import pipeline
 from roll_viz.core.ops import masked_mean
 from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
-from roll_viz.lm import train_batch
-from roll_viz.lm.behaviour_sampler import draw
+from roll_viz.lm import lagged, train_batch
 from roll_viz.lm.lora import LoraPolicy
 from roll_viz.lm.reaper import Cancelled, release_later
 from roll_viz.lm.request import SamplingConfig
 from roll_viz.lm.runfile import StepRecord, StepSamples, TrainRun, TrainSettings, loss_config
 from roll_viz.lm.step_queue import TRAIN_QUEUE, StepQueue
 from roll_viz.lm.threads import lower_priority
-from roll_viz.lm.update import UpdateConfig, group_difficulty, update_step
+from roll_viz.lm.update import UpdateConfig, group_difficulty
 
 MAX_HISTORY_SAMPLES = 40  # steps whose full samples the runner keeps in memory (plus step 0)
 
@@ -170,15 +169,18 @@ class Trainer:
         self.running = None
         self.step = 0
         self._step_mu: Tensor | None = None  # (B, T) log mu of the rows being trained
+        self.lagged = lagged.LaggedSampler(self.policy, settings.staleness, settings.old_policy)
         # (cfg, policy, step) -> Rollout; None: ``behaviour_sampler.draw`` (an engine sets its own)
         self.sampler: Callable[[SamplingConfig, LoraPolicy, int], Rollout] | None = None
 
     def close(self) -> None:
         """Remove the adapter from the shared model (idempotent; takes the model lock)."""
+        self.lagged.close()
         self.policy.close()
 
     def release(self) -> None:
         """Cancel work on the adapter and free it on the reaper thread; returns at once."""
+        self.lagged.release()
         self.policy.release()
 
     def _update(self, rollout: Rollout, trace: Trace) -> dict:
@@ -193,7 +195,7 @@ class Trainer:
             seed=s.sampling.seed,
             rescore=False,  # the next step samples afresh: no second pass over this batch
         )
-        result = update_step(
+        result = self.lagged.update_step(  # lm.update's, with the run's pi_old anchor
             self.policy,
             rollout,
             trace.advantages.float(),
@@ -243,11 +245,12 @@ class Trainer:
         cfg = replace(
             s.sampling, seed=s.sampling_seed(self.step), greedy=False, topk=1, feature_dim=1
         )
-        mu: Tensor | None = None  # the sampler's log-probs of the tokens (None: an engine's)
-        if self.sampler is not None:
-            rollout = self.sampler(cfg, self.policy, self.step)
+        # the sampler's log-probs of the tokens (None: an engine's) and its lag (``lm.lagged``)
+        mu: Tensor | None = None
+        if self.sampler is not None and not lagged.active(s):  # a lag draws in-process
+            rollout, lag = self.sampler(cfg, self.policy, self.step), 0
         else:
-            rollout, mu = (drawn := draw(self.policy, cfg, s.sampler)).rollout, drawn.mu
+            rollout, mu, lag = self.lagged.draw(self.step, cfg, s.sampler)
         t1 = time.perf_counter()
         prompts = [rollout.prompts[int(g)] for g in rollout.group_ids]
         scores = s.reward.score(prompts, rollout.responses, step=self.step)
@@ -281,7 +284,7 @@ class Trainer:
         t3 = time.perf_counter()
         self.policy.check()
         if trace is not None:
-            upd = self._update(rollout, trace)
+            upd = self._update(lagged.anchored(rollout, self._step_mu, s.old_policy), trace)
         t4 = time.perf_counter()
         metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
         metrics.update(pods_stats | filter_stats)
@@ -291,6 +294,7 @@ class Trainer:
             )
         if mu is not None and train_batch.records_mismatch(s, self.beta):
             metrics.update(train_batch.mismatch_metrics(s, seen, mu, self.beta))
+        metrics.update(self.lagged.finish(self.step, lag, s, rollout, self._step_mu, trace))
         metrics["seconds"] = {
             "sample": t1 - t0,
             "score": t2 - t1,

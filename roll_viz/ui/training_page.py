@@ -21,7 +21,7 @@ from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.lm.runfile import RewardChoice, SamplingConfig, TrainSettings
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu, url
+from roll_viz.ui import adapters, reconnect, rollout_engine, training_mu, training_stale, url
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.state import KEY_BETA, AppState
 from roll_viz.views import text
@@ -75,6 +75,16 @@ KNOBS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("GRPO", {"framework": "verl", "config": {"adv_estimator": "grpo"}}),
         ("REINFORCE++", {"framework": "verl", "config": {"adv_estimator": "reinforce_plus_plus"}}),
         ("GAE (zero critic)", {"framework": "verl", "config": {"adv_estimator": "gae"}}),
+    ],
+    "async: the sampler k = 0 / 1 / 2 steps behind": [
+        ("k = 0 (synchronous)", {"staleness": 0}),
+        ("k = 1", {"staleness": 1}),
+        ("k = 2", {"staleness": 2}),
+    ],
+    "async pi_old (k = 1): recomputed vs := pi_theta vs := mu": [
+        ("pi_old recomputed", {"staleness": 1, "old_policy": "recomputed"}),
+        ("pi_old := pi_theta (ratio 1)", {"staleness": 1, "old_policy": "current"}),
+        ("pi_old := mu", {"staleness": 1, "old_policy": "mu"}),
     ],
     "normalization: local (group) vs global (batch) (ROLL reinforce)": [
         (
@@ -280,6 +290,7 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
     # beta and the controller come from the page's controls (dialect.train_config sets them)
     config = {k: v for k, v in state.config.items() if k not in dialect.CONTROLLER_KEYS}
     option, sampler, mu_notes = training_mu.chosen(state.framework)
+    lag, old_policy = training_stale.chosen()
     notes += mu_notes
     mode = _field(KEY_TRAIN_BETA_MODE)
     if mode == "adaptive" and not dialect.ADAPTIVE_BETA:
@@ -308,6 +319,8 @@ def base_settings(state: AppState, model: str) -> tuple[TrainSettings, list[str]
         loss_option=option,
         sampler=sampler,
         entropy_target=float(_field(KEY_ENTROPY_TARGET)),
+        staleness=lag,
+        old_policy=old_policy,
     )
     return settings, notes
 
@@ -337,6 +350,7 @@ def field_specs() -> dict[str, Field]:
         KEY_ENTROPY_TARGET: Field(0.0, 0.0, 20.0),
         KEY_SLOT: Field("A", options=SLOTS),
         **training_mu.FIELDS,
+        **training_stale.FIELDS,
     }
 
 

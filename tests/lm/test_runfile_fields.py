@@ -81,3 +81,8 @@ def test_cli_era_presets():
     assert dict(mixed.config)["kl_loss_coef"] == 0.1
     assert mixed.sampler == "bf16"
     assert mixed.loss_option == "pg_variant: topr"
+    lagged = settings_from_args(
+        p.parse_args([*base, "--staleness", "2", "--old-policy", "current"]), "tiny"
+    )
+    assert (lagged.staleness, lagged.old_policy) == (2, "current")
+    assert TrainSettings.from_json(lagged.to_json()) == lagged  # the run file keeps them

@@ -28,7 +28,9 @@ def _errors(at) -> list[str]:
 def test_preset_paints_from_stored_logprobs_without_the_model():
     at = open_page("mismatch", preset="pirate")
     assert not at.warning, [w.value for w in at.warning]
-    assert len(at.get("plotly_chart")) == 10  # sections 1-3: 6; section 4 (sequence masks): 4
+    assert (
+        len(at.get("plotly_chart")) == 11
+    )  # sections 1-3: 6; 4 (sequence masks): 4; 5 (three policies): 1
     stats = _stats(at)
     assert stats["tokens"] > 50
     assert stats["mean_abs"] > 1e-3  # bf16 against the float32 recompute: a real gap
@@ -114,7 +116,9 @@ def test_thresholds_change_what_is_masked():
 
 def test_presentation_mode_draws_the_page():
     at = open_page("mismatch", preset="sentiment", present="true")
-    assert len(at.get("plotly_chart")) == 10  # sections 1-3: 6; section 4 (sequence masks): 4
+    assert (
+        len(at.get("plotly_chart")) == 11
+    )  # sections 1-3: 6; 4 (sequence masks): 4; 5 (three policies): 1
 
 
 @pytest.mark.parametrize(
