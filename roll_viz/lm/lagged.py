@@ -186,7 +186,7 @@ class LaggedSampler:
             cols = columns(step, lag, settings, rollout, mu, self.update)
             self.columns = cols or self.columns
         self.update = None
-        return step_metrics(settings, lag, cols)
+        return lag_metrics(settings, lag, cols)
 
     def copies(self) -> int:
         """How many copies of the LoRA weights are kept (at most k)."""
@@ -296,7 +296,7 @@ def columns(
     )
 
 
-def step_metrics(settings: TrainSettings, lag: int, cols: Columns | None) -> dict:
+def lag_metrics(settings: TrainSettings, lag: int, cols: Columns | None) -> dict:
     """The run file's numbers of a lagged step (``runfile`` lists them; {} for a synchronous run).
 
     ``cols``: the step's columns (None: no update this step, only the lag is recorded).

@@ -39,7 +39,7 @@ runs made elsewhere reads the same lines). UTF-8, one JSON object per line:
   all are dropped has loss, grad_norm null and update {}). With a sampler other than fp32 or a
   loss that reads mu (``lm.train_batch.mismatch_metrics``): sampler, delta_abs_mean, delta_mean
   (delta = log pi_old - log mu per token), is_ess, correction, correction_frac. With a sampler
-  lag or another pi_old (``lm.lagged.step_metrics``): staleness (the lag this step had),
+  lag or another pi_old (``lm.lagged.lag_metrics``): staleness (the lag this step had),
   old_policy, drift_abs_mean (mean |log pi_theta - log pi_old|), mu_gap_abs_mean
   (mean |log pi_old - log mu|), anchor_ratio_mean.
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -44,7 +44,6 @@ import torch
 from torch import Tensor
 
 from roll_viz.core import pipeline
-from roll_viz.core.ops import masked_mean
 from roll_viz.core.pods import max_variance_subset
 from roll_viz.core.records import Rollout, Trace, batch_from_rollout, select_rows
 from roll_viz.lm import lagged, train_batch
@@ -61,93 +60,6 @@ MAX_HISTORY_SAMPLES = 40  # steps whose full samples the runner keeps in memory 
 
 # ---------------------------------------------------------------------------------------------
 # One step
-
-
-def _seq_mean(x: Tensor, mask: Tensor) -> float:
-    """Mean over samples of each sample's token mean (empty rows count 0)."""
-    if x.shape[0] == 0:
-        return 0.0
-    return float(masked_mean(x.double(), mask.double(), dim=-1).mean())
-
-
-def step_metrics(
-    settings: TrainSettings,
-    rollout: Rollout,
-    scores: Tensor,
-    trace: Trace | None,
-    update_metrics: Mapping[str, Any],
-    trained: Rollout | None = None,
-    beta: float | None = None,
-) -> dict:
-    """The metric dict of one step (see the module docstring).
-
-    Args:
-        settings: the run's settings.
-        rollout: the step's samples (B rows).
-        scores: (B,) raw rewards.
-        trace: the pipeline's trace of this step (None: every group was dropped, no update).
-        update_metrics: numbers the update reported (clip_frac, loss, grad_norm, ...).
-        trained: the rows of the advantages and the update when a filter dropped some.
-        beta: the step's KL coefficient when there is no trace (None: ``settings.beta``).
-
-    Returns:
-        Plain-number dict.
-    """
-    mask = rollout.response_mask.double()
-    valid = mask.bool()
-    trained = rollout if trained is None else trained
-    P = len(rollout.prompts)
-    gids = rollout.group_ids
-    per_prompt = [float(scores[gids == p].mean()) for p in range(P)]
-    spread = [
-        float(scores[gids == p].max() - scores[gids == p].min()) if bool((gids == p).any()) else 0
-        for p in range(P)
-    ]
-    est = settings.kl_estimator
-    # the trace's KL is the dialect's own estimator with its clamps: what its controller saw
-    if trace is None:
-        beta = settings.beta if beta is None else beta
-        kl_value, next_beta = 0.0, beta
-        adv = torch.zeros(0, dtype=torch.float64)
-    else:
-        trained_mask = trained.response_mask.double()
-        kl_value = _seq_mean(trace.kl.double(), trained_mask)
-        beta, next_beta = float(trace.beta), float(trace.next_beta)
-        adv = trace.advantages[trained_mask.bool()].double()
-    upd = {k: float(v) for k, v in update_metrics.items() if isinstance(v, int | float)}
-    return {
-        "reward_mean": float(scores.mean()),
-        "reward_std": float(scores.std(unbiased=False)) if scores.numel() > 1 else 0.0,
-        "reward_per_prompt": [round(v, 6) for v in per_prompt],
-        "kl_exact": _seq_mean(rollout.exact_kl, mask),
-        "kl_est": kl_value,
-        "kl_estimator": est,
-        "beta": beta,
-        "next_beta": next_beta,
-        "entropy": float(rollout.entropy.double()[valid].mean()) if bool(valid.any()) else 0.0,
-        "response_length": float(mask.sum(-1).mean()),
-        "eos_share": sum(f == "eos" for f in rollout.finish_reasons) / len(rollout.finish_reasons),
-        "clip_frac": upd.get("clip_frac"),
-        "zero_spread_share": sum(s <= 1e-12 for s in spread) / max(P, 1),
-        "adv_std": float(adv.std(unbiased=False)) if adv.numel() > 1 else 0.0,
-        "adv_abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
-        "loss": upd.get("loss"),
-        "grad_norm": upd.get("grad_norm"),
-        "update": upd,
-    }
-
-
-def _round_metrics(metrics: dict) -> dict:
-    def rnd(v: Any) -> Any:
-        if isinstance(v, float):
-            return float(f"{v:.6g}") if math.isfinite(v) else None
-        if isinstance(v, dict):
-            return {k: rnd(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [rnd(x) for x in v]
-        return v
-
-    return {k: rnd(v) for k, v in metrics.items()}
 
 
 class Trainer:
@@ -286,7 +198,9 @@ class Trainer:
         if trace is not None:
             upd = self._update(lagged.anchored(rollout, self._step_mu, s.old_policy), trace)
         t4 = time.perf_counter()
-        metrics = step_metrics(s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta)
+        metrics = train_batch.step_metrics(
+            s, seen, seen_scores, trace, upd, trained=rollout, beta=self.beta
+        )
         metrics.update(pods_stats | filter_stats)
         if s.filter_zero_variance:  # the estimate over every sample, as kl_exact
             metrics["kl_est"] = train_batch.seen_kl_est(
@@ -309,7 +223,9 @@ class Trainer:
         if self.entropy is not None and trace is not None:
             self.entropy, moved = train_batch.entropy_step(self.entropy, rollout)
             metrics.update(moved)
-        record = StepRecord(step=self.step, metrics=_round_metrics(metrics), samples=samples)
+        record = StepRecord(
+            step=self.step, metrics=train_batch.round_metrics(metrics), samples=samples
+        )
         if trace is not None:  # a step with every group dropped leaves the controller as it was
             self.running = trace.running
             if s.beta_mode == "adaptive":

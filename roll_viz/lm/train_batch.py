@@ -1,4 +1,4 @@
-"""What a training step does to its batch beside the update: the zero-variance filter, mu's gap.
+"""What a training step does to its batch beside the update, and the numbers it records.
 
 ``zero_variance_rows`` / ``drop_groups``: the 2026 recipe's zero-variance filter (dynamic
 sampling without the refill: verl ``algorithm.filter_groups``, OpenRLHF
@@ -10,10 +10,14 @@ advantages back among every sample of the step (0 on the dropped ones) for the r
 the effective sample size of pi_old / mu and the share the loss's correction truncates or masks.
 
 ``entropy_step``: the adaptive entropy target moved on a step's mean token entropy.
+
+``step_metrics`` / ``round_metrics``: the numbers a run file records for the step.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -169,3 +173,96 @@ def entropy_step(state: EntropyTarget, trained: Rollout) -> tuple[EntropyTarget,
         METRIC_NEXT: after.coef,
         METRIC_TARGET: after.target,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The step's metrics (what a run file records per step)
+
+
+def _seq_mean(x: Tensor, mask: Tensor) -> float:
+    """Mean over samples of each sample's token mean (empty rows count 0)."""
+    if x.shape[0] == 0:
+        return 0.0
+    return float(masked_mean(x.double(), mask.double(), dim=-1).mean())
+
+
+def step_metrics(
+    settings: TrainSettings,
+    rollout: Rollout,
+    scores: Tensor,
+    trace: Trace | None,
+    update_metrics: Mapping[str, Any],
+    trained: Rollout | None = None,
+    beta: float | None = None,
+) -> dict:
+    """The metric dict of one step (see the module docstring).
+
+    Args:
+        settings: the run's settings.
+        rollout: the step's samples (B rows).
+        scores: (B,) raw rewards.
+        trace: the pipeline's trace of this step (None: every group was dropped, no update).
+        update_metrics: numbers the update reported (clip_frac, loss, grad_norm, ...).
+        trained: the rows of the advantages and the update when a filter dropped some.
+        beta: the step's KL coefficient when there is no trace (None: ``settings.beta``).
+
+    Returns:
+        Plain-number dict.
+    """
+    mask = rollout.response_mask.double()
+    valid = mask.bool()
+    trained = rollout if trained is None else trained
+    P = len(rollout.prompts)
+    gids = rollout.group_ids
+    per_prompt = [float(scores[gids == p].mean()) for p in range(P)]
+    spread = [
+        float(scores[gids == p].max() - scores[gids == p].min()) if bool((gids == p).any()) else 0
+        for p in range(P)
+    ]
+    est = settings.kl_estimator
+    # the trace's KL is the dialect's own estimator with its clamps: what its controller saw
+    if trace is None:
+        beta = settings.beta if beta is None else beta
+        kl_value, next_beta = 0.0, beta
+        adv = torch.zeros(0, dtype=torch.float64)
+    else:
+        trained_mask = trained.response_mask.double()
+        kl_value = _seq_mean(trace.kl.double(), trained_mask)
+        beta, next_beta = float(trace.beta), float(trace.next_beta)
+        adv = trace.advantages[trained_mask.bool()].double()
+    upd = {k: float(v) for k, v in update_metrics.items() if isinstance(v, int | float)}
+    return {
+        "reward_mean": float(scores.mean()),
+        "reward_std": float(scores.std(unbiased=False)) if scores.numel() > 1 else 0.0,
+        "reward_per_prompt": [round(v, 6) for v in per_prompt],
+        "kl_exact": _seq_mean(rollout.exact_kl, mask),
+        "kl_est": kl_value,
+        "kl_estimator": est,
+        "beta": beta,
+        "next_beta": next_beta,
+        "entropy": float(rollout.entropy.double()[valid].mean()) if bool(valid.any()) else 0.0,
+        "response_length": float(mask.sum(-1).mean()),
+        "eos_share": sum(f == "eos" for f in rollout.finish_reasons) / len(rollout.finish_reasons),
+        "clip_frac": upd.get("clip_frac"),
+        "zero_spread_share": sum(s <= 1e-12 for s in spread) / max(P, 1),
+        "adv_std": float(adv.std(unbiased=False)) if adv.numel() > 1 else 0.0,
+        "adv_abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
+        "loss": upd.get("loss"),
+        "grad_norm": upd.get("grad_norm"),
+        "update": upd,
+    }
+
+
+def round_metrics(metrics: dict) -> dict:
+    """Every float of a step's metrics to 6 significant digits (NaN and inf as None)."""
+
+    def rnd(v: Any) -> Any:
+        if isinstance(v, float):
+            return float(f"{v:.6g}") if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: rnd(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [rnd(x) for x in v]
+        return v
+
+    return {k: rnd(v) for k, v in metrics.items()}
