@@ -1,9 +1,9 @@
-"""Figures of the Eras page: the two era presets side by side, MaxRL beside GRPO, the KL view.
+"""Figures of the Eras page: the recipes of record side by side, MaxRL beside GRPO, the KL view.
 
 Functions take the results of ``roll_viz.analysis.era_diff`` / ``kl_placement`` and return
 ``go.Figure``; they never call Streamlit and never compute pipeline math (the KL curves are
 drawn from the per-token table, not recomputed). Colours: the comparison pages' Okabe-Ito
-palette, one colour per era / estimator / placement.
+palette, one colour per recipe / estimator / placement.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ ERA_PANELS: tuple[tuple[str, str], ...] = (
 
 
 def era_bars(diff: EraDiff) -> go.Figure:
-    """Side-by-side bars per answer, one colour per era, one panel per quantity.
+    """Side-by-side bars per answer, one colour per recipe, one panel per quantity.
 
-    A filtered answer (its group dropped before batching) has no bar in that era and is marked
+    A filtered answer (its group dropped before batching) has no bar in that recipe and is marked
     "filtered" in the hover.
 
     Args:
         diff: ``diff_eras`` on a batch.
 
     Returns:
-        The figure (traces ordered panel by panel, era by era).
+        The figure (traces ordered panel by panel, recipe by recipe).
     """
     s = diff.samples
     labels = [f"{i}: {short(p, 14)}" for i, p in zip(s["sample"], s["prompt"], strict=True)]
@@ -76,7 +76,7 @@ def era_bars(diff: EraDiff) -> go.Figure:
         height=650,
         # the legend under the answers' labels: at y = 1.08 it ran over the title
         margin={"l": 50, "r": 20, "t": 60, "b": 70},
-        title=f"The two eras on the same batch ({short(diff.framework)})",
+        title=f"The recipes of record on the same batch ({short(diff.framework)})",
         legend={"orientation": "h", "yanchor": "top", "y": -0.06},
     )
     return fig
