@@ -10,7 +10,7 @@ from roll_viz.views import era_charts
 
 with ui.page_guard("Eras"):
     state = ui.page_setup("Eras")
-    st.title("GRPO in 2024 and the frameworks of record, on the same batch")
+    st.title("The recipes of record, on one batch")
     ui.prose(
         "Five recipes, one batch. **GRPO as published** (DeepSeekMath, 2024): group mean and "
         "group std, a k3 KL term in the loss (beta 0.04), each answer's token mean averaged over "
@@ -32,16 +32,19 @@ with ui.page_guard("Eras"):
     health_ui.batch_health(state, key="eras_health")
 
     st.header("1. The recipes of record")
-    fw = st.segmented_control(
-        "Framework",
-        list(ui.FRAMEWORK_LABELS),
-        default=state.framework,
-        format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
-        key="eras_framework",
-        required=True,
-        help="Each recipe in this framework's own keys; the notes say what it cannot express.",
-    )
-    picked = era_compare.recipe_picker("eras_pick")
+    c_fw, c_pick = st.columns([2, 5])
+    with c_fw:
+        fw = st.segmented_control(
+            "Framework",
+            list(ui.FRAMEWORK_LABELS),
+            default=state.framework,
+            format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
+            key="eras_framework",
+            required=True,
+            help="Each recipe in this framework's own keys; the notes say what it cannot express.",
+        )
+    with c_pick:
+        picked = era_compare.recipe_picker("eras_pick", note=False)
     diff = None
     try:
         diff = era_diff.diff_eras(batch, fw, prompts, eras=picked) if picked else None
@@ -62,6 +65,7 @@ with ui.page_guard("Eras"):
             "answer the same.",
             title="What to look at",
         )
+        era_compare.minority_note(picked)
         tabs = st.tabs([er.era.label for er in diff.runs.values()])
         for tab, (key, er) in zip(tabs, diff.runs.items(), strict=True):
             with tab:
@@ -72,7 +76,7 @@ with ui.page_guard("Eras"):
                 for note in diff.notes[key]:
                     st.caption(note)
         ui.table(diff.summary, key="eras_summary", point="era")
-        ui.table(diff.samples, key="eras_samples")
+        ui.table(era_diff.long_samples(diff), key="eras_samples")
         ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")
 
     st.header("2. MaxRL: divide by the pass rate")

@@ -323,6 +323,36 @@ def diff_eras(
     return EraDiff(framework, runs, pd.DataFrame(table), summary, notes)
 
 
+#: the per-answer columns ``EraDiff.samples`` holds once per recipe (the recipe's tag in brackets)
+ANSWER_COLUMNS = (
+    "A",
+    "denominator",
+    "loss weight",
+    "loss share",
+    "KL share",
+    "gradient",
+    "filtered",
+)
+
+
+def long_samples(diff: EraDiff) -> pd.DataFrame:
+    """``diff.samples`` with one row per answer and recipe (narrow enough for a projector).
+
+    Returns:
+        sample, prompt, score, recipe (its label), then ``ANSWER_COLUMNS``; each answer's rows
+        together, in the order of ``diff.runs``.
+    """
+    s = diff.samples
+    parts = []
+    for er in diff.runs.values():
+        part = s[["sample", "prompt", "score"]].assign(recipe=er.era.label)
+        for column in ANSWER_COLUMNS:
+            part[column] = s[f"{column} [{er.era.short}]"]
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True)
+    return table.sort_values("sample", kind="stable").reset_index(drop=True)
+
+
 #: said under the groups table where a prompt has no answer scored exactly 1 (its "A right" empty)
 NO_RIGHT_ANSWER = (
     "A right is empty (None) for a prompt where no answer scored exactly 1: MaxRL reads rewards "

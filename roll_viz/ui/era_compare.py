@@ -33,8 +33,12 @@ def era_toggle(key: str) -> bool:
     )
 
 
-def recipe_picker(key: str) -> list[str]:
+def recipe_picker(key: str, *, note: bool = True) -> list[str]:
     """The recipes to compare (default every record), with the std note under them when any.
+
+    Args:
+        key: widget key.
+        note: draw ``minority_note`` under the picker (the Eras page draws it lower down).
 
     Returns:
         Record keys in ``ERAS`` order; empty when the user cleared the picker (then the
@@ -50,11 +54,16 @@ def recipe_picker(key: str) -> list[str]:
         help="Each recipe in words, its sources and each dialect's own keys: the Eras page.",
     )
     keys = [k for k in ERAS if k in (picked or [])]
-    if keys:
-        st.caption(std_note(tuple(keys)))
-    else:
+    if not keys:
         st.info("Pick at least one recipe to compare.", icon=":material/info:")
+    elif note:
+        minority_note(keys)
     return keys
+
+
+def minority_note(keys: list[str]) -> None:
+    """How the picked recipes divide the advantage; the std is now the minority choice."""
+    st.caption(std_note(tuple(keys)))
 
 
 def era_comparison(state: AppState, page: str, *, key: str) -> None:

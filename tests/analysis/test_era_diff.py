@@ -240,3 +240,16 @@ def test_2024_loss_matches_the_loop(fw, kl_per_answer):
     want = _loop_loss_2024(batch, old.advantages, kl_per_answer)
     assert old.loss == pytest.approx(want, abs=1e-12)
     assert old.kl_term == pytest.approx(float(old.kl_share.sum()), abs=1e-15)
+
+
+def test_long_samples_is_the_wide_table_one_row_per_answer_and_recipe():
+    batch = _batch()
+    diff = era_diff.diff_eras(batch, "verl", eras=("tinker", "grpo_2024"))
+    long = era_diff.long_samples(diff)
+    assert len(long) == 4 * 2
+    assert long["sample"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert long["recipe"].tolist()[:2] == ["Tinker", "GRPO as published (2024)"]
+    row = long[(long["sample"] == 1) & (long["recipe"] == "Tinker")].iloc[0]
+    assert row["A"] == diff.samples.loc[1, "A [Tinker]"] == pytest.approx(-0.5, abs=1e-12)
+    assert row["loss weight"] == 2.0  # verl token-sum: each of its 2 tokens weighs 1
+    assert list(long.columns) == ["sample", "prompt", "score", "recipe", *era_diff.ANSWER_COLUMNS]
