@@ -89,6 +89,13 @@ PAGE_QUANTITIES: dict[str, tuple[str, ...]] = {
     "kl": ("KL term", "loss", "denominator"),
     "advantages": ("std level", "max |A|", "mean |A|", "A spread", "groups filtered"),
     "local_global": ("std level", "max |A|", "A spread", "groups filtered"),
+    "normalisation": (
+        "std level",
+        "groups filtered",
+        "answers in the loss",
+        "mean |A|",
+        "A spread",
+    ),
     "sensitivity": ("A spread", "loss", "sum |gradient|"),
     "update": (
         "loss",
@@ -108,6 +115,7 @@ PAGE_ANSWERS: dict[str, tuple[str, ...]] = {
     "kl": ("KL share",),
     "advantages": ("A",),
     "local_global": ("A",),
+    "normalisation": ("A", "filtered"),
     "sensitivity": ("A",),
     "update": ("loss share", "gradient"),
     "frameworks": ("A", "loss share"),

@@ -67,8 +67,8 @@ def test_banner_on_every_batch_page(page):
     assert not [d for d in at.dataframe if "quantity" in d.value.columns]
 
 
-#: every page with the recipes switch: BANNERS and Token KL (its banner key)
-ERA_PAGES = {**BANNERS, "kl": "kl_health"}
+#: every page with the recipes switch: BANNERS, Token KL and Normalisation (their banner keys)
+ERA_PAGES = {**BANNERS, "kl": "kl_health", "normalisation": "group_health"}
 
 
 @pytest.mark.parametrize("page", list(ERA_PAGES))
