@@ -1,30 +1,16 @@
 """The recipes of record: "GRPO as published (2024)" and the frameworks of record of 2026.
 
-Plain data: each recipe in words here; each dialect's record says it in its own keys
-(``Dialect.ERAS[key]``, kept in ``dialects/<framework>_eras.py``: the native config, reward stage
-and loss together, that ``resolve_config`` accepts, and notes where the dialect cannot say a
-setting or says it differently). Nothing is faked: a setting a dialect lacks stays at the
-dialect's nearest native option and the note says what differs.
+Plain data: each recipe in words here (``recipe``, ``sources``, ``std_level``); each dialect's
+record says it in its own keys (``Dialect.ERAS[key]``, kept in ``dialects/<framework>_eras.py``:
+the native config, reward stage and loss together, that ``resolve_config`` accepts, and notes
+where the dialect cannot say a setting or says it differently). Nothing is faked: a setting a
+dialect lacks stays at the dialect's nearest native option and the note says what differs.
 
-- **GRPO as published** (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300): group mean and group
-  std, the KL in the loss (beta 0.04, the k3 estimator), each answer's token mean averaged over
-  answers (seq-mean-token-mean), PPO clip 0.2 on both sides.
-- **prime-rl** (its code): reward minus the group mean, no std; no KL to a reference; the token
-  mean over the batch; its DPPO mask, ratio to the sampler and log^2 KL to the sampler (nearest
-  native loss in each dialect); zero-advantage tokens filtered.
-- **Tinker** (tinker-cookbook's code): reward minus the group mean, no std; no KL; the
-  importance-sampling loss, a plain sum over the batch's tokens with no clip.
-- **DeepSeek-V3.2** (arXiv 2512.02556, read in secondary summaries: no trainer is published):
-  advantage without the std; the k3 KL times pi / pi_old (the unbiased estimate).
-- **ScaleRL / Olmo 3** (ScaleRL arXiv 2510.13786, Olmo 3 arXiv 2512.13961): no KL, token mean
-  over the batch, clip-higher (0.2 below, 0.28 above), zero-variance groups filtered out
-  (dynamic sampling), group mean with the batch's std (ScaleRL's batch-level advantage
-  normalisation, LitePPO). What roll-viz called "defaults of 2026": ``defaults_2026`` is an alias
-  of this record (``ALIASES``), so links, run commands and code that name it keep working.
-
-The std is now the minority choice (``std_note``): three of the frameworks of record subtract the
-group mean alone; only ScaleRL keeps a (batch) std, and only the 2024 recipe the group std that
-GRPO, roll-viz's default, divides by.
+The frameworks of record dropped the std: prime-rl and Tinker (their code) and DeepSeek-V3.2
+(secondary summaries: no trainer is published) subtract the group mean alone; ScaleRL keeps a
+batch std. "Defaults of 2026", roll-viz's one preset before, is an alias of the closest record,
+ScaleRL / Olmo 3 (``ALIASES``), so links, run commands and code that name it keep working; the
+group std of GRPO, roll-viz's default, is now the minority choice (``std_note``).
 
 Zero-variance filtering is a data-loader step in every framework (verl
 ``algorithm.filter_groups``, OpenRLHF ``--algo.dynamic_filtering_enable``, ROLL
