@@ -17,9 +17,12 @@ from roll_viz.analysis import era_diff, era_pages
 from roll_viz.core.pipeline.eras import ERAS, std_note
 from roll_viz.ui.flow import cached_rollout, current_batch
 from roll_viz.ui.state import FRAMEWORK_LABELS, AppState
+from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import page_link
 
 TOGGLE_LABEL = "Recipes of record"
+#: the part of the main column a table inside the bordered box gets (1086 of 1110 px, Chromium)
+BOX_SHARE = 0.97
 
 
 def era_toggle(key: str) -> bool:
@@ -87,11 +90,11 @@ def era_comparison(state: AppState, page: str, *, key: str) -> None:
                 "Each recipe's loss in every dialect on this batch (first update, ratio 1): the "
                 "dialects agree on a recipe where their conventions agree on the batch."
             )
-            st.dataframe(
+            table(
                 era_pages.framework_losses(batch, prompts, eras=picked),
                 key=f"{key}_dialects",
-                hide_index=True,
-                width="stretch",
+                point="dialect",
+                share=BOX_SHARE,
             )
         try:
             diff = era_diff.diff_eras(batch, state.framework, prompts, eras=picked)
@@ -104,11 +107,12 @@ def era_comparison(state: AppState, page: str, *, key: str) -> None:
             f"This page's number in {label}, every recipe on the same answers (first update: "
             "policy = rollout policy)."
         )
-        st.dataframe(
+        # fitted to a projector: five recipes beside the quantity and its meaning
+        table(
             era_pages.page_numbers(diff, page, batch.response_mask),
             key=f"{key}_numbers",
-            hide_index=True,
-            width="stretch",
+            point="quantity",
+            share=BOX_SHARE,
         )
         with st.expander("Per answer"):
             st.dataframe(

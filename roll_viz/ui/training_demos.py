@@ -369,7 +369,8 @@ def era_tab(state: AppState, refresh: float | None) -> None:
         "tr_era",
         start_eras,
         f"ROLL, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: GRPO as "
-        "published in slot A, the 2026 defaults in slot B (the Eras page's presets).",
+        "published in slot A, the 2026 defaults (ScaleRL / Olmo 3) in slot B (the Eras page's "
+        "recipes).",
     )
 
     @st.fragment(run_every=refresh)

@@ -14,6 +14,7 @@ import pytest
 
 from roll_viz import nav
 from tests.browser import streamlit_page as sp
+from tests.browser.test_projector import TABLES_JS
 
 WIDTH, HEIGHT = 1280, 720
 
@@ -52,7 +53,7 @@ def test_teacher_page_readme_screenshot(page, server, shots):
 
 
 def test_era_switch_opens_the_page_numbers(projector, server, tmp_path):
-    url = f"{server}/{nav.url_path('advantages')}?preset=arithmetic"
+    url = f"{server}/{nav.url_path('advantages')}?preset=arithmetic&present=true&hide=sidebar"
     sp.goto(projector, url, 240_000)
     assert projector.locator(".rv-health").count() == 1
     switch = projector.locator(".st-key-adv_health_era")
@@ -62,3 +63,5 @@ def test_era_switch_opens_the_page_numbers(projector, server, tmp_path):
     box.wait_for()
     assert box.get_by_text("This page's number").count() == 1
     box.screenshot(path=str(tmp_path / "era_switch.png"))
+    # five recipes beside the quantity: on the projector every column is on the screen
+    assert projector.evaluate(TABLES_JS) == []
