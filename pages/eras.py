@@ -32,19 +32,17 @@ with ui.page_guard("Eras"):
     health_ui.batch_health(state, key="eras_health")
 
     st.header("1. The recipes of record")
-    c_fw, c_pick = st.columns([2, 5])
-    with c_fw:
-        fw = st.segmented_control(
-            "Framework",
-            list(ui.FRAMEWORK_LABELS),
-            default=state.framework,
-            format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
-            key="eras_framework",
-            required=True,
-            help="Each recipe in this framework's own keys; the notes say what it cannot express.",
-        )
-    with c_pick:
-        picked = era_compare.recipe_picker("eras_pick", note=False)
+    fw = st.segmented_control(
+        "Framework",
+        list(ui.FRAMEWORK_LABELS),
+        default=state.framework,
+        format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
+        key="eras_framework",
+        required=True,
+        help="Each recipe in this framework's own keys; the notes say what it cannot express.",
+    )
+    # the std note goes under the figure, so the figure starts in a projector's first screen
+    picked = era_compare.recipe_picker("eras_pick", note=False)
     diff = None
     try:
         diff = era_diff.diff_eras(batch, fw, prompts, eras=picked) if picked else None
@@ -60,9 +58,9 @@ with ui.page_guard("Eras"):
             "divisor (the answer's own length x the number of answers, every token of the "
             "batch, or none: Tinker's sum) and the KL term, which in 2024 and V3.2 still pulls "
             "on answers whose advantage is 0. The middle panel is that divisor as each answer's "
-            "weight in the loss (under a mean the weights add up to 1, under a sum they do "
-            "not): under a token mean a long answer weighs more, under a sequence mean every "
-            "answer the same.",
+            "share of the loss's weight: under a token mean a long answer weighs more, under a "
+            "sequence mean every answer the same; Tinker's sum weighs the answers as a token "
+            "mean does, only its scale is larger (the table below gives the weights).",
             title="What to look at",
         )
         era_compare.minority_note(picked)

@@ -20,9 +20,12 @@ from roll_viz.views.compare_charts import OKABE_ITO, short
 #: ratio 1 that part equals the gradient panel below it, bar for bar, and read as a negative share
 ERA_PANELS: tuple[tuple[str, str], ...] = (
     ("A", "advantage per answer"),
-    ("loss weight", "each answer's weight in the loss (its tokens' weights summed)"),
+    ("loss weight", "each answer's share of the loss's weight (its tokens' weights summed)"),
     ("gradient", "sum over its tokens of d loss / d log pi"),
 )
+#: the panel drawn as shares (each recipe's weights over its own total): a sum (Tinker) and a
+#: mean then read on one scale, and show that they weigh the answers alike
+SHARE_PANEL = "loss weight"
 
 
 def era_bars(diff: EraDiff) -> go.Figure:
@@ -50,9 +53,10 @@ def era_bars(diff: EraDiff) -> go.Figure:
         for k, er in enumerate(diff.runs.values()):
             tag = er.era.short
             filtered = s[f"filtered [{tag}]"].tolist()
-            ys = [
-                None if f else float(v) for v, f in zip(s[f"{stem} [{tag}]"], filtered, strict=True)
-            ]
+            values = s[f"{stem} [{tag}]"]
+            if stem == SHARE_PANEL and float(values.sum()) > 0:
+                values = values / float(values.sum())
+            ys = [None if f else float(v) for v, f in zip(values, filtered, strict=True)]
             fig.add_trace(
                 go.Bar(
                     x=labels,

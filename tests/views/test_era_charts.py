@@ -40,6 +40,9 @@ def test_the_middle_panel_is_each_answers_weight_not_a_copy_of_the_gradient():
     fig = era_charts.era_bars(diff)
     middle = [t for t in fig.data if t.yaxis == "y2"]
     assert list(middle[0].y) == s["loss weight [2024]"].tolist()
+    # drawn as shares: Tinker's sum weighs the answers by their lengths, as a token mean would
+    tinker = next(t for t in middle if t.name == "Tinker")
+    assert list(tinker.y) == pytest.approx((lengths / lengths.sum()).tolist(), abs=1e-12)
     assert list(middle[0].y) != s["gradient [2024]"].tolist()
 
 
