@@ -66,9 +66,9 @@ ERAS: dict[str, EraSetting] = {
         },
         notes=(
             _NO_STD_NOTE,
-            "ROLL's KL loss is plain k3: V3.2 multiplies it by pi / pi_old (the unbiased "
-            "estimate), which at the first update has the same value but the gradient "
-            "log pi - log ref instead of 1 - pi_ref / pi",
+            "ROLL's KL loss is plain k3 (gradient 1 - pi_ref / pi); V3.2's is k3 times "
+            "pi / pi_old (the unbiased estimate): the same value at the first update, the "
+            "gradient log pi - log ref",
             "off-policy sequence masking, keep routing and keep sampling mask: not ROLL "
             "settings (at the first update the sequence mask removes nothing)",
         ),
