@@ -1,23 +1,28 @@
-"""Presets of an era (GRPO 2024 vs the defaults of 2026), MaxRL, and the KL estimators' gradients."""
+"""The recipes of record (GRPO 2024 and the frameworks of 2026), MaxRL, and the KL gradients."""
 
 import streamlit as st
 
 from roll_viz import ui
 from roll_viz.analysis import era_diff, kl_placement
+from roll_viz.ui import era_compare
 from roll_viz.ui import health_banner as health_ui
 from roll_viz.views import era_charts
 
 with ui.page_guard("Eras"):
     state = ui.page_setup("Eras")
-    st.title("GRPO in 2024 and in 2026, on the same batch")
+    st.title("The recipes of record, on one batch")
     ui.prose(
-        "Two recipes, one batch. **GRPO as published** (DeepSeekMath, 2024): group mean and "
+        "Five recipes, one batch. **GRPO as published** (DeepSeekMath, 2024): group mean and "
         "group std, a k3 KL term in the loss (beta 0.04), each answer's token mean averaged over "
-        "answers, clip 0.2. **The defaults of 2026** (DAPO, Dr. GRPO, ScaleRL, Olmo 3): no KL, "
-        "one token mean over the whole batch, clip-higher (0.2 below, 0.28 above), groups whose "
-        "answers all scored the same dropped before batching, and the batch's std instead of "
-        "the group's.",
-        title="The two recipes in one paragraph",
+        "answers, clip 0.2. The frameworks of record dropped the std: **prime-rl** and "
+        "**Tinker** (their code) and **DeepSeek-V3.2** (secondary summaries) use the reward "
+        "minus the group mean; prime-rl takes one token mean over the batch and filters "
+        "zero-advantage tokens, Tinker sums its importance-sampling loss over every token, "
+        "V3.2 keeps a k3 KL made unbiased by the ratio pi / pi_old. **ScaleRL / Olmo 3**: no "
+        "KL, one token mean over the whole batch, clip-higher (0.2 below, 0.28 above), groups "
+        "whose answers all scored the same dropped before batching, and the batch's std "
+        "(ScaleRL; Olmo 3 drops it): what roll-viz called the *defaults of 2026*.",
+        title="The recipes in one paragraph",
     )
 
     rollout = ui.cached_rollout(state)
@@ -26,7 +31,7 @@ with ui.page_guard("Eras"):
     prompts = list(rollout.prompts)
     health_ui.batch_health(state, key="eras_health")
 
-    st.header("1. The two eras")
+    st.header("1. The recipes of record")
     fw = st.segmented_control(
         "Framework",
         list(ui.FRAMEWORK_LABELS),
@@ -34,37 +39,43 @@ with ui.page_guard("Eras"):
         format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
         key="eras_framework",
         required=True,
-        help="Each era in this framework's own keys; the notes say what it cannot express.",
+        help="Each recipe in this framework's own keys; the notes say what it cannot express.",
     )
+    # the std note goes under the figure, so the figure starts in a projector's first screen
+    picked = era_compare.recipe_picker("eras_pick", note=False)
+    diff = None
     try:
-        diff = era_diff.diff_eras(batch, fw, prompts)
+        diff = era_diff.diff_eras(batch, fw, prompts, eras=picked) if picked else None
     except ValueError as err:
-        st.error(f"The eras cannot run on this batch in {ui.FRAMEWORK_LABELS[fw]}: {err}")
-        st.stop()
-    ui.plot(era_charts.era_bars(diff), key="eras_bars")
-    ui.explainer(
-        "One bar per answer and era. At the first update (policy = rollout policy) the ratio is "
-        "1 everywhere, so the clip ranges do not act yet; what differs is the advantage (group "
-        "std vs batch std), who is in the loss (filtered groups have no bar in 2026), the "
-        "divisor (the answer's own length x the number of answers vs every token of the batch) "
-        "and the KL term, which in 2024 still pulls on answers whose advantage is 0. The middle "
-        "panel is that divisor as each answer's weight in the loss (the weights add up to 1): "
-        "under a token mean a long answer weighs more, under a sequence mean every answer the "
-        "same.",
-        title="What to look at",
-    )
-    cols = st.columns(len(diff.runs))
-    for col, (key, er) in zip(cols, diff.runs.items(), strict=True):
-        with col:
-            st.subheader(er.era.label)
-            st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
-            with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
-                st.json(era_diff.ERAS[key].config(fw))
-            for note in diff.notes[key]:
-                st.caption(note)
-    ui.table(diff.summary, key="eras_summary", point="era")
-    ui.table(diff.samples, key="eras_samples")
-    ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")
+        st.error(f"The recipes cannot run on this batch in {ui.FRAMEWORK_LABELS[fw]}: {err}")
+    if diff is not None:  # section 1 needs a recipe; sections 2 and 3 draw regardless
+        ui.plot(era_charts.era_bars(diff), key="eras_bars")
+        ui.explainer(
+            "One bar per answer and recipe. At the first update (policy = rollout policy) "
+            "the ratio is 1 everywhere, so the clip ranges and trust-region masks do not act "
+            "yet; what differs is the advantage (group std, batch std or none), who is in the "
+            "loss (a filtered group has no bar under prime-rl and ScaleRL / Olmo 3), the "
+            "divisor (the answer's own length x the number of answers, every token of the "
+            "batch, or none: Tinker's sum) and the KL term, which in 2024 and V3.2 still pulls "
+            "on answers whose advantage is 0. The middle panel is that divisor as each answer's "
+            "share of the loss's weight: under a token mean a long answer weighs more, under a "
+            "sequence mean every answer the same; Tinker's sum weighs the answers as a token "
+            "mean does, only its scale is larger (the table below gives the weights).",
+            title="What to look at",
+        )
+        era_compare.minority_note(picked)
+        tabs = st.tabs([er.era.label for er in diff.runs.values()])
+        for tab, (key, er) in zip(tabs, diff.runs.items(), strict=True):
+            with tab:
+                st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
+                st.caption(f"Sources: {er.era.sources}")
+                with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
+                    st.json(era_diff.ERAS[key].config(fw))
+                for note in diff.notes[key]:
+                    st.caption(note)
+        ui.table(diff.summary, key="eras_summary", point="era")
+        ui.table(era_diff.long_samples(diff), key="eras_samples")
+        ui.download_csv(diff.samples, "eras_per_answer", key="eras_csv")
 
     st.header("2. MaxRL: divide by the pass rate")
     st.info(
@@ -100,8 +111,8 @@ with ui.page_guard("Eras"):
     if state.sampling.policy_mode == "identical" and not state.adapted:
         ui.zero_kl_notice(
             "Policy = reference in this batch, so every KL value below is **exactly 0** "
-            "(and so is the 2024 era's KL term above). The *pirate* preset's policy follows "
-            "an extra instruction: real per-token KL.",
+            "(and so are the KL terms of 2024 and V3.2 above). The *pirate* preset's policy "
+            "follows an extra instruction: real per-token KL.",
             key="eras_pirate",
         )
     c1, c2 = st.columns(2)

@@ -153,6 +153,7 @@ with ui.page_guard("Frameworks"):
                 icon=":material/data_object:",
             )
 
+    fw_ui.recipes_of_record()
     fw_ui.additions_2026()
 
     ui.back_next("frameworks")

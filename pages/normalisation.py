@@ -21,7 +21,7 @@ with ui.page_guard("Normalisation"):
     rollout = ui.cached_rollout(state)
     scores = ui.cached_scores(state)
     st.header("1. Group health of the current batch")
-    health_ui.batch_health(state, key="group_health")
+    health_ui.batch_health(state, key="group_health", era="normalisation")
 
     st.header("2. All nine cells on the current batch")
     matrix = normalisation.normalisation_matrix(scores, rollout.group_ids, rollout.prompts)

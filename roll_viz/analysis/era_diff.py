@@ -1,17 +1,18 @@
-"""Two eras of GRPO on the same batch, and MaxRL next to GRPO.
+"""The recipes of record on the same batch, and MaxRL next to GRPO.
 
-``diff_eras`` runs "GRPO as published (2024)" and "defaults of 2026" (``core.pipeline.eras``) in
-one dialect on one batch: each era's native config through ``run`` (advantages) and
-``policy_loss`` (the first update: pi = pi_old unless ``new_logprobs`` is given), the 2026 era on
-the batch left after dropping its zero-variance groups. The per-sample table puts the two side by
-side: advantage, the sample's token divisor (1 / its aggregation weight), its share of the loss,
-of the KL term and of the gradient, and whether its group was filtered.
+``diff_eras`` runs the recipes of record (``core.pipeline.eras``: "GRPO as published (2024)",
+prime-rl, Tinker, DeepSeek-V3.2, ScaleRL / Olmo 3, or any of them) in one dialect on one batch:
+each recipe's native config through ``run`` (advantages) and ``policy_loss`` (the first update:
+pi = pi_old unless ``new_logprobs`` is given), a filtering recipe on the batch left after
+dropping its zero-variance groups. The per-sample table puts them side by side: advantage, the
+sample's token divisor (1 / its aggregation weight), its share of the loss, of the KL term and
+of the gradient, and whether its group was filtered.
 
 What roll-viz simplifies: one batch and one update (the frameworks repeat the update over
 mini-batches and epochs); the zero-variance filter drops groups by exact equality in every dialect
 (OpenRLHF's own rule keeps groups whose mean lies strictly inside a range, ROLL's std_filter
 compares with a threshold) and does not refill the batch with new prompts as DAPO's dynamic
-sampling does, so the 2026 batch is smaller.
+sampling does, so a filtering recipe's batch is smaller.
 
 ``maxrl_vs_grpo`` sets MaxRL (roll-viz's own estimator, ``advantages.maxrl_advantages``) beside
 GRPO per answer and per prompt: a right answer's advantage is (1 - p) / p under MaxRL and
@@ -89,11 +90,11 @@ class EraRun:
 
 @dataclass(frozen=True)
 class EraDiff:
-    """The two eras on one batch in one dialect.
+    """The recipes of record on one batch in one dialect.
 
     Attributes:
         framework: the dialect.
-        runs: era key -> EraRun (oldest first).
+        runs: record key -> EraRun, in the order asked (an alias asks for its record).
         samples: one row per answer: sample, prompt, score, then per era (tag in brackets)
             "A", "denominator", "loss weight" (its tokens' aggregation weights summed: the
             answer's say in the loss, >= 0), "loss share" (its signed part of the loss value),
@@ -260,25 +261,30 @@ def diff_eras(
     framework: str,
     prompts: Sequence[str] | None = None,
     new_logprobs: Tensor | None = None,
-    eras: Sequence[str] = ("grpo_2024", "defaults_2026"),
+    eras: Sequence[str] | None = None,
 ) -> EraDiff:
-    """The era presets side by side on one batch in one dialect.
+    """The recipes of record side by side on one batch in one dialect.
 
     Args:
         batch: scores, response_mask, group_ids, logprobs and ref_logprobs.
         framework: the dialect ("roll", "verl", "openrlhf", "trl").
         prompts: (P,) display names of the groups.
         new_logprobs: (B, T) the current policy's log-probs (default: the first update).
-        eras: keys of ``core.pipeline.eras.ERAS``.
+        eras: keys of ``core.pipeline.eras.ERAS`` (an alias resolves to its record, a repeat
+            runs once); default every record.
 
     Returns:
         EraDiff.
+
+    Raises:
+        KeyError: a key that names no recipe.
     """
     names = _prompts(batch, prompts)
     mask = torch.as_tensor(batch.response_mask, dtype=F64)
     scores = torch.as_tensor(batch.scores, dtype=F64)
     gids = batch.group_ids.tolist()
-    runs = {k: run_era(batch, ERAS[k], framework, names, new_logprobs) for k in eras}
+    records = [ERAS[k] for k in (tuple(ERAS) if eras is None else eras)]
+    runs = {r.key: run_era(batch, r, framework, names, new_logprobs) for r in records}
     table: dict[str, list] = {
         "sample": list(range(mask.shape[0])),
         "prompt": [names[g] if g < len(names) else f"prompt {g}" for g in gids],
@@ -315,6 +321,36 @@ def diff_eras(
     )
     notes = {k: er.era.dialect_notes(framework) for k, er in runs.items()}
     return EraDiff(framework, runs, pd.DataFrame(table), summary, notes)
+
+
+#: the per-answer columns ``EraDiff.samples`` holds once per recipe (the recipe's tag in brackets)
+ANSWER_COLUMNS = (
+    "A",
+    "denominator",
+    "loss weight",
+    "loss share",
+    "KL share",
+    "gradient",
+    "filtered",
+)
+
+
+def long_samples(diff: EraDiff) -> pd.DataFrame:
+    """``diff.samples`` with one row per answer and recipe (narrow enough for a projector).
+
+    Returns:
+        sample, prompt, score, recipe (its label), then ``ANSWER_COLUMNS``; each answer's rows
+        together, in the order of ``diff.runs``.
+    """
+    s = diff.samples
+    parts = []
+    for er in diff.runs.values():
+        part = s[["sample", "prompt", "score"]].assign(recipe=er.era.label)
+        for column in ANSWER_COLUMNS:
+            part[column] = s[f"{column} [{er.era.short}]"]
+        parts.append(part)
+    table = pd.concat(parts, ignore_index=True)
+    return table.sort_values("sample", kind="stable").reset_index(drop=True)
 
 
 #: said under the groups table where a prompt has no answer scored exactly 1 (its "A right" empty)

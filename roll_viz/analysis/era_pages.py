@@ -1,11 +1,12 @@
-"""Each chain page's key number under "GRPO as published (2024)" and "defaults of 2026".
+"""Each chain page's key number under the recipes of record (``core.pipeline.eras``).
 
-``era_diff.diff_eras`` runs both era presets on one batch. A page that shows that batch asks a
-narrower question: what does *its own* number become under each era? ``page_numbers(diff, page)``
-answers with a small table (one row per quantity, one column per era, and a line saying what the
-quantity is), ``page_answers(diff, page)`` with the per-answer columns that page looks at, and
-``framework_losses(batch, prompts)`` with the loss of each era in every dialect (the Frameworks
-page's number).
+``era_diff.diff_eras`` runs the recipes ("GRPO as published (2024)", prime-rl, Tinker,
+DeepSeek-V3.2, ScaleRL / Olmo 3, or those picked) on one batch. A page that shows that batch asks
+a narrower question: what does *its own* number become under each recipe?
+``page_numbers(diff, page)`` answers with a small table (one row per quantity, one column per
+recipe, and a line saying what the quantity is), ``page_answers(diff, page)`` with the per-answer
+columns that page looks at, and ``framework_losses(batch, prompts, eras=...)`` with the loss of
+each recipe in every dialect (the Frameworks page's number).
 
 All numbers are read off ``EraRun`` (no second computation): advantages on the kept rows' valid
 tokens, the loss and its terms, the token count in the loss, the groups dropped before batching.
@@ -61,8 +62,8 @@ QUANTITIES: dict[str, tuple[str, Callable[[EraRun, torch.Tensor], object]]] = {
         lambda er, m: ", ".join(er.filtered) or "none",
     ),
     "std level": (
-        "where the divisor of A = (r - mean) / std comes from",
-        lambda er, m: "batch" if "batch std" in " ".join(er.era.recipe) else "group",
+        "where the divisor of A = (r - mean) / std comes from (none: r - mean)",
+        lambda er, m: er.era.std_level,
     ),
     "max |A|": ("largest advantage on a token in the loss", _max_abs),
     "mean |A|": ("mean |advantage| over the tokens in the loss", _mean_abs),
@@ -88,6 +89,13 @@ PAGE_QUANTITIES: dict[str, tuple[str, ...]] = {
     "kl": ("KL term", "loss", "denominator"),
     "advantages": ("std level", "max |A|", "mean |A|", "A spread", "groups filtered"),
     "local_global": ("std level", "max |A|", "A spread", "groups filtered"),
+    "normalisation": (
+        "std level",
+        "groups filtered",
+        "answers in the loss",
+        "mean |A|",
+        "A spread",
+    ),
     "sensitivity": ("A spread", "loss", "sum |gradient|"),
     "update": (
         "loss",
@@ -107,6 +115,7 @@ PAGE_ANSWERS: dict[str, tuple[str, ...]] = {
     "kl": ("KL share",),
     "advantages": ("A",),
     "local_global": ("A",),
+    "normalisation": ("A", "filtered"),
     "sensitivity": ("A",),
     "update": ("loss share", "gradient"),
     "frameworks": ("A", "loss share"),
@@ -114,7 +123,7 @@ PAGE_ANSWERS: dict[str, tuple[str, ...]] = {
 
 
 def page_numbers(diff: EraDiff, page: str, mask: torch.Tensor) -> pd.DataFrame:
-    """The page's key numbers under each era.
+    """The page's key numbers under each recipe in ``diff``.
 
     Args:
         diff: ``diff_eras`` on the page's batch.
@@ -122,7 +131,7 @@ def page_numbers(diff: EraDiff, page: str, mask: torch.Tensor) -> pd.DataFrame:
         mask: (B, T) the batch's response mask.
 
     Returns:
-        One row per quantity: "quantity", one column per era label, "what it is".
+        One row per quantity: "quantity", one column per recipe label, "what it is".
 
     Raises:
         KeyError: a page without era numbers.
@@ -141,10 +150,10 @@ def page_numbers(diff: EraDiff, page: str, mask: torch.Tensor) -> pd.DataFrame:
 
 
 def page_answers(diff: EraDiff, page: str) -> pd.DataFrame:
-    """The per-answer columns the page looks at, for each era side by side.
+    """The per-answer columns the page looks at, for each recipe side by side.
 
     Returns:
-        sample, prompt, score, then "<column> [<era tag>]" for each column and era.
+        sample, prompt, score, then "<column> [<recipe tag>]" for each column and recipe.
     """
     cols = ["sample", "prompt", "score"]
     for column in PAGE_ANSWERS[page]:
@@ -153,19 +162,28 @@ def page_answers(diff: EraDiff, page: str) -> pd.DataFrame:
 
 
 def framework_losses(
-    batch: Batch, prompts: Sequence[str] | None = None, frameworks: Sequence[str] = FRAMEWORKS
+    batch: Batch,
+    prompts: Sequence[str] | None = None,
+    frameworks: Sequence[str] = FRAMEWORKS,
+    eras: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Each era's loss, policy term and KL term in every dialect on the same batch.
+    """Each recipe's loss, KL term and answers in the loss in every dialect on the same batch.
+
+    Args:
+        batch: as ``diff_eras`` takes it.
+        prompts: (P,) display names of the groups.
+        frameworks: the dialects, one row each.
+        eras: recipe keys (default every record).
 
     Returns:
-        One row per dialect: "dialect", then "loss [tag]", "KL term [tag]" per era, and
-        "error" where a dialect could not run an era (the message).
+        One row per dialect: "dialect", then "loss [tag]", "KL term [tag]", "answers [tag]" per
+        recipe, and "error" where a dialect could not run a recipe (the message).
     """
     rows = []
     for fw in frameworks:
         row: dict[str, object] = {"dialect": fw}
         try:
-            diff = diff_eras(batch, fw, prompts)
+            diff = diff_eras(batch, fw, prompts, eras=eras)
         except ValueError as err:
             row["error"] = str(err)
             rows.append(row)

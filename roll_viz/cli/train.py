@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 from roll_viz.core import pipeline
-from roll_viz.core.pipeline.eras import ERAS
+from roll_viz.core.pipeline.eras import ALIASES, ERAS
 from roll_viz.lm.loss_options import DEFAULT_OPTION, OPTION_IDS, SAMPLERS
 from roll_viz.lm.models import ModelNotFoundError, load_models
 from roll_viz.lm.runfile import MAX_LAG, OLD_POLICIES, RewardChoice, TrainRun, TrainSettings
@@ -101,10 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-every", type=int, default=5, help="write samples every k steps")
     p.add_argument(
         "--era",
-        choices=tuple(ERAS),
+        choices=(*ERAS, *ALIASES),
         default=None,
-        help="start from an era preset's config for the framework (core.pipeline.eras; "
-        "defaults_2026 also drops zero-variance groups); --config and --adv-estimator override",
+        help="start from a recipe of record's config for the framework (core.pipeline.eras; "
+        "prime_rl and scalerl_olmo3 also drop zero-variance groups; defaults_2026 is "
+        "scalerl_olmo3); --config and --adv-estimator override",
     )
     p.add_argument(
         "--filter-zero-variance",

@@ -117,7 +117,8 @@ RECORDED: dict[str, RecordedRun] = {
     "era_2026": RecordedRun(
         name="era_2026",
         title="Defaults of 2026",
-        description="The Eras page's 'defaults of 2026' in ROLL, same seed: no KL, "
+        description="The Eras page's 'defaults of 2026' (its ScaleRL / Olmo 3 recipe) in ROLL, "
+        "same seed: no KL, "
         "token-mean, clip 0.2 / 0.28, zero-variance groups dropped, group mean with the batch's "
         "std. A flat group is dropped (step 0: the update sees the other group only, |A| mean "
         "0.75); the advantage std moves with the batch (0.31 to 0.97) instead of GRPO's fixed "
@@ -134,7 +135,8 @@ HACKING_PAIR = ("hack_beta0", "hack_beta1")
 ADAPTIVE = "adaptive_beta"
 #: local (group) against global (batch) advantage scale over steps: (GRPO, REINFORCE++)
 LOCAL_GLOBAL_PAIR = ("grpo_local", "rpp_global")
-#: the era presets of ``core.pipeline.eras`` trained in ROLL: (GRPO 2024, defaults of 2026)
+#: two recipes of ``core.pipeline.eras`` trained in ROLL: (GRPO 2024, defaults of 2026 = ScaleRL /
+#: Olmo 3)
 ERA_PAIR = ("era_2024", "era_2026")
 
 

@@ -1,9 +1,13 @@
-"""Glue of the Frameworks page: what 2026 added, under each framework's own names.
+"""Glue of the Frameworks page: the recipes of record, and what 2026 added in each framework.
 
+``recipes_of_record()`` explains the frameworks of record as named recipes (``core.pipeline.eras``:
+GRPO as published, prime-rl, Tinker, DeepSeek-V3.2, ScaleRL / Olmo 3, which "defaults of 2026" now
+names), one row each, with the note that the std is now the minority choice; every batch page
+diffs them on its own batch (the 'Recipes of record' switch, ``ui.era_compare``).
 ``additions_2026()`` draws one table (a row per addition, a column per framework, the key or
 class as that framework spells it; "-" where it has none the calculator reads) and the links to
 the pages that show each addition on the current batch. The names are the ones the calculator's
-dialects and the era presets use (``core.pipeline.eras``, ``analysis.group_health``,
+dialects and the recipes use (``core.pipeline.eras``, ``analysis.group_health``,
 ``core.pipeline.opd``).
 """
 
@@ -13,13 +17,22 @@ import pandas as pd
 import streamlit as st
 
 from roll_viz import nav
+from roll_viz.core.pipeline.eras import ALIASES, ERAS, STD_MINORITY
 from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import page_link
 
 #: (addition, roll-viz page key, ROLL, verl, OpenRLHF, TRL)
 ADDITIONS: tuple[tuple[str, str, str, str, str, str], ...] = (
     (
-        "Era presets: GRPO 2024 vs defaults of 2026 (no KL, token mean, clip-higher)",
+        "Drop the std: reward minus the group mean (prime-rl, Tinker, DeepSeek-V3.2, Olmo 3)",
+        "eras",
+        "adv_estimator: reinforce; norm_mean_type: group; norm_std_type: null",
+        "norm_adv_by_std_in_grpo: false",
+        "--algo.advantage.estimator dr_grpo",
+        "scale_rewards='none'",
+    ),
+    (
+        "ScaleRL / Olmo 3, the 'defaults of 2026' (no KL, token mean, clip-higher)",
         "eras",
         "use_kl_loss: false; loss_agg_mode: token-mean; use_pg_clip_range, pg_clip_high: 0.28",
         "use_kl_loss: false; loss_agg_mode: token-mean; clip_ratio_high: 0.28",
@@ -99,7 +112,7 @@ def additions_2026() -> None:
     table(additions_table(), key="fw_additions")
     cols = st.columns(4)
     links = [
-        ("eras", "Eras: 2024 vs 2026"),
+        ("eras", "Eras: the recipes of record"),
         ("normalisation", "Normalisation: health, policies, matrix"),
         ("teacher", "Teacher as reference"),
     ]
@@ -109,6 +122,36 @@ def additions_2026() -> None:
         with col:
             page_link(key, label)
     st.caption(
-        "Every batch page also carries the group-health row and a '2024 vs 2026 on this batch' "
-        "switch that shows that page's own number under both eras."
+        "Every batch page also carries the group-health row and a 'Recipes of record' switch "
+        "that shows that page's own number under each recipe you pick."
     )
+
+
+#: the recipes table's columns
+RECIPE_COLUMNS = ("recipe", "advantage divisor", "settings", "sources")
+_STD_WORDS = {"group": "group std", "batch": "batch std", "none": "none: r - group mean"}
+
+
+def recipes_table() -> pd.DataFrame:
+    """One row per recipe of record: its label, std level, settings in words and sources."""
+    rows = [
+        (e.label, _STD_WORDS[e.std_level], "; ".join(e.recipe), e.sources) for e in ERAS.values()
+    ]
+    return pd.DataFrame(rows, columns=list(RECIPE_COLUMNS))
+
+
+def recipes_of_record() -> None:
+    """The section 'Frameworks of record as recipes': the table, the std note, the link."""
+    st.subheader("The frameworks of record, as recipes")
+    aliases = ", ".join(f"'{a}' is {ERAS[a].label}" for a in ALIASES)
+    st.markdown(
+        "One 'defaults of 2026' preset no longer describes the field. Each framework of record "
+        "is a named recipe, said in every dialect's own keys (where a dialect cannot say a "
+        "setting, the nearest native option and a note: the Eras page). On every batch page "
+        "the **Recipes of record** switch (the group-health row) diffs the recipes you pick on "
+        f"that page's batch; the Frameworks page adds each recipe's loss in every dialect. Old "
+        f"names still resolve ({aliases})."
+    )
+    st.info(STD_MINORITY, icon=":material/functions:")
+    table(recipes_table(), key="fw_recipes")
+    page_link("eras", "Every recipe on this batch: the Eras page", icon=":material/history:")

@@ -11,7 +11,7 @@ signal, the mean within-group std of the combined reward next to each reward fun
 ms-swift#4570) and a popover button holding the per-prompt table. The numbers come from
 ``roll_viz.analysis.group_health``, the chips from ``roll_viz.views.health``. One line high, so it
 never pushes a page's first figure out of a projector's first screen. With ``era=<page>`` the row
-ends with the '2024 vs 2026 on this batch' switch (``ui.era_compare``).
+ends with the 'Recipes of record' switch (``ui.era_compare``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def group_health_banner(
         key: widget key prefix (one banner per key on a page).
         solved_at: reward at or above which an answer counts as right (None: a flat group is
             all-good at the batch's best reward, all-bad at its worst).
-        era_key: when given, the '2024 vs 2026 on this batch' switch sits at the end of the row
+        era_key: when given, the 'Recipes of record' switch sits at the end of the row
             under this key (``era_compare.era_toggle``); read its value from session state.
 
     Returns:
@@ -113,7 +113,7 @@ def batch_health(
         state: from ``ui.page_setup``.
         key: widget key prefix, unique on the page.
         era: the page's key in ``analysis.era_pages.PAGE_QUANTITIES``: the row ends with the
-            '2024 vs 2026 on this batch' switch, and the comparison opens under it when on.
+            'Recipes of record' switch, and the comparison opens under it when on.
         below: a container for the comparison instead (e.g. the main column when the row sits
             in a side column).
 

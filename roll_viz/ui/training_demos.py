@@ -2,10 +2,10 @@
 
 Each demo plays its recorded run (``roll_viz.data.recorded_runs``) at once, with no model; its
 "Train live" button starts the same settings on the sidebar's prompts in this session's slots
-(adaptive beta in slot C, GRPO and REINFORCE++ in slots A and B, the two era presets in slots A
-and B). Once live runs of a demo exist
-the tab shows them with step k / N, seconds per step and the time left, and the recording only as
-a faint overlay (off unless asked for). A tab finds its live runs by their labels
+(adaptive beta in slot C, GRPO and REINFORCE++ in slots A and B, GRPO as published and the
+'defaults of 2026', the ScaleRL / Olmo 3 recipe of record, in slots A and B). Once live runs of
+a demo exist the tab shows them with step k / N, seconds per step and the time left, and the
+recording only as a faint overlay (off unless asked for). A tab finds its live runs by their labels
 (``ADAPTIVE_LIVE``, ``LOCAL_GLOBAL_LIVE``, ``ERA_LIVE``).
 """
 
@@ -38,7 +38,8 @@ LOCAL_GLOBAL_SLOTS = ("A", "B")
 ERA_SLOTS = ("A", "B")
 #: what to look at in the era tab (the recorded pair's numbers)
 ERA_CAPTION = (
-    "The Eras page's two presets trained in ROLL on the same prompts, reward (positive words, "
+    "Two of the Eras page's recipes, GRPO as published and ScaleRL / Olmo 3 (the 'defaults of "
+    "2026'), trained in ROLL on the same prompts, reward (positive words, "
     "one the policy can game) and seed: step 0 draws the same answers. **Zero-variance "
     "filter** (share of groups, all rewards equal; advantage |A| mean): at step 0 one prompt's "
     "four answers score the same; GRPO 2024 keeps them at advantage 0 (|A| mean 0.375), the "
@@ -368,7 +369,8 @@ def era_tab(state: AppState, refresh: float | None) -> None:
         "tr_era",
         start_eras,
         f"ROLL, positive-words reward, lr 1e-3, at least {DEMO_STEPS} steps: GRPO as "
-        "published in slot A, the 2026 defaults in slot B (the Eras page's presets).",
+        "published in slot A, the 2026 defaults (ScaleRL / Olmo 3) in slot B (the Eras page's "
+        "recipes).",
     )
 
     @st.fragment(run_every=refresh)

@@ -1,9 +1,9 @@
-"""Figures of the Eras page: the two era presets side by side, MaxRL beside GRPO, the KL view.
+"""Figures of the Eras page: the recipes of record side by side, MaxRL beside GRPO, the KL view.
 
 Functions take the results of ``roll_viz.analysis.era_diff`` / ``kl_placement`` and return
 ``go.Figure``; they never call Streamlit and never compute pipeline math (the KL curves are
 drawn from the per-token table, not recomputed). Colours: the comparison pages' Okabe-Ito
-palette, one colour per era / estimator / placement.
+palette, one colour per recipe / estimator / placement.
 """
 
 from __future__ import annotations
@@ -20,22 +20,25 @@ from roll_viz.views.compare_charts import OKABE_ITO, short
 #: ratio 1 that part equals the gradient panel below it, bar for bar, and read as a negative share
 ERA_PANELS: tuple[tuple[str, str], ...] = (
     ("A", "advantage per answer"),
-    ("loss weight", "each answer's weight in the loss (its tokens' weights summed)"),
+    ("loss weight", "each answer's share of the loss's weight (its tokens' weights summed)"),
     ("gradient", "sum over its tokens of d loss / d log pi"),
 )
+#: the panel drawn as shares (each recipe's weights over its own total): a sum (Tinker) and a
+#: mean then read on one scale, and show that they weigh the answers alike
+SHARE_PANEL = "loss weight"
 
 
 def era_bars(diff: EraDiff) -> go.Figure:
-    """Side-by-side bars per answer, one colour per era, one panel per quantity.
+    """Side-by-side bars per answer, one colour per recipe, one panel per quantity.
 
-    A filtered answer (its group dropped before batching) has no bar in that era and is marked
+    A filtered answer (its group dropped before batching) has no bar in that recipe and is marked
     "filtered" in the hover.
 
     Args:
         diff: ``diff_eras`` on a batch.
 
     Returns:
-        The figure (traces ordered panel by panel, era by era).
+        The figure (traces ordered panel by panel, recipe by recipe).
     """
     s = diff.samples
     labels = [f"{i}: {short(p, 14)}" for i, p in zip(s["sample"], s["prompt"], strict=True)]
@@ -50,9 +53,10 @@ def era_bars(diff: EraDiff) -> go.Figure:
         for k, er in enumerate(diff.runs.values()):
             tag = er.era.short
             filtered = s[f"filtered [{tag}]"].tolist()
-            ys = [
-                None if f else float(v) for v, f in zip(s[f"{stem} [{tag}]"], filtered, strict=True)
-            ]
+            values = s[f"{stem} [{tag}]"]
+            if stem == SHARE_PANEL and float(values.sum()) > 0:
+                values = values / float(values.sum())
+            ys = [None if f else float(v) for v, f in zip(values, filtered, strict=True)]
             fig.add_trace(
                 go.Bar(
                     x=labels,
@@ -76,7 +80,7 @@ def era_bars(diff: EraDiff) -> go.Figure:
         height=650,
         # the legend under the answers' labels: at y = 1.08 it ran over the title
         margin={"l": 50, "r": 20, "t": 60, "b": 70},
-        title=f"The two eras on the same batch ({short(diff.framework)})",
+        title=f"The recipes of record on the same batch ({short(diff.framework)})",
         legend={"orientation": "h", "yanchor": "top", "y": -0.06},
     )
     return fig

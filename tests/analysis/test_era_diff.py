@@ -1,4 +1,5 @@
-"""Era presets (GRPO 2024 vs defaults of 2026) on one batch, and MaxRL beside GRPO."""
+"""The recipes of record (GRPO 2024, prime-rl, Tinker, V3.2, ScaleRL / Olmo 3) on one batch, and
+MaxRL beside GRPO; ``defaults_2026`` is the ScaleRL / Olmo 3 record's alias."""
 
 import math
 
@@ -32,13 +33,14 @@ def _k3(x):
     return math.exp(-x) - 1 + x
 
 
-def test_every_dialect_accepts_both_eras():
+def test_every_dialect_accepts_every_recipe():
     check_eras()
+    assert len(ERAS) == 5
     for era in ERAS.values():
         assert set(era.configs) == set(FRAMEWORKS)
         for fw in FRAMEWORKS:
             cfg = resolve_config(fw, era.config(fw))
-            want = (0.2, 0.2) if era.short == "2024" else (0.2, 0.28)
+            want = (0.2, 0.28) if era.key == "scalerl_olmo3" else (0.2, 0.2)  # clip-higher
             assert dialects.get(fw).clip_range(cfg) == want
 
 
@@ -46,9 +48,11 @@ def test_every_dialect_accepts_both_eras():
 def test_2024_has_k3_kl_loss_at_004_and_2026_none(fw):
     batch = _batch()
     diff = era_diff.diff_eras(batch, fw)
-    old, new = diff.runs["grpo_2024"], diff.runs["defaults_2026"]
+    old, new = diff.runs["grpo_2024"], diff.runs["scalerl_olmo3"]
     assert old.kl_term > 0
     assert new.kl_term == 0
+    assert diff.runs["deepseek_v32"].kl_term > 0
+    assert diff.runs["prime_rl"].kl_term == diff.runs["tinker"].kl_term == 0
     cfg = old.config
     res = policy_loss(
         fw,
@@ -66,7 +70,9 @@ def test_2024_has_k3_kl_loss_at_004_and_2026_none(fw):
     assert not old.kept.logical_not().any()
     assert new.kept.tolist() == [True, True, False, False]
     assert new.filtered == ("solved",)
-    assert diff.samples["filtered [2026]"].tolist() == [False, False, True, True]
+    assert diff.samples["filtered [ScaleRL]"].tolist() == [False, False, True, True]
+    assert diff.samples["filtered [prime-rl]"].tolist() == [False, False, True, True]
+    assert not diff.samples["filtered [Tinker]"].any()
 
 
 def test_trl_by_hand():
@@ -85,10 +91,10 @@ def test_trl_by_hand():
     assert old.policy_term == pytest.approx(0.0, abs=1e-15)
     assert s["denominator [2024]"].tolist() == [4.0, 8.0, 4.0, 4.0]
     # 2026: "solved" dropped; batch std of the kept rewards [1, 0] = sqrt(1/2); token mean of 3
-    new = diff.runs["defaults_2026"]
-    assert s["A [2026]"].tolist()[:2] == pytest.approx([a, -a], abs=1e-12)
+    new = diff.runs["scalerl_olmo3"]
+    assert s["A [ScaleRL]"].tolist()[:2] == pytest.approx([a, -a], abs=1e-12)
     assert new.loss == pytest.approx(-(a * 1 - a * 2) / 3, abs=1e-12)
-    assert s["denominator [2026]"].tolist()[:2] == [3.0, 3.0]
+    assert s["denominator [ScaleRL]"].tolist()[:2] == [3.0, 3.0]
     assert new.grad[1].tolist() == pytest.approx([a / 3, a / 3], abs=1e-12)
     assert "3 tokens" in new.denominator
 
@@ -151,13 +157,13 @@ def test_clip_higher_shows_with_a_moved_policy():
     diff = era_diff.diff_eras(batch, "trl", new_logprobs=moved)
     assert diff.runs["grpo_2024"].grad[0, 0] == 0
     a = 0.5 / (math.sqrt(0.5) + 1e-4)
-    assert float(diff.runs["defaults_2026"].grad[0, 0]) == pytest.approx(-a * 1.25 / 3, 1e-12)
+    assert float(diff.runs["scalerl_olmo3"].grad[0, 0]) == pytest.approx(-a * 1.25 / 3, 1e-12)
 
 
 def test_everything_filtered_is_not_an_error():
     batch = _batch()
     batch = Batch(**{**batch.__dict__, "scores": torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=F)})
-    new = era_diff.diff_eras(batch, "verl").runs["defaults_2026"]
+    new = era_diff.diff_eras(batch, "verl").runs["scalerl_olmo3"]
     assert new.loss == 0.0
     assert new.trace is None
     assert "no answer left" in new.denominator
@@ -234,3 +240,16 @@ def test_2024_loss_matches_the_loop(fw, kl_per_answer):
     want = _loop_loss_2024(batch, old.advantages, kl_per_answer)
     assert old.loss == pytest.approx(want, abs=1e-12)
     assert old.kl_term == pytest.approx(float(old.kl_share.sum()), abs=1e-15)
+
+
+def test_long_samples_is_the_wide_table_one_row_per_answer_and_recipe():
+    batch = _batch()
+    diff = era_diff.diff_eras(batch, "verl", eras=("tinker", "grpo_2024"))
+    long = era_diff.long_samples(diff)
+    assert len(long) == 4 * 2
+    assert long["sample"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert long["recipe"].tolist()[:2] == ["Tinker", "GRPO as published (2024)"]
+    row = long[(long["sample"] == 1) & (long["recipe"] == "Tinker")].iloc[0]
+    assert row["A"] == diff.samples.loc[1, "A [Tinker]"] == pytest.approx(-0.5, abs=1e-12)
+    assert row["loss weight"] == 2.0  # verl token-sum: each of its 2 tokens weighs 1
+    assert list(long.columns) == ["sample", "prompt", "score", "recipe", *era_diff.ANSWER_COLUMNS]

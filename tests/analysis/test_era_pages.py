@@ -16,7 +16,7 @@ def demo():
 
 
 @pytest.mark.parametrize("page", list(era_pages.PAGE_QUANTITIES))
-def test_every_page_gets_its_quantities_for_both_eras(demo, page):
+def test_every_page_gets_its_quantities_for_every_recipe(demo, page):
     diff = era_diff.diff_eras(demo, "trl")
     table = era_pages.page_numbers(diff, page, demo.response_mask)
     assert list(table["quantity"]) == list(era_pages.PAGE_QUANTITIES[page])
@@ -26,8 +26,8 @@ def test_every_page_gets_its_quantities_for_both_eras(demo, page):
     answers = era_pages.page_answers(diff, page)
     assert len(answers) == demo.scores.shape[0]
     for column in era_pages.PAGE_ANSWERS[page]:
-        assert f"{column} [2024]" in answers.columns
-        assert f"{column} [2026]" in answers.columns
+        for era in ERAS.values():
+            assert f"{column} [{era.short}]" in answers.columns
 
 
 def test_samples_numbers_by_hand(demo):
@@ -52,6 +52,8 @@ def test_max_abs_advantage_is_the_kept_tokens(demo):
         assert float(table.loc["max |A|", er.era.label]) == pytest.approx(want, rel=1e-3)
     assert table.loc["std level", ERAS["defaults_2026"].label] == "batch"
     assert table.loc["std level", ERAS["grpo_2024"].label] == "group"
+    for key in ("prime_rl", "tinker", "deepseek_v32"):
+        assert table.loc["std level", ERAS[key].label] == "none"
 
 
 def test_framework_losses_has_every_dialect(demo):
@@ -62,4 +64,11 @@ def test_framework_losses_has_every_dialect(demo):
         diff = era_diff.diff_eras(demo, fw)
         row = table.set_index("dialect").loc[fw]
         assert row["loss [2024]"] == pytest.approx(diff.runs["grpo_2024"].loss)
-        assert row["KL term [2026]"] == 0.0
+        assert row["KL term [ScaleRL]"] == 0.0
+        assert row["loss [Tinker]"] == pytest.approx(diff.runs["tinker"].loss)
+
+
+def test_framework_losses_of_the_picked_recipes(demo):
+    table = era_pages.framework_losses(demo, eras=("tinker", "defaults_2026"))
+    tags = sorted({c.split("[")[1].rstrip("]") for c in table.columns if "[" in c})
+    assert tags == ["ScaleRL", "Tinker"]

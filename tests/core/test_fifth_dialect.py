@@ -138,7 +138,17 @@ TOY = Dialect(
             config={"baseline": "group_mean", "scale": True, "kl_weight": 0.04, "epsilon": 0.2},
             notes=("the toy's loss is TRL's",),
         ),
-        "defaults_2026": EraSetting(
+        # every recipe of record: the toy says each in its keys (the last one's old name is
+        # defaults_2026, an alias the lookups below still use)
+        **{
+            key: EraSetting(config={"baseline": "group_mean", "scale": False, "kl_weight": 0.0})
+            for key in ("prime_rl", "tinker")
+        },
+        "deepseek_v32": EraSetting(
+            config={"baseline": "group_mean", "scale": False, "kl_weight": 0.04},
+            notes=("the toy's KL is TRL's plain k3",),
+        ),
+        "scalerl_olmo3": EraSetting(
             config={"baseline": "group_mean", "scale": False, "kl_weight": 0.0},
             notes=("the toy has no batch std: the group mean alone",),
         ),
@@ -237,6 +247,7 @@ def test_the_eras_find_the_toy(toy):
     eras.check_eras()
     assert eras.ERAS["grpo_2024"].config("toy")["kl_weight"] == 0.04
     assert "toy" in eras.ERAS["defaults_2026"].configs
+    assert eras.ERAS["deepseek_v32"].config("toy")["kl_weight"] == 0.04
     assert eras.ERAS["defaults_2026"].dialect_notes("toy") == (
         "the toy has no batch std: the group mean alone",
     )

@@ -274,7 +274,8 @@ def test_presentation_mode_fits_a_wide_table_to_the_screen():
     assert config["global advantage"]["pinned"] is True  # the page's point stays in view
     plain = columns(open_page("local_global"), "global advantage")
     assert "global advantage" not in plain  # outside the projector: Streamlit's own widths
-    wide = columns(open_page("eras", preset="quantum", present="true", hide="sidebar"), "A [2024]")
+    # the Eras page's summary: a row per recipe, its settings in words (wider than the screen)
+    wide = columns(open_page("eras", preset="quantum", present="true", hide="sidebar"), "estimator")
     widths = [c["width"] for c in wide.values() if "width" in c]
     assert len(widths) == len(wide) - 1  # every column but the hidden index
     assert sum(widths) <= ui.table_fit.MAIN_PX[True]

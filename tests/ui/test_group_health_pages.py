@@ -1,7 +1,8 @@
-"""AppTest: the group-health banner and the '2024 vs 2026 on this batch' switch on batch pages.
+"""AppTest: the group-health banner and the 'Recipes of record' switch on batch pages.
 
 Every page that shows a batch draws the banner (one row of chips, a per-prompt popover) and the
-era switch in the same row; switched on, the page's own numbers appear under each era. Runs on
+recipes switch in the same row; switched on, the page's own numbers appear under each recipe of
+record picked (all five by default), with the note that the std is now the minority choice. Runs on
 the committed presets (no model): quantum has a two-term reward, so its banner puts each term's
 group std next to the combined one.
 """
@@ -15,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.analysis import era_diff, era_pages, group_health
-from roll_viz.core.pipeline.eras import ERAS
+from roll_viz.core.pipeline.eras import ERAS, STD_MINORITY
 from roll_viz.core.records import batch_from_rollout
 from roll_viz.data.presets import load_preset
 from roll_viz.rewards import score_rollout
@@ -66,22 +67,42 @@ def test_banner_on_every_batch_page(page):
     assert not [d for d in at.dataframe if "quantity" in d.value.columns]
 
 
-@pytest.mark.parametrize("page", ["samples", "advantages", "update", "frameworks"])
-def test_era_switch_shows_the_page_numbers(page):
-    """Switched on: the page's quantities under both eras, equal to era_pages on the same batch."""
+#: every page with the recipes switch: BANNERS, Token KL and Normalisation (their banner keys)
+ERA_PAGES = {**BANNERS, "kl": "kl_health", "normalisation": "group_health"}
+
+
+@pytest.mark.parametrize("page", list(ERA_PAGES))
+def test_recipes_switch_shows_the_page_numbers(page):
+    """Switched on: the page's quantities under every recipe of record, and the std note."""
     at = open_page(page, preset="arithmetic")
-    era_toggle(at, BANNERS[page]).set_value(True).run()
+    era_toggle(at, ERA_PAGES[page]).set_value(True).run()
     assert not at.exception, [e.message for e in at.exception]
     tables = [d.value for d in at.dataframe if "quantity" in d.value.columns]
     assert len(tables) == 1
     shown = tables[0]
     assert list(shown["quantity"]) == list(era_pages.PAGE_QUANTITIES[page])
-    assert {era.label for era in ERAS.values()} <= set(shown.columns)
+    labels = [era.label for era in ERAS.values()]
+    assert [c for c in shown.columns if c not in ("quantity", "what it is")] == labels
+    assert any(STD_MINORITY in c.value for c in at.caption)
     if page == "frameworks":
         dialects = [d.value for d in at.dataframe if "dialect" in d.value.columns and
                     "loss [2024]" in d.value.columns]  # fmt: skip
         assert len(dialects) == 1
         assert len(dialects[0]) == 4
+        assert {"loss [prime-rl]", "loss [Tinker]", "loss [V3.2]"} <= set(dialects[0].columns)
+
+
+def test_the_picked_recipes_are_the_columns():
+    """Two recipes picked: the table has exactly those columns, their numbers era_pages'."""
+    at = open_page("advantages", preset="arithmetic")
+    era_toggle(at, "adv_health").set_value(True).run()
+    at.session_state["adv_health_eras_pick"] = ["prime_rl", "grpo_2024"]
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = next(d.value for d in at.dataframe if "quantity" in d.value.columns)
+    assert list(shown.columns) == ["quantity", ERAS["grpo_2024"].label, "prime-rl", "what it is"]
+    row = shown.set_index("quantity").loc["std level"]
+    assert (row[ERAS["grpo_2024"].label], row["prime-rl"]) == ("group", "none")
 
 
 def test_era_numbers_match_the_analysis():
@@ -124,3 +145,13 @@ def test_frameworks_page_lists_the_2026_additions():
     assert any("use_opd" in v for v in table["ROLL"])
     assert any("scale_rewards" in v for v in table["TRL"])
     assert set(table["page"]) <= {p.title for p in nav.PAGES}
+
+
+def test_frameworks_page_explains_the_recipes_of_record():
+    """One row per recipe of record, the std note, and the old name's alias said."""
+    at = open_page("frameworks", preset="arithmetic")
+    table = next(d.value for d in at.dataframe if "advantage divisor" in d.value.columns)
+    assert table["recipe"].tolist() == [e.label for e in ERAS.values()]
+    assert table["advantage divisor"].tolist().count("none: r - group mean") == 3
+    assert any(STD_MINORITY in i.value for i in at.info)
+    assert any("'defaults_2026' is ScaleRL / Olmo 3" in m.value for m in at.markdown)

@@ -1,5 +1,6 @@
 """Figures of the Eras page: era bars, MaxRL bars, the KL per-token view."""
 
+import pytest
 import torch
 
 from roll_viz.analysis import era_diff, group_health, kl_placement
@@ -10,12 +11,12 @@ def test_era_bars_one_trace_per_era_and_panel_filtered_rows_empty():
     batch = group_health.demo_batch()
     diff = era_diff.diff_eras(batch, "trl")
     fig = era_charts.era_bars(diff)
-    assert len(fig.data) == len(era_charts.ERA_PANELS) * 2
-    first, second = fig.data[0], fig.data[1]
+    assert len(fig.data) == len(era_charts.ERA_PANELS) * 5
+    first, second = fig.data[0], fig.data[4]
     assert first.name == "GRPO as published (2024)"
-    assert second.name == "Defaults of 2026"
+    assert second.name == "ScaleRL / Olmo 3"
     assert list(first.y) == diff.samples["A [2024]"].tolist()
-    filtered = diff.samples["filtered [2026]"].tolist()
+    filtered = diff.samples["filtered [ScaleRL]"].tolist()
     assert [y is None for y in second.y] == filtered
     assert any(filtered)
 
@@ -26,15 +27,22 @@ def test_the_middle_panel_is_each_answers_weight_not_a_copy_of_the_gradient():
     batch = group_health.demo_batch()
     diff = era_diff.diff_eras(batch, "roll")
     s = diff.samples
-    for tag in ("2024", "2026"):
+    for tag in ("2024", "ScaleRL", "prime-rl", "V3.2"):
         kept = ~s[f"filtered [{tag}]"]
         weight = s[f"loss weight [{tag}]"][kept]
         assert (weight > 0).all()
         assert abs(weight.sum() - 1.0) < 1e-9  # the mean modes: weights over kept answers add to 1
-    assert not s["loss weight [2024]"].equals(s["loss weight [2026]"])  # sequence vs token mean
+    assert not s["loss weight [2024]"].equals(s["loss weight [ScaleRL]"])  # sequence vs token mean
+    # Tinker's token sum is ROLL's seq-mean-token-sum: every token weighs 1 / answers, so an
+    # answer's weight is its length / 12 and the weights add up to tokens / answers, not 1
+    lengths = batch.response_mask.sum(-1)
+    assert s["loss weight [Tinker]"].tolist() == pytest.approx((lengths / 12).tolist(), abs=1e-12)
     fig = era_charts.era_bars(diff)
     middle = [t for t in fig.data if t.yaxis == "y2"]
     assert list(middle[0].y) == s["loss weight [2024]"].tolist()
+    # drawn as shares: Tinker's sum weighs the answers by their lengths, as a token mean would
+    tinker = next(t for t in middle if t.name == "Tinker")
+    assert list(tinker.y) == pytest.approx((lengths / lengths.sum()).tolist(), abs=1e-12)
     assert list(middle[0].y) != s["gradient [2024]"].tolist()
 
 

@@ -15,8 +15,9 @@ Also here: OpenRLHF's config keys (flattened: ``--algo.kl.init_coef`` -> ``init_
 defaults, choices and help, the policy-update keys (``--actor.eps_clip`` -> ``eps_clip``), the
 KL estimator names, the beta/controller/clip keys, the named recipes, the translation of the
 sidebar's generic knobs (the KL is in the reward unless ``use_loss``: an inverted switch), the
-loss spec and the logged metric names, the era presets, loss options, self-test cases and the
-mismatch correction, all named by the ``DIALECT`` record at the end.
+loss spec and the logged metric names, loss options, self-test cases and the mismatch
+correction, all named by the ``DIALECT`` record at the end (its recipes of record, ``ERAS``, in
+``openrlhf_eras.py``).
 
 Size: one file per framework by design (its tables, order of operations, loss spec and
 logged metrics side by side), so a reader checks the framework against one file.
@@ -40,7 +41,8 @@ from roll_viz.core.pipeline.advantages import (
 )
 from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
+from roll_viz.core.pipeline.dialects.openrlhf_eras import ERAS as ERAS  # recipes of record
+from roll_viz.core.pipeline.dialects.record import Dialect, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -237,44 +239,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "reinforce++": {"advantage_estimator": "reinforce"},
     "reinforce++ baseline": {"advantage_estimator": "reinforce_baseline"},
     "gae": {"advantage_estimator": "gae"},
-}
-
-#: The era presets (``core/pipeline/eras.py``) in OpenRLHF's keys, with what it says differently.
-ERAS: dict[str, EraSetting] = {
-    "grpo_2024": EraSetting(
-        config={
-            "advantage_estimator": "group_norm",
-            "use_loss": True,
-            "init_coef": 0.04,
-            "kl_estimator": "k3",
-            "policy_loss_type": "ppo",
-            "eps_clip": 0.2,
-            "loss_agg_mode": "seq-mean-token-mean",
-        },
-        notes=(
-            "OpenRLHF clamps every KL estimate to +-10",
-            "OpenRLHF's KL loss is a token mean over the batch (aggregate_loss's default) "
-            "while the policy term is per answer",
-        ),
-    ),
-    "defaults_2026": EraSetting(
-        config={
-            "advantage_estimator": "reinforce_baseline",
-            "use_loss": False,
-            "init_coef": 0.0,
-            "policy_loss_type": "ppo",
-            "eps_clip_low_high": (0.2, 0.28),
-            "loss_agg_mode": "token-mean",
-        },
-        notes=(
-            "OpenRLHF cannot divide group-centred rewards by the batch std: the nearest "
-            "native option is reinforce_baseline (group mean, then a token-weighted "
-            "whitening over the batch, which also subtracts the batch's token-weighted mean)",
-            "zero-variance filter: OpenRLHF --algo.dynamic_filtering_enable with "
-            "--algo.dynamic_filtering_range 0 1 keeps groups whose mean reward is strictly "
-            "inside the range: the same as std > 0 for 0/1 rewards, not for shaped ones",
-        ),
-    ),
 }
 
 #: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put

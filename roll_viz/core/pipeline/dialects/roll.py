@@ -38,7 +38,8 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
+from roll_viz.core.pipeline.dialects.record import Dialect, SelfTestCases
+from roll_viz.core.pipeline.dialects.roll_eras import ERAS as ERAS  # recipes of record
 from roll_viz.core.pipeline.dialects.roll_masks import final_response_mask as final_response_mask
 from roll_viz.core.pipeline.dialects.roll_masks import sample_level_mask
 from roll_viz.core.pipeline.dialects.shared import (
@@ -298,43 +299,6 @@ RECIPES: dict[str, dict[str, Any]] = {
         "whiten_advantages": True,
     },
     "gae": {"adv_estimator": "gae"},
-}
-
-#: The era presets (``core/pipeline/eras.py``) in ROLL's keys, with what ROLL says differently.
-ERAS: dict[str, EraSetting] = {
-    "grpo_2024": EraSetting(
-        config={
-            "adv_estimator": "grpo",
-            "use_kl_loss": True,
-            "kl_loss_coef": 0.04,
-            "add_token_level_kl": False,
-            "pg_variant": "ppo",
-            "pg_clip": 0.2,
-            "loss_agg_mode": "seq-mean-token-mean",
-        },
-        notes=("ROLL's KL loss is always k3 (clamped to +-10), whatever kl_penalty says",),
-    ),
-    "defaults_2026": EraSetting(
-        config={
-            "adv_estimator": "reinforce",
-            "norm_mean_type": "group",
-            "norm_std_type": "batch",
-            "add_token_level_kl": False,
-            "use_kl_loss": False,
-            "kl_loss_coef": 0.0,
-            "pg_variant": "ppo",
-            "use_pg_clip_range": True,
-            "pg_clip_low": 0.2,
-            "pg_clip_high": 0.28,
-            "loss_agg_mode": "token-mean",
-        },
-        notes=(
-            "group mean / batch std is ROLL's reward normalisation (norm_mean_type group, "
-            "norm_std_type batch) followed by REINFORCE (gamma 1), the LitePPO recipe",
-            "zero-variance filter: ROLL query_filter_config type std_filter (std <= "
-            "std_threshold; 0 = exact), a reward-worker setting outside the calculator's keys",
-        ),
-    ),
 }
 
 #: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put

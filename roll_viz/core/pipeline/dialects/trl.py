@@ -25,7 +25,7 @@ from roll_viz.core.pipeline import rollout_correction as rc
 from roll_viz.core.pipeline.advantages import token_rewards
 from roll_viz.core.pipeline.dialects import corrections as fc
 from roll_viz.core.pipeline.dialects import shared
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
+from roll_viz.core.pipeline.dialects.record import Dialect, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -34,6 +34,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     num,
 )
 from roll_viz.core.pipeline.dialects.trl_entropy import applied_entropy_coef, next_entropy_coef
+from roll_viz.core.pipeline.dialects.trl_eras import ERAS as ERAS  # recipes of record
 from roll_viz.core.pipeline.kl import kl_term_mean
 from roll_viz.core.pipeline.losses import F64, LossMode, LossSpec, MetricContext
 from roll_viz.core.pipeline.postprocess import require_group_size
@@ -231,38 +232,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "grpo": {"scale_rewards": "group"},
     "dr_grpo (no std)": {"scale_rewards": "none"},
     "liteppo (group mean, batch std)": {"scale_rewards": "batch"},
-}
-
-#: The era presets (``core/pipeline/eras.py``) in TRL's keys, with what TRL says differently.
-ERAS: dict[str, EraSetting] = {
-    "grpo_2024": EraSetting(
-        config={
-            "scale_rewards": "group",
-            "beta": 0.04,
-            "use_bias_correction_kl": False,
-            "loss_type": "grpo",
-            "epsilon": 0.2,
-        },
-        notes=(
-            "TRL 1.16 multiplies the k3 term by pi/pi_old by default "
-            "(use_bias_correction_kl); the published loss is plain k3, so it is off here",
-            "TRL loss_type grpo divides by every row (empty answers included)",
-        ),
-    ),
-    "defaults_2026": EraSetting(
-        config={
-            "scale_rewards": "batch",
-            "beta": 0.0,
-            "loss_type": "dapo",
-            "epsilon": 0.2,
-            "epsilon_high": 0.28,
-        },
-        notes=(
-            "scale_rewards batch: group mean, std of the whole batch (TRL's LitePPO option)",
-            "zero-variance filter: TRL GRPOTrainer has none (it logs frac_reward_zero_std and "
-            "keeps the groups at A = 0); the analysis drops them before batching as the others do",
-        ),
-    ),
 }
 
 #: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put

@@ -43,7 +43,7 @@ from roll_viz.core.pipeline.advantages import (
 )
 from roll_viz.core.pipeline.dialects import shared
 from roll_viz.core.pipeline.dialects import verl_rollout as vr
-from roll_viz.core.pipeline.dialects.record import Dialect, EraSetting, SelfTestCases
+from roll_viz.core.pipeline.dialects.record import Dialect, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,
     base_notes,
@@ -52,6 +52,7 @@ from roll_viz.core.pipeline.dialects.shared import (
     make_trace,
     num,
 )
+from roll_viz.core.pipeline.dialects.verl_eras import ERAS as ERAS  # recipes of record
 from roll_viz.core.pipeline.losses import LossMode, LossSpec, MetricContext, aggregate
 from roll_viz.core.pipeline.postprocess import singleton_groups
 from roll_viz.core.records import Batch, RunningMoments, Trace
@@ -338,50 +339,6 @@ RECIPES: dict[str, dict[str, Any]] = {
     "reinforce++": {"adv_estimator": "reinforce_plus_plus"},
     "reinforce++ baseline": {"adv_estimator": "reinforce_plus_plus_baseline"},
     "gae": {"adv_estimator": "gae"},
-}
-
-#: The era presets (``core/pipeline/eras.py``) in verl's keys, with what verl says differently.
-ERAS: dict[str, EraSetting] = {
-    "grpo_2024": EraSetting(
-        config={
-            "adv_estimator": "grpo",
-            "norm_adv_by_std_in_grpo": True,
-            "use_kl_in_reward": False,
-            "use_kl_loss": True,
-            "kl_loss_coef": 0.04,
-            "kl_loss_type": "low_var_kl",
-            "loss_mode": "vanilla",
-            "clip_ratio": 0.2,
-            "clip_ratio_low": 0.2,
-            "clip_ratio_high": 0.2,
-            "loss_agg_mode": "seq-mean-token-mean",
-        },
-        notes=(
-            "verl's trainer divides seq-mean-token-mean by every row of the mini-batch "
-            "(empty answers included)",
-            "low_var_kl is k3 with log-ratio clamped to +-20 and the value to +-10",
-        ),
-    ),
-    "defaults_2026": EraSetting(
-        config={
-            "adv_estimator": "reinforce_plus_plus_baseline",
-            "use_kl_in_reward": False,
-            "use_kl_loss": False,
-            "kl_loss_coef": 0.0,
-            "loss_mode": "vanilla",
-            "clip_ratio_low": 0.2,
-            "clip_ratio_high": 0.28,
-            "loss_agg_mode": "token-mean",
-        },
-        notes=(
-            "verl cannot divide group-centred rewards by the batch std: grpo's only switch "
-            "is norm_adv_by_std_in_grpo (group std or none); the nearest native option is "
-            "reinforce_plus_plus_baseline (group mean, then a token-weighted whitening over "
-            "the batch, which also subtracts the batch's token-weighted mean)",
-            "zero-variance filter: verl algorithm.filter_groups (enable: true, metric: acc; "
-            "np.std == 0), a trainer setting outside the calculator's keys",
-        ),
-    ),
 }
 
 #: The loss options the Update and Training pages offer (``lm.loss_options``): name shown and put
