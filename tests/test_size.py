@@ -20,9 +20,8 @@ from tests import size_budget as sb
 
 #: modules still over SIZE_MAX formatted lines, with their size now (lower it as they shrink)
 OVER_CAP: dict[str, int] = {
-    "roll_viz/core/pipeline/dialects/roll.py": 1176,
-    "roll_viz/core/pipeline/dialects/trl.py": 814,
-    "roll_viz/core/pipeline/dialects/verl.py": 1217,
+    "roll_viz/core/pipeline/dialects/roll.py": 1073,
+    "roll_viz/core/pipeline/dialects/verl.py": 1043,
     "roll_viz/lm/update.py": 958,
 }
 #: functions still over FUNCTION_NOTE lines without a ``Size:`` line: "path:name" -> lines
@@ -33,7 +32,7 @@ LONG_FUNCTIONS: dict[str, int] = {
 }
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
 #: decision, not a drift: raise it only in the commit that needs the lines, saying why.
-PRODUCT_NOW = 60_515
+PRODUCT_NOW = 61_031
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:
