@@ -10,8 +10,11 @@ The format, one object: ``schema``, ``model``, ``engine``, ``note``, ``command``
 (wall time of the recording), ``request`` (the ``EpisodeRequest``'s fields, policy left out:
 the presets are the base model) and ``episodes``, each with its ``Episode`` fields and its
 segments as ``{role, text, ids, turn, sampled, lp, ref, call}`` (``lp``/``ref``: per-token
-log-probs rounded to ``DIGITS`` decimals, null on unsampled segments). ``episodes_to_json``
-writes it, ``episodes_from_json`` reads it back (one clear ``ValueError`` for a bad file).
+log-probs rounded to ``DIGITS`` decimals, null on unsampled segments), and ``reencoded`` /
+``reencoded_strip_think``: the transcript re-encoded from its text by the chat template, plain
+and with earlier ``<think>`` blocks stripped (``lm.transcript.reencode``; null where it gives back
+the transcript's own ids). ``episodes_to_json`` writes it, ``episodes_from_json`` reads it back
+(one clear ``ValueError`` for a bad file).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from roll_viz.core.agentic.episode import Episode, Segment
 from roll_viz.lm.episodes import (
     MAX_EPISODE_GROUP,
     MAX_EPISODE_TASKS,
+    MAX_EPISODE_TOKENS,
     EpisodeBatch,
     EpisodeRequest,
 )
@@ -78,6 +82,14 @@ RECORDED_EPISODES = {
             "per-turn progress reward still credits the apple lookup.",
         ),
         RecordedEpisodeSet(
+            "think",
+            "Calculator, thinking first",
+            "The calculator's questions with a <think> block asked for before each call: the "
+            "model reasons its own (wrong) arithmetic instead of calling the tool. The worked "
+            "example's <think> blocks are earlier assistant turns too: a chat template that "
+            "strips them gives the trainer another context than the one sampled from.",
+        ),
+        RecordedEpisodeSet(
             "guess",
             "Guess the number from 1 to 10",
             "Each guess's feedback rules out part of the range (the per-turn progress reward, "
@@ -98,6 +110,9 @@ class RecordedEpisodes:
         request: the request that drew them (policy None: the base model).
         command: the CLI command that recorded them.
         seconds: the recording's wall time.
+        reencoded: (B,) each transcript re-encoded from its text by the model's chat template
+            (equal to ``Episode.token_ids`` where the round trip gives the sampled ids back).
+        reencoded_strip_think: (B,) the same with earlier turns' ``<think>`` blocks stripped.
     """
 
     name: str
@@ -105,6 +120,8 @@ class RecordedEpisodes:
     request: EpisodeRequest
     command: str
     seconds: float
+    reencoded: tuple[tuple[int, ...], ...]
+    reencoded_strip_think: tuple[tuple[int, ...], ...]
 
 
 def _segment_dict(seg: Segment) -> dict[str, Any]:
@@ -123,7 +140,7 @@ def _segment_dict(seg: Segment) -> dict[str, Any]:
     }
 
 
-def _episode_dict(ep: Episode) -> dict[str, Any]:
+def _episode_dict(ep: Episode, again: tuple[int, ...], stripped: tuple[int, ...]) -> dict:
     return {
         "task": ep.task,
         "env": ep.env,
@@ -133,11 +150,18 @@ def _episode_dict(ep: Episode) -> dict[str, Any]:
         "stop": ep.stop,
         "seed": ep.seed,
         "segments": [_segment_dict(s) for s in ep.segments],
+        "reencoded": None if again == ep.token_ids else list(again),
+        "reencoded_strip_think": None if stripped == ep.token_ids else list(stripped),
     }
 
 
 def episodes_to_json(
-    batch: EpisodeBatch, request: EpisodeRequest, command: str, seconds: float
+    batch: EpisodeBatch,
+    request: EpisodeRequest,
+    command: str,
+    seconds: float,
+    reencoded: tuple[tuple[int, ...], ...],
+    reencoded_strip_think: tuple[tuple[int, ...], ...],
 ) -> str:
     """The file's text: a header, then one episode per line (readable diffs)."""
     header = {
@@ -153,7 +177,10 @@ def episodes_to_json(
             for v in [getattr(request, k)]
         },
     }
-    lines = [json.dumps(_episode_dict(e), separators=(",", ":")) for e in batch.episodes]
+    lines = [
+        json.dumps(_episode_dict(e, a, b), separators=(",", ":"))
+        for e, a, b in zip(batch.episodes, reencoded, reencoded_strip_think, strict=True)
+    ]
     head = json.dumps(header, indent=1)[:-2]  # drop the closing "\n}"
     return head + ',\n "episodes": [\n' + ",\n".join(lines) + "\n ]\n}\n"
 
@@ -175,9 +202,24 @@ def episodes_from_json(text: str, name: str = "") -> RecordedEpisodes:
             raise ValueError("episodes must be a list of at most one request's episodes")
         episodes = tuple(_episode(row) for row in rows)
         batch = EpisodeBatch(episodes, str(data["engine"]), str(data["note"]), str(data["model"]))
-        return RecordedEpisodes(name, batch, request, str(data["command"]), float(data["seconds"]))
+        again = tuple(_ids(row["reencoded"], e) for row, e in zip(rows, episodes, strict=True))
+        stripped = tuple(
+            _ids(row["reencoded_strip_think"], e) for row, e in zip(rows, episodes, strict=True)
+        )
+        return RecordedEpisodes(
+            name, batch, request, str(data["command"]), float(data["seconds"]), again, stripped
+        )
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as err:
         raise ValueError(f"recorded episodes {name!r}: {type(err).__name__}: {err}") from None
+
+
+def _ids(values: Any, episode: Episode) -> tuple[int, ...]:
+    """Re-encoded ids as stored (null: the transcript's own)."""
+    if values is None:
+        return episode.token_ids
+    if len(values) > 2 * MAX_EPISODE_TOKENS:
+        raise ValueError("a re-encoded transcript is longer than any transcript can be")
+    return tuple(int(i) for i in values)
 
 
 def _floats(values: Any) -> tuple[float, ...] | None:

@@ -17,9 +17,9 @@ API (``lm.rollout`` offers it to the pages: ``current(spec, bundle).episodes(req
 How an episode is made (``toy_tools`` for the environments, ``transcript`` for the template):
 
 1. the context starts as the system prompt (the environment's tool syntax), a worked exchange
-   (``toy_tools.DEMOS``: user, assistant, tool messages written by hand, ``sampled=False``) and
-   the task's question, each as the chat template writes it, then the assistant's header: all
-   turn -1;
+   (user, assistant, tool messages written by hand, ``sampled=False``) and the task's question
+   (``toy_tools.task_prompt``), each as the chat template writes it, then the assistant's
+   header: all turn -1;
 2. each turn, every unfinished episode draws up to ``max_turn_tokens`` tokens; they are appended
    to its context VERBATIM (never decoded and re-encoded: the extension property), the
    environment answers the decoded text (``toy_tools.step``) and its reply is appended as one
@@ -194,17 +194,12 @@ Draw = Callable[[list[list[int]], int, list[int]], list[tuple[list[int], list[fl
 def _start(bundle: ModelBundle, pieces: ChatPieces, task: toy_tools.Task) -> _Live:
     """An episode's prompt, all turn -1: system message, worked exchange, question, header.
 
-    The worked exchange (``toy_tools.DEMOS``) is written by hand, not sampled.
+    The messages are ``toy_tools.task_prompt(task)``; its worked exchange is written, not sampled.
     """
     tok = bundle.tokenizer
-    messages = [
-        ("system", toy_tools.ENVIRONMENTS[task.env]),
-        *toy_tools.DEMOS[task.env],
-        ("user", task.question),
-    ]
     segments = [
         Segment(role, text, tuple(pieces.message_ids(tok, role, text)), -1)
-        for role, text in messages
+        for role, text in toy_tools.task_prompt(task)
     ]
     last = segments[-1]
     segments[-1] = Segment(last.role, last.text, last.token_ids + tuple(pieces.header_ids(tok)), -1)

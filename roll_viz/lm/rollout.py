@@ -20,7 +20,8 @@ Multi-turn episodes against the toy tools (``lm.episodes``) go through the same 
 ``current(spec, bundle).episodes(EpisodeRequest(...))`` returns an ``EpisodeBatch``, in-process
 or through the server (each turn's context sent as token ids, its answer appended as the ids
 the server returned), with the same fallback. ``reencode`` re-renders an episode's history from
-text (the extension-property check), and the tasks, environments and bounds are offered here.
+text (the extension-property check), and the tasks (``TASKS``, ``task_prompt``) and the
+bounds are offered here.
 
 The behaviour samplers of a training run (``fp32``, ``bf16``, ``int8``, ``top_p``:
 ``lm.behaviour_sampler.draw``) stay behind ``lm.train``: a step needs the sampler's log mu beside
@@ -82,9 +83,8 @@ from roll_viz.lm.teacher import PRESET_TEMPLATES as PRESET_TEMPLATES
 from roll_viz.lm.teacher import recorded_teacher as recorded_teacher
 from roll_viz.lm.teacher import score_teacher as score_teacher
 from roll_viz.lm.teacher import teacher_instruction as teacher_instruction
-from roll_viz.lm.toy_tools import DEMOS as DEMOS
-from roll_viz.lm.toy_tools import ENVIRONMENTS as ENVIRONMENTS
 from roll_viz.lm.toy_tools import TASKS as TASKS
+from roll_viz.lm.toy_tools import task_prompt as task_prompt
 from roll_viz.lm.transcript import reencode as reencode_text
 from roll_viz.lm.warm import is_warm as is_warm
 from roll_viz.lm.warm import warm_up as warm_up

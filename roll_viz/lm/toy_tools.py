@@ -8,7 +8,7 @@ bounded (``MAX_CALL_CHARS``, ``MAX_DIGITS``, ``MAX_DEPTH``, ``MAX_MAGNITUDE``).
 The tool-call syntax is one line, ``name: argument`` (``calc: 17*23+4``, ``lookup: cheese``,
 ``guess: 5``, ``answer: 395``); the parser is lenient (any case, ``:`` ``=`` or ``(`` after the
 name, or a number right after it as in "the answer is 380"; backticks and a closing
-parenthesis ignored; the first call in the message wins).
+parenthesis ignored; ``<think>`` blocks skipped; the first call in the message wins).
 
 A 135M model often writes no call at all. The prompt shows a worked exchange (``DEMOS``, as
 chat messages), which makes calls the rule rather than the exception. A turn without a call is
@@ -20,7 +20,9 @@ episode is a complete transcript with an outcome, however badly the model does.
 API:
 
 - ``TASKS``: task id -> ``Task`` (environment, question, the expected answer);
-  ``ENVIRONMENTS``: environment name -> its system prompt; ``DEMOS``: its worked exchange.
+  ``ENVIRONMENTS``: environment name -> its system prompt; ``DEMOS``: its worked exchange;
+  ``task_prompt(task)``: the messages an episode starts from (the ``think-*`` calculator tasks
+  ask for a ``<think>`` block before each call: ``THINK_PROMPT``, ``THINK_DEMO``).
 - ``reset(task) -> EnvState``; ``step(task, state, text) -> Step``: the environment's reply to
   one assistant message (the observation and its role, the turn's progress reward, done, the
   parsed call) and the next state; ``state_id(task, state)``: the anchor-state id of GiGPO
@@ -73,6 +75,7 @@ _CALL = re.compile(
     re.IGNORECASE,
 )
 _NUMBER = re.compile(r"-?\d+")
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 #: the lookup environment's table (prices in coins): made up, so the model cannot know them
 PRICES = {"apple": 3, "bread": 5, "cheese": 12, "dates": 7, "eggs": 4}
@@ -119,6 +122,21 @@ DEMOS = {
 }
 
 
+#: the calculator's worked exchange for a task that thinks first (``Task.think``): a reasoning
+#: block in each assistant message, as reasoning models write them; a template that strips
+#: earlier turns' ``<think>`` blocks changes these tokens (``lm.transcript.reencode``)
+THINK_DEMO = (
+    ("user", "What is 12 * 3?"),
+    ("assistant", "<think>I multiply 12 by 3.</think>\ncalc: 12*3"),
+    ("tool", "36"),
+    ("assistant", "<think>The tool says 36.</think>\nanswer: 36"),
+)
+THINK_PROMPT = (
+    "You can use a calculator. Think briefly inside <think></think>, then write one line: "
+    "calc: <expression>. When you know the result, write: answer: <number>."
+)
+
+
 @dataclass(frozen=True)
 class Task:
     """One task of an environment.
@@ -131,6 +149,8 @@ class Task:
         keys: lookup: the keys the task needs; else empty.
         low: guess: the smallest possible secret.
         high: guess: the largest possible secret.
+        think: calculator: the prompt asks for a ``<think>`` block before each call
+            (``THINK_PROMPT``, ``THINK_DEMO``).
     """
 
     id: str
@@ -140,6 +160,7 @@ class Task:
     keys: tuple[str, ...] = ()
     low: int = 0
     high: int = 0
+    think: bool = False
 
 
 TASKS = {
@@ -147,6 +168,8 @@ TASKS = {
     for t in (
         Task("calc-1", "calculator", "What is 17 * 23 + 4?", 395),
         Task("calc-2", "calculator", "What is (48 - 13) * 6?", 210),
+        Task("think-1", "calculator", "What is 17 * 23 + 4?", 395, think=True),
+        Task("think-2", "calculator", "What is (48 - 13) * 6?", 210, think=True),
         Task("lookup-1", "lookup", "How many coins does cheese cost?", 12, keys=("cheese",)),
         Task(
             "lookup-2",
@@ -207,6 +230,13 @@ class ToolError(ValueError):
     """A call the tool refuses; the message is the observation shown to the model."""
 
 
+def task_prompt(task: Task) -> tuple[tuple[str, str], ...]:
+    """The task's prompt as (role, text) messages: system, the worked exchange, the question."""
+    if task.think:
+        return (("system", THINK_PROMPT), *THINK_DEMO, ("user", task.question))
+    return (("system", ENVIRONMENTS[task.env]), *DEMOS[task.env], ("user", task.question))
+
+
 # ---------------------------------------------------------------------------------------------
 # Parsing
 
@@ -214,11 +244,12 @@ class ToolError(ValueError):
 def parse_call(text: str) -> tuple[str, str] | None:
     """The first tool call in an assistant message: (tool, raw argument), or None.
 
-    Reads at most ``MAX_SCAN_CHARS`` characters. The argument is the rest of the line, stripped of
+    Reads at most ``MAX_SCAN_CHARS`` characters, skipping closed ``<think>...</think>`` blocks
+    (reasoning, not a call). The argument is the rest of the line, stripped of
     backticks, quotes, a trailing full stop and an unbalanced closing parenthesis; it may be
     longer than ``MAX_CALL_CHARS`` (the tool refuses it then).
     """
-    text = text[:MAX_SCAN_CHARS]
+    text = _THINK_BLOCK.sub(" ", text[:MAX_SCAN_CHARS])  # reasoning is not a call
     for found in _CALL.finditer(text):
         separator, arg = found.group(2), text[found.end() :].split("\n", 1)[0]
         if not separator and not _NUMBER.match(arg):

@@ -19,6 +19,7 @@ from roll_viz.cli.record_episodes import main as cli_main
 from roll_viz.data import recorded_episodes as recorded
 from roll_viz.lm import toy_tools
 from roll_viz.lm.episodes import MAX_EPISODE_TOKENS, score_transcripts
+from roll_viz.lm.transcript import reencode
 
 NAMES = list(recorded.RECORDED_EPISODES)
 MAX_BYTES = 100_000  # a recording stays small enough to commit and to parse at once
@@ -36,8 +37,9 @@ def test_a_recording_loads_and_is_bounded(name):
     req = rec.request
     assert rec.batch.model.startswith("SmolLM2-135M")
     assert rec.batch.engine == ""
-    assert req.tasks == PRESETS[name]
-    assert (req.group_size, req.max_turns, req.max_turn_tokens) == (4, 3, 24)
+    tasks, tokens = PRESETS[name]
+    assert req.tasks == tasks
+    assert (req.group_size, req.max_turns, req.max_turn_tokens) == (4, 3, tokens)
     assert len(rec.batch.episodes) == len(req.tasks) * req.group_size
     assert rec.command == f"python -m roll_viz episodes --preset {name} --out " + (
         f"roll_viz/data/recorded_episodes/{name}.json"
@@ -82,10 +84,25 @@ def test_the_presets_show_different_outcomes_and_shared_anchor_states():
     assert len(seen) > len(set(seen))  # some anchor state is reached by two episodes
 
 
+def test_the_think_preset_shows_what_stripping_think_changes():
+    for name in NAMES:
+        rec = recorded.load_recorded_episodes(name)
+        for ep, again, stripped in zip(
+            rec.batch.episodes, rec.reencoded, rec.reencoded_strip_think, strict=True
+        ):
+            assert again == ep.token_ids  # SmolLM2's samples here survive the text round trip
+            if name == "think":  # the worked example's <think> blocks are earlier turns
+                assert len(stripped) < len(ep.token_ids)
+            else:
+                assert stripped == ep.token_ids  # nothing to strip
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_write_read_round_trip(name):
     rec = recorded.load_recorded_episodes(name)
-    text = recorded.episodes_to_json(rec.batch, rec.request, rec.command, rec.seconds)
+    text = recorded.episodes_to_json(
+        rec.batch, rec.request, rec.command, rec.seconds, rec.reencoded, rec.reencoded_strip_think
+    )
     again = recorded.episodes_from_json(text, name)
     assert again == rec
 
@@ -126,7 +143,7 @@ def test_the_command_writes_the_same_schema_on_the_tiny_model(tmp_path):
     args[args.index("--out") + 1] = str(out)
     assert cli_main([*args, "--model", "tiny", "--max-turns", "1", "--max-turn-tokens", "4"]) == 0
     mine = recorded.episodes_from_json(out.read_text(), "mine")
-    assert mine.request.tasks == PRESETS["calculator"]
+    assert mine.request.tasks == PRESETS["calculator"][0]
     assert len(mine.batch.episodes) == 8
 
 
@@ -149,6 +166,11 @@ def test_recorded_logprobs_are_the_bundled_models():
             assert lp == pytest.approx(seg.logprobs, abs=1e-3)
             body = seg.token_ids[:-1] if seg.token_ids[-1] in bundle.eos_ids else seg.token_ids
             assert bundle.tokenizer.decode(list(body)) == seg.text
+        for ep, again, stripped in zip(
+            episodes, rec.reencoded, rec.reencoded_strip_think, strict=True
+        ):
+            assert reencode(bundle.tokenizer, ep) == again
+            assert reencode(bundle.tokenizer, ep, strip_think=True) == stripped
 
 
 @pytest.mark.parametrize(

@@ -83,6 +83,8 @@ def test_calculator_matches_plain_arithmetic_on_generated_expressions():
         ("lookup: `cheese`", ("lookup", "cheese")),
         ("Look up: milk", ("lookup", "milk")),
         ("I think it is twelve.", None),
+        ("<think>the answer is 9</think>\ncalc: 3*3", ("calc", "3*3")),  # reasoning is no call
+        ("<think>answer: 9</think>", None),
         ("lookup cheese", None),  # a name without a separator or a number is no call
     ],
 )
