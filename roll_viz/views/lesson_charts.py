@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -259,7 +260,10 @@ def run_curves(env: Mapping[str, Any], title: str) -> go.Figure:
             col=col,
         )
         fig.update_xaxes(title_text="step", row=1, col=col)
-    return _layout(fig, html.escape(title), height=340)
+    fig.update_yaxes(rangemode="tozero")  # from 0: a dip in length is not a collapse
+    fig = _layout(fig, html.escape(title, quote=False), height=340)
+    fig.update_annotations(font={"size": TICK_FONT})
+    return fig
 
 
 def fix_outcomes(
@@ -279,7 +283,8 @@ def fix_outcomes(
     titles = []
     for o in outcomes:
         verdict = "fixed" if o.fixed else "still collapses"
-        titles.append(f"{LETTERS[o.choice]}. {html.escape(_short(o.label, 34))}<br>{verdict}")
+        label = textwrap.wrap(f"{LETTERS[o.choice]}. {o.label}", 34, max_lines=2, placeholder="…")
+        titles.append("<br>".join([*(html.escape(line, quote=False) for line in label), verdict]))
     cols = max(1, len(outcomes))
     fig = make_subplots(
         rows=len(METRICS),
@@ -300,7 +305,7 @@ def fix_outcomes(
                     y=base[name],
                     mode="lines",
                     line={"color": COLLAPSE, "width": 3, "dash": "dash"},
-                    name=html.escape(base_label),
+                    name=html.escape(base_label, quote=False),
                     legendgroup="base",
                     showlegend=first,
                 ),
@@ -323,6 +328,9 @@ def fix_outcomes(
             if col == 1:
                 fig.update_yaxes(title_text=axis, row=row, col=col)
         fig.update_xaxes(title_text="step", row=len(METRICS), col=col)
-    fig = _layout(fig, "What each change did (recorded runs)", height=720)
+    fig.update_yaxes(rangemode="tozero")
+    fig = _layout(fig, "What each change did (recorded runs)", height=760)
+    # room above the columns for the figure's title and three-line column titles
+    fig.update_layout(margin={"t": 150}, title={"y": 0.985, "yanchor": "top"})
     fig.update_annotations(font={"size": TICK_FONT})
     return fig
