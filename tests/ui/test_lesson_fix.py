@@ -90,6 +90,10 @@ def test_pairs_vote_and_the_reveal_plays_the_top_choices_side_by_side(room):
     assert "Fixes the run: Add a KL penalty to the reward: beta = 1 · Let beta adapt" in text
     assert "first vote: 8 answers, 50% right" in text  # 4 of 8 chose A or B (the fixes)
     assert "Two changes fixed it" in text
+    csv = lesson_steps.export_csv(code, key, FIX_LESSON)
+    assert csv.count(",fix,gate,,1,") == 8
+    assert csv.count("Add a KL penalty to the reward: beta = 1,yes,") == 2
+    assert csv.count("REINFORCE++: advantages on the whole batch's scale,no,") == 3
     # nothing advances by itself; the seen step comes when the teacher moves on
     run(at)
     assert STORE.view(code).step == FIX_STEP
