@@ -295,10 +295,11 @@ def fix_outcomes(
         vertical_spacing=0.04,
         horizontal_spacing=0.03,
     )
+    in_legend: set[str] = set()  # the collapse once, each verdict once
     for col, o in enumerate(outcomes, start=1):
         color = FIXED if o.fixed else NOT_FIXED
+        verdict = "a change that fixed it" if o.fixed else "a change that did not"
         for row, (name, axis) in enumerate(METRICS, start=1):
-            first = col == 1 and row == 1
             fig.add_trace(
                 go.Scatter(
                     x=_steps(base),
@@ -307,7 +308,7 @@ def fix_outcomes(
                     line={"color": COLLAPSE, "width": 3, "dash": "dash"},
                     name=html.escape(base_label, quote=False),
                     legendgroup="base",
-                    showlegend=first,
+                    showlegend=not in_legend and row == 1,
                 ),
                 row=row,
                 col=col,
@@ -318,13 +319,14 @@ def fix_outcomes(
                     y=o.env[name],
                     mode="lines",
                     line={"color": color, "width": 4},
-                    name="the change's run",
-                    legendgroup="choice",
-                    showlegend=first,
+                    name=verdict,
+                    legendgroup=verdict,
+                    showlegend=verdict not in in_legend and row == 1,
                 ),
                 row=row,
                 col=col,
             )
+            in_legend |= {"base", verdict}
             if col == 1:
                 fig.update_yaxes(title_text=axis, row=row, col=col)
         fig.update_xaxes(title_text="step", row=len(METRICS), col=col)

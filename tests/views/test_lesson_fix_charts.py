@@ -57,3 +57,19 @@ def test_the_votes_mark_every_fix():
     # one right option as before
     one = lesson_charts.vote_bars(["a", "b"], {1: Counter({1.0: 1})}, 1)
     assert [n.startswith("✔ ") for n in one.data[0].y] == [False, True]
+
+
+def test_the_legend_names_the_collapse_and_each_verdict_once():
+    base = run_env(load_recorded("hack_beta0"))
+    runs = {n: run_env(load_recorded(n)) for n in ("hack_beta1", "adaptive_beta", "era_2026")}
+    outcomes = [
+        Outcome(0, "a", "hack_beta1", 1.0, True, runs["hack_beta1"]),
+        Outcome(1, "b", "adaptive_beta", 1.0, True, runs["adaptive_beta"]),
+        Outcome(4, "e", "era_2026", 0.0, False, runs["era_2026"]),
+    ]
+    fig = lesson_charts.fix_outcomes(base, outcomes, "the collapse")
+    assert [t.name for t in fig.data if t.showlegend] == [
+        "the collapse",
+        "a change that fixed it",
+        "a change that did not",
+    ]
