@@ -13,6 +13,10 @@ gate's mask rule and credit rule on a hand-built set.
 What is simplified: an inline batch has no log-probs (its KL is 0, its loss uses log-probs 0);
 a live batch is whatever the caller sampled (the page samples it with the gate's seed); a
 recorded run answers from its per-step metrics only.
+
+A fix gate ("fix this run") answers per choice: its expression is evaluated on each choice's
+recorded run, with the collapsing run's numbers as ``base_<name>``; a choice whose value is not
+0 fixes the run (``GateResult.outcomes``). Every outcome is a real recording.
 """
 
 from __future__ import annotations
@@ -66,6 +70,27 @@ class GateBatch:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """One choice of a fix gate: the recorded run that shows its outcome, and the verdict.
+
+    Attributes:
+        choice: the option's index.
+        label: the option as the phones showed it.
+        run: the recorded run (``data.recorded_runs.RECORDED``).
+        value: the answer expression on that run (the collapsing run's numbers as ``base_``).
+        fixed: whether the change fixed the run (value not 0).
+        env: the run's names (``run_env``): its curves for the figure.
+    """
+
+    choice: int
+    label: str
+    run: str
+    value: float
+    fixed: bool
+    env: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class GateResult:
     """A gate's revealed answer.
 
@@ -78,6 +103,7 @@ class GateResult:
         env: the names the expression could read (plain floats and lists).
         source: the gate's batch (for the figure).
         trace: the pipeline's Trace (None for a recorded run).
+        outcomes: a fix gate's choices with their recorded outcomes (empty for other gates).
     """
 
     gate: Gate
@@ -88,11 +114,21 @@ class GateResult:
     env: Mapping[str, Any] = field(repr=False)
     source: GateBatch = field(repr=False)
     trace: Trace | None = field(default=None, repr=False)
+    outcomes: tuple[Outcome, ...] = field(default=(), repr=False)
+
+    @property
+    def right(self) -> tuple[int, ...]:
+        """The right options: a fix gate's every fixing choice, else ``correct`` (if any)."""
+        if self.outcomes:
+            return tuple(o.choice for o in self.outcomes if o.fixed)
+        return () if self.correct is None else (self.correct,)
 
     def is_right(self, answer: float | int | None) -> bool:
         """Whether one vote is right (an option index, or a number for a number gate)."""
         if answer is None:
             return False
+        if self.outcomes:
+            return int(answer) in self.right
         if self.correct is not None:
             return int(answer) == self.correct
         return abs(float(answer) - self.value) <= self.gate.tolerance + 1e-12
@@ -346,6 +382,28 @@ def _shown(gate: Gate, value: float, correct: int | None) -> str:
     return f"{value:.4g}"
 
 
+def fix_outcomes(gate: Gate, env: Mapping[str, Any]) -> tuple[Outcome, ...]:
+    """Each choice of a fix gate on its recorded run, the collapsing run's ``env`` as ``base_``.
+
+    Raises:
+        LessonError: the expression fails on a run, or no choice fixes the run (names the
+            gate and field ``answer``).
+    """
+    base = {BASE_PREFIX + name: value for name, value in env.items()}
+    out = []
+    for i, choice in enumerate(gate.choices):
+        assert choice.run is not None  # the format guarantees it
+        run_names = run_env(load_recorded(choice.run))
+        try:
+            value = evaluate(gate.answer, {**run_names, **base})
+        except ExprError as err:
+            raise _fail(gate, "answer", f"on run {choice.run!r}: {err}") from None
+        out.append(Outcome(i, choice.label, choice.run, value, value != 0.0, run_names))
+    if not any(o.fixed for o in out):
+        raise _fail(gate, "answer", "no choice's run fixes the collapse: a fix gate needs one")
+    return tuple(out)
+
+
 def compute_gate(
     gate: Gate, live: GateBatch | None = None, base: Mapping[str, Any] | None = None
 ) -> GateResult:
@@ -364,6 +422,20 @@ def compute_gate(
             out of range, ...), a value outside a number gate's slider, or bad settings.
     """
     env, source, trace = gate_env(gate, live)
+    if gate.kind == "fix":
+        outcomes = fix_outcomes(gate, env)
+        fixes = [o.label for o in outcomes if o.fixed]
+        return GateResult(
+            gate=gate,
+            value=float(len(fixes)),
+            correct=None,
+            shown="Fixes the run: " + " · ".join(fixes),
+            formula=formula(gate, env, trace),
+            env=env,
+            source=source,
+            trace=trace,
+            outcomes=outcomes,
+        )
     full = dict(env)
     for name, value in (base or {}).items():
         if not name.startswith(BASE_PREFIX):

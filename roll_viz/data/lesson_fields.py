@@ -78,7 +78,7 @@ NAMES: dict[str, str] = {
 }
 
 #: a gate's kinds of answer, and the one figure its reveal draws
-KINDS = ("choice", "sign", "number")
+KINDS = ("choice", "sign", "number", "fix")
 FIGURES = ("rewards", "advantages", "kl", "local_global", "update", "training", "episodes", "none")
 
 #: settings keys that are not dialect keys
@@ -106,10 +106,14 @@ def name_allowed(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Choice:
-    """One option of a gate: what the class sees and the value the answer is matched to."""
+    """One option of a gate: what the class sees and the value the answer is matched to.
+
+    ``run`` is a fix gate's: the recorded run that shows this knob change's outcome.
+    """
 
     label: str
     value: float
+    run: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,6 +286,44 @@ def choices_field(w: Where, kind: str, value: Any) -> tuple[Choice, ...]:
     if len({c.label for c in out}) != len(out):
         raise w.error("choices", "two choices have the same label")
     return tuple(out)
+
+
+def fix_choices_field(w: Where, value: Any) -> tuple[Choice, ...]:
+    """A fix gate's knob changes: 2..MAX_CHOICES ``{ label, run }``, each run a recorded one.
+
+    Every outcome is a real recording (``data.recorded_runs.RECORDED``): a change with no
+    recording cannot be offered, so no outcome is ever made up. The value is the index.
+    """
+    if not isinstance(value, list) or not 2 <= len(value) <= MAX_CHOICES:
+        raise w.error("choices", f"a fix gate needs 2..{MAX_CHOICES} choices")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or set(item) != {"label", "run"}:
+            raise w.error("choices", f"choice {i + 1} must be {{ label = ..., run = ... }}")
+        run = item["run"]
+        if not isinstance(run, str) or run not in RECORDED:
+            raise w.error(
+                "choices",
+                f"choice {i + 1}: run {str(run)[:60]!r} is not a recorded run "
+                f"({', '.join(RECORDED)}); every outcome must be a real recording",
+            )
+        out.append(Choice(label_field(w, item["label"]), float(i), run))
+    if len({c.label for c in out}) != len(out):
+        raise w.error("choices", "two choices have the same label")
+    return tuple(out)
+
+
+def check_fix_gate(w: Where, data: Mapping, stage: str, batch: str, figure: str) -> None:
+    """A fix gate: a training stage, a recorded collapsing run, its own figure, a seen step."""
+    if stage != "training":
+        raise w.error("stage", 'a fix gate is about a training run: stage = "training"')
+    if not batch.startswith("recorded:"):
+        raise w.error("batch", 'a fix gate shows a recorded collapsing run: "recorded:<run>"')
+    if figure != "training":
+        raise w.error("figure", 'a fix gate shows its runs\' curves: figure = "training"')
+    for part in ("knob", "followup"):
+        if part in data:
+            raise w.error(part, "a fix gate's outcomes are recordings: it takes a seen step only")
 
 
 def label_field(w: Where, value: Any) -> str:

@@ -23,8 +23,9 @@ fresh batch, answered alone": see "The teaching loop" below)::
                                   # (an episodes batch: mask = a masks.MASK_RULES name,
                                   # credit = a credit.CREDIT_RULES name)
     question = "..."
-    kind = "choice"               # choice | sign | number
-    choices = ["Answer 1", ...]   # choice: labels (value = index from 0) or {label, value}
+    kind = "choice"               # choice | sign | number | fix
+    choices = ["Answer 1", ...]   # choice: labels (value = index from 0) or {label, value};
+                                  # fix: { label = "beta = 1", run = "hack_beta1" } (see below)
     answer = "argmin(advantage)"  # an expression (see lesson_expr and NAMES)
     explanation = "..."           # shown at the reveal
     figure = "advantages"         # one of FIGURES (default: the stage's)
@@ -50,6 +51,16 @@ discuss, re-vote (round 2), the reveal pointing at one number, "what did you see
 a fresh batch answered alone (the ``followup`` step, one round), and, when any gate has a
 follow-up, a last ``summary`` step with the class's accuracy per gate: first vote, after
 discussion, and on the follow-up. A gate's steps are: the gate, its seen, its follow-up, its knob.
+
+A fix gate ("fix this run", productive failure: Sinha & Kapur 2021): ``kind = "fix"``,
+``stage = "training"``, a recorded collapsing run as its batch (``"recorded:hack_beta0"``),
+shown with the question; each choice is a knob change with the recorded run that shows its
+outcome (``{ label = ..., run = ... }``, a name of ``data.recorded_runs.RECORDED``: a change
+without a recording cannot be offered, so no outcome is made up). Its ``answer`` is evaluated
+on each choice's run, with the collapsing run's numbers as ``base_<name>``; a choice whose
+value is not 0 fixes the run (several may; at least one must). The reveal shows the class's
+top choices' runs side by side against the collapsing run, then the explanation. A fix gate
+may have a ``seen`` step; no knob or follow-up (its outcomes are recordings, not a new batch).
 
 Rules: a choice answer picks the choice whose value is nearest the expression's value; a sign
 answer is +1 / 0 / -1 (``|value| <= tolerance`` counts as 0); a number answer is right within
@@ -98,8 +109,10 @@ from roll_viz.data.lesson_fields import (
     Where,
     answer_field,
     batch_field,
+    check_fix_gate,
     choices_field,
     dialect_config,
+    fix_choices_field,
     inline_fields,
     int_field,
     number_fields,
@@ -160,6 +173,9 @@ STAGES = (
     "training",
     "episodes",
 )
+#: the built-in lessons in the order the page lists them (the first is the default); any other
+#: file in ``data/lessons/`` follows, sorted
+LESSON_ORDER = ("seed_chain", "teaching_loop", "fix_this_run")
 DEFAULT_FIGURE = {
     "reward": "rewards",
     "normalisation": "rewards",
@@ -333,6 +349,8 @@ def _gate(w: Where, data: Any, index: int, seen: set[str]) -> Gate:
     if figure not in FIGURES:
         raise w.error("figure", f"must be one of {', '.join(FIGURES)}")
     focus = data.get("focus")
+    if kind == "fix":
+        check_fix_gate(w, data, stage, batch, figure)
     gate = Gate(
         id=gate_id,
         stage=stage,
@@ -343,7 +361,9 @@ def _gate(w: Where, data: Any, index: int, seen: set[str]) -> Gate:
         settings=settings,
         question=text_field(w, data, "question", MAX_TEXT_CHARS),
         kind=kind,
-        choices=choices_field(w, kind, data.get("choices")),
+        choices=fix_choices_field(w, data.get("choices"))
+        if kind == "fix"
+        else choices_field(w, kind, data.get("choices")),
         answer=answer_field(w, data.get("answer")),
         explanation=text_field(w, data, "explanation", MAX_TEXT_CHARS, required=False),
         figure=figure,
@@ -432,10 +452,12 @@ def load_lesson(path: str | Path) -> Lesson:
 
 
 def builtin_lessons() -> dict[str, Lesson]:
-    """The lessons shipped in ``data/lessons/``, by id (file stem), sorted."""
-    return {p.stem: load_lesson(p) for p in sorted(LESSON_DIR.glob("*.toml"))}
+    """The lessons shipped in ``data/lessons/``, by id (file stem), in ``builtin_lesson_ids``."""
+    return {i: load_lesson(LESSON_DIR / f"{i}.toml") for i in builtin_lesson_ids()}
 
 
 def builtin_lesson_ids() -> tuple[str, ...]:
-    """The ids of the shipped lessons (no parsing)."""
-    return tuple(p.stem for p in sorted(LESSON_DIR.glob("*.toml")))
+    """The ids of the shipped lessons (no parsing): LESSON_ORDER first, then the rest sorted."""
+    stems = sorted(p.stem for p in LESSON_DIR.glob("*.toml"))
+    rank = {lesson_id: i for i, lesson_id in enumerate(LESSON_ORDER)}
+    return tuple(sorted(stems, key=lambda s: (rank.get(s, len(rank)), s)))

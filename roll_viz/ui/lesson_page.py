@@ -40,7 +40,7 @@ from roll_viz.data.lessons import (
     builtin_lesson_ids,
 )
 from roll_viz.lm import models
-from roll_viz.ui import lesson_loop, lesson_steps, reconnect
+from roll_viz.ui import lesson_fix, lesson_loop, lesson_steps, reconnect
 from roll_viz.ui.rooms import STORE
 from roll_viz.ui.votes import VoteError, owner_key
 from roll_viz.views import lesson_charts
@@ -348,13 +348,13 @@ def _controls(code: str, key: str, phase: str, step: int, n_steps: int, role: st
 def _reveal_votes(code: str, key: str, gate: Gate, result: GateResult) -> None:
     """The pipeline's answer and the class's votes, where the options were (first screen)."""
     tally = STORE.tally(code, key)
-    st.caption("The pipeline's answer:")
+    st.caption("The recorded runs' answer:" if gate.kind == "fix" else "The pipeline's answer:")
     with st.container(key="lesson_answer"):  # the one number the reveal points at, large
         st.markdown(md_escape(result.shown))
     if gate.kind == "number":
         fig = lesson_charts.vote_histogram(tally.rounds, result.value, gate.low, gate.high)
     else:
-        fig = lesson_charts.vote_bars(gate.labels, tally.rounds, result.correct)
+        fig = lesson_charts.vote_bars(gate.labels, tally.rounds, result.right)
     st.plotly_chart(fig, key="lesson_votes", theme=None, config={"displaylogo": False})
     both = " · ".join(
         f"{'first vote' if r == 1 else 'after discussion'}: {n} answers, "
@@ -385,7 +385,8 @@ def _room_view(state: Any, code: str, key: str) -> None:
     gate = lesson.steps[view.step]
     seed = lesson_steps.step_seed(code, key, lesson, view.step)
     result, problem = None, None
-    if view.phase == "revealed" and gate.role != "summary":
+    # a fix gate shows its collapsing run while the class votes
+    if (view.phase == "revealed" or gate.kind == "fix") and gate.role != "summary":
         try:
             result = lesson_steps.step_result(lesson, view.step, state, seed)
         except LessonError as err:
@@ -400,6 +401,7 @@ def _room_view(state: Any, code: str, key: str) -> None:
         st.caption(
             f"{md_escape(lesson.title)} · question {view.step + 1} of {view.n_steps} · "
             f"{gate.stage.replace('_', ' ')}{lesson_loop.ROLE_CAPTION[gate.role]}{drawn}"
+            f"{lesson_fix.CAPTION if gate.kind == 'fix' else ''}"
         )
         with st.container(key="lesson_question"):
             st.markdown(
@@ -425,7 +427,12 @@ def _room_view(state: Any, code: str, key: str) -> None:
     _controls(code, key, view.phase, view.step, view.n_steps, gate.role)
     if problem:
         st.error(md_escape(problem), icon=":material/error:")
-    if result is not None:
+    if result is not None and gate.kind == "fix":
+        if view.phase == "revealed":
+            lesson_fix.reveal(code, key, gate, result)
+        else:
+            lesson_fix.before_reveal(gate, result)
+    elif result is not None:
         _reveal_details(gate, result)
     st.download_button(
         "Download the answers (CSV)",

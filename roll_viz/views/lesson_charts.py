@@ -1,5 +1,6 @@
-"""Lesson figures for a projector: the class's votes, and each gate's one explaining figure.
+"""Lesson figures for a projector: the class's votes, each gate's figure, a fix gate's runs.
 
+A fix gate shows its recorded collapsing run, then the class's top choices side by side.
 Sized for 1280 x 720 on a light background, with type readable from the back of a room.
 """
 
@@ -7,13 +8,15 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from roll_viz.analysis.class_gain import Gain
-from roll_viz.analysis.lesson_answers import GateResult
+from roll_viz.analysis.lesson_answers import GateResult, Outcome
 from roll_viz.views.scales import title_style as _title
 from roll_viz.views.text import visible_whitespace
 
@@ -46,26 +49,27 @@ def _short(label: str, limit: int = 60) -> str:
 
 
 def vote_bars(
-    labels: Sequence[str], rounds: Mapping[int, Mapping[float, int]], correct: int | None
+    labels: Sequence[str],
+    rounds: Mapping[int, Mapping[float, int]],
+    correct: int | Collection[int] | None,
 ) -> go.Figure:
     """How many voted for each option, per round, the real answer's option in green.
 
     Args:
         labels: the options as the phones showed them.
         rounds: round (1, 2) -> option index -> count; an empty round is left out.
-        correct: the real answer's option.
+        correct: the real answer's option, or the right options (a fix gate's every fix).
 
     Returns:
         A horizontal bar chart (option labels on the left, counts at the bars' ends).
     """
     fig = go.Figure()
+    right = {correct} if isinstance(correct, int) else set(correct or ())
     shown = [r for r in sorted(rounds) if sum(rounds[r].values())]
-    names = [("✔ " if i == correct else "") + _short(lab) for i, lab in enumerate(labels)]
+    names = [("✔ " if i in right else "") + _short(lab) for i, lab in enumerate(labels)]
     for rnd in shown:
         counts = [int(rounds[rnd].get(float(i), 0)) for i in range(len(labels))]
-        colors = [
-            RIGHT if i == correct else ROUND_COLORS.get(rnd, OTHER) for i in range(len(labels))
-        ]
+        colors = [RIGHT if i in right else ROUND_COLORS.get(rnd, OTHER) for i in range(len(labels))]
         fig.add_trace(
             go.Bar(
                 y=names,
@@ -223,3 +227,121 @@ def class_gain(gains: Sequence[Gain]) -> go.Figure:
         )
     fig.update_yaxes(range=[0, 110], title="right answers (%)")
     return _layout(fig, "What the class learned", height=420)
+
+
+# ---------------------------------------------------------------------------------------------
+# A fix gate: the collapsing run, then the class's top choices' runs side by side. Every curve is
+# a recorded run's per-step metric (``lesson_answers.run_env``); nothing is simulated. Choice
+# labels come from a lesson file (untrusted): HTML-escaped, so plotly shows them as typed.
+# ---------------------------------------------------------------------------------------------
+
+#: the curves of a run: (name in ``run_env``, axis title)
+METRICS = (
+    ("run_reward", "reward"),
+    ("run_kl", "KL to ref."),
+    ("run_entropy", "entropy"),
+    ("run_length", "length"),
+)
+COLLAPSE = "#9e9e9e"  # the collapsing run, dashed, in every panel
+FIXED = "#1a9850"
+NOT_FIXED = "#d73027"
+LETTERS = "ABCDEFGH"  # as the phones and the teacher's options letter them
+
+
+def _steps(env: Mapping[str, Any]) -> list[int]:
+    return list(range(len(env["run_reward"])))
+
+
+def run_curves(env: Mapping[str, Any], title: str) -> go.Figure:
+    """The collapsing run's reward, KL, entropy and length per step, side by side."""
+    fig = make_subplots(rows=1, cols=len(METRICS), subplot_titles=[t for _, t in METRICS])
+    for col, (name, _) in enumerate(METRICS, start=1):
+        fig.add_trace(
+            go.Scatter(
+                x=_steps(env),
+                y=env[name],
+                mode="lines",
+                line={"color": NOT_FIXED, "width": 4},
+                showlegend=False,
+                name=name,
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(title_text="step", row=1, col=col)
+    fig.update_yaxes(rangemode="tozero")  # from 0: a dip in length is not a collapse
+    fig = _layout(fig, html.escape(title, quote=False), height=340)
+    fig.update_annotations(font={"size": TICK_FONT})
+    return fig
+
+
+def fix_outcomes(
+    base: Mapping[str, Any], outcomes: Sequence[Outcome], base_label: str
+) -> go.Figure:
+    """The chosen changes' recorded runs side by side, each against the collapsing run.
+
+    Args:
+        base: the collapsing run's names (``run_env``).
+        outcomes: the choices to show (the class's top choices), one column each.
+        base_label: the collapsing run's name in the legend.
+
+    Returns:
+        Rows reward, KL, entropy, length; one column per choice, titled with its letter, label
+        and verdict; a row shares its y axis, so the columns compare at a glance.
+    """
+    titles = []
+    for o in outcomes:
+        verdict = "fixed" if o.fixed else "still collapses"
+        label = textwrap.wrap(f"{LETTERS[o.choice]}. {o.label}", 34, max_lines=2, placeholder="…")
+        titles.append("<br>".join([*(html.escape(line, quote=False) for line in label), verdict]))
+    cols = max(1, len(outcomes))
+    fig = make_subplots(
+        rows=len(METRICS),
+        cols=cols,
+        shared_xaxes=True,
+        shared_yaxes=True,
+        column_titles=titles or None,
+        vertical_spacing=0.04,
+        horizontal_spacing=0.03,
+    )
+    in_legend: set[str] = set()  # the collapse once, each verdict once
+    for col, o in enumerate(outcomes, start=1):
+        color = FIXED if o.fixed else NOT_FIXED
+        verdict = "a change that fixed it" if o.fixed else "a change that did not"
+        for row, (name, axis) in enumerate(METRICS, start=1):
+            fig.add_trace(
+                go.Scatter(
+                    x=_steps(base),
+                    y=base[name],
+                    mode="lines",
+                    line={"color": COLLAPSE, "width": 3, "dash": "dash"},
+                    name=html.escape(base_label, quote=False),
+                    legendgroup="base",
+                    showlegend=not in_legend and row == 1,
+                ),
+                row=row,
+                col=col,
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=_steps(o.env),
+                    y=o.env[name],
+                    mode="lines",
+                    line={"color": color, "width": 4},
+                    name=verdict,
+                    legendgroup=verdict,
+                    showlegend=verdict not in in_legend and row == 1,
+                ),
+                row=row,
+                col=col,
+            )
+            in_legend |= {"base", verdict}
+            if col == 1:
+                fig.update_yaxes(title_text=axis, row=row, col=col)
+        fig.update_xaxes(title_text="step", row=len(METRICS), col=col)
+    fig.update_yaxes(rangemode="tozero")
+    fig = _layout(fig, "What each change did (recorded runs)", height=760)
+    # room above the columns for the figure's title and three-line column titles
+    fig.update_layout(margin={"t": 150}, title={"y": 0.985, "yanchor": "top"})
+    fig.update_annotations(font={"size": TICK_FONT})
+    return fig
