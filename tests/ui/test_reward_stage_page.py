@@ -1,0 +1,81 @@
+"""AppTest of the Rewards page's reward-stage sections: parts, noise, truncation, the hack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from roll_viz import nav
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / nav.page("rewards").file
+TIMEOUT = 240
+
+SECTIONS = (
+    "The reward's parts",
+    "A noisy verifier",
+    "Truncated answers: four policies",
+    "Exercise: write the reward that gets hacked",
+)
+
+
+def _open() -> AppTest:
+    at = AppTest.from_file(str(PAGE), default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+#: a column only that table has
+COLUMNS = {
+    "rs_noise_sum": "expected (exact)",
+    "rs_trunc_table": "mean |A| (trained)",
+    "rs_hack_steps": "top word",
+}
+
+
+def _frame(at: AppTest, key: str):
+    return next(d.value for d in at.dataframe if COLUMNS[key] in d.value.columns)
+
+
+def test_sections_draw_and_react_to_their_controls():
+    at = _open()
+    subheaders = [s.value for s in at.subheader]
+    assert all(s in subheaders for s in SECTIONS), subheaders
+    assert len(at.get("plotly_chart")) >= 6  # the page's own two, then the four sections'
+
+    summary = _frame(at, "rs_noise_sum")
+    assert list(summary["quantity"])[2] == "zero-advantage fraction"
+    assert summary["before (true labels)"].iloc[2] == "0.250"  # group 2 of 4 is all-fail
+
+    at.slider(key="rs_fn").set_value(0.0).run()
+    at.slider(key="rs_fp").set_value(0.0).run()
+    assert not at.exception
+    summary = _frame(at, "rs_noise_sum")
+    assert summary["this draw"].iloc[0] == "0 / 16"  # no noise, no flip
+    assert summary["expected (exact)"].iloc[2] == "0.250"
+
+    trunc = _frame(at, "rs_trunc_table")
+    assert list(trunc["policy"]) == [
+        "zero reward",
+        "keep the score",
+        "soft overlong penalty",
+        "masked from the loss",
+    ]
+    assert "mask_truncated_completions=True" in set(trunc["trl"])
+
+    steps = _frame(at, "rs_hack_steps")
+    assert list(steps["step"]) == [0, 5, 10, 15, 20, 25, 29]
+    assert steps["top word"].iloc[-1] == "amazing"
+
+
+def test_hack_exercise_follows_the_sidebar_reward():
+    at = _open()
+    at.selectbox(key="reward").set_value("keyword").run()
+    at.text_area(key="rp_pattern").set_value("amazing").run()
+    assert not at.exception, [e.message for e in at.exception]
+    steps = _frame(at, "rs_hack_steps")
+    # every sample of the last recorded step says "amazing": the keyword reward is maxed out
+    assert steps["your reward"].iloc[-1] == 1.0
+    assert steps["your reward"].iloc[0] < 1.0
