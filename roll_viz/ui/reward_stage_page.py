@@ -114,7 +114,7 @@ def _noise(rollout: Rollout, scores: torch.Tensor) -> None:
         "seed of the draw",
         0,
         MAX_SEED,
-        1,
+        0,
         key=KEY_NOISE_SEED,
         help=f"torch.Generator seed, 0 to {MAX_SEED}: the same seed draws the same flips.",
     )
@@ -191,6 +191,9 @@ def _truncation(rollout: Rollout, scores: torch.Tensor) -> None:
             "loses up to the factor, linearly; a cut answer loses the whole factor;\n"
             "- *masked from the loss* (TRL mask_truncated_completions): reward and advantage "
             "are computed as usual, the row gets no gradient (faded bars).\n\n"
+            f"Here **{int((lengths > cap - buffer).sum())}** answers are longer than "
+            f"{cap - buffer} tokens and pay some soft penalty: the penalty reads the length, not "
+            "the finish reason.\n\n"
             "reward_mean moves with the policy (UniRL PR #19: 0.53 to 0.36 under zeroing) "
             "while masking leaves it where it was."
         )
@@ -200,6 +203,7 @@ def _truncation(rollout: Rollout, scores: torch.Tensor) -> None:
             charts.truncation_figure(sample_labels(rollout), policies, truncated.tolist()),
             key="rs_trunc_fig",
         )
+    st.dataframe(charts.options_table(), hide_index=True, key="rs_options", width="stretch")
     per_sample = charts.truncation_samples(
         sample_labels(rollout), lengths.tolist(), truncated.tolist(), policies
     )
@@ -207,8 +211,8 @@ def _truncation(rollout: Rollout, scores: torch.Tensor) -> None:
     download_csv(per_sample, "truncation_policies", key="rs_dl_trunc")
     st.caption(
         "Soft penalty: min(-(L - (max_new_tokens - buffer)) / buffer x factor, 0), as verl's "
-        "DAPO reward manager adds it. Each framework's option is in its own column (none: "
-        "write it into the reward function)."
+        "DAPO reward manager adds it. Keeping the score is every framework's default; a policy "
+        "a framework has no row for goes into the reward function."
     )
 
 
@@ -230,6 +234,7 @@ def _hack(state: AppState) -> None:
         )
     with main:
         plot(charts.hack_figure(steps), key="rs_hack_fig")
+        st.markdown(charts.hack_verdict(steps))
     st.dataframe(charts.hack_steps_table(steps), hide_index=True, key="rs_hack_steps")
     options = [s.step for s in steps]
     chosen = st.select_slider(
@@ -242,7 +247,8 @@ def _hack(state: AppState) -> None:
     step = next(s for s in steps if s.step == chosen)
     st.dataframe(charts.hack_samples_table(step), hide_index=True, key="rs_hack_samples")
     st.caption(
-        "Recorded samples (model output, shown as data). A live run trained on your own reward "
-        "is the Training page's job (its reward is chosen there); this panel never trains."
+        "Recorded samples (model output, shown as data). This panel never trains: the Training "
+        "page trains live on the sidebar's reward, this one, if you want to see what a policy "
+        "makes of it."
     )
     page_link("training", "Open the Training page", icon=":material/model_training:")

@@ -174,18 +174,26 @@ def truncation_figure(
 
 
 def truncation_table(policies: Sequence[TruncationPolicy]) -> pd.DataFrame:
-    """One row per policy: reward_mean, trained rows, mean |A| over them, each dialect's option."""
-    rows = []
-    for p in policies:
-        row = {
-            "policy": POLICY_LABELS[p.policy],
-            "reward_mean": p.reward_mean,
-            "rows trained": f"{int(p.trained.sum())} / {p.trained.numel()}",
-            "mean |A| (trained)": p.abs_adv_trained,
+    """One row per policy: reward_mean, trained rows, mean |A| over them."""
+    return pd.DataFrame(
+        {
+            "policy": [POLICY_LABELS[p.policy] for p in policies],
+            "reward_mean": [p.reward_mean for p in policies],
+            "rows trained": [f"{int(p.trained.sum())} / {p.trained.numel()}" for p in policies],
+            "mean |A| (trained)": [p.abs_adv_trained for p in policies],
         }
-        row |= {fw: opts[p.policy] or "none" for fw, opts in OPTIONS.items()}
-        rows.append(row)
-    return pd.DataFrame(rows)
+    )
+
+
+def options_table() -> pd.DataFrame:
+    """One row per framework option that asks for a policy other than keeping the score."""
+    rows = [
+        {"framework": fw, "policy": POLICY_LABELS[policy], "option": option}
+        for fw, options in OPTIONS.items()
+        for policy, option in options.items()
+        if policy != "keep" and option is not None
+    ]
+    return pd.DataFrame(rows, columns=["framework", "policy", "option"])
 
 
 def truncation_samples(
@@ -235,9 +243,33 @@ def hack_figure(steps: Sequence[HackStep]) -> go.Figure:
         legend={"orientation": "h", "y": -0.3, "x": 0.5, "xanchor": "center"},
         xaxis_title="training step (recorded samples every 5 steps)",
     )
-    fig.update_yaxes(title_text="the run's reward (mean)", secondary_y=False)
-    fig.update_yaxes(title_text="your reward (mean)", secondary_y=True)
+    fig.update_yaxes(title_text="the run's reward (mean)", rangemode="tozero", secondary_y=False)
+    fig.update_yaxes(
+        title_text="your reward (mean)", rangemode="tozero", showgrid=False, secondary_y=True
+    )
     return fig
+
+
+def hack_verdict(steps: Sequence[HackStep]) -> str:
+    """One sentence: how the student's reward moved over the recorded run, and what that says."""
+    first, last = steps[0], steps[-1]
+    mine = [sum(s.student) / len(s.student) for s in (first, last)]
+    run = [sum(s.recorded) / len(s.recorded) for s in (first, last)]
+    moved = (
+        f"Your reward's mean went from {mine[0]:.3g} at step {first.step} to {mine[1]:.3g} at "
+        f"step {last.step} (the run's own: {run[0]:.3g} to {run[1]:.3g})."
+    )
+    if len({v for s in steps for v in s.student}) == 1:
+        return moved + " It gives every recorded sample the same score: nothing here to climb."
+    if mine[1] > mine[0]:
+        return (
+            moved + " It rose as the answers degenerated: the drift this policy found satisfies "
+            "your reward too. Read from the recorded samples, not from a run trained on it."
+        )
+    return (
+        moved + " It did not rise: these degenerate samples do not satisfy it. A policy trained "
+        "on it could still find its own hack."
+    )
 
 
 def hack_steps_table(steps: Sequence[HackStep]) -> pd.DataFrame:

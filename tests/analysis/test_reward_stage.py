@@ -12,6 +12,7 @@ import torch
 from roll_viz import rewards
 from roll_viz.analysis import reward_stage as rs
 from roll_viz.core.pipeline import dialects
+from roll_viz.core.pipeline.dialects import openrlhf
 from roll_viz.core.pipeline.dialects.truncation import OPTIONS, POLICY_LABELS
 from tests.synthetic import synthetic_rollout
 
@@ -195,3 +196,24 @@ def test_recorded_hack_run_maxes_out_a_keyword_reward():
     assert sum(steps[0].student) < 8
     assert steps[-1].top_word == "amazing"
     assert steps[-1].distinct < 0.2
+
+
+def test_soft_and_zero_policies_agree_with_the_openrlhf_dialect():
+    # the dialect's own length_penalties (DAPO overlong; stop_properly_penalty_coef 0 = zero)
+    cap, buffer, factor = 8, 3, 0.7
+    lengths = torch.tensor([2, 5, 6, 7, 8, 8])
+    mask = (torch.arange(cap)[None, :] < lengths[:, None]).to(torch.float64)
+    scores = torch.tensor([1.0, 0.0, 1.0, 0.5, 1.0, 0.0], dtype=torch.float64)
+    batch = SimpleNamespace(scores=scores, response_mask=mask)
+    base = {"max_new_tokens": cap, "overlong_buffer_len": None, "stop_properly_penalty_coef": None}
+    soft = {**base, "overlong_buffer_len": buffer, "overlong_penalty_factor": factor}
+    zero = {**base, "stop_properly_penalty_coef": 0.0}
+    assert "overlong_buffer_len" in OPTIONS["openrlhf"]["soft"]
+    assert "stop_properly_penalty_coef 0" in OPTIONS["openrlhf"]["zero"]
+    got = rs.truncation_policies(
+        scores, lengths, lengths == cap, torch.tensor([0, 0, 0, 1, 1, 1]), cap, buffer, factor
+    )
+    assert got[2].rewards.tolist() == pytest.approx(
+        openrlhf.length_penalties(batch, soft, []).tolist()
+    )
+    assert got[0].rewards.tolist() == openrlhf.length_penalties(batch, zero, []).tolist()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
@@ -20,8 +21,10 @@ SECTIONS = (
 )
 
 
-def _open() -> AppTest:
+def _open(**params: str) -> AppTest:
     at = AppTest.from_file(str(PAGE), default_timeout=TIMEOUT)
+    for key, value in params.items():
+        at.query_params[key] = value
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -32,6 +35,7 @@ COLUMNS = {
     "rs_noise_sum": "expected (exact)",
     "rs_trunc_table": "mean |A| (trained)",
     "rs_hack_steps": "top word",
+    "rs_options": "option",
 }
 
 
@@ -40,14 +44,16 @@ def _frame(at: AppTest, key: str):
 
 
 def test_sections_draw_and_react_to_their_controls():
-    at = _open()
+    at = _open(preset="arithmetic")
     subheaders = [s.value for s in at.subheader]
     assert all(s in subheaders for s in SECTIONS), subheaders
-    assert len(at.get("plotly_chart")) >= 6  # the page's own two, then the four sections'
+    assert len(at.get("plotly_chart")) == 6  # the page's own two, then the four sections'
 
     summary = _frame(at, "rs_noise_sum")
     assert list(summary["quantity"])[2] == "zero-advantage fraction"
     assert summary["before (true labels)"].iloc[2] == "0.250"  # group 2 of 4 is all-fail
+    # seed 0 at rates 0.2 / 0.2 flips 2 labels and breaks the one tie (its expected break: 0.59)
+    assert list(summary["this draw"].iloc[:2]) == ["2 / 16", "1 / 1 tied"]
 
     at.slider(key="rs_fn").set_value(0.0).run()
     at.slider(key="rs_fp").set_value(0.0).run()
@@ -63,7 +69,11 @@ def test_sections_draw_and_react_to_their_controls():
         "soft overlong penalty",
         "masked from the loss",
     ]
-    assert "mask_truncated_completions=True" in set(trunc["trl"])
+    # arithmetic: 5 passes of 16; 11 cut (two of them passes); 12 rows at 32 tokens (one ends
+    # with EOS there: not cut, yet it pays the whole soft penalty), one at 29 pays 3/6
+    assert list(trunc["reward_mean"]) == pytest.approx([3 / 16, 5 / 16, (5 - 12.5) / 16, 5 / 16])
+    options = _frame(at, "rs_options")
+    assert "mask_truncated_completions=True" in set(options["option"])
 
     steps = _frame(at, "rs_hack_steps")
     assert list(steps["step"]) == [0, 5, 10, 15, 20, 25, 29]

@@ -1,0 +1,41 @@
+"""The reward stage's tables and sentences: the options table, the hack verdict."""
+
+from __future__ import annotations
+
+from roll_viz.analysis.reward_stage import HackStep
+from roll_viz.views import reward_stage_charts as charts
+
+
+def _step(step: int, student: tuple[float, ...], recorded: tuple[float, ...]) -> HackStep:
+    return HackStep(step, ("a",) * len(student), recorded, student, 1.0, "a", 1.0)
+
+
+def test_options_table_lists_only_real_options_besides_keeping():
+    table = charts.options_table()
+    assert list(table.columns) == ["framework", "policy", "option"]
+    assert "keep the score" not in set(table["policy"])
+    assert len(table) == 6  # roll mask; verl soft; openrlhf zero, soft; trl soft, mask
+    assert set(zip(table["framework"], table["policy"], strict=True)) == {
+        ("roll", "masked from the loss"),
+        ("verl", "soft overlong penalty"),
+        ("openrlhf", "zero reward"),
+        ("openrlhf", "soft overlong penalty"),
+        ("trl", "soft overlong penalty"),
+        ("trl", "masked from the loss"),
+    }
+
+
+def test_hack_verdict_says_which_way_the_students_reward_went():
+    rising = charts.hack_verdict(
+        [_step(0, (0.0, 1.0), (0.0, 0.0)), _step(29, (1.0, 1.0), (7.0, 8.0))]
+    )
+    assert "went from 0.5 at step 0 to 1 at step 29 (the run's own: 0 to 7.5)" in rising
+    assert "It rose" in rising
+    falling = charts.hack_verdict(
+        [_step(0, (1.0, 0.0), (0.0, 0.0)), _step(29, (0.0, 0.0), (7.0, 8.0))]
+    )
+    assert "did not rise" in falling
+    flat = charts.hack_verdict(
+        [_step(0, (0.0, 0.0), (0.0, 0.0)), _step(29, (0.0, 0.0), (7.0, 8.0))]
+    )
+    assert "the same score" in flat
