@@ -197,3 +197,41 @@ def expected_noise(labels: Tensor, group_ids: Tensor, fn: float, fp: float) -> N
         flipped=flipped,
         tie_after=tuple(ties),
     )
+
+
+@dataclass(frozen=True)
+class NoiseSweep:
+    """Expected counts as one rate moves and the other stays 0.
+
+    Attributes:
+        rates: the rates swept.
+        fn_only: the expectation at (fn = rate, fp = 0), one per rate.
+        fp_only: the expectation at (fn = 0, fp = rate), one per rate.
+    """
+
+    rates: tuple[float, ...]
+    fn_only: tuple[NoiseExpectation, ...]
+    fp_only: tuple[NoiseExpectation, ...]
+
+
+def noise_sweep(labels: Tensor, group_ids: Tensor, points: int = 11) -> NoiseSweep:
+    """``expected_noise`` with only false negatives, then only false positives, 0 to MAX_RATE.
+
+    Which hurts more depends on the batch: a batch of mostly fails has more fails to misread.
+
+    Args:
+        labels: (B,) true 0/1 labels.
+        group_ids: (B,) long prompt index.
+        points: rates from 0 to MAX_RATE, evenly spaced (2 to 51).
+
+    Raises:
+        ValueError: as ``noise_draw``, or ``points`` out of range.
+    """
+    if not 2 <= points <= 51:
+        raise ValueError(f"points must be in [2, 51], got {points}")
+    rates = tuple(MAX_RATE * i / (points - 1) for i in range(points))
+    return NoiseSweep(
+        rates=rates,
+        fn_only=tuple(expected_noise(labels, group_ids, r, 0.0) for r in rates),
+        fp_only=tuple(expected_noise(labels, group_ids, 0.0, r) for r in rates),
+    )

@@ -133,13 +133,27 @@ def _noise(rollout: Rollout, scores: torch.Tensor) -> None:
             "group points its own advantage the wrong way.\n\n"
             "Red outlines: advantages that point at noise (a flipped label, or a true tie "
             "broken). The *expected* column averages over every possible draw, exactly.\n\n"
+            "The curve below: expected advantages at noise as one rate grows alone. "
+            "False positives hurt more when most answers fail (more fails to misread, and an "
+            "all-fail group's tie breaks); false negatives mostly make new ties (zero "
+            "advantages, signal lost).\n\n"
             "**Try:** false-positive 0.1, false-negative 0: the all-fail group starts to "
             "reward wrong answers."
         )
     with main:
         st.dataframe(charts.noise_summary(draw, expected), hide_index=True, key="rs_noise_sum")
         plot(charts.noise_figure(sample_labels(batch), draw), key="rs_noise_fig")
-    table = charts.noise_table(sample_labels(batch), batch.group_ids.tolist(), draw)
+    groups = batch.group_ids.tolist()
+    g1, g2 = st.columns([1, 1], gap="large")
+    with g1:
+        st.dataframe(
+            charts.noise_groups(groups, draw, expected), hide_index=True, key="rs_noise_groups"
+        )
+    with g2:
+        plot(
+            charts.noise_sweep_figure(vn.noise_sweep(labels, batch.group_ids)), key="rs_noise_sweep"
+        )
+    table = charts.noise_table(sample_labels(batch), groups, draw)
     st.dataframe(table, hide_index=True, key="rs_noise_table")
     st.caption(
         f"Seed {int(seed)}. Advantages: GRPO, (r - group mean) / (unbiased group std + "

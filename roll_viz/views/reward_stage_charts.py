@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from roll_viz.analysis.reward_stage import HackStep, RewardParts, TruncationPolicy
-from roll_viz.analysis.verifier_noise import NoiseDraw, NoiseExpectation
+from roll_viz.analysis.verifier_noise import NoiseDraw, NoiseExpectation, NoiseSweep
 from roll_viz.core.pipeline.dialects.truncation import OPTIONS, POLICY_LABELS
 from roll_viz.views.scales import title_style
 
@@ -148,6 +148,56 @@ def noise_summary(draw: NoiseDraw, expected: NoiseExpectation) -> pd.DataFrame:
             ],
         }
     )
+
+
+def noise_groups(
+    group_ids: Sequence[int], draw: NoiseDraw, expected: NoiseExpectation
+) -> pd.DataFrame:
+    """One row per group: G, true passes k, tied before, P(tied after) in closed form, this draw."""
+    sizes: dict[int, int] = {}
+    passes: dict[int, int] = {}
+    for g, label in zip(group_ids, draw.labels.tolist(), strict=True):
+        sizes[g] = sizes.get(g, 0) + 1
+        passes[g] = passes.get(g, 0) + int(label)
+    return pd.DataFrame(
+        {
+            "prompt_id": list(sizes),
+            "G": list(sizes.values()),
+            "true passes k": [passes[g] for g in sizes],
+            "tied (true)": [bool(draw.tied_before[g]) for g in sizes],
+            "P(tied after)": [expected.tie_after[g] for g in sizes],
+            "tied (this draw)": [bool(draw.tied_after[g]) for g in sizes],
+        }
+    )
+
+
+def noise_sweep_figure(sweep: NoiseSweep) -> go.Figure:
+    """Expected advantages that point at noise as one rate grows: false negatives vs positives."""
+    fig = go.Figure()
+    for name, points, colour in (
+        ("false negatives only (fp = 0)", sweep.fn_only, "#2166ac"),
+        ("false positives only (fn = 0)", sweep.fp_only, "#b2182b"),
+    ):
+        fig.add_scatter(
+            x=list(sweep.rates),
+            y=[e.points_at_noise for e in points],
+            customdata=[e.zero_after for e in points],
+            name=name,
+            mode="lines+markers",
+            line={"color": colour},
+            hovertemplate="rate %{x:.2f}<br>E[noisy advantages] = %{y:.3f}<br>"
+            "E[zero-advantage fraction] = %{customdata:.3f}<extra></extra>",
+        )
+    fig.update_layout(
+        height=340,
+        margin={"l": 50, "r": 20, "t": 40, "b": 90},
+        title=title_style("Expected advantages that point at noise, one rate at a time"),
+        legend={"orientation": "h", "y": -0.3, "x": 0.5, "xanchor": "center"},
+        xaxis_title="rate",
+        yaxis_title="expected samples",
+        yaxis_rangemode="tozero",
+    )
+    return fig
 
 
 # ------------------------------------------------------------------------------ truncation

@@ -133,3 +133,16 @@ def test_bad_input_is_refused(labels, groups, fn, fp, message):
         vn.noise_draw(_t(labels), _t(groups, torch.long), fn, fp, 0)
     with pytest.raises(ValueError, match=message):
         vn.expected_noise(_t(labels), _t(groups, torch.long), fn, fp)
+
+
+def test_sweep_moves_one_rate_at_a_time():
+    labels, groups = _t([1, 0, 0, 0, 0, 0]), _t([0, 0, 0, 1, 1, 1], torch.long)
+    sweep = vn.noise_sweep(labels, groups, points=3)
+    assert sweep.rates == (0.0, 0.25, 0.5)
+    assert sweep.fn_only[1] == vn.expected_noise(labels, groups, 0.25, 0.0)
+    assert sweep.fp_only[2] == vn.expected_noise(labels, groups, 0.0, 0.5)
+    # one pass, five fails: only false negatives touch the pass; at fn .5 group 0 ties w.p. .5
+    assert sweep.fn_only[2].tie_after == pytest.approx((0.5, 1.0))
+    assert sweep.fn_only[2].points_at_noise < sweep.fp_only[2].points_at_noise
+    with pytest.raises(ValueError, match="points"):
+        vn.noise_sweep(labels, groups, points=1)

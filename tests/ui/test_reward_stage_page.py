@@ -27,6 +27,7 @@ def _open(**params: str) -> AppTest:
         at.query_params[key] = value
     at.run()
     assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]  # the page guard's message
     return at
 
 
@@ -47,7 +48,9 @@ def test_sections_draw_and_react_to_their_controls():
     at = _open(preset="arithmetic")
     subheaders = [s.value for s in at.subheader]
     assert all(s in subheaders for s in SECTIONS), subheaders
-    assert len(at.get("plotly_chart")) == 6  # the page's own two, then the four sections'
+    assert (
+        len(at.get("plotly_chart")) == 7
+    )  # the page's own two; parts, noise (2), truncation, hack
 
     summary = _frame(at, "rs_noise_sum")
     assert list(summary["quantity"])[2] == "zero-advantage fraction"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import torch
+
+from roll_viz.analysis import verifier_noise as vn
 from roll_viz.analysis.reward_stage import HackStep
 from roll_viz.views import reward_stage_charts as charts
 
@@ -39,3 +42,15 @@ def test_hack_verdict_says_which_way_the_students_reward_went():
         [_step(0, (0.0, 0.0), (0.0, 0.0)), _step(29, (0.0, 0.0), (7.0, 8.0))]
     )
     assert "the same score" in flat
+
+
+def test_noise_groups_by_hand():
+    labels, groups = torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1])
+    draw = vn.noise_draw(labels, groups, 0.0, 0.0, seed=0)
+    expected = vn.expected_noise(labels, groups, 0.0, 0.0)
+    table = charts.noise_groups(groups.tolist(), draw, expected)
+    assert table["G"].tolist() == [2, 2]
+    assert table["true passes k"].tolist() == [1, 0]
+    assert table["tied (true)"].tolist() == [False, True]
+    assert table["P(tied after)"].tolist() == [0.0, 1.0]  # no noise: ties stay, live groups too
+    assert table["tied (this draw)"].tolist() == [False, True]
