@@ -5,16 +5,19 @@ A truncated answer hit the generation cap without EOS. Four policies ship (field
 framework asks for it, or None where it has no option for it (then the reward function has to do
 it). Read in each framework's code:
 
-- ROLL (``rlvr_pipeline.py`` ``get_sample_level_mask``): ``max_len_mask`` drops truncated
-  samples from the loss (``final_response_mask``); their scores still enter the group
-  normalisation. The overlong penalty is left to the reward worker.
+- ROLL (``rlvr_config.py`` ``max_len_mask: bool = False``; ``rlvr_pipeline.py``
+  ``get_sample_level_mask``): drops from the loss (``final_response_mask``) every sample whose
+  length equals the responses' width, an answer that ends with EOS exactly there included;
+  their scores still enter the group normalisation. The overlong penalty is left to the
+  reward worker.
 - verl (``verl/workers/reward_manager/dapo.py``): the DAPO reward manager adds
   ``min(-(L - (max_resp_len - len)) / len * penalty_factor, 0)``; off by default
   (``enable: False``), DAPO's recipe uses len 4096 of max_resp_len 20480 and penalty_factor 1.
   Older scripts spell the prefix ``reward_model.reward_kwargs``.
 - OpenRLHF (``apply_length_penalties``): ``--reward.overlong_buffer_len`` and
   ``--reward.overlong_penalty_factor`` (DAPO's penalty, the excess clamped at the buffer);
-  ``--reward.stop_properly_penalty_coef`` multiplies a truncated answer's reward (0 = zero it).
+  ``--reward.stop_properly_penalty_coef`` multiplies a truncated answer's reward (0 = zero it;
+  vLLM's finish reason "length").
 - TRL 1.16 (``GRPOTrainer._generate_and_score_completions``): ``mask_truncated_completions``
   zeroes the completion mask of rows whose last id is neither EOS nor pad, after the rewards
   and before the loss (the advantages are computed with them); ``trl.rewards.
