@@ -168,6 +168,11 @@ def _truncation(rollout: Rollout, scores: torch.Tensor) -> None:
     truncated = rs.truncated_rows(rollout)
     lengths = rollout.response_mask.sum(-1).long()
     cap = int(rollout.meta.max_new_tokens or rollout.response_mask.shape[1])
+    if cap < 2:
+        st.info(
+            f"A cap of {cap} token leaves no room for an overlong buffer.", icon=":material/info:"
+        )
+        return
     c1, c2 = st.columns(2)
     buffer = c1.slider(
         "overlong buffer (tokens)",
