@@ -122,7 +122,7 @@ def noise_summary(draw: NoiseDraw, expected: NoiseExpectation) -> pd.DataFrame:
     b = draw.labels.numel()
     return pd.DataFrame(
         {
-            "quantity": [
+            "measure": [
                 "flipped labels",
                 "ties broken (groups)",
                 "zero-advantage fraction",

@@ -53,7 +53,7 @@ def test_sections_draw_and_react_to_their_controls():
     )  # the page's own two; parts, noise (2), truncation, hack
 
     summary = _frame(at, "rs_noise_sum")
-    assert list(summary["quantity"])[2] == "zero-advantage fraction"
+    assert list(summary["measure"])[2] == "zero-advantage fraction"
     assert summary["before (true labels)"].iloc[2] == "0.250"  # group 2 of 4 is all-fail
     # seed 0 at rates 0.2 / 0.2 flips 2 labels and breaks the one tie (its expected break: 0.59)
     assert list(summary["this draw"].iloc[:2]) == ["2 / 16", "1 / 1 tied"]
