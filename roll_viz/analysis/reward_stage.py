@@ -100,7 +100,10 @@ def reward_parts(rollout: Rollout, spec: rewards.RewardSpec) -> RewardParts:
         values=values,
         parts=parts,
         totals=totals,
-        noise=rewards.score_rollout(rollout, spec) - totals,
+        # without noise exactly 0 (the two sums may round differently in the last bit)
+        noise=rewards.score_rollout(rollout, spec) - totals
+        if spec.noise_sigma > 0
+        else torch.zeros_like(totals),
         shares=shares,
     )
 

@@ -217,3 +217,20 @@ def test_soft_and_zero_policies_agree_with_the_openrlhf_dialect():
         openrlhf.length_penalties(batch, soft, []).tolist()
     )
     assert got[0].rewards.tolist() == openrlhf.length_penalties(batch, zero, []).tolist()
+
+
+def test_parts_sum_to_the_score_and_no_noise_is_exactly_zero():
+    spec = rewards.RewardSpec(
+        terms=(
+            ("target_length", 0.1, (("target", 3), ("tolerance", 7))),
+            ("one_sentence", 0.2, ()),
+            ("positive_words", 0.7, (("per_word", 0.3),)),
+        )
+    )
+    rollout = _rollout(("A great day.", "good good good good", "Sad. Very sad."))
+    parts = rs.reward_parts(rollout, spec)
+    assert parts.noise.tolist() == [0.0, 0.0, 0.0]
+    score = rewards.score_rollout(rollout, spec)
+    assert (parts.totals + parts.noise).tolist() == pytest.approx(score.tolist(), abs=1e-15)
+    # "A great day.": 3 words -> 1 x 0.1; one sentence -> 0.2; one positive word 0.3 x 0.7
+    assert parts.parts[0].tolist() == pytest.approx([0.1, 0.2, 0.21])
