@@ -4,6 +4,7 @@ import streamlit as st
 
 from roll_viz import ui
 from roll_viz.ui import health_banner as health_ui
+from roll_viz.ui import reward_stage_page
 from roll_viz.views import charts, explain, tables, text
 
 with ui.page_guard("Rewards"):
@@ -130,5 +131,7 @@ with ui.page_guard("Rewards"):
         ui.download_trace_json(trace, key="dl_trace_rewards", state=state, rollout=rollout)
     with st.expander("Conventions the dialect applied"):
         st.markdown("\n".join(f"- {n}" for n in trace.notes) or "none")
+
+    reward_stage_page.draw(state, rollout, scores)
 
     ui.back_next("rewards")
