@@ -181,7 +181,7 @@ def episode_update(
     if not m.any():
         raise ValueError("the mask trains no token")
     m_f = m.float()
-    adv = advantages.detach().float() * m_f
+    adv = torch.where(m, advantages.detach().float(), 0.0)  # NaN off the mask stays out
     scored = valid.clone()
     scored[:, 0] = False
     cfg = UpdateConfig(lr=lr, max_grad_norm=max_grad_norm)

@@ -13,6 +13,8 @@ drew the token ids: recorded episodes on another model, and files, say so instea
 
 from __future__ import annotations
 
+import hashlib
+
 import streamlit as st
 from torch import Tensor
 
@@ -96,7 +98,9 @@ def update_section(
         )
         return
     kept_key = f"_{prefix}_update"
-    settings = (episodes, mask_label, credit_label, float(advantages.abs().sum()))
+    # the advantages' bytes stand for the credit knobs (gamma) the step was taken with
+    digest = hashlib.sha256(advantages.nan_to_num().double().numpy().tobytes()).hexdigest()
+    settings = (episodes, mask_label, credit_label, digest)
     if st.button("Take one update step", key=f"{prefix}_update", icon=":material/play_arrow:"):
         st.session_state[kept_key] = (settings, _take(data, episodes, mask, advantages))
     kept = st.session_state.get(kept_key)

@@ -105,6 +105,10 @@ def test_grad_coef_is_the_closed_form_and_zero_outside_the_mask(tiny, drawn):
 
 def test_logprobs_are_a_plain_full_forward_not_the_loss_mask_as_attention(tiny, drawn):
     _, mask, _, got, _ = _step(tiny, drawn.episodes)
+    # old = the recorded sampling log-probs, at the sampling temperature: ratio 1 at the step
+    assert bool(got.old_recorded[mask.bool() & got.valid].all())
+    ratios = got.ratio[got.mask > 0]
+    assert float((ratios - 1).abs().max()) < 1e-3
     for b, ep in enumerate(drawn.episodes):
         plain = _plain_logprobs(tiny, ep.token_ids, REQUEST.logprob_temperature)
         n = len(ep.token_ids)
