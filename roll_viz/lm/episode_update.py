@@ -23,10 +23,13 @@ mask (B, T) (the correct mask or one of ``masks.MASK_RULES``' mistakes), then:
    coefficient is 0).
 
 The model lock is held for the whole step; the shared base is never written (only the
-adapter's tensors have gradients); no global RNG (the step draws nothing). Memory: the LM head
-runs on a bounded block of positions at a time (``scoring.default_block_rows``) and its
-gradient is carried back to the hidden states block by block, so no (positions, vocabulary)
-matrix of the whole batch exists; the batch is bounded by ``MAX_UPDATE_TOKENS``.
+adapter's tensors have gradients); no global RNG (the step draws nothing). Memory: the rows
+run in chunks of at most ``lm.update.MICRO_TOKENS`` tokens (forward and backward per chunk,
+the adapter's gradient accumulating: exact, the loss is a sum over positions with a fixed
+denominator), and the LM head on a bounded block of positions at a time
+(``scoring.default_block_rows``), its gradient carried back to the hidden states block by
+block, so neither a whole batch's graph nor its (positions, vocabulary) matrix exists; the
+batch is bounded by ``MAX_UPDATE_TOKENS``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,13 @@ from roll_viz.core.agentic import masks
 from roll_viz.core.agentic.episode import Episode
 from roll_viz.lm.lora import LoraPolicy
 from roll_viz.lm.scoring import default_block_rows, response_hidden
-from roll_viz.lm.update import DEFAULT_LR, UpdateConfig, _optimizer, _optimizer_step
+from roll_viz.lm.update import (
+    DEFAULT_LR,
+    MICRO_TOKENS,
+    UpdateConfig,
+    _optimizer,
+    _optimizer_step,
+)
 
 #: transcript tokens of one step, all episodes together (the Episodes page's live bound is
 #: 6 tasks x 8 episodes x 1,024 tokens; a batch over this is refused with a message)
@@ -115,21 +124,34 @@ def _picked(head, hidden: Tensor, targets: Tensor, temperature: float) -> Tensor
     return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+def _row_chunks(valid: Tensor) -> list[tuple[Tensor, int]]:
+    """(rows, width) chunks of at most ``MICRO_TOKENS`` padded tokens (one row at least).
+
+    Each chunk's forward (and backward) runs on its own, cut to its longest transcript: the
+    memory of a pass is that of a chunk, not of the batch.
+    """
+    lengths = valid.sum(dim=1)
+    per = max(1, MICRO_TOKENS // max(int(lengths.max()), 1))
+    return [(rows, int(lengths[rows].max())) for rows in torch.split(torch.arange(len(valid)), per)]
+
+
 def _score(
     policy: LoraPolicy, ids: Tensor, valid: Tensor, where: Tensor, temperature: float
 ) -> Tensor:
     """No-grad (B, T) log-probs at ``where`` (0 elsewhere); lock held, adapter on."""
     bundle = policy.bundle
     head = bundle.model.get_output_embeddings()
+    block = default_block_rows(head.weight.shape[0])
     out = torch.zeros(ids.shape, dtype=torch.float32)
     with torch.no_grad():
-        hidden = _hidden(bundle, ids, valid)
-        block = default_block_rows(head.weight.shape[0])
-        idx = where.nonzero(as_tuple=True)
-        for start in range(0, len(idx[0]), block):
-            rows, cols = idx[0][start : start + block], idx[1][start : start + block]
-            got = _picked(head, hidden[rows, cols], ids[rows, cols].to(hidden.device), temperature)
-            out[rows, cols] = got.cpu()
+        for rows, width in _row_chunks(valid):
+            chunk_ids = ids[rows, :width]
+            hidden = _hidden(bundle, chunk_ids, valid[rows, :width])
+            r, c = where[rows, :width].nonzero(as_tuple=True)
+            for start in range(0, len(r), block):
+                rr, cc = r[start : start + block], c[start : start + block]
+                targets = chunk_ids[rr, cc].to(hidden.device)
+                out[rows[rr], cc] = _picked(head, hidden[rr, cc], targets, temperature).cpu()
     return out
 
 
@@ -223,34 +245,38 @@ def _step(
 ) -> tuple[Tensor, float, float]:
     """Forward with grad, the loss, backward, one optimizer step (lock held, adapter on).
 
-    The head runs on a block of trained positions at a time: each block's log-probs, its share
-    of the loss (``-A ratio / sum m``, exact because the token mean's weights depend on the
-    mask only) and its backward into the hidden states; then one backward through the model.
+    Rows run in chunks (``_row_chunks``) and, within one, the head on a block of trained
+    positions at a time: each block's log-probs, its share of the loss (``-A ratio / sum m``
+    over the whole batch's mask: exact, the token mean's weights depend on the mask only) and
+    its backward into the hidden states; then the chunk's backward through the model.
 
     Returns:
         ((B, T) dL/dlogp by autograd, the loss, the pre-clip gradient norm).
     """
     bundle = policy.bundle
     head = bundle.model.get_output_embeddings()
+    block = default_block_rows(head.weight.shape[0])
     total = m.sum()
-    idx = m.nonzero(as_tuple=True)
     coef = torch.zeros(m.shape, dtype=torch.float32)
     loss_value = 0.0
-    with torch.enable_grad():
-        hidden = _hidden(bundle, ids, valid)
-        live = hidden[idx[0], idx[1]]  # (N, H) with grad through the adapter
-        leaf = live.detach().requires_grad_(True)
-        block = default_block_rows(head.weight.shape[0])
-        for start in range(0, len(idx[0]), block):
-            part = slice(start, start + block)
-            rows, cols = idx[0][part], idx[1][part]
-            lp = _picked(head, leaf[part], ids[rows, cols].to(leaf.device), temperature)
-            lp.retain_grad()
-            ratio = torch.exp(lp - old[rows, cols].to(lp.device))
-            loss = -(adv[rows, cols].to(lp.device) * ratio).sum() / total
-            loss.backward()
-            coef[rows, cols] = lp.grad.detach().float().cpu()
-            loss_value += float(loss.detach())
-        live.backward(leaf.grad)
+    for rows, width in _row_chunks(valid):  # the adapter's .grad accumulates over the chunks
+        chunk_ids = ids[rows, :width]
+        r, c = m[rows, :width].nonzero(as_tuple=True)
+        if len(r) == 0:
+            continue
+        with torch.enable_grad():
+            hidden = _hidden(bundle, chunk_ids, valid[rows, :width])
+            live = hidden[r, c]  # (n, H) with grad through the adapter
+            leaf = live.detach().requires_grad_(True)
+            for start in range(0, len(r), block):
+                rr, cc = r[start : start + block], c[start : start + block]
+                lp = _picked(head, leaf[start : start + block], chunk_ids[rr, cc], temperature)
+                lp.retain_grad()
+                ratio = torch.exp(lp - old[rows[rr], cc].to(lp.device))
+                loss = -(adv[rows[rr], cc].to(lp.device) * ratio).sum() / total
+                loss.backward()
+                coef[rows[rr], cc] = lp.grad.detach().float().cpu()
+                loss_value += float(loss.detach())
+            live.backward(leaf.grad)
     norm = _optimizer_step(_optimizer(policy, cfg), policy.parameters(), cfg.max_grad_norm)
     return coef, loss_value, norm

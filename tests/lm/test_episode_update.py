@@ -17,6 +17,7 @@ import torch
 
 from roll_viz.core.agentic import masks
 from roll_viz.data.recorded_episodes import load_recorded_episodes
+from roll_viz.lm import episode_update as episode_update_mod
 from roll_viz.lm import rollout
 from roll_viz.lm.episode_update import episode_update
 from roll_viz.lm.episodes import EpisodeRequest, sample_episodes
@@ -171,3 +172,14 @@ def test_progress_is_the_running_sum_of_the_progress_rewards(drawn):
             want.append(total)
         assert ep.progress == pytest.approx(tuple(want))
         assert len(ep.progress) == ep.n_turns
+
+
+def test_row_chunks_give_the_one_pass_numbers(tiny, drawn, monkeypatch):
+    chunked = _step(tiny, drawn.episodes)[3]
+    assert len(episode_update_mod._row_chunks(chunked.valid)) > 1  # the default really chunks
+    monkeypatch.setattr(episode_update_mod, "MICRO_TOKENS", 10**9)
+    assert len(episode_update_mod._row_chunks(chunked.valid)) == 1
+    whole = _step(tiny, drawn.episodes)[3]
+    assert torch.allclose(chunked.grad_coef, whole.grad_coef, atol=1e-7)
+    assert torch.allclose(chunked.delta, whole.delta, atol=1e-4)
+    assert chunked.grad_norm == pytest.approx(whole.grad_norm, rel=1e-4)
