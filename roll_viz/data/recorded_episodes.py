@@ -147,6 +147,7 @@ def _episode_dict(ep: Episode, again: tuple[int, ...], stripped: tuple[int, ...]
         "outcome": ep.outcome,
         "turn_rewards": None if ep.turn_rewards is None else list(ep.turn_rewards),
         "states": None if ep.states is None else list(ep.states),
+        "progress": None if ep.progress is None else list(ep.progress),
         "stop": ep.stop,
         "seed": ep.seed,
         "segments": [_segment_dict(s) for s in ep.segments],
@@ -249,6 +250,7 @@ def _episode(row: dict) -> Episode:
         states=None if row["states"] is None else tuple(str(s) for s in row["states"]),
         stop=str(row["stop"]),
         seed=None if row["seed"] is None else int(row["seed"]),
+        progress=_floats(row.get("progress")),  # files recorded before it have none
     )
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -276,6 +277,8 @@ def _freeze(live: list[_Live], seed: int) -> tuple[Episode, ...]:
             states=tuple(e.states),
             stop=e.stop or "max_turns",
             seed=seed,
+            # the turn rewards are progress increments (toy_tools): the state score is their sum
+            progress=tuple(itertools.accumulate(e.rewards)),
         )
         for e in live
     )

@@ -28,7 +28,8 @@ The behaviour samplers of a training run (``fp32``, ``bf16``, ``int8``, ``top_p`
 its Rollout. An engine gives a training run its own sampler (``training_sampler``).
 
 The names the pages need from the sampling side of ``lm`` (limits, the queue's plan, the warm-up,
-the mismatch lab's behaviour log-probs, the teacher's scores) are offered here too, so ``ui`` and
+the mismatch lab's behaviour log-probs, the teacher's scores, the Episodes page's update step
+``episode_update``) are offered here too, so ``ui`` and
 the pages reach ``lm`` through six modules only (``tests/test_layers.py``): ``rollout``,
 ``models``, ``lora``, ``update``, ``train`` and ``runfile``.
 """
@@ -54,6 +55,10 @@ from roll_viz.lm.decode import FAST_DECODE, DecodeOptions
 from roll_viz.lm.engine import EngineError
 from roll_viz.lm.engine_http import ENV_MODEL, ENV_URL, HttpEngine, from_env
 from roll_viz.lm.engine_sync import AdapterSync
+from roll_viz.lm.episode_update import MAX_UPDATE_TOKENS as MAX_UPDATE_TOKENS
+from roll_viz.lm.episode_update import EpisodeUpdate as EpisodeUpdate
+from roll_viz.lm.episode_update import check_vocabulary as check_vocabulary
+from roll_viz.lm.episode_update import episode_update as episode_update
 from roll_viz.lm.episodes import MAX_EPISODE_GROUP as MAX_EPISODE_GROUP
 from roll_viz.lm.episodes import MAX_EPISODE_TASKS as MAX_EPISODE_TASKS
 from roll_viz.lm.episodes import MAX_EPISODE_TOKENS as MAX_EPISODE_TOKENS

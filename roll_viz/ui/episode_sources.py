@@ -50,6 +50,10 @@ class EpisodeSet:
         reencode: the tokenizer's encode (text -> ids) for ``tool_mask_misaligned``, or None.
         rerender: an episode's transcript re-rendered from text by a template that strips
             ``<think>`` (the extension check), or None (no tokenizer at hand).
+        model: the model spec the update step loads (section 4), or None: no step (a file).
+        drawn_by: the name of the model that drew the token ids (the step needs that model).
+        temperature: the temperature of the episodes' recorded log-probs (the step's logits
+            are divided by it).
     """
 
     episodes: tuple[Episode, ...]
@@ -59,6 +63,9 @@ class EpisodeSet:
     unit: str = "token"
     reencode: Callable[[str], Sequence[int]] | None = None
     rerender: Callable[[Episode], Sequence[int]] | None = None
+    model: str | None = None
+    drawn_by: str = ""
+    temperature: float = 1.0
 
 
 SOURCES = {
@@ -112,6 +119,11 @@ def id_pieces(episode: Episode, unit: str) -> tuple[str, ...]:
     return tuple(f"[{t}]" for t in episode.token_ids)
 
 
+def _logprob_temperature(batch: door.EpisodeBatch, request: door.EpisodeRequest) -> float:
+    """In-process log-probs are at the sampling temperature; an engine's are raw (1)."""
+    return request.logprob_temperature if not batch.engine else 1.0
+
+
 def _live_set(model: str, request: door.EpisodeRequest) -> EpisodeSet:
     """The request's episodes, sampled once (progress drawn only then) and kept in the store."""
     store = live_store()
@@ -146,6 +158,9 @@ def _live_set(model: str, request: door.EpisodeRequest) -> EpisodeSet:
         eos_id=eos,
         reencode=encode,
         rerender=partial(door.reencode, bundle, strip_think=True),
+        model=model,
+        drawn_by=got.model,
+        temperature=_logprob_temperature(got, request),
     )
     store.put(key, data)
     return data
@@ -345,4 +360,7 @@ def recorded_set(model: str) -> EpisodeSet:
         f"({got.seconds:.0f} s on a CPU). {got.batch.note}",
         eos_id=episode_pieces.eos_id(),
         rerender=rerender,
+        model=model,
+        drawn_by=got.batch.model,
+        temperature=_logprob_temperature(got.batch, got.request),
     )

@@ -4,7 +4,8 @@
 file); the Your run page calls it for an ATIF file. The views: the transcript as token chips by
 role and turn with the loss mask over it, each known mistake with what it trains and what it
 does to the loss and its gradient, the credit rules side by side (formula with numbers, the
-advantage on every token), which rule rewards an extra turn and verl #7244's bias. Every knob
+advantage on every token), which rule rewards an extra turn and verl #7244's bias, and one
+real update step on the episodes (``episode_step``: delta log pi on every token). Every knob
 is bound to the URL. Model and tool text is untrusted: it reaches the page only as escaped
 chips (``views.episode_charts``), ``st.code`` and plain dataframe cells.
 """
@@ -25,6 +26,7 @@ from roll_viz.ui.episode_sources import EpisodeSet as EpisodeSet
 from roll_viz.ui.episode_sources import atif_from_path as atif_from_path
 from roll_viz.ui.episode_sources import is_atif as is_atif
 from roll_viz.ui.episode_sources import source_controls as source_controls
+from roll_viz.ui.episode_step import update_section
 from roll_viz.ui.fields import Field, check_fields
 from roll_viz.ui.table_fit import table
 from roll_viz.ui.url import bound
@@ -187,7 +189,22 @@ def draw_views(data: EpisodeSet, prefix: str = "ep") -> None:
     with st.expander("Every mask on this batch (table)"):
         table(lab.rule_table(mlab), key=f"{prefix}_rules", point="rule")
 
-    _credit_section(data, episodes, pieces, mlab, prefix)
+    chosen = _credit_section(data, episodes, pieces, mlab, prefix)
+    mask_label = (
+        "right mask"
+        if name == THINK
+        else next(label for label, rule in MASK_CHOICES.items() if rule == name)
+    )
+    update_section(
+        data,
+        episodes,
+        pieces[0],
+        (right if name == THINK else shown).mask,
+        mask_label,
+        chosen.token_advantages,
+        chosen.label,
+        prefix,
+    )
 
 
 def _effect_metrics(name, shown, right, mlab, differs) -> None:
@@ -231,7 +248,8 @@ def _effect_metrics(name, shown, right, mlab, differs) -> None:
         )
 
 
-def _credit_section(data, episodes, pieces, mlab, prefix: str) -> None:
+def _credit_section(data, episodes, pieces, mlab, prefix: str) -> credit_mod.Credit:
+    """Sections 2 and 3; returns the credit rule chosen for the tokens (section 4's)."""
     st.header("2. Credit per turn: the rules side by side")
     c1, c2 = st.columns([1, 2])
     with c1:
@@ -299,6 +317,7 @@ def _credit_section(data, episodes, pieces, mlab, prefix: str) -> None:
         "An unbiased rule moves with the outcome, not with the number of turns."
     )
     _bias(prefix)
+    return chosen
 
 
 def _bias(prefix: str) -> None:

@@ -172,6 +172,67 @@ def advantage_html(
     return _frame(rows)
 
 
+def delta_html(
+    episode: Episode,
+    pieces: Sequence[str],
+    delta: Sequence[float],
+    grad_coef: Sequence[float],
+    trained: Sequence[float],
+    vmax: float,
+    wrap: bool = False,
+) -> str:
+    """The transcript's tokens coloured by delta log pi after one update step (0 = white).
+
+    Every token has a delta (context moves too: the weights are shared); trained tokens carry a
+    thick underline, so a context token's colour reads as "moved by context only". The hover
+    text gives delta log pi and the gradient coefficient dL/dlog pi (0 off the mask).
+
+    Args:
+        episode: the episode.
+        pieces: one display string per token (escaped here).
+        delta: log pi after - before, one per token (position 0: no log-prob).
+        grad_coef: dL/dlog pi per token.
+        trained: the loss mask of the step.
+        vmax: the symmetric colour range [-vmax, vmax] (the legend says it).
+        wrap: each position is a whole segment's text: wrap it.
+    """
+    n = len(pieces)
+    if not len(delta) == len(grad_coef) == len(trained) == n:
+        raise ValueError(f"{n} tokens but {len(delta)} deltas")
+    colours = scale_colors([float(d) for d in delta], -vmax, vmax, SIGNED_SCALE)
+    rows = []
+    for start, end, label in _rows(episode):
+        chips = []
+        for i in range(start, min(end, n)):
+            bg = colours[i]
+            mark = (
+                f"text-decoration:underline;text-decoration-thickness:3px;"
+                f"text-decoration-color:{TRAINED};"
+                if trained[i] > 0
+                else ""
+            )
+            words = "trained" if trained[i] > 0 else "context (no gradient)"
+            tip = (
+                f"{pieces[i]!r}  position {i}, {label}: {words}; delta log pi = "
+                f"{float(delta[i]):+.4g}, dL/dlog pi = {float(grad_coef[i]):.4g}"
+            )
+            chips.append(
+                _chip(pieces[i], tip, f"background:{bg};color:{text_color(bg)};{mark}", wrap)
+            )
+        rows.append(_row(label, chips))
+    return _frame(rows)
+
+
+def delta_legend_html(vmax: float) -> str:
+    """The delta chips' legend: the diverging scale's range, and the trained tokens' underline."""
+    mark = (
+        f'<span style="text-decoration:underline;text-decoration-thickness:3px;'
+        f'text-decoration-color:{TRAINED};margin-left:10px">trained token</span>'
+    )
+    bar = colorbar_html(SIGNED_SCALE, -vmax, vmax, "delta log pi (red < 0 < blue):")
+    return bar.replace("</div>", mark + "</div>", 1)
+
+
 def mask_legend_html(with_mistake: bool, with_differs: bool = False) -> str:
     """The mask view's legend: each chip style with its words (colour is never the only cue)."""
     items = [

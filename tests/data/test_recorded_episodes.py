@@ -9,6 +9,7 @@ model in the ``slow`` tier.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
@@ -105,6 +106,19 @@ def test_write_read_round_trip(name):
     )
     again = recorded.episodes_from_json(text, name)
     assert again == rec
+
+
+def test_progress_survives_the_round_trip():
+    rec = recorded.load_recorded_episodes("guess")
+    ep = rec.batch.episodes[0]
+    scored = dataclasses.replace(ep, progress=tuple(0.25 * (k + 1) for k in range(ep.n_turns)))
+    batch = dataclasses.replace(rec.batch, episodes=(scored, *rec.batch.episodes[1:]))
+    text = recorded.episodes_to_json(
+        batch, rec.request, rec.command, rec.seconds, rec.reencoded, rec.reencoded_strip_think
+    )
+    again = recorded.episodes_from_json(text, "guess")
+    assert again.batch.episodes[0].progress == scored.progress
+    assert again.batch.episodes[1].progress is None  # an episode without progress stays so
 
 
 def _text(name: str = "guess") -> dict:

@@ -239,3 +239,67 @@ def test_the_views_read_the_core():
     assert set(page.MASK_CHOICES.values()) == {*masks.MASK_RULES, page.THINK}
     assert set(page.CREDIT_CHOICES.values()) == set(credit.CREDIT_RULES)
     assert re.fullmatch(r"[^:]+", page.DEFAULT_CREDIT)
+
+
+# ------------------------------------------------------------------ section 4: one update step
+
+
+def _update_app() -> None:
+    """Live tiny-model episodes, half of each group's outcomes set to 1: nonzero advantages."""
+    from dataclasses import replace
+
+    from roll_viz.lm.episodes import EpisodeRequest, sample_episodes
+    from roll_viz.ui import episodes_page
+    from roll_viz.ui.episode_sources import token_pieces
+    from roll_viz.ui.flow import ensure_model
+
+    bundle = ensure_model("tiny")
+    request = EpisodeRequest(("calc-1",), group_size=2, max_turns=2, max_turn_tokens=8, seed=1)
+    drawn = sample_episodes(bundle, request).episodes
+    episodes = (replace(drawn[0], outcome=1.0), *drawn[1:])
+    data = episodes_page.EpisodeSet(
+        episodes,
+        tuple(token_pieces(bundle, e) for e in episodes),
+        "two tiny-model episodes",
+        model="tiny",
+        drawn_by=bundle.name,
+        temperature=request.logprob_temperature,
+    )
+    episodes_page.draw_views(data)
+
+
+def test_update_step_trains_the_replies_only_under_the_mistake():
+    at = AppTest.from_function(_update_app, default_timeout=120)
+    at.run()
+    assert any("Take one update step" in i.value for i in at.info)
+    at.button(key="ep_update").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    got = _metrics(at)
+    assert got["Gradient on the environment's replies"] == "0"  # the right mask: context only
+    assert float(got["Mean |delta log pi|, trained"]) > 0
+    assert float(got["Mean |delta log pi|, replies"]) > 0  # moved through the shared weights
+    assert "delta log pi (red &lt; 0 &lt; blue)" in _html(at)
+    # the mistake: the step is taken again with its mask, and the replies get a gradient
+    at.radio(key="ep_mask").set_value("tool output trained").run()
+    assert any("Take one update step" in i.value for i in at.info)  # the settings changed
+    at.button(key="ep_update").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert float(_metrics(at)["Gradient on the environment's replies"]) > 0
+
+
+def test_update_step_on_live_episodes_runs():
+    at = apptest.open_page("episodes", ep_src="live", ep_g="2", ep_turns="2", ep_tokens="8")
+    at.button(key="ep_sample").click().run()
+    at.button(key="ep_update").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert "Gradient on the environment's replies" in _metrics(at)
+
+
+def test_update_step_on_another_models_tokens_says_it_needs_that_model():
+    at = apptest.open_page("episodes")  # the recorded episodes: SmolLM2's ids, the tiny model
+    at.button(key="ep_update").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any("needs the model that drew them" in e.value for e in at.error)
+    assert "Gradient on the environment's replies" not in _metrics(at)
