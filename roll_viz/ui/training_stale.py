@@ -211,18 +211,23 @@ def discard_panel(runners: dict[str, TrainRunner]) -> None:
     synthetic = label == SYNTHETIC
     c0, c1, c2 = st.columns(3)
     with c0:
-        unit = st.segmented_control(
-            "Unit of work",
-            list(staleness.UNITS),
-            default="answer",
-            key=KEY_UNIT,
-            required=True,
-            disabled=synthetic,
-            help="answer: each answer on its own. group: a prompt's whole group, done when its "
-            "longest answer is (tinker-cookbook discards whole groups). The synthetic source "
-            "has one length per prompt and attempt.",
-        )
-        unit = "prompt" if synthetic else str(unit)
+        if synthetic:  # one length per prompt and attempt: nothing to choose (no greyed control)
+            st.caption(
+                "Unit of work: a prompt (the synthetic source has one length per prompt "
+                "and attempt)"
+            )
+            unit = "prompt"
+        else:
+            unit = st.segmented_control(
+                "Unit of work",
+                list(staleness.UNITS),
+                default="answer",
+                key=KEY_UNIT,
+                required=True,
+                help="answer: each answer on its own. group: a prompt's whole group, done when "
+                "its longest answer is (tinker-cookbook discards whole groups).",
+            )
+            unit = str(unit)
     with c1:
         rate = st.select_slider(
             "Sampler speed (tokens per trainer step)",

@@ -191,7 +191,7 @@ def noise_sweep_figure(sweep: NoiseSweep) -> go.Figure:
     fig.update_layout(
         height=340,
         margin={"l": 50, "r": 20, "t": 40, "b": 90},
-        title=title_style("Expected advantages that point at noise, one rate at a time"),
+        title=title_style("Noisy advantages as one rate grows"),
         legend={"orientation": "h", "y": -0.3, "x": 0.5, "xanchor": "center"},
         xaxis_title="rate",
         yaxis_title="expected samples",

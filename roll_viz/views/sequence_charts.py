@@ -58,9 +58,7 @@ def rows_removed_grid(seq: SequenceLab) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=title_style(
-            "Which responses each rule removes (dark: all of it; light: some tokens)"
-        ),
+        title=title_style("Responses each rule removes (dark: all, light: some tokens)"),
         height=max(260, 26 * len(frame) + 120),
         margin={"l": 80, "r": 20, "t": 50, "b": 40},
         xaxis={"side": "top", "automargin": True},
@@ -94,7 +92,7 @@ def product_vs_geometric(seq: SequenceLab, low: float, high: float) -> go.Figure
     for bound in (low, high):
         fig.add_hline(y=bound, line={"color": "#333333", "dash": "dash"})
     fig.update_layout(
-        title=title_style("Sequence ratio pi_old / mu by length (dashed: [low, high])"),
+        title=title_style("Sequence ratio by length (dashed: low, high)"),
         height=320,
         margin={"l": 60, "r": 20, "t": 50, "b": 40},
         xaxis={"title": {"text": "response length (tokens)"}},

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.server import streamlit_server
-from benchmarks.st_client import Session, UploadedFile, put_file, xsrf_cookie
+from benchmarks.st_client import Session, UploadedFile, put_file, run_coroutine, xsrf_cookie
 
 pytestmark = pytest.mark.server
 
@@ -81,7 +81,7 @@ async def _scenario(base: str) -> dict:
 def test_uploads_only_where_an_uploader_is_and_released_with_the_session():
     env = {"STREAMLIT_SERVER_DISCONNECTED_SESSION_TTL": str(TTL_S)}
     with streamlit_server(model="tiny", extra_env=env) as srv:
-        out = asyncio.run(_scenario(srv.base))
+        out = run_coroutine(_scenario(srv.base))
         tracebacks = srv.tracebacks()
     assert out["xsrf"]
     assert out["plain_status"] == "FINISHED_SUCCESSFULLY"
@@ -149,7 +149,7 @@ QUOTA_MB = 1  # the guard's cap on all held uploads (ROLL_VIZ_UPLOAD_QUOTA_MB); 
 def test_issue_33_a_crafted_name_and_size_are_refused_and_the_session_keeps_working():
     env = {"ROLL_VIZ_UPLOAD_QUOTA_MB": str(QUOTA_MB)}
     with streamlit_server(model="tiny", extra_env=env) as srv:
-        out = asyncio.run(_crafted(srv.base))
+        out = run_coroutine(_crafted(srv.base))
         tracebacks = srv.tracebacks()
     assert out["uploader"]
     assert out["bomb_urls"] == []  # no uploader on the page takes .gz: no URL

@@ -29,7 +29,7 @@ def test_mismatch_page_first_figure_and_screenshot(window, server, shots, tmp_pa
     assert sp.exceptions(window) == []
     assert window.get_by_text("This page could not be drawn").count() == 0
     window.locator(PLOTS).first.wait_for()
-    assert window.locator(PLOTS).count() == 6
+    assert window.locator(PLOTS).count() == 11  # sections 1-3: 6; 4 (sequence masks): 4; 5: 1
     m = window.evaluate(MEASURE_JS, PLOTS)
     assert m["first"] is not None
     assert m["first"] < FIRST_FIGURE_BELOW, f"first figure starts at y = {m['first']:.0f}"
