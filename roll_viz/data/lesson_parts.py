@@ -35,12 +35,16 @@ from roll_viz.data.presets import PRESETS
 #: named here by its role to keep the import one way)
 Gate = Any
 
-#: what a knob may set: a gate's question fields and ``change`` (never id, stage, settings, seed)
-KNOB_KEYS = frozenset(
+#: the fields of a ``[[gates]]`` table (``lessons`` checks a gate against them)
+GATE_KEYS = frozenset(
     (
+        "id",
+        "stage",
         "batch",
         "rewards",
         "lengths",
+        "seed",
+        "settings",
         "question",
         "kind",
         "choices",
@@ -52,9 +56,15 @@ KNOB_KEYS = frozenset(
         "max",
         "step",
         "tolerance",
-        "change",
+        "knob",
+        "seen",
+        "followup",
     )
 )
+#: what a knob may set: a gate's question fields and ``change`` (never id, stage, settings, seed)
+KNOB_KEYS = (GATE_KEYS - {"id", "stage", "knob", "seen", "followup", "settings", "seed"}) | {
+    "change"
+}
 SEEN_KEYS = frozenset(("question", "choices", "answer", "explanation"))
 FOLLOWUP_KEYS = frozenset(("batch", "rewards", "lengths", "question", "choices", "explanation"))
 

@@ -120,7 +120,7 @@ from roll_viz.data.lesson_fields import (
     settings_field,
     text_field,
 )
-from roll_viz.data.lesson_parts import PART_READERS, summary_step
+from roll_viz.data.lesson_parts import GATE_KEYS, PART_READERS, summary_step
 from roll_viz.data.presets import PRESETS
 
 __all__ = [
@@ -188,31 +188,6 @@ DEFAULT_FIGURE = {
 }
 _ID = re.compile(r"^[a-z0-9_]{1,40}$")
 _TOP_KEYS = {"title", "description", "minutes", "gates"}
-_GATE_KEYS = frozenset(
-    (
-        "id",
-        "stage",
-        "batch",
-        "rewards",
-        "lengths",
-        "seed",
-        "settings",
-        "question",
-        "kind",
-        "choices",
-        "answer",
-        "explanation",
-        "figure",
-        "focus",
-        "min",
-        "max",
-        "step",
-        "tolerance",
-        "knob",
-        "seen",
-        "followup",
-    )
-)
 #: the roles of a lesson's steps (``Gate.role``)
 ROLES = ("gate", "seen", "followup", "knob", "summary")
 #: steps a lesson walks at most (a room's bound: ``ui.votes`` reads it)
@@ -325,7 +300,7 @@ def _gate(w: Where, data: Any, index: int, seen: set[str]) -> Gate:
         raise Where(w.source, f"#{index + 1}").error("id", f"{gate_id!r} is used twice")
     seen.add(gate_id)
     w = Where(w.source, gate_id)
-    reject_unknown(w, data, _GATE_KEYS)
+    reject_unknown(w, data, GATE_KEYS)
     stage = data.get("stage")
     if stage not in STAGES:
         raise w.error("stage", f"must be one of {', '.join(STAGES)}")
