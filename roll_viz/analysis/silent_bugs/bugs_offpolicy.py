@@ -70,9 +70,10 @@ def right_opsm() -> tuple[rc.LabLoss, Tensor]:
 def _opsm() -> Outcome:
     wrong, per_token = wrong_opsm()
     right, keep = right_opsm()
-    per_right = [k * _ppo_token(lp, o, a) + 0.0 for k, lp, o, a in zip(
-        keep.tolist(), OPSM_LOGPROBS, OPSM_OLD, OPSM_ADV, strict=True
-    )]  # fmt: skip
+    per_right = [
+        k * _ppo_token(lp, o, a) + 0.0
+        for k, lp, o, a in zip(keep.tolist(), OPSM_LOGPROBS, OPSM_OLD, OPSM_ADV, strict=True)
+    ]
     return Outcome(
         wrong=wrong,
         right=right.loss,
@@ -120,10 +121,14 @@ def right_bias_correction() -> tuple[Tensor, Tensor]:
         trace = run(batch, "trl", config)
         grads.append(
             step_grad(
-                "trl", config, BIAS_LOGPROBS, trace.advantages, batch.response_mask,
+                "trl",
+                config,
+                BIAS_LOGPROBS,
+                trace.advantages,
+                batch.response_mask,
                 batch.ref_logprobs,
             )[1]
-        )  # fmt: skip
+        )
     return grads[0], grads[1]
 
 
@@ -131,8 +136,11 @@ def _bias_correction() -> Outcome:
     wrong = wrong_bias_correction()
     with_ratio, without = right_bias_correction()
     change = (with_ratio - without).flatten()
-    kl = [k3(lp, ref) for lps, refs in zip(BIAS_LOGPROBS, BIAS_REF, strict=True)
-          for lp, ref in zip(lps, refs, strict=True)]  # fmt: skip
+    kl = [
+        k3(lp, ref)
+        for lps, refs in zip(BIAS_LOGPROBS, BIAS_REF, strict=True)
+        for lp, ref in zip(lps, refs, strict=True)
+    ]
     return Outcome(
         wrong=math.sqrt(sum(g * g for g in wrong)),
         right=change.norm().item(),

@@ -84,7 +84,15 @@ def prime_default_loss(
         "prime-rl default loss: ratio pi / mu (no pi_old); DPPO mask on p - p_mu by the sign of "
         "A; -A r on kept tokens plus kl_tau * log^2(pi / mu) on every token; token mean."
     )
-    corr = Correction("prime-rl", "default loss (DPPO + KL)", config, keep.to(F64), m,
-                      torch.zeros_like(m), masked, note)  # fmt: skip
+    corr = Correction(
+        "prime-rl",
+        "default loss (DPPO + KL)",
+        config,
+        keep.to(F64),
+        m,
+        torch.zeros_like(m),
+        masked,
+        note,
+    )
     loss = LabLoss(float(res.total), res.per_token["grad_coef"], int(m.sum()))
     return corr, loss
