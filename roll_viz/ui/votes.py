@@ -92,6 +92,43 @@ def check_note(name: object, value: object) -> None:
         raise VoteError("bad_step", "a note's value is an integer")
 
 
+def check_vote(
+    cur_step: int,
+    cur_round: int,
+    phase: str,
+    specs: Sequence[AnswerSpec],
+    step: object,
+    rnd: object,
+    answer: object,
+) -> float:
+    """The answer a phone may cast now, as a float (both stores ask here).
+
+    Raises:
+        VoteError: "stale" (not the current step and round: no late or replayed votes),
+            "closed" (locked or revealed), "bad_answer".
+    """
+    if step != cur_step or rnd != cur_round:
+        raise VoteError("stale", "the teacher has moved on: reload the question")
+    if phase != "open":
+        raise VoteError("closed", "voting is closed for this question")
+    return specs[cur_step].check(answer)
+
+
+def counts_change(old: float | None, value: float, changes: int, max_changes: int) -> bool:
+    """Whether a vote writes anything: False for a replay of the same answer.
+
+    Raises:
+        VoteError: "too_many" when a changed answer would pass ``max_changes``.
+    """
+    if old is None:
+        return True
+    if old == value:
+        return False
+    if changes >= max_changes:
+        raise VoteError("too_many", "you changed your answer too many times")
+    return True
+
+
 class VoteError(ValueError):
     """A refused request.
 
@@ -480,18 +517,13 @@ class VoteStore:
                 raise VoteError("unknown_student", "this phone has not joined the room")
             if token not in room.students:
                 raise VoteError("unknown_student", "this phone has not joined the room")
-            if step != room.step or rnd != room.round:
-                raise VoteError("stale", "the teacher has moved on: reload the question")
-            if room.phase != "open":
-                raise VoteError("closed", "voting is closed for this question")
-            value = room.specs[room.step].check(answer)
+            value = check_vote(room.step, room.round, room.phase, room.specs, step, rnd, answer)
             votes = room.votes.setdefault((room.step, room.round), {})
             change_key = (room.step, room.round, token)
-            if token in votes:
-                if votes[token][0] == value:
-                    return  # a replay of the same answer: nothing changes
-                if room.changes.get(change_key, 0) >= self.max_changes:
-                    raise VoteError("too_many", "you changed your answer too many times")
+            old = votes[token][0] if token in votes else None
+            if not counts_change(old, value, room.changes.get(change_key, 0), self.max_changes):
+                return  # a replay of the same answer: nothing changes
+            if old is not None:
                 room.changes[change_key] = room.changes.get(change_key, 0) + 1
             now = self._clock()
             votes[token] = (value, now)

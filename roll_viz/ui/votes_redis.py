@@ -61,6 +61,8 @@ from roll_viz.ui.votes import (
     Tally,
     VoteError,
     check_note,
+    check_vote,
+    counts_change,
     owner_key,
 )
 
@@ -459,22 +461,18 @@ class RedisVoteStore:
             meta = self._meta(pipe, up)
             if not pipe.hexists(_key(up, "students"), token):
                 raise VoteError("unknown_student", "this phone has not joined the room")
-            if step != meta["step"] or rnd != meta["round"]:
-                raise VoteError("stale", "the teacher has moved on: reload the question")
-            if meta["phase"] != "open":
-                raise VoteError("closed", "voting is closed for this question")
-            value = AnswerSpec(*meta["specs"][meta["step"]]).check(answer)
+            specs = [AnswerSpec(*spec) for spec in meta["specs"]]
+            value = check_vote(meta["step"], meta["round"], meta["phase"], specs, step, rnd, answer)
             votes = _key(up, f"votes:{meta['step']}:{meta['round']}")
             pipe.watch(votes)  # WATCH adds to the keys watched since the transaction began
             old = pipe.hget(votes, token)
             field = f"{meta['step']}:{meta['round']}:{token}"
             now = self._clock()
             left = max(1, int(meta["created"] + ROOM_MAX_AGE_S - now) + 60)
-            if old is not None:
-                if json.loads(old)[0] == value:
-                    return None  # a replay of the same answer: nothing changes
-                if int(pipe.hget(changes, field) or 0) >= self.max_changes:
-                    raise VoteError("too_many", "you changed your answer too many times")
+            before = None if old is None else json.loads(old)[0]
+            n_changes = int(pipe.hget(changes, field) or 0) if old is not None else 0
+            if not counts_change(before, value, n_changes, self.max_changes):
+                return None  # a replay of the same answer: nothing changes
             pipe.multi()
             if old is not None:
                 pipe.hincrby(changes, field, 1)
