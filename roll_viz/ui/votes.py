@@ -92,6 +92,11 @@ def check_note(name: object, value: object) -> None:
         raise VoteError("bad_step", "a note's value is an integer")
 
 
+def expired(created: float, touched: float, now: float) -> bool:
+    """Whether a room is past its idle time or its maximum age (both stores ask here)."""
+    return now - touched > ROOM_IDLE_S or now - created > ROOM_MAX_AGE_S
+
+
 def check_vote(
     cur_step: int,
     cur_round: int,
@@ -253,9 +258,7 @@ class VoteStore:
 
     def _purge(self, now: float) -> None:
         dead = [
-            code
-            for code, room in self._rooms.items()
-            if now - room.touched > ROOM_IDLE_S or now - room.created > ROOM_MAX_AGE_S
+            code for code, room in self._rooms.items() if expired(room.created, room.touched, now)
         ]
         for code in dead:
             del self._rooms[code]

@@ -52,7 +52,6 @@ from roll_viz.ui.votes import (
     MAX_STEPS,
     MAX_STUDENTS,
     PHASES,
-    ROOM_IDLE_S,
     ROOM_MAX_AGE_S,
     ROUNDS,
     TOKEN_RE,
@@ -63,6 +62,7 @@ from roll_viz.ui.votes import (
     check_note,
     check_vote,
     counts_change,
+    expired,
     owner_key,
 )
 
@@ -157,7 +157,7 @@ class RedisVoteStore:
         meta = json.loads(raw)
         meta["touched"] = max(meta["touched"], float(pipe.get(_key(code, "touched")) or 0.0))
         now = self._clock()
-        if now - meta["touched"] > ROOM_IDLE_S or now - meta["created"] > ROOM_MAX_AGE_S:
+        if expired(meta["created"], meta["touched"], now):
             raise VoteError("no_room", "no room with this code (it may have expired)")
         return meta
 
@@ -198,7 +198,7 @@ class RedisVoteStore:
             meta = json.loads(raw) if raw else None
             if meta:
                 touched = max(meta["touched"], float(self.r.get(_key(code, "touched")) or 0.0))
-                if now - touched <= ROOM_IDLE_S and now - meta["created"] <= ROOM_MAX_AGE_S:
+                if not expired(meta["created"], touched, now):
                     continue
             self.r.delete(*self._room_keys(code, meta))
             self.r.zrem(ROOMS_KEY, code)
