@@ -34,9 +34,9 @@ with ui.page_guard("Eras"):
     st.header("1. The recipes of record")
     fw = st.segmented_control(
         "Framework",
-        list(ui.FRAMEWORK_LABELS),
+        list(ui.framework_names()),
         default=state.framework,
-        format_func=lambda f: ui.FRAMEWORK_LABELS[f].replace(" (default)", ""),
+        format_func=ui.framework_label,
         key="eras_framework",
         required=True,
         help="Each recipe in this framework's own keys; the notes say what it cannot express.",
@@ -47,7 +47,7 @@ with ui.page_guard("Eras"):
     try:
         diff = era_diff.diff_eras(batch, fw, prompts, eras=picked) if picked else None
     except ValueError as err:
-        st.error(f"The recipes cannot run on this batch in {ui.FRAMEWORK_LABELS[fw]}: {err}")
+        st.error(f"The recipes cannot run on this batch in {ui.framework_label(fw)}: {err}")
     if diff is not None:  # section 1 needs a recipe; sections 2 and 3 draw regardless
         ui.plot(era_charts.era_bars(diff), key="eras_bars")
         ui.explainer(
@@ -69,7 +69,7 @@ with ui.page_guard("Eras"):
             with tab:
                 st.markdown("\n".join(f"- {item}" for item in er.era.recipe))
                 st.caption(f"Sources: {er.era.sources}")
-                with ui.folded(f"{ui.FRAMEWORK_LABELS[fw]} config"):
+                with ui.folded(f"{ui.framework_label(fw)} config"):
                     st.json(era_diff.ERAS[key].config(fw))
                 for note in diff.notes[key]:
                     st.caption(note)
@@ -153,14 +153,14 @@ with ui.page_guard("Eras"):
             batch, state.framework, dict(state.config), float(beta), variant.rstrip("+")
         )
     except ValueError as err:
-        st.info(f"{ui.FRAMEWORK_LABELS[state.framework]}: {err}", icon=":material/info:")
+        st.info(f"{ui.framework_label(state.framework)}: {err}", icon=":material/info:")
     else:
         labels = [f"{i}: {rollout.prompts[g]}" for i, g in enumerate(rollout.group_ids.tolist())]
         ui.plot(
             era_charts.in_reward_share_bars(
                 through.share.sum(-1).tolist(),
                 labels,
-                f"{ui.FRAMEWORK_LABELS[state.framework]}, sidebar estimator, "
+                f"{ui.framework_label(state.framework)}, sidebar estimator, "
                 f"{variant.rstrip('+')} in the reward, beta {beta:g}",
             ),
             key="eras_kl_through",

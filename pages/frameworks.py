@@ -53,8 +53,8 @@ with ui.page_guard("Frameworks"):
     with c2:
         reference = st.selectbox(
             "Compare against",
-            list(ui.FRAMEWORKS),
-            index=list(ui.FRAMEWORKS).index(state.framework),
+            list(ui.framework_names()),
+            index=list(ui.framework_names()).index(state.framework),
             key="fw_ref",
             bind="query-params",
             help="Differences are measured against this dialect.",
@@ -81,7 +81,7 @@ with ui.page_guard("Frameworks"):
     )
     health_ui.batch_health(state, key="fw_health", era="frameworks")
     for fw, why in cmp.skipped.items():
-        st.info(f"{ui.FRAMEWORK_LABELS.get(fw, fw)}: {why}.", icon=":material/block:")
+        st.info(f"{ui.framework_label(fw)}: {why}.", icon=":material/block:")
 
     ran = list(cmp.traces)
     if not ran:
@@ -121,7 +121,7 @@ with ui.page_guard("Frameworks"):
             else f":orange-badge[max advantage difference {diff:.3g}]"
         )
         with st.container(border=True):
-            st.markdown(f"**{text.md_escape(ui.FRAMEWORK_LABELS.get(fw, fw))}** {verdict}")
+            st.markdown(f"**{text.md_escape(ui.framework_label(fw))}** {verdict}")
             only = cmp.note_diffs.get(fw, ())
             ref_only = cmp.reference_only.get(fw, ())
             lines = [f"- {text.md_escape(n)}" for n in only] or ["- (no conventions of its own)"]

@@ -18,7 +18,7 @@ with ui.page_guard("Rewards"):
     overrides = ui.norm_overrides(state.framework, mode) if mode else None
     if overrides is None:
         st.info(
-            f"{ui.FRAMEWORK_LABELS[state.framework]} has no separate reward-normalization stage: "
+            f"{ui.framework_label(state.framework)} has no separate reward-normalization stage: "
             "the group statistics are applied inside the advantage estimator (see the Advantages "
             "page). Showing the dialect's own response-level processing; switch the dialect to ROLL "
             "to try the normalization modes.",

@@ -225,7 +225,7 @@ with ui.page_guard("Token KL"):
         with col:
             st.subheader(f"KL {name}")
             if overrides is None:
-                st.info(f"{ui.FRAMEWORK_LABELS[state.framework]} cannot put the KL {name}.")
+                st.info(f"{ui.framework_label(state.framework)} cannot put the KL {name}.")
                 continue
             result = ui.try_trace(state, overrides=overrides)
             if isinstance(result, str):

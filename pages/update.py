@@ -52,7 +52,7 @@ with ui.page_guard("Update"):
         with c2:
             st.button("Reset my adapter", key=upd.KEY_RESET, on_click=upd.reset_adapter)
         st.caption(
-            f"Loss: the **{ui.FRAMEWORK_LABELS.get(state.framework, state.framework)}** policy "
+            f"Loss: the **{ui.framework_label(state.framework)}** policy "
             f"loss in the sidebar's dialect settings, loss option: {option_label}; old "
             "log-probs pi_old are the batch's own. Steps accumulate in your adapter until you "
             "reset it."

@@ -17,7 +17,7 @@ from torch import Tensor
 from roll_viz.analysis.common import one_thread
 from roll_viz.analysis.sweep import ESTIMATOR_EQUIVALENTS
 from roll_viz.core.ops import masked_mean
-from roll_viz.core.pipeline import FRAMEWORKS, dialects, run
+from roll_viz.core.pipeline import dialects, run
 from roll_viz.core.records import Batch, Trace
 
 
@@ -172,7 +172,7 @@ def compare_frameworks(
             kl_in_reward, clip, whiten; each dialect gets the ones it has a key for (translated
             by ``dialect_settings``), everything else stays at the dialect's shipped default.
         estimator: a key of ``ESTIMATOR_EQUIVALENTS``.
-        frameworks: dialects to run (default: all of ``pipeline.FRAMEWORKS``).
+        frameworks: dialects to run (default: every registered dialect).
         reference: dialect the differences are measured against (default: the first that ran).
         prompts: (P,) prompt display names for the table.
 
@@ -181,7 +181,7 @@ def compare_frameworks(
     """
     if estimator not in ESTIMATOR_EQUIVALENTS:
         raise ValueError(f"estimator must be one of {tuple(ESTIMATOR_EQUIVALENTS)}")
-    frameworks = tuple(frameworks or FRAMEWORKS)
+    frameworks = tuple(frameworks or dialects.DIALECTS)
     traces: dict[str, Trace] = {}
     skipped: dict[str, str] = {}
     ignored: dict[str, tuple[str, ...]] = {}

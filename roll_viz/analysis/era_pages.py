@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from roll_viz.analysis.era_diff import EraDiff, EraRun, diff_eras
-from roll_viz.core.pipeline import FRAMEWORKS
+from roll_viz.core.pipeline import dialects
 from roll_viz.core.records import Batch
 
 F64 = torch.float64
@@ -164,7 +164,7 @@ def page_answers(diff: EraDiff, page: str) -> pd.DataFrame:
 def framework_losses(
     batch: Batch,
     prompts: Sequence[str] | None = None,
-    frameworks: Sequence[str] = FRAMEWORKS,
+    frameworks: Sequence[str] | None = None,
     eras: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Each recipe's loss, KL term and answers in the loss in every dialect on the same batch.
@@ -172,7 +172,7 @@ def framework_losses(
     Args:
         batch: as ``diff_eras`` takes it.
         prompts: (P,) display names of the groups.
-        frameworks: the dialects, one row each.
+        frameworks: the dialects, one row each (default: every registered one).
         eras: recipe keys (default every record).
 
     Returns:
@@ -180,7 +180,7 @@ def framework_losses(
         recipe, and "error" where a dialect could not run a recipe (the message).
     """
     rows = []
-    for fw in frameworks:
+    for fw in frameworks or tuple(dialects.DIALECTS):
         row: dict[str, object] = {"dialect": fw}
         try:
             diff = diff_eras(batch, fw, prompts, eras=eras)

@@ -30,7 +30,7 @@ must not import ``cli`` or ``bench``.
 """
 
 # read-only dialect tables and the observed-KL readout, so pages need no import of the core
-from roll_viz.core.pipeline import ALIASES, CHOICES, FRAMEWORKS
+from roll_viz.core.pipeline import ALIASES, CHOICES
 from roll_viz.core.pipeline.kl import observed_kl
 from roll_viz.data.presets import PRESETS
 from roll_viz.ui.flow import (
@@ -65,7 +65,6 @@ from roll_viz.ui.settings import (
 )
 from roll_viz.ui.sidebar import frame, go_live, page_setup, select_preset
 from roll_viz.ui.state import (
-    FRAMEWORK_LABELS,
     KEY_BETA,
     KEY_BETA_MODE,
     KEY_CHIP_VIEW,
@@ -91,6 +90,8 @@ from roll_viz.ui.state import (
     KEY_TARGET_KL,
     PRESET_REWARD,
     AppState,
+    framework_label,
+    framework_names,
 )
 from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import (
@@ -120,8 +121,6 @@ from roll_viz.ui.widgets import (
 __all__ = [
     "ALIASES",
     "CHOICES",
-    "FRAMEWORKS",
-    "FRAMEWORK_LABELS",
     "KEY_BETA",
     "KEY_BETA_MODE",
     "KEY_CHIP_VIEW",
@@ -169,6 +168,8 @@ __all__ = [
     "first_moving_token",
     "folded",
     "frame",
+    "framework_label",
+    "framework_names",
     "generic_value",
     "go_live",
     "instant_local_global",

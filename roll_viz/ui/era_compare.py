@@ -16,7 +16,7 @@ import streamlit as st
 from roll_viz.analysis import era_diff, era_pages
 from roll_viz.core.pipeline.eras import ERAS, std_note
 from roll_viz.ui.flow import cached_rollout, current_batch
-from roll_viz.ui.state import FRAMEWORK_LABELS, AppState
+from roll_viz.ui.state import AppState, framework_label
 from roll_viz.ui.table_fit import table
 from roll_viz.ui.widgets import page_link
 
@@ -80,7 +80,7 @@ def era_comparison(state: AppState, page: str, *, key: str) -> None:
     rollout = cached_rollout(state)
     batch = current_batch(state)
     prompts = list(rollout.prompts)
-    label = FRAMEWORK_LABELS.get(state.framework, state.framework).replace(" (default)", "")
+    label = framework_label(state.framework)
     with st.container(border=True, key=f"{key}_box"):
         picked = recipe_picker(f"{key}_pick")
         if not picked:

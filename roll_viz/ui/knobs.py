@@ -16,7 +16,6 @@ from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides, offered
 from roll_viz.ui.state import (
-    FRAMEWORK_LABELS,
     GENERIC_KEYS,
     KEY_BETA,
     KEY_CLIP,
@@ -28,13 +27,15 @@ from roll_viz.ui.state import (
     KEY_LAM,
     KEY_NORM,
     KEY_WHITEN,
+    framework_label,
+    framework_names,
 )
 from roll_viz.ui.url import bound
 
 
 def _on_framework_change() -> None:
     """Load the new dialect's shipped defaults into the generic controls."""
-    framework = st.session_state.get(KEY_FRAMEWORK, "roll")
+    framework = st.session_state.get(KEY_FRAMEWORK, dialects.DEFAULT_FRAMEWORK)
     for generic, value in generic_defaults(framework).items():
         key = GENERIC_KEYS.get(generic)
         if key is not None and value is not None:
@@ -86,7 +87,7 @@ def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
     key = pipeline.ALIASES[framework].get(knob.generic)
     if key is None:
         label = f"{knob.label} (not in {framework})"
-        help_text = f"{FRAMEWORK_LABELS.get(framework, framework)} has no such setting."
+        help_text = f"{framework_label(framework)} has no such setting."
     else:
         label = f"{knob.label} ({key})"
         help_text = pipeline.HELP.get(framework, {}).get(key, "")
@@ -123,7 +124,7 @@ def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, 
     framework = bound(
         sb.selectbox,
         "Framework dialect (roll = default)",
-        list(pipeline.FRAMEWORKS),
+        list(framework_names()),
         key=KEY_FRAMEWORK,
         on_change=_on_framework_change,
         help="Whose conventions the pipeline follows. Switching loads that framework's shipped "

@@ -86,11 +86,19 @@ GENERIC_KEYS: dict[str, str] = {
     "whiten": KEY_WHITEN,
 }
 
-#: Display name of each framework: its dialect's ``LABEL``, the default one marked.
-FRAMEWORK_LABELS = {
-    name: f"{label} (default)" if name == dialects.DEFAULT_FRAMEWORK else label
-    for name, label in dialects.LABELS.items()
-}
+
+def framework_names() -> tuple[str, ...]:
+    """Every registered dialect, the shipped four first.
+
+    Read at call time, so one registered later (a fifth framework's file) is on every page.
+    """
+    return tuple(dialects.DIALECTS)
+
+
+def framework_label(name: str) -> str:
+    """A framework's display name: its dialect record's ``LABEL``."""
+    return dialects.LABELS.get(name, name)
+
 
 #: Live-sampling caps (``lm.sampling.capped`` applies the same caps on top).
 # One source for the classroom caps: the sampler's own (the sliders never offer more than it takes).
