@@ -56,6 +56,7 @@ from roll_viz.core.pipeline.dialects.shared import (
 )
 from roll_viz.core.pipeline.losses import aggregate
 from roll_viz.core.pipeline.postprocess import (
+    Normalized,
     clip_rewards,
     normalize_scores,
     singleton_groups,
@@ -387,10 +388,6 @@ def unread_inputs(cfg: Mapping[str, Any]) -> tuple[str, ...]:
 def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
     """ROLL RLVR: reward_postprocess -> compute_token_reward -> compute_advantage.
 
-    Size: the framework's whole order of operations in one reader's view, stage by stage with
-    the note each stage writes, as ROLL's own trainer step runs it; split, the order would be
-    spread over helpers that each do one line.
-
     Args:
         batch: validated float64 batch.
         cfg: resolved ROLL config.
@@ -399,7 +396,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
     Returns:
         Trace; ``running`` is updated with this batch when a norm type is "running".
     """
-    mask, scores, est = batch.response_mask, batch.scores, cfg["adv_estimator"]
+    mask, est = batch.response_mask, cfg["adv_estimator"]
     conv = Conventions(cfg, std_ddof=1, eps=1e-6, whiten_ddof=1)
     notes = base_notes(batch) + conv.notes
     keep, mask_metrics = sample_level_mask(batch, cfg)
@@ -413,48 +410,7 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             + ", ".join(f"{k} {num(v)}" for k, v in mask_metrics.items())
             + "; rewards normalised over every sample, advantages and the loss on the kept ones"
         )
-    mean_type, std_type = cfg["norm_mean_type"], cfg["norm_std_type"]
-    if est == "grpo":
-        mean_type = std_type = "group"
-        notes.append("GRPO forces norm_mean_type=norm_std_type=group (config values ignored)")
-    if "running" in (mean_type, std_type):
-        running = update_running_moments(running or RunningMoments(), scores)
-        notes.append(
-            "running statistics updated with this batch before normalizing, as ROLL's "
-            "RunningMoments does (ROLL's reward_norm reads running_ctrl['domain'], the literal "
-            "key: a KeyError in the framework unless a reward domain is named 'domain')"
-        )
-    if std_type == "group" and mean_type != "group":
-        raise ValueError(
-            f"norm_std_type: group needs norm_mean_type: group in ROLL (got {mean_type}): its "
-            "reward_norm divides the (B,) rewards by the (prompts, 1) group std, a (prompts, B) "
-            "broadcast the batch cannot store (ROLL raises)"
-        )
-    if std_type == "group" and conv.std_ddof > 0 and singleton_groups(batch.group_ids):
-        label = singleton_groups(batch.group_ids, batch.group_labels)[0]
-        raise ValueError(
-            f"roll {est} with group std needs at least 2 samples per prompt (group {label!r} has "
-            "1): ROLL takes torch.std of one value, which is NaN"
-        )
-    norm = normalize_scores(
-        scores,
-        batch.group_ids,
-        mean_type,
-        std_type,
-        running,
-        ddof=conv.std_ddof,
-        eps=conv.eps,
-        group_labels=batch.group_labels,
-    )
-    if mean_type or std_type:
-        notes.append(
-            f"reward_norm: mean={mean_type}, std={std_type}"
-            + (
-                f", {_std_word(std_type, conv)}, eps {num(conv.eps)} added to std"
-                if std_type
-                else ""
-            )
-        )
+    norm, running = _reward_norm(batch, cfg, running, conv, notes)
     clip = cfg["reward_clip"]
     rewards, clip_frac = clip_rewards(norm.rewards, -clip if clip else None, clip)
     if clip:
@@ -525,6 +481,60 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         notes=notes,
         sample_mask=keep if any(cfg[k] for k in SAMPLE_MASK_KEYS) else None,
     )
+
+
+def _reward_norm(
+    batch: Batch,
+    cfg: Mapping[str, Any],
+    running: RunningMoments | None,
+    conv: Conventions,
+    notes: list[str],
+) -> tuple[Normalized, RunningMoments | None]:
+    """ROLL's reward_norm over every sample: (the normalized rewards, the running statistics)."""
+    est, scores = cfg["adv_estimator"], batch.scores
+    mean_type, std_type = cfg["norm_mean_type"], cfg["norm_std_type"]
+    if est == "grpo":
+        mean_type = std_type = "group"
+        notes.append("GRPO forces norm_mean_type=norm_std_type=group (config values ignored)")
+    if "running" in (mean_type, std_type):
+        running = update_running_moments(running or RunningMoments(), scores)
+        notes.append(
+            "running statistics updated with this batch before normalizing, as ROLL's "
+            "RunningMoments does (ROLL's reward_norm reads running_ctrl['domain'], the literal "
+            "key: a KeyError in the framework unless a reward domain is named 'domain')"
+        )
+    if std_type == "group" and mean_type != "group":
+        raise ValueError(
+            f"norm_std_type: group needs norm_mean_type: group in ROLL (got {mean_type}): its "
+            "reward_norm divides the (B,) rewards by the (prompts, 1) group std, a (prompts, B) "
+            "broadcast the batch cannot store (ROLL raises)"
+        )
+    if std_type == "group" and conv.std_ddof > 0 and singleton_groups(batch.group_ids):
+        label = singleton_groups(batch.group_ids, batch.group_labels)[0]
+        raise ValueError(
+            f"roll {est} with group std needs at least 2 samples per prompt (group {label!r} has "
+            "1): ROLL takes torch.std of one value, which is NaN"
+        )
+    norm = normalize_scores(
+        scores,
+        batch.group_ids,
+        mean_type,
+        std_type,
+        running,
+        ddof=conv.std_ddof,
+        eps=conv.eps,
+        group_labels=batch.group_labels,
+    )
+    if mean_type or std_type:
+        notes.append(
+            f"reward_norm: mean={mean_type}, std={std_type}"
+            + (
+                f", {_std_word(std_type, conv)}, eps {num(conv.eps)} added to std"
+                if std_type
+                else ""
+            )
+        )
+    return norm, running
 
 
 def _std_word(std_type: str, conv: Conventions) -> str:
