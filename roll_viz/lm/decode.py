@@ -8,7 +8,7 @@ row stopping at EOS or after ``max_new_tokens``. ``DecodeOptions`` holds its swi
 - speed only (the tokens of the plain loop, same seed, same bytes): each distinct prompt's
   prefill runs once and its KV cache is copied to the G rows; the prefill keeps the logits of
   the last position only; the sort is skipped when top_p == 1; the sampling noise of the next
-  step is drawn ahead in a helper thread (``_NoiseStream``); the lean step (``lm.lean_step``);
+  step is drawn ahead in a helper thread (``NoiseStream``); the lean step (``lm.lean_step``);
   the thread count per phase (``lm.threads``);
 - the switch that changes draws: ``weights="int8"`` (``FAST_DECODE``) decodes with an int8
   dynamically quantized copy of the model, ``weights="bf16"`` (``BF16_DECODE``, opt-in) with a
@@ -19,130 +19,34 @@ row stopping at EOS or after ``max_new_tokens``. ``DecodeOptions`` holds its swi
   ``DecodeOptions.pair_reference``): its scores then need no teacher-forced pass.
 
 Padding helpers (``pad_left``, ``pad_right``, ``distinct``) are shared with the teacher-forced
-passes in ``lm.scoring``.
+passes in ``lm.scoring``. The switches live in ``lm.decode_options`` and the token draw in
+``lm.token_draw``; their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import copy
-import queue
-import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from roll_viz.lm import threads
+from roll_viz.lm.decode_options import BF16_DECODE as BF16_DECODE
+from roll_viz.lm.decode_options import FAST_DECODE as FAST_DECODE
+from roll_viz.lm.decode_options import PLAIN_DECODE as PLAIN_DECODE
+from roll_viz.lm.decode_options import DecodeOptions
+from roll_viz.lm.decode_options import weights_kind as weights_kind
 from roll_viz.lm.lean_step import LeanDecoder, adapter_active
 from roll_viz.lm.models import ModelBundle
-from roll_viz.lm.request import prompt_only
+from roll_viz.lm.token_draw import NoiseStream
+from roll_viz.lm.token_draw import next_tokens as next_tokens
 
 STATIC_CACHE_STEP = 128  # static KV cache lengths are multiples of this
-
-DecodeWeights = Literal["model", "int8", "bf16"]
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """How the decode loop runs.
-
-    Every switch except ``weights`` is speed only: the sampled tokens are those of the plain loop
-    (same seed, same bytes; tested on the tiny model). ``weights="int8"`` is an explicit,
-    approximate option: it changes which tokens are drawn, never how they are scored.
-
-    Attributes:
-        static_cache: preallocate a ``StaticCache`` (fixed shapes, needed for a compiled decode
-            step); None means "on CUDA only".
-        compile_decode: run the one-token decode step through ``torch.compile`` (CUDA graphs via
-            mode "reduce-overhead" on CUDA). The compiled callable is kept per bundle.
-        compile_mode: torch.compile mode; None means "reduce-overhead" on CUDA, "default" elsewhere.
-        compile_backend: torch.compile backend; None means inductor ("eager" lets CPU tests trace
-            the compiled path without generating code).
-        weights: "model" decodes with the bundle's own weights. "int8" (CPU only) decodes with a
-            copy of the model whose Linear layers (incl. the LM head) use int8 dynamic
-            quantization (``torch.ao.quantization.quantize_dynamic``: int8 weights, activations
-            quantized per call). Draws stay deterministic per seed, but differ from the float
-            model's; the log-probs, KL and entropy are still the exact float teacher-forced pass
-            of the bundle's model, and ``Rollout.meta["decode_weights"]`` says which was used.
-            Ignored (float decode) on other devices and for policy sources that change weights
-            (a LoRA adapter lives in the float model only). "bf16" (CPU only, opt-in) decodes
-            with the lean step over a bfloat16 copy of the projections and the head
-            (``LeanDecoder(model, "bf16")``): half the bytes per step, AMX / AVX-512 BF16 where
-            the CPU has them; like int8 it changes the draws, never the float scores, and is
-            labelled in ``meta``. Needs a Llama-shaped model (else the float decode runs).
-        share_prompt_prefill: run each distinct context once and copy its KV cache to the G
-            rows that share it: in the decode prefill (dynamic cache only; same draws) and in the
-            teacher-forced scoring passes (``shared_context_hidden``; same scores up to float
-            rounding, about 1e-6).
-        prefetch_noise: draw the sampling noise of the next steps in a helper thread while the
-            model runs (the same draws, in the same order, from the request's generator).
-        reuse_decode_hidden: score the policy from the final hidden states the decode loop
-            already computed (the float model, under the policy's ``activate``), instead of a
-            second teacher-forced policy pass; the same numbers up to float rounding (about
-            1e-6). Not with int8 weights or a static cache (then the policy pass runs).
-        lean_step: on the CPU, decode with ``lean_step.LeanDecoder`` (preallocated KV
-            buffers; the float step gives bitwise the transformers step's logits, the int8 step
-            reads a fused int8 copy) for Llama-shaped models; the prefill stays the model's own
-            float forward. While a LoRA adapter is active (``lean_step.adapter_active``) the
-            step runs on merged weights (``merge_adapter``) or not at all.
-        merge_adapter: with an active LoRA adapter, decode with the lean step over the base
-            weights plus the adapter's low-rank product (``LeanDecoder(model, "lora")``: no
-            copy of the weights) instead of through peft's LoRA layers. The draws are those of
-            the peft model up to float rounding of the logits (about 1e-6), deterministic per
-            seed and under any thread count.
-        pair_reference: with ``merge_adapter``, a LoRA policy whose reference is the base model
-            over the same contexts decodes the reference's rows beside its own in each lean
-            step (``decode_batch(reference=...)``): the reference's log-probs, the exact KL,
-            entropy and top-K come from the decode steps' own logits, with no teacher-forced
-            pass and no second application of the head; the same numbers up to float rounding
-            (about 1e-6; tested).
-        adapt_threads: choose torch's thread count per phase (``lm.threads.choose``: every core
-            while the rest of the machine is idle, the start-up count otherwise; back to one at
-            once when a decode step comes out slow) and restore the start-up count after.
-            Only where results do not depend on it (bitwise the same under 1 and 2 threads;
-            tested): the lean decode step and the scoring passes of prompt-only sources; a LoRA
-            policy's run stays at the start-up count (transformers' one-query SDPA is not).
-    """
-
-    static_cache: bool | None = None
-    compile_decode: bool = False
-    compile_mode: str | None = None
-    compile_backend: str | None = None
-    weights: DecodeWeights = "model"
-    share_prompt_prefill: bool = True
-    prefetch_noise: bool = True
-    reuse_decode_hidden: bool = True
-    lean_step: bool = True
-    merge_adapter: bool = True
-    pair_reference: bool = True
-    adapt_threads: bool = True
-
-
-FAST_DECODE = DecodeOptions(weights="int8")  # the labelled approximate fast path (CPU)
-BF16_DECODE = DecodeOptions(weights="bf16")  # opt-in: bfloat16 lean decode, float scores (CPU)
-PLAIN_DECODE = DecodeOptions(  # the loop as it was: every row prefilled, two scoring passes
-    share_prompt_prefill=False,
-    prefetch_noise=False,
-    reuse_decode_hidden=False,
-    lean_step=False,
-    merge_adapter=False,
-    pair_reference=False,
-    adapt_threads=False,
-)
-
-
-def weights_kind(bundle: ModelBundle, decode: DecodeOptions, source: Any) -> str:
-    """The decode weights: "int8" / "bf16" (a copy: CPU, prompt-only source) or the dtype name."""
-    if decode.weights == "int8" and bundle.device.type == "cpu" and prompt_only(source):
-        return "int8"
-    lean = decode.lean_step and LeanDecoder.supports(bundle.model)
-    if decode.weights == "bf16" and bundle.device.type == "cpu" and prompt_only(source) and lean:
-        return "bf16"
-    return bundle.dtype_name
 
 
 def distinct(contexts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -172,102 +76,6 @@ def pad_left(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
         ids[b, width - len(row) :] = torch.tensor(row, dtype=torch.long)
         mask[b, width - len(row) :] = 1
     return ids, mask
-
-
-def next_tokens(
-    logits: Tensor,
-    num_sampled: int,
-    temperature: float,
-    top_p: float,
-    generator: torch.Generator,
-    noise: Tensor | None = None,
-) -> Tensor:
-    """Pick the next token of every row: sampled for the first ``num_sampled`` rows, greedy after.
-
-    The draw is ``torch.multinomial(probs, 1)``, which for one sample is the exponential race
-    ``argmax(probs / q)`` with ``q ~ Exp(1)`` drawn by ``exponential_`` from the generator.
-    Passing ``noise`` (that ``q``, drawn earlier from the same generator) gives the same token.
-
-    Args:
-        logits: (N, V) float32 next-token logits.
-        num_sampled: rows 0..num_sampled-1 sample; the rest take the argmax.
-        temperature: > 0 to sample; 0 makes every row greedy.
-        top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1 = all).
-        generator: the request's generator (the global RNG is never used).
-        noise: optional (num_sampled, V) float32 Exp(1) draws to use instead of drawing now.
-
-    Returns:
-        (N,) long token ids.
-    """
-    if num_sampled == 0 or temperature <= 0:
-        return logits.argmax(dim=-1)
-    scaled = logits[:num_sampled]
-    if temperature != 1.0:  # x / 1 == x bit for bit: skip the pass
-        scaled = scaled / temperature
-    probs = torch.softmax(scaled, dim=-1)  # (n, V)
-
-    def draw(weights: Tensor) -> Tensor:  # (n, V) of this call's own -> (n, 1)
-        if noise is None:
-            return torch.multinomial(weights, 1, generator=generator)
-        return weights.div_(noise).argmax(dim=-1, keepdim=True)  # in place: the same quotients
-
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        keep = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p  # the top token always stays
-        picked = order.gather(-1, draw(sorted_probs * keep)).squeeze(-1)
-    else:
-        picked = draw(probs).squeeze(-1)
-    if num_sampled == logits.shape[0]:
-        return picked
-    return torch.cat([picked, logits[num_sampled:].argmax(dim=-1)])
-
-
-class _NoiseStream:
-    """The Exp(1) draws of each decode step, made ahead by a helper thread, in generator order.
-
-    ``torch.multinomial`` spends most of its time in ``exponential_`` over the whole vocabulary
-    (about 20 ms for 18 x 49152 on this CPU, single-threaded); the draws do not depend on the
-    logits, so a helper thread makes step k+1's while the model computes step k. Only the helper
-    touches the generator until ``close``. The generator ends up to ``AHEAD`` draws further than
-    the plain loop leaves it (nothing uses it after decoding).
-    """
-
-    AHEAD = 2
-
-    def __init__(self, generator: torch.Generator, shape: tuple[int, int], steps: int) -> None:
-        self.generator, self.shape = generator, shape
-        self.queue: queue.Queue = queue.Queue(maxsize=self.AHEAD)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, args=(steps,), name="roll_viz.noise", daemon=True
-        )
-        self.thread.start()
-
-    def _run(self, steps: int) -> None:
-        try:
-            with torch.inference_mode():
-                for _ in range(steps):
-                    q = torch.empty(self.shape).exponential_(1, generator=self.generator)
-                    while not self.stop.is_set():
-                        try:
-                            self.queue.put(q, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if self.stop.is_set():
-                        return
-        except BaseException as err:  # surfaced by next()
-            self.queue.put(err)
-
-    def next(self) -> Tensor:
-        item = self.queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
 
 
 def _last_position(
@@ -396,6 +204,44 @@ def decode_batch(
         (N,) lists of generated ids, each ending with an EOS id or of length max_new_tokens.
     """
     options = options or DecodeOptions()
+    model, use_static, lean = _decode_weights(bundle, options)
+    device = bundle.device
+    clock = time.perf_counter()
+    keep_hidden = capture is not None and not use_static
+    share = options.share_prompt_prefill and not use_static
+    start = _prefill_rows(bundle, model, contexts, max_new_tokens, share, use_static, keep_hidden)
+    steps = _steps(bundle, options, model, lean, start, reference, keep_hidden, use_static)
+    pair = steps.pair
+    sampling = num_sampled > 0 and temperature > 0
+    noise = None
+    if sampling and options.prefetch_noise and device.type == "cpu":
+        noise = NoiseStream(generator, (num_sampled, start.logits.shape[-1]), max_new_tokens)
+    prefill_s = time.perf_counter() - clock
+    each = _EachStep(
+        num_sampled, temperature, top_p, generator, noise, progress, counter, on_logits
+    )
+    columns, hiddens, ref_hiddens = _decode_steps(
+        steps, start, reference if pair else None, each, options.adapt_threads
+    )
+    if timings is not None:
+        n_steps = len(columns) - 1
+        timings["prefill_s"] = prefill_s
+        timings["prefill_tokens"] = start.tokens
+        timings["steps"] = n_steps
+        timings["step_s"] = (time.perf_counter() - clock - prefill_s) / max(n_steps, 1)
+    if keep_hidden and capture is not None:
+        capture["hidden"] = torch.stack(hiddens, dim=1)  # (N, steps, H)
+    if pair and capture is not None:
+        capture["ref_hidden"] = torch.stack(ref_hiddens, dim=1)  # (N, steps, H)
+    return _until_eos(columns, bundle.eos_ids)
+
+
+def _decode_weights(bundle: ModelBundle, options: DecodeOptions) -> tuple[Any, bool, Any]:
+    """Which weights decode: (the model or its int8 copy, a static cache?, the lean step or None).
+
+    With a LoRA adapter on, the base weights are not the policy: no int8 copy, and the lean step
+    only when it can add the adapter's low-rank product (``merge_adapter``).
+    """
     model, device = bundle.model, bundle.device
     use_static = options.static_cache if options.static_cache is not None else device.type == "cuda"
     lean = None
@@ -407,10 +253,46 @@ def decode_batch(
             lean = LeanDecoder(model, "lora")  # base weights + the adapter's low-rank product
     if options.weights == "int8" and device.type == "cpu" and lean is None and not adapted:
         model = int8_model(bundle)
-    clock = time.perf_counter()
+    return model, use_static, lean
+
+
+@dataclass(frozen=True)
+class _Start:
+    """Where the decode steps start: the prefill of every row, its prompt padded to ``width``.
+
+    Attributes:
+        hidden: (N, H) last final hidden state, or None when not kept.
+        logits: (N, V) last logits (they draw the first response token).
+        cache: the transformers cache of the N rows.
+        attn: (N, width) attention mask, or (N, cache length) with a static cache.
+        positions: (N, width) position ids counting real tokens.
+        width: the padded prompt width.
+        tokens: the tokens the prefill ran (each distinct context once when shared).
+        max_new_tokens: most tokens per row (the steps to come).
+    """
+
+    hidden: Tensor | None
+    logits: Tensor
+    cache: Any
+    attn: Tensor
+    positions: Tensor
+    width: int
+    tokens: int
+    max_new_tokens: int
+
+
+def _prefill_rows(
+    bundle: ModelBundle,
+    model: Any,
+    contexts: list[list[int]],
+    max_new_tokens: int,
+    share: bool,
+    use_static: bool,
+    keep_hidden: bool,
+) -> _Start:
+    """The prefill of every row, each distinct context once when ``share`` (cache copied)."""
+    device = bundle.device
     num_rows = len(contexts)
-    total = num_rows * max_new_tokens
-    share = options.share_prompt_prefill and not use_static
     if share:
         prefill_ctx, index = distinct(contexts)
     else:
@@ -431,13 +313,9 @@ def decode_batch(
             [attn, torch.zeros(num_rows, cache_len - width, dtype=attn.dtype, device=device)], 1
         )
     positions = (attn[:, :width].cumsum(-1) - 1).clamp_min(0)
-    keep_hidden = capture is not None and not use_static
-
-    def forward(fn: Any, **kwargs: Any) -> tuple[Tensor | None, Tensor, Any]:
-        """(last hidden (n, H) or None, last logits (n, V), cache) of one forward call."""
-        return _last_position(model, keep_hidden, fn, **kwargs)
-
-    hidden, logits, cache = forward(
+    hidden, logits, cache = _last_position(
+        model,
+        keep_hidden,
         model,
         input_ids=ids,
         attention_mask=attn,
@@ -450,40 +328,131 @@ def decode_batch(
         cache.reorder_cache(rows)  # (P, ...) -> (N, ...): row i gets its context's cache
         logits, attn, positions = logits[rows], attn[rows], positions[rows]
         hidden = None if hidden is None else hidden[rows]
-    step_fn = _decode_step_fn(bundle, options) if use_static else model
-    buffers = None
+    return _Start(hidden, logits, cache, attn, positions, width, int(ids.numel()), max_new_tokens)
+
+
+def _lean_buffers(
+    lean: Any, start: _Start, reference: Prefill | None, max_new_tokens: int, device: Any
+) -> Any:
+    """The lean step's KV buffers, the prefill's cache (and a paired reference's) moved in."""
+    if lean is None:
+        return None
+    num_rows, width = start.logits.shape[0], start.width
+    keys = start.cache.layers[0].keys
+    lean_rows = num_rows * (2 if reference is not None else 1)
+    buffers = lean.allocate(lean_rows, width + max_new_tokens, keys.dtype, device)
+    lean.load_cache(buffers, start.cache, width)
+    if reference is not None:  # the reference's rows after the policy's
+        lean.load_cache(buffers, reference.cache, width, first_row=num_rows)
+    return buffers
+
+
+def _steps(
+    bundle: ModelBundle,
+    options: DecodeOptions,
+    model: Any,
+    lean: Any,
+    start: _Start,
+    reference: Prefill | None,
+    keep_hidden: bool,
+    use_static: bool,
+) -> _Steps:
+    """What the steps after the prefill run on; the reference pairs with the lean LoRA step only."""
     pair = (
         reference is not None
         and lean is not None
         and lean.weights == "lora"
-        and tuple(reference.attn.shape) == (num_rows, width)
+        and tuple(reference.attn.shape) == (start.logits.shape[0], start.width)
     )
-    ref_hidden, ref_logits, ref_hiddens = None, None, []
-    if pair and reference is not None:
-        ref_hidden, ref_logits = reference.hidden, reference.logits
-    if lean is not None:  # the prefill's cache moves into preallocated buffers
-        keys = cache.layers[0].keys
-        lean_rows = num_rows * (2 if pair else 1)
-        buffers = lean.allocate(lean_rows, width + max_new_tokens, keys.dtype, device)
-        lean.load_cache(buffers, cache, width)
-        if pair and reference is not None:  # the reference's rows after the policy's
-            lean.load_cache(buffers, reference.cache, width, first_row=num_rows)
+    return _Steps(
+        bundle=bundle,
+        step_fn=_decode_step_fn(bundle, options) if use_static else model,
+        model=model,
+        lean=lean,
+        buffers=_lean_buffers(
+            lean, start, reference if pair else None, start.max_new_tokens, bundle.device
+        ),
+        pair=pair,
+        keep_hidden=keep_hidden,
+        use_static=use_static,
+        width=start.width,
+    )
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What every decode step after the prefill runs on.
+
+    Attributes:
+        bundle: the shared model (pad and EOS ids, device).
+        step_fn: the one-token forward (the model, or its compiled step with a static cache).
+        model: the model the prefill ran (``_last_position`` splits it to keep hidden states).
+        lean: the lean decode step, or None (then ``step_fn``).
+        buffers: the lean step's KV buffers, or None.
+        pair: the reference's rows decode beside the policy's (lean step with the adapter).
+        keep_hidden: keep the final hidden state of each step.
+        use_static: a static cache (the mask covers the whole cache).
+        width: the padded prompt width.
+    """
+
+    bundle: ModelBundle
+    step_fn: Any
+    model: Any
+    lean: Any
+    buffers: Any
+    pair: bool
+    keep_hidden: bool
+    use_static: bool
+    width: int
+
+
+@dataclass(frozen=True)
+class _EachStep:
+    """How each step draws its token (``next_tokens``) and whom it tells (``decode_batch``'s)."""
+
+    num_sampled: int
+    temperature: float
+    top_p: float
+    generator: torch.Generator
+    noise: NoiseStream | None
+    progress: Callable[[float], None] | None
+    counter: Callable[[int, int], None] | None
+    on_logits: Callable[[Tensor, Tensor, Tensor], None] | None
+
+
+def _decode_steps(
+    steps: _Steps,
+    start: _Start,
+    reference: Prefill | None,
+    each: _EachStep,
+    adapt_threads: bool,
+) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """The decode steps: (the (N,) token of each step, the hidden states, the reference's).
+
+    A row stops at its first EOS and then feeds the pad token until every row is done; the
+    noise stream is closed and the thread count restored however the loop ends.
+    """
+    bundle, device = steps.bundle, steps.bundle.device
+    max_new_tokens, progress, counter = start.max_new_tokens, each.progress, each.counter
+    num_rows = start.logits.shape[0]
+    total = num_rows * max_new_tokens
+    hidden, logits, cache, attn = start.hidden, start.logits, start.cache, start.attn
+    if steps.lean is not None:  # the prefill's cache lives in the lean step's buffers now
         cache = None
+    ref_hidden, ref_logits, ref_hiddens = None, None, []
+    if reference is not None:
+        ref_hidden, ref_logits = reference.hidden, reference.logits
     hiddens = []
     eos = torch.tensor(bundle.eos_ids, device=device)
     done = torch.zeros(num_rows, dtype=torch.bool, device=device)
-    next_pos = positions[:, -1:] + 1
-    sampling = num_sampled > 0 and temperature > 0
-    noise = None
-    if sampling and options.prefetch_noise and device.type == "cpu":
-        noise = _NoiseStream(generator, (num_sampled, logits.shape[-1]), max_new_tokens)
-    prefill_s = time.perf_counter() - clock
+    next_pos = start.positions[:, -1:] + 1
+    noise = each.noise
     columns = []
     produced = 0
     base_threads = torch.get_num_threads()
     # only the lean step is bitwise the same under any thread count (transformers' one-query
     # SDPA is not), so only it may change the count mid-run
-    adapt = options.adapt_threads and lean is not None
+    adapt = adapt_threads and steps.lean is not None
     own = () if noise is None else (noise.thread.native_id,)
     watch = threads.StepWatch()
     count_now = base_threads
@@ -497,12 +466,14 @@ def decode_batch(
                 hiddens.append(hidden)
             if ref_hidden is not None:
                 ref_hiddens.append(ref_hidden)
-            token = next_tokens(logits.float(), num_sampled, temperature, top_p, generator, q)
+            token = next_tokens(
+                logits.float(), each.num_sampled, each.temperature, each.top_p, each.generator, q
+            )
             produced += num_rows - int(done.sum())
             token = torch.where(done, bundle.pad_id, token)
             columns.append(token)
-            if pair and on_logits is not None:
-                on_logits(logits, ref_logits, token)
+            if steps.pair and each.on_logits is not None:
+                each.on_logits(logits, ref_logits, token)
             done = done | torch.isin(token, eos)
             finished = step == max_new_tokens - 1 or bool(done.all())
             if progress is not None:
@@ -511,39 +482,10 @@ def decode_batch(
                 counter(total if finished else produced, total)
             if finished:
                 break
-            if use_static:
-                slot = torch.zeros_like(attn)
-                slot[:, width + step] = 1
-                attn = attn + slot
-            else:
-                attn = torch.cat(
-                    [attn, torch.ones(num_rows, 1, dtype=attn.dtype, device=device)], 1
-                )
-            if pair:  # one step for both: each weight is read once for the two row sets
-                both = torch.cat([token, token])
-                hidden, logits = lean.step(
-                    buffers,
-                    both,
-                    torch.cat([next_pos, next_pos]),
-                    width + step,
-                    torch.cat([attn, attn]),
-                    adapted=num_rows,
-                )
-                ref_hidden, ref_logits = hidden[num_rows:], logits[num_rows:]
-                hidden, logits = hidden[:num_rows], logits[:num_rows]
-                hidden = hidden if keep_hidden else None
-            elif lean is not None:
-                hidden, logits = lean.step(buffers, token, next_pos, width + step, attn)
-                hidden = hidden if keep_hidden else None
-            else:
-                hidden, logits, cache = forward(
-                    step_fn,
-                    input_ids=token[:, None],
-                    attention_mask=attn,
-                    position_ids=next_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
+            attn = _grow_mask(attn, steps, step)
+            hidden, logits, cache, ref_hidden, ref_logits = _step_forward(
+                steps, token, next_pos, attn, cache, step
+            )
             next_pos = next_pos + 1
             now = time.perf_counter()
             if adapt and watch.slow(count_now, now - step_clock):
@@ -553,19 +495,58 @@ def decode_batch(
         if noise is not None:
             noise.close()
         threads.apply(base_threads)
-    if timings is not None:
-        steps = len(columns) - 1
-        timings["prefill_s"] = prefill_s
-        timings["prefill_tokens"] = int(ids.numel())
-        timings["steps"] = steps
-        timings["step_s"] = (time.perf_counter() - clock - prefill_s) / max(steps, 1)
-    if keep_hidden and capture is not None:
-        capture["hidden"] = torch.stack(hiddens, dim=1)  # (N, steps, H)
-    if pair and capture is not None:
-        capture["ref_hidden"] = torch.stack(ref_hiddens, dim=1)  # (N, steps, H)
+    return columns, hiddens, ref_hiddens
+
+
+def _grow_mask(attn: Tensor, steps: _Steps, step: int) -> Tensor:
+    """The attention mask with this step's token in: its static-cache slot, or one more column."""
+    if steps.use_static:
+        slot = torch.zeros_like(attn)
+        slot[:, steps.width + step] = 1
+        return attn + slot
+    ones = torch.ones(attn.shape[0], 1, dtype=attn.dtype, device=attn.device)
+    return torch.cat([attn, ones], 1)
+
+
+def _step_forward(
+    steps: _Steps, token: Tensor, next_pos: Tensor, attn: Tensor, cache: Any, step: int
+) -> tuple[Tensor | None, Tensor, Any, Tensor | None, Tensor | None]:
+    """One token's forward: (hidden, logits, cache, the reference's hidden and logits)."""
+    lean, buffers, num_rows = steps.lean, steps.buffers, token.shape[0]
+    if steps.pair:  # one step for both: each weight is read once for the two row sets
+        both = torch.cat([token, token])
+        hidden, logits = lean.step(
+            buffers,
+            both,
+            torch.cat([next_pos, next_pos]),
+            steps.width + step,
+            torch.cat([attn, attn]),
+            adapted=num_rows,
+        )
+        ref_hidden, ref_logits = hidden[num_rows:], logits[num_rows:]
+        hidden, logits = hidden[:num_rows], logits[:num_rows]
+        return (hidden if steps.keep_hidden else None), logits, cache, ref_hidden, ref_logits
+    if lean is not None:
+        hidden, logits = lean.step(buffers, token, next_pos, steps.width + step, attn)
+        return (hidden if steps.keep_hidden else None), logits, cache, None, None
+    hidden, logits, cache = _last_position(
+        steps.model,
+        steps.keep_hidden,
+        steps.step_fn,
+        input_ids=token[:, None],
+        attention_mask=attn,
+        position_ids=next_pos,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return hidden, logits, cache, None, None
+
+
+def _until_eos(columns: list[Tensor], eos_ids: Any) -> list[list[int]]:
+    """(N,) lists of generated ids, each cut after its first EOS."""
     table = torch.stack(columns, dim=1).cpu()  # (N, steps)
     rows_out = []
-    eos_set = set(bundle.eos_ids)
+    eos_set = set(eos_ids)
     for row in table.tolist():
         end = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
         rows_out.append(row[:end])

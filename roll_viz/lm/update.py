@@ -39,18 +39,18 @@ Simplifications against ROLL/verl/OpenRLHF/TRL: no value head (the critic is not
 learning-rate schedule or warm-up, float32 unless ``precision="bf16"``, no gradient
 checkpointing, one process.
 
-Size: one algorithm (``update_step`` and the named pieces of its epoch loop, the teacher-forced
-log-probs they share, and the records it returns) kept together so it reads top to bottom.
+Size: one algorithm (``update_step`` and the named pieces of its epoch loop: its checks, its
+loss's inputs, the tally of each epoch and the result) kept together so it reads top to bottom.
+Its records are in ``lm.update_records`` (re-exported here) and its passes through the model
+(teacher-forced log-probs, a minibatch's backward) in ``lm.forward_backward``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -59,281 +59,36 @@ from torch import Tensor
 from roll_viz.core.pipeline import dialects, policy_loss
 from roll_viz.core.pipeline.losses import loss_reads
 from roll_viz.core.records import Rollout
-from roll_viz.lm import threads
 from roll_viz.lm.behaviour import Behaviour, behaviour_logprobs
 from roll_viz.lm.cpu_features import bf16_slower_than_float32 as bf16_slower_than_float32
-from roll_viz.lm.lora import DEFAULT_ALPHA, DEFAULT_RANK, LoraPolicy
+from roll_viz.lm.forward_backward import (
+    Minibatch,
+    PhaseTimer,
+    logprob_temperature,
+    minibatch_backward,
+    row_contexts,
+    score_rows,
+    teacher_forced,
+)
+from roll_viz.lm.lora import LoraPolicy
 from roll_viz.lm.models import ModelBundle
-from roll_viz.lm.scoring import response_hidden, shared_context_hidden
-
-DEFAULT_LR = 2e-4
-MAX_LR = 1e-2
-#: passes K over one batch, the Update page's bound and UpdateConfig's: the frameworks ship 1,
-#: and on a CPU step K > 4 only repeats what K = 4 shows, ever further from pi_old
-MAX_EPOCHS = 4
-MAX_RANK = 64
-MICRO_TOKENS = 1024  # rows per micro-batch are chosen so rows * T stays below this
-#: UpdateConfig.precision -> the dtype of the frozen base's matmuls
-PRECISIONS = {"float32": torch.float32, "bf16": torch.bfloat16}
+from roll_viz.lm.update_records import DEFAULT_LR as DEFAULT_LR
+from roll_viz.lm.update_records import MAX_EPOCHS as MAX_EPOCHS
+from roll_viz.lm.update_records import MAX_LR as MAX_LR
+from roll_viz.lm.update_records import MAX_RANK as MAX_RANK
+from roll_viz.lm.update_records import (
+    MICRO_TOKENS,
+    PRECISIONS,
+    EpochStats,
+    UpdateConfig,
+    UpdateResult,
+)
 
 LossFn = Callable[..., Any]
 
 
 # ---------------------------------------------------------------------------------------------
-# Config and result records
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    """How one update step runs. Frozen and hashable.
-
-    Attributes:
-        lr: AdamW learning rate of the adapter (0, MAX_LR].
-        epochs: K passes over the batch (PPO epochs); clipping can only bite from epoch 2.
-        minibatches: the batch's rows are split into this many minibatches (one optimizer step
-            each, order shuffled per epoch by a seeded generator).
-        lora_rank: r of the adapter (used when the adapter is created).
-        lora_alpha: LoRA alpha; the update is scaled by alpha / r.
-        max_grad_norm: gradient-norm clip before each optimizer step (1.0 in all four
-            frameworks); None disables it.
-        seed: seeds the LoRA A init and the minibatch order.
-        weight_decay: AdamW weight decay (0: an adapter that starts at zero stays comparable).
-        micro_tokens: a minibatch with more tokens than this is back-propagated in row chunks
-            (two-phase, see the module docstring).
-        share_context: run each distinct prompt's context once per forward (with grad: the
-            adapter changes the context's keys and values too) and hand its cache to the rows of
-            that prompt, instead of every row's own [context | response] pass. About half the
-            tokens for 2 prompts x 8 samples of 32 tokens; the same log-probs, loss and
-            gradients up to float rounding (tested to 1e-5).
-        rescore: score the batch again after the step for ``logprobs_after`` and ``delta`` (one
-            more forward, about a third of the step). False leaves both None: a training run
-            needs no re-score (its next step samples afresh).
-        precision: "float32" (the default: every number in float32) or "bf16": the frozen base
-            model's matmuls in bfloat16 (AMX-BF16 / AVX-512 BF16 on a CPU that has them, about
-            3x less CPU time for the step here), the adapter, its gradients, the optimizer, the
-            residual stream, norms, attention and the head in float32
-            (``LoraPolicy.fused``). It moves the log-probs (the loss's pi_theta, so the epoch-1
-            ratio is no longer 1): ``bf16_logprob_gap`` measures by how much, and
-            ``tests/lm/test_update_precision.py`` bounds it.
-        adapt_threads: run the forward passes (with grad and the re-score) on every core while
-            the rest of the machine is idle (``lm.threads.choose``, as the sampler's scoring
-            passes do); the backward and the optimizer stay at the start-up count. The numbers
-            do not depend on it (the same bits under one and two threads; tested).
-    """
-
-    lr: float = DEFAULT_LR
-    epochs: int = 1
-    minibatches: int = 1
-    lora_rank: int = DEFAULT_RANK
-    lora_alpha: float = DEFAULT_ALPHA
-    max_grad_norm: float | None = 1.0
-    seed: int = 0
-    weight_decay: float = 0.0
-    micro_tokens: int = MICRO_TOKENS
-    share_context: bool = True
-    rescore: bool = True
-    precision: str = "float32"
-    adapt_threads: bool = True
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not (math.isfinite(self.lr) and 0.0 < self.lr <= MAX_LR):
-            problems.append(f"lr must be in (0, {MAX_LR:g}] (got {self.lr})")
-        if not 1 <= self.epochs <= MAX_EPOCHS:
-            problems.append(f"epochs must be 1..{MAX_EPOCHS} (got {self.epochs})")
-        if self.minibatches < 1:
-            problems.append(f"minibatches must be >= 1 (got {self.minibatches})")
-        if not 1 <= self.lora_rank <= MAX_RANK:
-            problems.append(f"lora_rank must be 1..{MAX_RANK} (got {self.lora_rank})")
-        if not (math.isfinite(self.lora_alpha) and self.lora_alpha > 0):
-            problems.append(f"lora_alpha must be > 0 (got {self.lora_alpha})")
-        if self.max_grad_norm is not None and not (
-            math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0
-        ):
-            problems.append("max_grad_norm must be > 0 or None")
-        if not 0 <= self.seed < 2**63:
-            problems.append("seed must be a non-negative integer below 2**63")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            problems.append("weight_decay must be >= 0")
-        if self.micro_tokens < 1:
-            problems.append("micro_tokens must be >= 1")
-        if self.precision not in PRECISIONS:
-            known = tuple(PRECISIONS)
-            problems.append(f"precision must be one of {known} (got {self.precision!r})")
-        if problems:
-            raise ValueError("invalid UpdateConfig: " + "; ".join(problems))
-
-
-@dataclass(frozen=True)
-class EpochStats:
-    """What one epoch (pass over all minibatches) did.
-
-    Attributes:
-        epoch: 1-based epoch number.
-        terms: loss terms (policy, kl, entropy, value, total), mean over the epoch's minibatches.
-        ratio_mean: mean importance ratio exp(logp - old) over the epoch's valid tokens.
-        ratio_min: smallest ratio.
-        ratio_max: largest ratio.
-        clip_fractions: share of valid tokens in each boolean clip mask the loss reports
-            (the per_token keys its ``LossResult.clip_masks`` names), by mask name.
-        metrics: the loss's own metrics (framework names), mean over minibatches.
-        grad_norms: pre-clip gradient norm of each optimizer step of the epoch.
-        ratio: (B, T) the ratio each token had when its minibatch was stepped (0 on padding).
-    """
-
-    epoch: int
-    terms: dict[str, float]
-    ratio_mean: float
-    ratio_min: float
-    ratio_max: float
-    clip_fractions: dict[str, float]
-    metrics: dict[str, float]
-    grad_norms: tuple[float, ...]
-    ratio: Tensor
-
-
-@dataclass(frozen=True)
-class UpdateResult:
-    """One update step's numbers (all (B, T) tensors are float32 CPU, 0 on padding).
-
-    Attributes:
-        framework: the loss dialect used.
-        config: the UpdateConfig.
-        step: how many steps the adapter had taken after this one (1 for the first).
-        response_mask: (B, T) float mask of the response tokens.
-        advantages: (B, T) the advantages used.
-        old_logprobs: (B, T) the rollout's log-probs (the behaviour policy).
-        logprobs_before: (B, T) the adapted policy's log-probs before the step.
-        logprobs_after: (B, T) after the step (re-scored); None when ``cfg.rescore`` is off.
-        delta: (B, T) logprobs_after - logprobs_before; None when ``cfg.rescore`` is off.
-        grad_coef: (B, T) dL/dlogp per token in epoch 1 (autograd through the loss of the
-            token's minibatch; negative = the step raises the token's log-prob).
-        per_token: the loss's per_token tensors of epoch 1 (ratio, pg_loss, grad_coef, clip
-            masks, ...), assembled over minibatches into (B, T).
-        epochs: one EpochStats per epoch.
-        grad_norm: pre-clip gradient norm of the first optimizer step.
-        seconds: wall time per phase: forward, backward, optimizer, rescore, total.
-        adapter_bytes: bytes of this user's adapter weights.
-        optimizer_bytes: bytes of its AdamW state.
-        rollout_logprobs: (B, T) the sampler's log-probs mu the loss read (None when the loss
-            reads none).
-        mu_is_old: mu was not given and the loss read mu = old_logprobs (the in-process
-            float sampler is the trainer's own model).
-    """
-
-    framework: str
-    config: UpdateConfig
-    step: int
-    response_mask: Tensor
-    advantages: Tensor
-    old_logprobs: Tensor
-    logprobs_before: Tensor
-    logprobs_after: Tensor | None
-    delta: Tensor | None
-    grad_coef: Tensor
-    per_token: dict[str, Tensor]
-    epochs: tuple[EpochStats, ...]
-    grad_norm: float
-    seconds: dict[str, float]
-    adapter_bytes: int
-    optimizer_bytes: int
-    rollout_logprobs: Tensor | None = None
-    mu_is_old: bool = False
-
-
-# ---------------------------------------------------------------------------------------------
 # Log-probs under the adapted policy
-
-
-def _temperature(rollout: Rollout) -> float:
-    value = rollout.meta.logprob_temperature
-    return float(value) if value else 1.0
-
-
-def _row_contexts(bundle: ModelBundle, rollout: Rollout) -> list[list[int]]:
-    """(B,) plain chat-templated prompt ids per row (caller holds the lock)."""
-    per_prompt = [bundle.chat_ids(p) for p in rollout.prompts]
-    return [per_prompt[g] for g in rollout.group_ids.tolist()]
-
-
-def _forward(
-    bundle: ModelBundle,
-    contexts: list[list[int]],
-    token_ids: Tensor,
-    mask: Tensor,
-    temperature: float,
-    want_entropy: bool,
-    share: bool = True,
-) -> tuple[Tensor, Tensor | None]:
-    """Teacher-forced log-probs (and entropy) of ``token_ids`` under the active model.
-
-    Selective: the head runs at the response positions only, and each position's log-prob is
-    its target's logit minus the log-sum-exp (no (n, V) log-softmax kept); the full-vocabulary
-    softmax is formed only when the entropy is wanted.
-
-    Args:
-        bundle: the model (caller holds the lock; grad mode as the caller set it).
-        contexts: (n,) prompt ids.
-        token_ids: (n, T) long response ids (ordinary tensors, not inference tensors).
-        mask: (n, T) bool real tokens.
-        temperature: logits are divided by it.
-        want_entropy: also return the full-vocabulary entropy per token.
-        share: each distinct context once, its cache shared (``shared_context_hidden``).
-
-    Returns:
-        (n, T) float32 log-probs (0 on padding) and (n, T) entropy or None, on bundle.device.
-    """
-    hidden_of = shared_context_hidden if share else response_hidden
-    hidden = hidden_of(bundle, contexts, token_ids, mask)  # (n, T, H)
-    valid = mask.to(hidden.device)
-    logits = bundle.model.get_output_embeddings()(hidden[valid]).float()  # (N, V)
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    targets = token_ids.to(hidden.device)[valid]
-    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - lse  # (N,)
-    out = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
-    out = out.masked_scatter(valid, picked)
-    if not want_entropy:
-        return out, None
-    probs = torch.softmax(logits, dim=-1)
-    ent = lse - (probs * logits).sum(-1)
-    ent_full = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
-    return out, ent_full.masked_scatter(valid, ent)
-
-
-def _chunks(rows: Tensor, width: int, micro_tokens: int) -> list[Tensor]:
-    per = max(1, micro_tokens // max(width, 1))
-    return list(torch.split(rows, per))
-
-
-def _score_rows(
-    policy: LoraPolicy,
-    rollout: Rollout,
-    contexts: list[list[int]],
-    rows: Tensor,
-    micro_tokens: int,
-    want_entropy: bool = False,
-    share: bool = True,
-) -> tuple[Tensor, Tensor | None]:
-    """No-grad log-probs (and entropy) of ``rows``, in micro-batches (lock held, adapter on)."""
-    ids, mask = rollout.token_ids.clone(), rollout.response_mask > 0
-    lps, ents = [], []
-    with torch.no_grad():
-        for chunk in _chunks(rows, ids.shape[1], micro_tokens):
-            lp, ent = _forward(
-                policy.bundle,
-                [contexts[i] for i in chunk.tolist()],
-                ids[chunk],
-                mask[chunk],
-                _temperature(rollout),
-                want_entropy,
-                share,
-            )
-            lps.append(lp.cpu())
-            if ent is not None:
-                ents.append(ent.cpu())
-    return torch.cat(lps), (torch.cat(ents) if want_entropy else None)
 
 
 def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) -> Tensor:
@@ -353,17 +108,17 @@ def policy_logprobs(policy: LoraPolicy, rollout: Rollout, grad: bool = False) ->
     """
     bundle = policy.bundle
     with bundle.lock, policy.activate(bundle):
-        contexts = _row_contexts(bundle, rollout)
+        contexts = row_contexts(bundle, rollout)
         if not grad:
             rows = torch.arange(rollout.token_ids.shape[0])
-            return _score_rows(policy, rollout, contexts, rows, MICRO_TOKENS)[0]
+            return score_rows(policy, rollout, contexts, rows, MICRO_TOKENS)[0]
         with torch.enable_grad():
-            lp, _ = _forward(
+            lp, _ = teacher_forced(
                 bundle,
                 contexts,
                 rollout.token_ids.clone(),
                 rollout.response_mask > 0,
-                _temperature(rollout),
+                logprob_temperature(rollout),
                 False,
             )
     return lp
@@ -402,13 +157,13 @@ def rescore(policy: LoraPolicy, rollout: Rollout, result: UpdateResult) -> Updat
         )
     cfg = result.config
     mask_f = result.response_mask
-    timer = _Timer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
+    timer = PhaseTimer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
     bundle = policy.bundle
     all_rows = torch.arange(rollout.token_ids.shape[0])
     with bundle.lock, policy.activate(bundle), policy.fused(bundle, PRECISIONS[cfg.precision]):
-        contexts = _row_contexts(bundle, rollout)
+        contexts = row_contexts(bundle, rollout)
         with timer.phase("rescore"):
-            after = _score_rows(
+            after = score_rows(
                 policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
             )[0]
     seconds = dict(result.seconds)
@@ -502,11 +257,11 @@ def behaviour_mu(
     with bundle.lock, torch.inference_mode():
         beh = behaviour_logprobs(
             bundle,
-            _row_contexts(bundle, rollout),
+            row_contexts(bundle, rollout),
             rollout.token_ids,
             rollout.response_mask > 0,
             source=source,
-            temperature=_temperature(rollout),
+            temperature=logprob_temperature(rollout),
             top_p=top_p,
             top_k=top_k,
         )
@@ -549,136 +304,6 @@ def _scalar(value: Any) -> float:
     if isinstance(value, Tensor):
         return float(value.detach().float().mean()) if value.numel() else 0.0
     return float(value)
-
-
-@dataclass
-class _Timer:
-    """Wall seconds per phase; the forward phases may take every core (``adapt_threads``)."""
-
-    seconds: dict[str, float] = field(
-        default_factory=lambda: dict.fromkeys(("forward", "backward", "optimizer", "rescore"), 0.0)
-    )
-    adapt_threads: bool = False
-    base_threads: int = 1
-
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        adapt = self.adapt_threads and name in ("forward", "rescore")
-        if adapt:
-            threads.apply(threads.choose(self.base_threads))
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] += time.perf_counter() - start
-            if adapt:
-                threads.apply(self.base_threads)
-
-
-@dataclass(frozen=True)
-class _Minibatch:
-    """What one minibatch's forward and backward read (the lock is held, the adapter on).
-
-    Attributes:
-        bundle: the shared model.
-        contexts: (B,) prompt ids of every row of the batch.
-        rollout: the batch.
-        rows: (n,) sorted row indices of the minibatch.
-        old: (B, T) old log-probs (the placeholders of rows outside a chunk).
-        mask: (B, T) bool real tokens.
-        want_entropy: the loss has an entropy term (compute the entropy with grad).
-        share: share each distinct context's forward between its rows (``_forward``).
-    """
-
-    bundle: ModelBundle
-    contexts: list[list[int]]
-    rollout: Rollout
-    rows: Tensor
-    old: Tensor
-    mask: Tensor
-    want_entropy: bool
-    share: bool = True
-
-
-def _minibatch_backward(
-    mb: _Minibatch,
-    run_loss: Callable[[Tensor, Tensor, Tensor | None], Any],
-    micro_tokens: int,
-    timer: _Timer,
-) -> tuple[Any, Tensor, Tensor]:
-    """Forward and backward of one minibatch; gradients accumulate in the adapter's ``.grad``.
-
-    With at most ``micro_tokens`` tokens: one forward with grad and one backward. With more: the
-    rows in chunks, each chunk's rows live and the others held at the old log-probs (exact for a
-    row-separable loss, see the module docstring), then the minibatch's true loss on the detached
-    log-probs for the reported numbers and grad_coef.
-
-    Args:
-        mb: the minibatch.
-        run_loss: ``(rows, logprobs, entropy) -> LossResult`` of the step's loss.
-        micro_tokens: token budget of one backward.
-        timer: the step's phase timer.
-
-    Returns:
-        (the loss result, (n, T) dL/dlogp per token, (n, T) the rows' log-probs), on the CPU.
-    """
-    rows, ids = mb.rows, mb.rollout.token_ids
-    width = ids.shape[1]
-    temperature = _temperature(mb.rollout)
-    chunks = _chunks(rows, width, micro_tokens)
-    if len(chunks) == 1:  # one forward with grad, one backward
-        with timer.phase("forward"), torch.enable_grad():
-            lp, ent = _forward(
-                mb.bundle,
-                [mb.contexts[i] for i in rows.tolist()],
-                ids[rows].clone(),
-                mb.mask[rows],
-                temperature,
-                mb.want_entropy,
-                mb.share,
-            )
-            lp.retain_grad()
-            result = run_loss(rows, lp, ent)
-        with timer.phase("backward"):
-            result.total.backward()
-        return result, lp.grad.detach().cpu(), lp.detach().cpu()
-    # row chunks: each chunk's rows live, the others held at placeholders
-    lp_parts, ent_parts = [], []
-    offset = 0
-    for chunk in chunks:
-        part = slice(offset, offset + len(chunk))
-        offset += len(chunk)
-        with timer.phase("forward"), torch.enable_grad():
-            lp_c, ent_c = _forward(
-                mb.bundle,
-                [mb.contexts[i] for i in chunk.tolist()],
-                ids[chunk].clone(),
-                mb.mask[chunk],
-                temperature,
-                mb.want_entropy,
-                mb.share,
-            )
-            full_lp = mb.old[rows].clone().to(lp_c.device)
-            full_lp[part] = lp_c
-            full_ent = None
-            if ent_c is not None:
-                full_ent = torch.zeros(len(rows), width, device=ent_c.device)
-                full_ent[part] = ent_c
-            partial = run_loss(rows, full_lp, full_ent)
-        with timer.phase("backward"):
-            partial.total.backward()
-        lp_parts.append(lp_c.detach().cpu())
-        if ent_c is not None:
-            ent_parts.append(ent_c.detach().cpu())
-    with timer.phase("forward"):  # the minibatch's true loss, on detached inputs
-        current = torch.cat(lp_parts)
-        lp_leaf = current.clone().requires_grad_(True)
-        ent_all = torch.cat(ent_parts) if ent_parts else None
-        with torch.enable_grad():
-            result = run_loss(rows, lp_leaf, ent_all)
-            coef = torch.autograd.grad(result.total, lp_leaf, allow_unused=True)[0]
-    coef = torch.zeros_like(current) if coef is None else coef.detach().cpu()
-    return result, coef, current
 
 
 def _keep_per_token(
@@ -785,6 +410,207 @@ def _extra_inputs(
     return out
 
 
+@dataclass(frozen=True)
+class _StepLoss:
+    """The step's loss on a minibatch's rows: every input but the log-probs is fixed for the step.
+
+    Attributes:
+        loss_fn: the loss, with the signature of ``core.pipeline.policy_loss``.
+        framework: the loss dialect.
+        loss_config: that dialect's loss keys (None = its defaults).
+        advantages: (B, T) float32 advantages as given.
+        mask_f: (B, T) float mask of the response tokens.
+        old: (B, T) old log-probs, 0 on padding.
+        ref: (B, T) reference log-probs, 0 on padding.
+        extra: the extra inputs the loss reads (``_extra_inputs``), mu = old filled in when
+            the loss reads mu and none was given.
+        want_entropy: the loss has an entropy term (compute the entropy with grad).
+        mu_is_old: the loss reads mu and none was given (``UpdateResult.mu_is_old``).
+    """
+
+    loss_fn: LossFn
+    framework: str
+    loss_config: Mapping[str, Any] | None
+    advantages: Tensor
+    mask_f: Tensor
+    old: Tensor
+    ref: Tensor
+    extra: dict[str, Tensor]
+    want_entropy: bool
+    mu_is_old: bool
+
+    def __call__(self, rows: Tensor, logprobs: Tensor, entropy: Tensor | None) -> Any:
+        return self.loss_fn(
+            self.framework,
+            self.loss_config,
+            logprobs=logprobs,
+            old_logprobs=self.old[rows],
+            advantages=self.advantages[rows],
+            response_mask=self.mask_f[rows],
+            ref_logprobs=self.ref[rows],
+            entropy=entropy,
+            **{name: value[rows] for name, value in self.extra.items()},
+        )
+
+
+def _checked_advantages(
+    policy: LoraPolicy, rollout: Rollout, advantages: Tensor, cfg: UpdateConfig
+) -> Tensor:
+    """The advantages as float32 on the CPU, once the policy, the shapes and ``cfg`` fit."""
+    if policy.closed:
+        raise ValueError("this LoRA policy was closed")
+    policy.check()
+    if (cfg.lora_rank, float(cfg.lora_alpha)) != (policy.rank, policy.alpha):
+        raise ValueError(
+            f"cfg asks for LoRA r={cfg.lora_rank}, alpha={cfg.lora_alpha:g}, but the adapter has "
+            f"r={policy.rank}, alpha={policy.alpha:g}: create a new LoraPolicy"
+        )
+    num_rows, width = rollout.token_ids.shape
+    advantages = advantages.detach().float().cpu()
+    if advantages.shape != (num_rows, width):
+        raise ValueError(f"advantages must be (B, T) = {(num_rows, width)}")
+    if cfg.minibatches > num_rows:
+        raise ValueError(f"minibatches ({cfg.minibatches}) exceeds the batch's {num_rows} rows")
+    return advantages
+
+
+def _step_loss(
+    loss_fn: LossFn,
+    framework: str,
+    loss_config: Mapping[str, Any] | None,
+    rollout: Rollout,
+    advantages: Tensor,
+    ref_logprobs: Tensor | None,
+    given: dict[str, Tensor | None],
+) -> _StepLoss:
+    """The step's loss with its inputs taken from the batch (``given``: the extra inputs)."""
+    num_rows, width = rollout.token_ids.shape
+    mask_f = (rollout.response_mask > 0).float()
+    old = rollout.logprobs.detach().float() * mask_f
+    ref = (rollout.ref_logprobs if ref_logprobs is None else ref_logprobs).detach().float()
+    ref = ref * mask_f
+    want_entropy = _wants_entropy(framework, loss_config)
+    needs = loss_inputs(framework, loss_config)
+    extra = _extra_inputs(needs, num_rows, width, **given)
+    mu_is_old = "rollout_logprobs" in needs and "rollout_logprobs" not in extra
+    if mu_is_old:  # no sampler log-probs: the in-process float sampler is the trainer's model
+        extra["rollout_logprobs"] = old
+    return _StepLoss(
+        loss_fn,
+        framework,
+        loss_config,
+        advantages,
+        mask_f,
+        old,
+        ref,
+        extra,
+        want_entropy,
+        mu_is_old,
+    )
+
+
+@dataclass(frozen=True)
+class _EpochsRun:
+    """What the epochs left: the log-probs before the step and epoch 1's per-token numbers."""
+
+    before: Tensor
+    grad_coef: Tensor
+    per_token: dict[str, Tensor]
+    epochs: tuple[EpochStats, ...]
+
+
+def _run_epochs(
+    policy: LoraPolicy,
+    rollout: Rollout,
+    contexts: list[list[int]],
+    loss: _StepLoss,
+    cfg: UpdateConfig,
+    timer: PhaseTimer,
+) -> _EpochsRun:
+    """K epochs of minibatch steps (the lock is held, the adapter on and fused)."""
+    num_rows, width = rollout.token_ids.shape
+    mask_f, mask_b, old = loss.mask_f, loss.mask_f > 0, loss.old
+    order_gen = torch.Generator().manual_seed(cfg.seed + policy.steps)
+    grad_coef = torch.zeros(num_rows, width)
+    first_per_token: dict[str, Tensor] = {}
+    epochs: list[EpochStats] = []
+    before = torch.zeros(num_rows, width)
+    all_rows = torch.arange(num_rows)
+    optimizer = _optimizer(policy, cfg)
+    params = policy.parameters()
+    with timer.phase("forward"):
+        if cfg.minibatches > 1:  # later minibatches see a moved adapter: score all first
+            before = score_rows(
+                policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
+            )[0]
+    for epoch in range(1, cfg.epochs + 1):
+        perm = torch.randperm(num_rows, generator=order_gen) if cfg.minibatches > 1 else all_rows
+        tally = _EpochTally(num_rows, width)
+        for rows in torch.tensor_split(perm, cfg.minibatches):
+            policy.check()  # released meanwhile: stop here, before the next minibatch
+            rows = rows.sort().values
+            result, coef, current = minibatch_backward(
+                Minibatch(
+                    policy.bundle,
+                    contexts,
+                    rollout,
+                    rows,
+                    old,
+                    mask_b,
+                    loss.want_entropy,
+                    cfg.share_context,
+                ),
+                loss,
+                cfg.micro_tokens,
+                timer,
+            )
+            if epoch == 1:
+                grad_coef[rows] = coef
+                if cfg.minibatches == 1:
+                    before = current.clone()
+                _keep_per_token(first_per_token, result, rows, num_rows, width)
+            tally.add(result, rows, current, old, mask_f, mask_b)
+            with timer.phase("optimizer"):
+                tally.norms.append(_optimizer_step(optimizer, params, cfg.max_grad_norm))
+        epochs.append(tally.stats(epoch, cfg.minibatches, mask_b))
+    return _EpochsRun(before, grad_coef, first_per_token, tuple(epochs))
+
+
+def _step_result(
+    policy: LoraPolicy,
+    cfg: UpdateConfig,
+    loss: _StepLoss,
+    run: _EpochsRun,
+    after: Tensor | None,
+    seconds: dict[str, float],
+) -> UpdateResult:
+    """The step's UpdateResult, every (B, T) tensor 0 on padding."""
+    mask_f, before, extra = loss.mask_f, run.before, loss.extra
+    sizes = policy.nbytes()
+    return UpdateResult(
+        framework=loss.framework,
+        config=cfg,
+        step=policy.steps,
+        response_mask=mask_f,
+        advantages=loss.advantages * mask_f,
+        old_logprobs=loss.old,
+        logprobs_before=before * mask_f,
+        logprobs_after=None if after is None else after * mask_f,
+        delta=None if after is None else (after - before) * mask_f,
+        grad_coef=run.grad_coef * mask_f,
+        per_token=run.per_token,
+        epochs=run.epochs,
+        grad_norm=run.epochs[0].grad_norms[0],
+        seconds=seconds,
+        adapter_bytes=sizes["adapter"],
+        optimizer_bytes=sizes["optimizer"],
+        rollout_logprobs=(
+            extra["rollout_logprobs"] * mask_f if "rollout_logprobs" in extra else None
+        ),
+        mu_is_old=loss.mu_is_old,
+    )
+
+
 def update_step(
     policy: LoraPolicy,
     rollout: Rollout,
@@ -833,126 +659,23 @@ def update_step(
     """
     cfg = cfg or UpdateConfig()
     loss_fn = loss_fn or _default_loss()
-    if policy.closed:
-        raise ValueError("this LoRA policy was closed")
-    policy.check()
-    if (cfg.lora_rank, float(cfg.lora_alpha)) != (policy.rank, policy.alpha):
-        raise ValueError(
-            f"cfg asks for LoRA r={cfg.lora_rank}, alpha={cfg.lora_alpha:g}, but the adapter has "
-            f"r={policy.rank}, alpha={policy.alpha:g}: create a new LoraPolicy"
-        )
-    ids = rollout.token_ids
-    num_rows, width = ids.shape
-    advantages = advantages.detach().float().cpu()
-    if advantages.shape != (num_rows, width):
-        raise ValueError(f"advantages must be (B, T) = {(num_rows, width)}")
-    if cfg.minibatches > num_rows:
-        raise ValueError(f"minibatches ({cfg.minibatches}) exceeds the batch's {num_rows} rows")
-    mask_f = (rollout.response_mask > 0).float()
-    mask_b = mask_f > 0
-    old = rollout.logprobs.detach().float() * mask_f
-    ref = (rollout.ref_logprobs if ref_logprobs is None else ref_logprobs).detach().float()
-    ref = ref * mask_f
-    want_entropy = _wants_entropy(framework, loss_config)
-    needs = loss_inputs(framework, loss_config)
-    extra = _extra_inputs(needs, num_rows, width, scores, difficulty, rollout_logprobs)
-    mu_is_old = "rollout_logprobs" in needs and "rollout_logprobs" not in extra
-    if mu_is_old:  # no sampler log-probs: the in-process float sampler is the trainer's model
-        extra["rollout_logprobs"] = old
+    advantages = _checked_advantages(policy, rollout, advantages, cfg)
+    given = {"scores": scores, "difficulty": difficulty, "rollout_logprobs": rollout_logprobs}
+    loss = _step_loss(loss_fn, framework, loss_config, rollout, advantages, ref_logprobs, given)
     bundle = policy.bundle
-    order_gen = torch.Generator().manual_seed(cfg.seed + policy.steps)
-    timer = _Timer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
+    timer = PhaseTimer(adapt_threads=cfg.adapt_threads, base_threads=torch.get_num_threads())
     start_total = time.perf_counter()
-    grad_coef = torch.zeros(num_rows, width)
-    first_per_token: dict[str, Tensor] = {}
-    epochs: list[EpochStats] = []
-    before = torch.zeros(num_rows, width)
-    all_rows = torch.arange(num_rows)
-
-    def run_loss(rows: Tensor, logprobs: Tensor, entropy: Tensor | None) -> Any:
-        return loss_fn(
-            framework,
-            loss_config,
-            logprobs=logprobs,
-            old_logprobs=old[rows],
-            advantages=advantages[rows],
-            response_mask=mask_f[rows],
-            ref_logprobs=ref[rows],
-            entropy=entropy,
-            **{name: value[rows] for name, value in extra.items()},
-        )
-
-    base_dtype = PRECISIONS[cfg.precision]
-    with bundle.lock, policy.activate(bundle), policy.fused(bundle, base_dtype):
-        contexts = _row_contexts(bundle, rollout)
-        optimizer = _optimizer(policy, cfg)
-        params = policy.parameters()
-        with timer.phase("forward"):
-            if cfg.minibatches > 1:  # later minibatches see a moved adapter: score all first
-                before = _score_rows(
-                    policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
-                )[0]
-        for epoch in range(1, cfg.epochs + 1):
-            perm = (
-                torch.randperm(num_rows, generator=order_gen) if cfg.minibatches > 1 else all_rows
-            )
-            tally = _EpochTally(num_rows, width)
-            for rows in torch.tensor_split(perm, cfg.minibatches):
-                policy.check()  # released meanwhile: stop here, before the next minibatch
-                rows = rows.sort().values
-                result, coef, current = _minibatch_backward(
-                    _Minibatch(
-                        bundle,
-                        contexts,
-                        rollout,
-                        rows,
-                        old,
-                        mask_b,
-                        want_entropy,
-                        cfg.share_context,
-                    ),
-                    run_loss,
-                    cfg.micro_tokens,
-                    timer,
-                )
-                if epoch == 1:
-                    grad_coef[rows] = coef
-                    if cfg.minibatches == 1:
-                        before = current.clone()
-                    _keep_per_token(first_per_token, result, rows, num_rows, width)
-                tally.add(result, rows, current, old, mask_f, mask_b)
-                with timer.phase("optimizer"):
-                    tally.norms.append(_optimizer_step(optimizer, params, cfg.max_grad_norm))
-            epochs.append(tally.stats(epoch, cfg.minibatches, mask_b))
+    with bundle.lock, policy.activate(bundle), policy.fused(bundle, PRECISIONS[cfg.precision]):
+        contexts = row_contexts(bundle, rollout)
+        run = _run_epochs(policy, rollout, contexts, loss, cfg, timer)
         with timer.phase("rescore"):
             after = None
             if cfg.rescore:
-                after = _score_rows(
+                all_rows = torch.arange(rollout.token_ids.shape[0])
+                after = score_rows(
                     policy, rollout, contexts, all_rows, cfg.micro_tokens, share=cfg.share_context
                 )[0]
     policy.steps += 1
     seconds = dict(timer.seconds)
     seconds["total"] = time.perf_counter() - start_total
-    sizes = policy.nbytes()
-    return UpdateResult(
-        framework=framework,
-        config=cfg,
-        step=policy.steps,
-        response_mask=mask_f,
-        advantages=advantages * mask_f,
-        old_logprobs=old,
-        logprobs_before=before * mask_f,
-        logprobs_after=None if after is None else after * mask_f,
-        delta=None if after is None else (after - before) * mask_f,
-        grad_coef=grad_coef * mask_f,
-        per_token=first_per_token,
-        epochs=tuple(epochs),
-        grad_norm=epochs[0].grad_norms[0],
-        seconds=seconds,
-        adapter_bytes=sizes["adapter"],
-        optimizer_bytes=sizes["optimizer"],
-        rollout_logprobs=(
-            extra["rollout_logprobs"] * mask_f if "rollout_logprobs" in extra else None
-        ),
-        mu_is_old=mu_is_old,
-    )
+    return _step_result(policy, cfg, loss, run, after, seconds)

@@ -3,6 +3,10 @@
 ``page_setup(title)`` sets the page config, draws the sidebar and returns the frozen AppState
 that the page hands to ``flow``. ``?present=true`` enlarges fonts and ``&hide=beta,G`` hides those
 controls (``hide=sidebar`` the whole sidebar) for a teacher's projector.
+
+Size: the sidebar's sections (data, reward, algorithm) are drawn here top to bottom in the order
+the visitor sees them, each section's steps a function of its own (``_sidebar_data`` calls
+``_preset_data`` and ``_live_form``); split across files, the order of the widgets would be too.
 """
 
 from __future__ import annotations
@@ -214,9 +218,48 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Sample your own prompts with the policy and score them under the reference model. "
         "Runs only when the prompts, G, temperature, max tokens, seed or policy change.",
     )
-    if not live:  # a preset: G only subsets the committed batch, so it applies at once
-        group_size = _group_slider(sb, int(preset_sampling.group_size), live=False)
-    if not live and not preset_available(preset):
+    if not live:
+        return _preset_data(sb, messages, preset, preset_sampling)
+    prompts, group_size, temperature, max_tokens, seed, policy, instruction = _live_form(
+        sb, preset_sampling
+    )
+    bound(
+        sb.toggle,
+        "Fast sampling (int8 answers)",
+        value=False,
+        key=KEY_FAST,
+        help="Draw the answers with an int8 copy of the model (CPU): about 1.3x faster for a "
+        "classroom request. Approximate: its next-token distributions differ from the float "
+        "model's (about 0.13 nats of KL per token; the top token agrees about 83 % of the time, "
+        "measured by `python -m benchmarks --sampling --only fidelity`). Every log-prob, KL "
+        "and entropy shown is still the float model's, so the numbers stay exact for the tokens "
+        "drawn. Seeded and deterministic like the float path.",
+    )
+
+    try:
+        cfg = replace(
+            preset_sampling,
+            prompts=prompts,
+            group_size=int(group_size),
+            temperature=float(temperature),
+            max_new_tokens=int(max_tokens),
+            seed=int(seed),
+            policy_mode=policy,
+            instruction=instruction if policy == "steered" else "",
+        )
+    except ValueError as err:
+        messages.append(f"Invalid sampling settings ({err}); using the preset's.")
+        cfg = preset_sampling
+    cfg, cap_messages = rollout.capped(cfg)
+    messages.extend(cap_messages)
+    return "live", preset, cfg
+
+
+def _preset_data(sb: Any, messages: list[str], preset: str, preset_sampling: Any) -> tuple:
+    """A preset's data: its committed batch, G samples per prompt (the live model if stale)."""
+    # a preset: G only subsets the committed batch, so it applies at once
+    group_size = _group_slider(sb, int(preset_sampling.group_size), live=False)
+    if not preset_available(preset):
         messages.append(
             f"The committed batch of preset {preset!r} is missing or stale: sampling its "
             "settings with the live model instead."
@@ -224,25 +267,27 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         live_fallback = True
     else:
         live_fallback = False
-    if not live:
-        if group_size > preset_sampling.group_size:
-            messages.append(
-                f"The preset {preset!r} has G = {preset_sampling.group_size} samples per prompt; "
-                f"showing all {preset_sampling.group_size} (asked for {group_size}). "
-                "Switch on 'Sample live' to sample more."
-            )
-            group_size = int(preset_sampling.group_size)
-        sampling = replace(preset_sampling, group_size=int(group_size))
-        if live_fallback:
-            return "live", preset, sampling
-        sb.caption(
-            f"{text.count(len(sampling.prompts), 'prompt')} x G = {sampling.group_size}, "
-            f"temperature {sampling.temperature:g}, up to {sampling.max_new_tokens} tokens, "
-            f"seed {sampling.seed}, policy {sampling.policy_mode}. "
-            "G below the preset's keeps the first G samples of each prompt."
+    if group_size > preset_sampling.group_size:
+        messages.append(
+            f"The preset {preset!r} has G = {preset_sampling.group_size} samples per prompt; "
+            f"showing all {preset_sampling.group_size} (asked for {group_size}). "
+            "Switch on 'Sample live' to sample more."
         )
-        return f"preset:{preset}", preset, sampling
+        group_size = int(preset_sampling.group_size)
+    sampling = replace(preset_sampling, group_size=int(group_size))
+    if live_fallback:
+        return "live", preset, sampling
+    sb.caption(
+        f"{text.count(len(sampling.prompts), 'prompt')} x G = {sampling.group_size}, "
+        f"temperature {sampling.temperature:g}, up to {sampling.max_new_tokens} tokens, "
+        f"seed {sampling.seed}, policy {sampling.policy_mode}. "
+        "G below the preset's keeps the first G samples of each prompt."
+    )
+    return f"preset:{preset}", preset, sampling
 
+
+def _live_form(sb: Any, preset_sampling: Any) -> tuple:
+    """The live sampling form: (prompts, G, temperature, max tokens, seed, policy, instruction)."""
     # one request = one sampling: prompts, temperature, tokens, seed and policy are edited in a
     # form and applied together by "Sample" (each edit alone would re-sample the batch)
     form = sb.form("live_sampling", border=False, enter_to_submit=False)
@@ -327,36 +372,7 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
         help="Apply the edits above (prompts, G, temperature, max tokens, seed, policy) and "
         "sample once.",
     )
-    bound(
-        sb.toggle,
-        "Fast sampling (int8 answers)",
-        value=False,
-        key=KEY_FAST,
-        help="Draw the answers with an int8 copy of the model (CPU): about 1.3x faster for a "
-        "classroom request. Approximate: its next-token distributions differ from the float "
-        "model's (about 0.13 nats of KL per token; the top token agrees about 83 % of the time, "
-        "measured by `python -m benchmarks --sampling --only fidelity`). Every log-prob, KL "
-        "and entropy shown is still the float model's, so the numbers stay exact for the tokens "
-        "drawn. Seeded and deterministic like the float path.",
-    )
-
-    try:
-        cfg = replace(
-            preset_sampling,
-            prompts=prompts,
-            group_size=int(group_size),
-            temperature=float(temperature),
-            max_new_tokens=int(max_tokens),
-            seed=int(seed),
-            policy_mode=policy,
-            instruction=instruction if policy == "steered" else "",
-        )
-    except ValueError as err:
-        messages.append(f"Invalid sampling settings ({err}); using the preset's.")
-        cfg = preset_sampling
-    cfg, cap_messages = rollout.capped(cfg)
-    messages.extend(cap_messages)
-    return "live", preset, cfg
+    return prompts, group_size, temperature, max_tokens, seed, policy, instruction
 
 
 def _valid_params(name: str, typed: dict[str, Any], slots: dict[str, Any]) -> dict[str, Any]:

@@ -433,24 +433,11 @@ def length_penalties(batch: Batch, cfg: Mapping[str, Any], notes: list[str]) -> 
     return scores
 
 
-def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
-    """OpenRLHF: compute_advantages_and_returns (shaping -> clamp -> compute_reward -> returns).
-
-    Size: the framework's whole order of operations in one reader's view, stage by stage with
-    the note each stage writes, as OpenRLHF's own function runs it.
-
-    Args:
-        batch: validated float64 batch.
-        cfg: resolved OpenRLHF config.
-        running: ignored (OpenRLHF has no running reward normalization); returned unchanged.
-
-    Returns:
-        Trace with rewards = shaped and clamped response rewards.
-    """
-    mask, est = batch.response_mask, cfg["advantage_estimator"]
-    conv = Conventions(cfg, std_ddof=1, eps=1e-9, whiten_ddof=0)
-    notes = base_notes(batch) + conv.notes
-    scores = length_penalties(batch, cfg, notes)
+def _baseline_shaping(
+    batch: Batch, cfg: Mapping[str, Any], scores: Tensor, conv: Conventions, notes: list[str]
+) -> tuple[Tensor, Tensor, float]:
+    """The baseline and scale the scores are shaped with, and gamma (1 for the group ones)."""
+    est = cfg["advantage_estimator"]
     gamma = cfg["gamma"]
     zeros, ones = torch.zeros_like(scores), torch.ones_like(scores)
     baseline, scale = zeros, ones
@@ -475,6 +462,25 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         gamma = 1.0
         baseline = zeros + scores.mean()
         notes.append("flash_reinforce shaping: r - mean over the whole batch (no group)")
+    return baseline, scale, gamma
+
+
+def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) -> Trace:
+    """OpenRLHF: compute_advantages_and_returns (shaping -> clamp -> compute_reward -> returns).
+
+    Args:
+        batch: validated float64 batch.
+        cfg: resolved OpenRLHF config.
+        running: ignored (OpenRLHF has no running reward normalization); returned unchanged.
+
+    Returns:
+        Trace with rewards = shaped and clamped response rewards.
+    """
+    mask, est = batch.response_mask, cfg["advantage_estimator"]
+    conv = Conventions(cfg, std_ddof=1, eps=1e-9, whiten_ddof=0)
+    notes = base_notes(batch) + conv.notes
+    scores = length_penalties(batch, cfg, notes)
+    baseline, scale, gamma = _baseline_shaping(batch, cfg, scores, conv, notes)
     shaped = (scores - baseline) / scale
     low, high = cfg["clip_range"] or (None, None)
     rewards, clip_frac = clip_rewards(shaped, low, high)
