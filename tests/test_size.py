@@ -20,19 +20,13 @@ from tests import size_budget as sb
 
 #: modules still over SIZE_MAX formatted lines, with their size now (lower it as they shrink)
 OVER_CAP: dict[str, int] = {
-    "roll_viz/core/pipeline/dialects/roll.py": 1073,
     "roll_viz/core/pipeline/dialects/verl.py": 1043,
-    "roll_viz/lm/update.py": 958,
 }
 #: functions still over FUNCTION_NOTE lines without a ``Size:`` line: "path:name" -> lines
-LONG_FUNCTIONS: dict[str, int] = {
-    "roll_viz/lm/decode.py:decode_batch": 231,
-    "roll_viz/lm/update.py:update_step": 171,
-    "roll_viz/ui/sidebar.py:_sidebar_data": 170,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
 #: decision, not a drift: raise it only in the commit that needs the lines, saying why.
-PRODUCT_NOW = 63_319
+PRODUCT_NOW = 63_745
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:
