@@ -395,6 +395,7 @@ def compute(cases: Any) -> Any:
                     response_mask=batch.response_mask,
                     scores=batch.scores,
                     sample_mask=trace.sample_mask,  # ROLL's sample-level masks, when on
+                    resample=trace.resample,  # verl PF-PPO's drawn rows, when on
                     **loss,
                 )
             except ValueError as err:

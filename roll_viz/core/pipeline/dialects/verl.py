@@ -45,6 +45,7 @@ from roll_viz.core.pipeline.advantages import (
     token_rewards,
 )
 from roll_viz.core.pipeline.dialects import shared
+from roll_viz.core.pipeline.dialects import verl_pf_ppo as pf
 from roll_viz.core.pipeline.dialects import verl_rollout as vr
 from roll_viz.core.pipeline.dialects.record import Dialect, SelfTestCases
 from roll_viz.core.pipeline.dialects.shared import (
@@ -124,6 +125,10 @@ DEFAULTS: dict[str, Any] = {
     "kl_loss_type": "low_var_kl",
     "gdpo_reward_keys": None,
     "gdpo_reward_weights": None,
+    "use_pf_ppo": False,
+    "reweight_method": "pow",
+    "weight_pow": 2.0,
+    "viz_pf_ppo_seed": 0,
     **shared.VIZ_DEFAULTS,
 }
 
@@ -132,6 +137,7 @@ CHOICES: dict[str, tuple] = {
     "kl_penalty": tuple(KL_CANON),
     "kl_ctrl_type": ("fixed", "adaptive"),
     "kl_loss_type": (*KL_CANON, *KL_PLUS),
+    "reweight_method": tuple(pf.METHODS),
     **shared.VIZ_CHOICES,
 }
 
@@ -162,6 +168,14 @@ HELP: dict[str, str] = {
     "sum (None = all 1).",
     "kl_loss_type": "actor.kl_loss_type: KL estimator of the loss term; a '+' suffix (k3+, "
     "low_var_kl+) keeps its value but takes the gradient of k2 (straight-through).",
+    "use_pf_ppo": "algorithm.use_pf_ppo: PF-PPO, gae only: after the advantages, B rows are "
+    "drawn with replacement by score weight and the update trains on them (the legacy trainer: "
+    "the drawn rows; v1: each row gets a drawn row's advantages and returns).",
+    "reweight_method": "algorithm.pf_ppo.reweight_method: pow (|s|^weight_pow), max_min (1 at "
+    "the batch's max or min score, else 0) or max_random (0.4 at the max, else 0.1); + 1e-8.",
+    "weight_pow": "algorithm.pf_ppo.weight_pow: the power of reweight_method pow.",
+    "viz_pf_ppo_seed": "roll-viz extension, not a framework option: seed of PF-PPO's draw "
+    "(verl draws with the unseeded torch.multinomial).",
     **shared.VIZ_HELP,
 }
 
@@ -449,11 +463,19 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
             estimate = _gdpo(batch, cfg, mask, params)
         else:
             estimate = ALL_ESTIMATORS[name](tokens, mask, batch.group_ids, params)
-        advantages = estimate.advantages
+        advantages, returns, rows = estimate.advantages, estimate.returns, None
         if name == "gae":
             advantages = masked_whiten(advantages, mask, ddof=conv.whiten_ddof, eps=1e-8)
     except ValueError as err:
         raise ValueError(f"verl {est}: {err}") from None
+    if cfg["use_pf_ppo"] and est == "gae":
+        rows, advantages, returns = pf.resample(
+            cfg, scores, mask, estimate.advantages, advantages, returns, conv.whiten_ddof, notes
+        )
+    elif cfg["use_pf_ppo"]:
+        notes.append(
+            f"use_pf_ppo: verl resamples in compute_advantage's gae branch only, not {est}"
+        )
 
     kl_loss = None
     if cfg["use_kl_loss"]:
@@ -480,9 +502,10 @@ def pipeline(batch: Batch, cfg: dict[str, Any], running: RunningMoments | None) 
         kl_loss=kl_loss,
         token_rewards=tokens,
         advantages=advantages,
-        returns=estimate.returns,
+        returns=returns,
         running=running,
         notes=notes,
+        resample=rows,
     )
 
 
