@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+from roll_viz.cli import calculator
 from roll_viz.core.pipeline import policy_loss, run
 from roll_viz.core.pipeline.dialects import verl_pf_ppo as pf
 from roll_viz.core.records import Batch, trace_to_dict
@@ -201,3 +202,35 @@ def test_refusals():
             response_mask=MASK,
             resample=torch.arange(B),
         )
+
+
+def test_calculator_trains_on_the_drawn_rows_under_the_legacy_trainer():
+    """``roll-viz compute``: the output names the rows drawn and its loss is the drawn rows'."""
+    old = (-0.5 - 0.1 * MASK.cumsum(-1)) * MASK
+    lp = (old + 0.2 * torch.sin(torch.arange(B * T, dtype=F64)).reshape(B, T)) * MASK
+    batch = {
+        "scores": SCORES.tolist(),
+        "response_mask": MASK.tolist(),
+        "group": ["a"] * 3 + ["b"] * 3,
+        "values": (VALUES * MASK).tolist(),
+        "logprobs": lp.tolist(),
+        "old_logprobs": old.tolist(),
+    }
+    cfg = {"framework": "verl", "use_pf_ppo": True, "use_v1": False, "viz_pf_ppo_seed": 4}
+    out = calculator.compute({"batch": batch, "config": cfg})
+    trace = run(BATCH, "verl", {k: v for k, v in cfg.items() if k != "framework"})
+    assert out["resample"] == trace.resample.tolist()
+    rows = trace.resample
+    drawn = policy_loss(
+        "verl",
+        {"use_v1": False},
+        logprobs=lp[rows],
+        old_logprobs=old[rows],
+        advantages=trace.advantages[rows],
+        response_mask=MASK[rows],
+    )
+    assert out["loss"]["total"] == pytest.approx(drawn.total.item(), rel=1e-12)
+    own = policy_loss(
+        "verl", {}, logprobs=lp, old_logprobs=old, advantages=trace.advantages, response_mask=MASK
+    )
+    assert out["loss"]["total"] != pytest.approx(own.total.item())
