@@ -287,6 +287,11 @@ BROWSER_COVERAGE: dict[str, tuple | None] = {
     "horizon": None,
     "use_kl_loss": None,
     "kl_loss_coef": None,
+    # PF-PPO's resample: the server path; its keys act on nothing with it off
+    "use_pf_ppo": (False,),
+    "reweight_method": None,
+    "weight_pow": None,
+    "viz_pf_ppo_seed": None,
 }
 
 #: The run formats (``data/runs``) this framework writes, their advantages recomputed with
