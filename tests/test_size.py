@@ -20,13 +20,12 @@ from tests import size_budget as sb
 
 #: modules still over SIZE_MAX formatted lines, with their size now (lower it as they shrink)
 OVER_CAP: dict[str, int] = {
-    "roll_viz/core/pipeline/dialects/verl.py": 1043,
 }
 #: functions still over FUNCTION_NOTE lines without a ``Size:`` line: "path:name" -> lines
 LONG_FUNCTIONS: dict[str, int] = {}
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
 #: decision, not a drift: raise it only in the commit that needs the lines, saying why.
-PRODUCT_NOW = 63_745
+PRODUCT_NOW = 64_001
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:

@@ -12,7 +12,8 @@ own keys; missing keys take the framework's shipped defaults.
 Output (stdout): one JSON object per case (a list for a list), in input order, with ``rewards``
 (B,), ``kl``, ``token_rewards``, ``advantages``, ``returns`` (B, T) (masked positions 0) and the
 rest of the Trace (baseline, scale, clip_frac, kl_coef, next_kl_coef, kl_in_reward, kl_loss,
-running, notes, resolved config).
+running, notes, resolved config; ``resample``, the rows verl PF-PPO drew, when ``use_pf_ppo`` is
+on with gae: the loss then trains on them as verl's trainer does).
 
 Policy-update loss: with ``old_logprobs`` (B, T) in the batch, ``logprobs`` is the CURRENT
 policy (required then) and ``old_logprobs`` the rollout policy: the pipeline's in-reward KL uses
@@ -395,6 +396,7 @@ def compute(cases: Any) -> Any:
                     response_mask=batch.response_mask,
                     scores=batch.scores,
                     sample_mask=trace.sample_mask,  # ROLL's sample-level masks, when on
+                    resample=trace.resample,  # verl PF-PPO's drawn rows, when on
                     **loss,
                 )
             except ValueError as err:

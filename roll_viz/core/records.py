@@ -97,6 +97,8 @@ class Trace:
         sample_mask: (B,) 0/1 sample-level keep mask when the dialect has one switched on (ROLL
             ``max_len_mask`` / ``difficulty_mask`` / ``error_max_len_clip``), else None; the loss
             then runs on ``response_mask * sample_mask[:, None]`` (``policy_loss(sample_mask=)``).
+        resample: (B,) long, the rows verl PF-PPO drew (``use_pf_ppo``), else None; what the
+            update trains on is ``policy_loss(resample=)``'s (``dialects.verl_pf_ppo``).
     """
 
     framework: str
@@ -117,6 +119,7 @@ class Trace:
     running: RunningMoments | None = None
     notes: tuple[str, ...] = ()
     sample_mask: Tensor | None = None
+    resample: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -456,7 +459,8 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
 
     Returns:
         dict with framework, config, scores, rewards, baseline, scale, clip_frac, kl, kl_coef,
-        next_kl_coef, kl_in_reward, kl_loss, token_rewards, advantages, returns, running, notes.
+        next_kl_coef, kl_in_reward, kl_loss, token_rewards, advantages, returns, running, notes;
+        resample (the rows verl PF-PPO drew) only when there is one.
     """
     running = trace.running
     return {
@@ -480,7 +484,7 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
         if running is None
         else {"mean": running.mean, "var": running.var, "count": running.count},
         "notes": list(trace.notes),
-    }
+    } | ({} if trace.resample is None else {"resample": trace.resample.tolist()})
 
 
 def _round(values: list[float], digits: int = 6) -> list[float]:

@@ -70,7 +70,8 @@ ADDITIONS: tuple[tuple[str, str, str, str, str, str], ...] = (
         "train_infer_correction: is_weight (weight_type token / sequence, upper_bound), filters",
         "algorithm.rollout_correction: rollout_is (token / sequence), rollout_is_threshold, "
         "rollout_rs, rollout_rs_threshold (decoupled: pi_old vs mu), bypass_mode (pi_old = "
-        "mu; the legacy trainer's sets actor loss_mode bypass_mode)",
+        "mu; the legacy trainer's sets actor loss_mode bypass_mode); geo_mean weighs each row "
+        "by the geometric mean of its w",
         "--algo.advantage.is_correction_level / _mode / _gating / _threshold",
         "vllm_importance_sampling_correction, _mode, _clip_min / _clip_max; "
         "off_policy_mask_threshold",

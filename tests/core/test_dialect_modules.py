@@ -199,6 +199,7 @@ TO_NATIVE = {
         "use_kl_in_reward": True, "kl_penalty": "k3", "kl_ctrl_type": "fixed", "kl_coef": 0.1,
         "target_kl": 0.1, "horizon": 10000, "use_kl_loss": False, "kl_loss_coef": 0.001,
         "kl_loss_type": "low_var_kl", "gdpo_reward_keys": None, "gdpo_reward_weights": None,
+        "use_pf_ppo": False, "reweight_method": "pow", "weight_pow": 2.0, "viz_pf_ppo_seed": 0,
         **VIZ,
     },
     "openrlhf": {  # grpo is not an OpenRLHF estimator name: gae stays; clip 2 -> (-2, 2)

@@ -102,6 +102,7 @@ VALUES: dict[str, dict[str, list[Any]]] = {
         "clip_cov_lb": [-5.0],
         "clip_cov_ub": [0.01],
         "viz_clip_cov_seed": [1],
+        "viz_pf_ppo_seed": [1],
     },
     "openrlhf": {
         "target": [0.01],
@@ -194,6 +195,9 @@ CONTEXT: dict[str, dict[str, dict[str, Any]]] = {
         "rollout_is_batch_normalize": {"rollout_is": "token"},
         "rollout_rs": {"rollout_rs_threshold": "0.8_1.25"},
         "rollout_rs_threshold": {"rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_2.0"},
+        "reweight_method": {"use_pf_ppo": True},
+        "weight_pow": {"use_pf_ppo": True},
+        "viz_pf_ppo_seed": {"use_pf_ppo": True},
     },
     "openrlhf": {
         "horizon": {"target": 0.01},
@@ -282,7 +286,8 @@ def _observe(fw: str, cfg: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         trace = run(BATCH, fw, cfg)
-        for name in ("rewards", "token_rewards", "kl", "advantages", "returns", "sample_mask"):
+        fields = ("rewards", "token_rewards", "kl", "advantages", "returns", "sample_mask")
+        for name in (*fields, "resample"):
             out[name] = getattr(trace, name)
         out["next_beta"], out["kl_loss"] = trace.next_beta, trace.kl_loss
     except ValueError as err:

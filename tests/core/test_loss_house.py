@@ -100,8 +100,8 @@ def test_loss_from_spec_is_short():
 #: modules that still branch on a loss switch, with their count, which may only go down: verl's
 #: rollout correction rewrites the loss inputs (old = mu, a rejection mask, IS weights) before the
 #: loss runs, its operating mode chosen in ``verl_rollout.mode`` by comparing ``loss_mode`` with
-#: bypass_mode, and geo_mean refuses the decoupled IS weights (its sequence-level geometric mean
-#: of them is not modelled).
+#: bypass_mode, and its note says how geo_mean takes the decoupled IS weights (the per-row
+#: geometric mean of them).
 KNOWN = {
     "roll_viz/core/pipeline/dialects/verl_rollout.py": 2,
 }

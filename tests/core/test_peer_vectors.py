@@ -273,7 +273,7 @@ def test_advantage_estimators_match_framework_code(framework):
     reward_postprocess -> compute_token_reward -> compute_advantage against
     ``run(batch, framework, ...)``: advantages and returns."""
     failures = []
-    n = 0
+    n = pf = 0
     for vector in load(framework)["vectors"]:
         if vector["case"] != "estimator":
             continue
@@ -283,6 +283,8 @@ def test_advantage_estimators_match_framework_code(framework):
         if "prior_scores" in vector:  # ROLL running statistics: one earlier step first
             before = {**vector, "scores": vector["prior_scores"]}
             running = run(estimator_batch(framework, before), framework, cfg).running
+        if "seed" in vector:  # verl PF-PPO: its draw under torch.manual_seed(seed)
+            cfg["viz_pf_ppo_seed"] = vector["seed"]
         trace = run(estimator_batch(framework, vector), framework, cfg, running)
         for name in ("advantages", "returns"):
             want = torch.tensor(vector[name], dtype=F64) * mask
@@ -290,7 +292,18 @@ def test_advantage_estimators_match_framework_code(framework):
             if not torch.allclose(got, want, atol=ATOL, rtol=RTOL):
                 diff = (got - want).abs().max().item()
                 failures.append(f"{vector['options']}: {name} max diff {diff:.3g}")
+        if "resample" in vector:  # the legacy trainer trains on these rows of everything
+            rows = trace.resample
+            if rows is None or rows.tolist() != vector["resample"]:
+                failures.append(f"{vector['options']}: rows drawn {rows} != {vector['resample']}")
+                continue
+            for name in ("advantages", "returns"):
+                want = torch.tensor(vector[f"resampled_{name}"], dtype=F64) * mask[rows]
+                if not torch.allclose(getattr(trace, name)[rows], want, atol=ATOL, rtol=RTOL):
+                    failures.append(f"{vector['options']}: resampled {name} differ")
+            pf += 1
         n += 1
+    assert pf >= (4 if framework == "verl" else 0)
     assert n >= 15
     assert not failures, "\n".join(failures)
 

@@ -108,8 +108,6 @@ def test_modes_and_what_they_read():
 def test_decoupled_errors():
     with pytest.raises(ValueError, match=r"^rollout_logprobs"):
         policy_loss("verl", TIS, logprobs=OLD, old_logprobs=OLD, advantages=ADV, response_mask=MASK)
-    with pytest.raises(ValueError, match=r"^rollout_is: verl's geo_mean"):
-        _loss({**TIS, "loss_mode": "geo_mean"})
     with pytest.raises(ValueError, match=r"^rollout_rs_threshold"):
         _loss({"rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_2.0,3"})
 
@@ -211,3 +209,66 @@ def test_decoupled_loss_matches_the_loop_and_autograd(seed, agg, v1):
     assert got.total.item() == pytest.approx(float(want), abs=1e-12)
     (grad,) = torch.autograd.grad(got.total, logp)
     assert torch.allclose(got.per_token["grad_coef"], grad, atol=1e-12)
+
+
+# ----------------------------------------- geo_mean: the IS weights' per-row geometric mean
+
+
+def _geo_oracle(lp, cfg_w, low=0.2, high=0.2):
+    """compute_policy_loss_geo_mean with rollout_is_weights, one row and one token at a time."""
+    total = 0.0
+    for i in range(OLD.shape[0]):
+        toks = [t for t in range(OLD.shape[1]) if MASK[i, t] > 0]
+        n = len(toks)
+        a = [float(ADV[i])] * n
+        s_dmin, s_logw = 0.0, 0.0
+        for t in toks:
+            d = float(lp[i, t]) - float(OLD[i, t])
+            sgn = (a[0] > 0) - (a[0] < 0)
+            dc = min(max(d, -low), high)
+            s_dmin += sgn * min(sgn * d, sgn * dc)
+            s_logw += math.log(cfg_w(float(OLD[i, t]) - float(MU[i, t])) + 1e-10)
+        ratio = math.exp(s_dmin / (n + 1e-8))
+        seq_w = math.exp(s_logw / (n + 1e-8))
+        total += -(sum(a) / (n + 1e-8)) * ratio * seq_w
+    return total / OLD.shape[0]
+
+
+def _tis(log_w):
+    return min(math.exp(log_w), 2.0)
+
+
+def _icepop(log_w):
+    w = math.exp(log_w)
+    return w if 0.5 <= w <= 1.5 else 0.0
+
+
+GEO = {"loss_mode": "geo_mean"}
+ICEPOP = {"rollout_is": "token", "rollout_is_threshold": "0.5_1.5"}
+
+
+def test_geo_mean_takes_the_rows_geometric_mean_of_the_is_weights_hand_numbers():
+    # at logp = pi_old every ratio is 1: loss_i = -A_i * seq_w_i, then the mean over rows
+    # row 0: log w = (0.2, -1.0, 0.0) (none over 2); row 1: (0.0, 1.8 -> log 2)
+    w0, w1 = math.exp((0.2 - 1.0 + 0.0) / 3), math.exp((0.0 + math.log(2.0)) / 2)
+    assert _loss({**GEO, **TIS}).total.item() == pytest.approx((-1.0 * w0 + 2.0 * w1) / 2, rel=1e-8)
+    # IcePop zeroes w = e^-1 and e^1.8 (outside [0.5, 1.5]): log(0 + 1e-10) enters the means
+    # (verl's L + 1e-8 denominators: with log 1e-10 ~ -23 they show at 1e-8)
+    w0 = math.exp((0.2 + math.log(1e-10) + 0.0) / (3 + 1e-8))
+    w1 = math.exp((0.0 + math.log(1e-10)) / (2 + 1e-8))
+    assert _loss({**GEO, **ICEPOP}).total.item() == pytest.approx((-w0 + 2.0 * w1) / 2, rel=1e-8)
+    plain = _loss(GEO).total.item()  # no rollout_is: the rows' plain mean, -(1 - 2) / 2
+    assert plain == pytest.approx(0.5, rel=1e-12)
+
+
+@pytest.mark.parametrize(("rule", "weight"), [(TIS, _tis), (ICEPOP, _icepop)])
+def test_geo_mean_is_weights_match_the_loop_oracle_and_autograd(rule, weight):
+    g = torch.Generator().manual_seed(11)
+    lp = (OLD + 0.4 * torch.randn(OLD.shape, generator=g, dtype=F64)).requires_grad_(True)
+    res = _loss({**GEO, **rule}, logp=lp)
+    assert res.total.item() == pytest.approx(_geo_oracle(lp.detach(), weight), rel=1e-8)
+    (grad,) = torch.autograd.grad(res.total, lp)
+    assert torch.allclose(res.per_token["grad_coef"], grad * MASK, atol=1e-12)
+    assert any("geometric mean of its token weights" in n for n in res.notes)
+    unweighted = _loss(GEO, logp=lp.detach())
+    assert unweighted.total.item() != pytest.approx(res.total.item())

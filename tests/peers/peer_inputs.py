@@ -267,11 +267,15 @@ def verl_trainer_corrections() -> list[dict]:
         {**tis, **k1, "actor.loss_agg_mode": "seq-mean-token-sum"},
         {**tis, **k1, "actor.loss_agg_mode": "token-sum"},
     ]
-    for mode in ("gspo", "cispo", "sapo", "dppo_tv", "kl_cov", "gpg", "dro"):
+    for mode in ("gspo", "cispo", "sapo", "dppo_tv", "kl_cov", "gpg", "dro", "geo_mean"):
         o = {**tis, **k1, "actor.policy_loss.loss_mode": mode}
         if mode == "dro":
             o["actor.policy_loss.dro_beta"] = 0.05
         out.append(o)
+    geo = {"actor.policy_loss.loss_mode": "geo_mean"}
+    out.append({rc + "rollout_is": "token", rc + "rollout_is_threshold": "0.5_5.0", **geo})
+    seq = {rc + "rollout_is": "sequence", rc + "rollout_is_threshold": 2.0}
+    out.append({**seq, **k3, **geo, **legacy})
     out.append({**tis, rc + "bypass_mode": True})
     out.append({**tis, **k1, rc + "bypass_mode": True, **legacy})
     return out
@@ -298,6 +302,21 @@ def verl_estimators(case: Case) -> list[dict]:
         {"algorithm.adv_estimator": "remax"},
         {"algorithm.adv_estimator": "gae", "algorithm.gamma": 1.0, "algorithm.lam": 1.0},
         {"algorithm.adv_estimator": "gae", "algorithm.gamma": 0.9, "algorithm.lam": 0.8},
+        # PF-PPO under the legacy trainer (the batch's own rows keep their advantages there)
+        *(
+            {
+                "algorithm.adv_estimator": "gae",
+                "algorithm.use_pf_ppo": True,
+                "trainer.use_v1": False,
+            }
+            | pf
+            for pf in (
+                {},
+                {"algorithm.pf_ppo.weight_pow": 1.0},
+                {"algorithm.pf_ppo.reweight_method": "max_min"},
+                {"algorithm.pf_ppo.reweight_method": "max_random"},
+            )
+        ),
         {"algorithm.adv_estimator": "optimal_token_baseline"},
         {"algorithm.adv_estimator": "gdpo", "algorithm.gdpo_reward_keys": ["acc", "fmt"]},
         {

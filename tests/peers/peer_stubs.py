@@ -203,6 +203,8 @@ def run_verl_estimator(
             kw.update(sum_pi_squared=pi2, old_log_probs=old, rollout_is_weights=None)
         adv, ret = core.get_adv_estimator_fn(name)(**kw)
     extra = {} if groups is None else {"groups": groups}
+    if opts.get("algorithm.use_pf_ppo"):  # compute_advantage's gae branch, after the advantages
+        extra |= run_verl_pf_ppo(core, tlr, adv, ret, opts)
     return {
         "case": "estimator",
         "options": opts,
@@ -216,6 +218,51 @@ def run_verl_estimator(
         "components": components,
         "advantages": _r12(adv),
         "returns": _r12(ret),
+    }
+
+
+#: the global seed set before verl's unseeded ``torch.multinomial`` (roll-viz: viz_pf_ppo_seed)
+PF_PPO_SEED = 3
+
+
+class _BatchLike(dict):
+    """The parts of a TensorDict ``compute_pf_ppo_reweight_data`` uses (items, batch_size)."""
+
+
+class _ProtoLike:
+    """The parts of a DataProto ``compute_pf_ppo_reweight_data`` uses."""
+
+    def __init__(self, batch: dict):
+        self.batch = _BatchLike(batch)
+        self.batch.batch_size = [len(next(iter(batch.values())))]
+        self.non_tensor_batch = {}
+        self.meta_info = {}
+
+
+def run_verl_pf_ppo(core, tlr, adv, ret, opts: dict) -> dict:
+    """verl ``core_algos.compute_pf_ppo_reweight_data`` on the gae batch, its draw seeded by
+    ``torch.manual_seed(PF_PPO_SEED)``: the rows drawn (a row-number column resampled with the
+    rest) and the resampled advantages and returns."""
+    B = tlr.shape[0]
+    data = _ProtoLike(
+        {
+            "token_level_scores": tlr,
+            "advantages": adv,
+            "returns": ret,
+            "row": torch.arange(B),
+        }
+    )
+    torch.manual_seed(PF_PPO_SEED)
+    out = core.compute_pf_ppo_reweight_data(
+        data,
+        opts.get("algorithm.pf_ppo.reweight_method", "pow"),
+        opts.get("algorithm.pf_ppo.weight_pow", 2.0),
+    )
+    return {
+        "seed": PF_PPO_SEED,
+        "resample": out.batch["row"].tolist(),
+        "resampled_advantages": _r12(out.batch["advantages"]),
+        "resampled_returns": _r12(out.batch["returns"]),
     }
 
 

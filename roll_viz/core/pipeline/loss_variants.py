@@ -109,7 +109,8 @@ def geo_mean(lp: Tensor, old: Tensor, adv: Tensor, m: Tensor, low: float, high: 
 
     Returns:
         (() policy, (B, T) per-token loss, {"coef": (B, T) d policy / d logp, "weights",
-        "log_ratio": (B, 1)}, (B, T) bool d != clip(d)).
+        "log_ratio": (B, 1), "rows": (B, 1) each row's share loss_i / B}, (B, T) bool
+        d != clip(d)).
     """
     B = m.shape[0]
     lengths = m.sum(-1, keepdim=True).clamp(min=1.0)
@@ -126,8 +127,19 @@ def geo_mean(lp: Tensor, old: Tensor, adv: Tensor, m: Tensor, low: float, high: 
     slope = ((sgn * dd <= sgn * ddc) & (sgn != 0)).to(F64)
     coef = -adv_mean * seq_ratio.detach() * slope * m / lengths / max(B, 1)
     pieces = {"coef": coef, "weights": m / lengths / max(B, 1), "log_ratio": log_ratio.detach()}
+    pieces["rows"] = loss / max(B, 1)
     clipped = (dd != ddc) & (m > 0)
     return policy, (loss.detach() * m), pieces, clipped
+
+
+def sequence_is_weights(w: Tensor, mask: Tensor, m: Tensor) -> Tensor:
+    """Verl geo_mean's per-row IS weight: ``exp(sum_t log(w + 1e-10) m / (L + 1e-8))``, (B, 1).
+
+    The geometric mean of the row's token weights over its (kept) tokens, as
+    ``compute_policy_loss_geo_mean`` aggregates ``rollout_is_weights``; 1 for an empty row.
+    """
+    logs = torch.where(mask, torch.log(w + 1e-10), 0.0)
+    return torch.exp((logs * m).sum(-1, keepdim=True) / (m.sum(-1, keepdim=True) + 1e-8))
 
 
 def off_policy_keep(adv: Tensor, d: Tensor, m: Tensor, threshold: float) -> Tensor:

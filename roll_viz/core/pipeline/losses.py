@@ -371,10 +371,16 @@ def _policy(spec: LossSpec, modes: dict, b: LossBatch, x: LossInputs, notes: lis
     w_pol = agg_weights(b.m, *modes["policy"], b.num_tokens) * row_w
     if x.policy_mask is not None and modes["policy"][0] == "token-mean":
         w_pol = b.m / b.full_m.sum().clamp(min=1.0) * row_w  # batch_num_tokens: before rejection
+    weights = None
     if x.policy_weights is not None:
-        keep = keep * as_input("policy_weights", x.policy_weights, b.shape, b.mask, False)
+        weights = as_input("policy_weights", x.policy_weights, b.shape, b.mask, False)
+        keep = keep * weights
     w_eff = w_pol * keep
-    if term.sequence is not None:  # a sequence-level loss: its own scalar and weights
+    if term.sequence is not None and weights is not None:
+        # verl geo_mean: a row's loss times the geometric mean of its tokens' IS weights
+        seq, row_is = term.sequence, variants.sequence_is_weights(weights, b.mask, b.m)
+        grad, value, w_eff = seq.coef * row_is, (seq.rows * row_is).sum(), seq.weights * row_is
+    elif term.sequence is not None:  # a sequence-level loss: its own scalar and weights
         grad, value, w_eff = term.sequence.coef * keep, term.sequence.policy, term.sequence.weights
     else:
         if term.dl_dlogp is not None:

@@ -68,6 +68,7 @@ class SequenceLoss:
     policy: Tensor  # () the policy term, mean over all rows
     coef: Tensor  # (B, T) d policy / d logp
     weights: Tensor  # (B, T) weight of each token's share, 1 / (L_i B)
+    rows: Tensor  # (B, 1) each row's share of ``policy`` (differentiable)
 
 
 @dataclass(frozen=True)
@@ -375,7 +376,7 @@ def geo_mean(x: PolicyInputs) -> TermResult:
         clipped_high=clipped & (x.adv > 0),
         clipped_low=clipped & (x.adv < 0),
         ratio_shown=torch.where(x.mask, torch.exp(pieces["log_ratio"]), 0.0),
-        sequence=SequenceLoss(policy, pieces["coef"], pieces["weights"]),
+        sequence=SequenceLoss(policy, pieces["coef"], pieces["weights"], pieces["rows"]),
     )
 
 

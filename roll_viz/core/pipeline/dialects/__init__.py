@@ -26,7 +26,15 @@ from typing import Any
 
 from torch import Tensor
 
-from roll_viz.core.pipeline.dialects import openrlhf, roll, shared, trl, verl, verl_rollout
+from roll_viz.core.pipeline.dialects import (
+    openrlhf,
+    roll,
+    shared,
+    trl,
+    verl,
+    verl_pf_ppo,
+    verl_rollout,
+)
 from roll_viz.core.pipeline.dialects.config import resolve
 from roll_viz.core.pipeline.dialects.record import FIELDS, Dialect, EraSetting
 from roll_viz.core.pipeline.losses import LossInputs, LossResult, loss_from_spec
@@ -197,8 +205,12 @@ def policy_loss(
     rollout_logprobs: Tensor | None = None,
     difficulty: Tensor | None = None,
     sample_mask: Tensor | None = None,
+    resample: Tensor | None = None,
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
+
+    Size: the one door to every framework's loss; its input rewrites (ROLL's sample mask, TRL's
+    truncation, verl's PF-PPO rows and rollout correction) are read in the order they apply.
 
     Args:
         framework: "roll", "verl", "openrlhf" or "trl".
@@ -226,6 +238,9 @@ def policy_loss(
             outside it (``compute_advantage`` ran on that mask), and the metrics ROLL logs over
             the unmasked mask are printed as ROLL logs them, each with a note giving the value
             over the final mask.
+        resample: (B,) the rows verl PF-PPO drew (``Trace.resample``): under the legacy trainer
+            (``use_v1: false``) the update trains on those rows of every input; under the v1
+            trainer on the batch's own rows (the Trace's advantages already are the drawn ones).
 
     Returns:
         LossResult (see its docstring). Padding may hold anything (even inf) in every input.
@@ -245,6 +260,17 @@ def policy_loss(
             raise ValueError("sample_mask: only ROLL has a sample-level mask (sample_level_mask)")
         response_mask, advantages, metric_mask = roll.final_response_mask(
             response_mask, advantages, sample_mask, notes
+        )
+    if resample is not None and framework != "verl":
+        raise ValueError("resample: only verl resamples the batch's rows (use_pf_ppo)")
+    rows = verl_pf_ppo.train_rows(cfg, resample)
+    if rows is not None:  # the legacy trainer replaces the batch by the drawn rows
+        logprobs, old_logprobs, advantages, response_mask = (
+            x[rows] for x in (logprobs, old_logprobs, advantages, response_mask)
+        )
+        ref_logprobs, entropy, values, old_values, returns, rollout_logprobs = (
+            None if x is None else x[rows]
+            for x in (ref_logprobs, entropy, values, old_values, returns, rollout_logprobs)
         )
     if framework == "trl":  # mask_truncated_completions narrows completion_mask
         response_mask = trl.truncation_mask(cfg, response_mask, notes)

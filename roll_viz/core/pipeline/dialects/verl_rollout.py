@@ -136,9 +136,8 @@ def loss_inputs(
     The metrics are the ``rollout_corr/*`` its trainer logs (empty where it logs none).
 
     Raises:
-        ValueError: a mode that reads mu without ``rollout_logprobs``; loss_mode geo_mean with
-            decoupled IS weights (its sequence-level geometric mean of the weights is not
-            modelled); bad rejection thresholds.
+        ValueError: a mode that reads mu without ``rollout_logprobs``; bad rejection
+            thresholds.
     """
     how = mode(cfg)
     if how == "decoupled" and rollout_logprobs is None:
@@ -163,11 +162,6 @@ def loss_inputs(
         )
         return {"old_logprobs": rollout_logprobs}, {}
     bypass_rules(cfg)
-    if cfg["rollout_is"] is not None and cfg["loss_mode"] == "geo_mean":
-        raise ValueError(
-            "rollout_is: verl's geo_mean applies the decoupled IS weights as a per-sequence "
-            "geometric mean, which roll-viz does not model; use another loss_mode"
-        )
     v1 = bool(cfg["use_v1"])
     mask = torch.as_tensor(response_mask).detach()
     old = torch.as_tensor(old_logprobs).detach()
@@ -180,7 +174,11 @@ def loss_inputs(
     rejected = int(((mask > 0) & ~keep).sum())
     name = DECOUPLED_V1 if v1 else DECOUPLED_LEGACY
     text = f"verl {name}: pi_old against mu, before the advantages"
-    if cfg["rollout_is"] is not None:
+    if cfg["rollout_is"] is not None and cfg["loss_mode"] == "geo_mean":
+        text += f"; rollout_is {cfg['rollout_is']} ({cfg['rollout_is_threshold']}): geo_mean "
+        text += "multiplies each row's loss by exp(sum_t log(w + 1e-10) / (L + 1e-8)) over its "
+        text += "kept tokens (the geometric mean of its token weights)"
+    elif cfg["rollout_is"] is not None:
         text += f"; rollout_is {cfg['rollout_is']} ({cfg['rollout_is_threshold']}) multiplies "
         text += "the per-token policy loss"
     if cfg["rollout_rs"] is not None:
