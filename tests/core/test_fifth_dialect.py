@@ -178,6 +178,7 @@ TOY = Dialect(
     loss_metrics=trl.loss_metrics,
     mismatch_correction=None,
     reads_rollout_logprobs=None,
+    rewrite_loss_inputs=shared.inputs_as_given,
 )
 
 # ---------------------------------------------------------------------------------- the tests

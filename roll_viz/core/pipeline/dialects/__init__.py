@@ -32,8 +32,6 @@ from roll_viz.core.pipeline.dialects import (
     shared,
     trl,
     verl,
-    verl_pf_ppo,
-    verl_rollout,
 )
 from roll_viz.core.pipeline.dialects.config import resolve
 from roll_viz.core.pipeline.dialects.record import FIELDS, Dialect, EraSetting
@@ -209,11 +207,10 @@ def policy_loss(
 ) -> LossResult:
     """One framework's policy-update loss, per-token pieces, gradient coefficients and metrics.
 
-    Size: the one door to every framework's loss; its input rewrites (ROLL's sample mask, TRL's
-    truncation, verl's PF-PPO rows and rollout correction) are read in the order they apply.
-
     Args:
-        framework: "roll", "verl", "openrlhf" or "trl".
+        framework: a registered dialect; its ``rewrite_loss_inputs`` rewrites the inputs as its
+            trainer does before the loss (ROLL's sample mask, verl's PF-PPO rows and rollout
+            correction, TRL's truncation mask).
         config: that dialect's keys (reward-stage keys are accepted and ignored here); missing
             keys take the shipped defaults (``LOSS_DEFAULTS``, ``DEFAULTS``).
         logprobs: (B, T) current-policy log-probs of the sampled tokens; may require grad.
@@ -254,36 +251,11 @@ def policy_loss(
     cfg = resolve(dialect, config)
     notes: list[str] = []
     spec = dialect.loss_spec(cfg, notes)
-    metric_mask = None
-    if sample_mask is not None:
-        if framework != "roll":
-            raise ValueError("sample_mask: only ROLL has a sample-level mask (sample_level_mask)")
-        response_mask, advantages, metric_mask = roll.final_response_mask(
-            response_mask, advantages, sample_mask, notes
-        )
-    if resample is not None and framework != "verl":
-        raise ValueError("resample: only verl resamples the batch's rows (use_pf_ppo)")
-    rows = verl_pf_ppo.train_rows(cfg, resample)
-    if rows is not None:  # the legacy trainer replaces the batch by the drawn rows
-        logprobs, old_logprobs, advantages, response_mask = (
-            x[rows] for x in (logprobs, old_logprobs, advantages, response_mask)
-        )
-        ref_logprobs, entropy, values, old_values, returns, rollout_logprobs = (
-            None if x is None else x[rows]
-            for x in (ref_logprobs, entropy, values, old_values, returns, rollout_logprobs)
-        )
-    if framework == "trl":  # mask_truncated_completions narrows completion_mask
-        response_mask = trl.truncation_mask(cfg, response_mask, notes)
-    # verl's rollout correction rewrites the inputs (old = mu, a narrowed mask, IS weights)
-    rewritten, trainer_metrics = {"old_logprobs": old_logprobs, "response_mask": response_mask}, {}
-    if framework == "verl":
-        more, trainer_metrics = verl_rollout.loss_inputs(
-            cfg, notes, logprobs, old_logprobs, rollout_logprobs, response_mask
-        )
-        rewritten |= more
-    inputs = LossInputs(
+    given = LossInputs(
         logprobs=logprobs,
+        old_logprobs=old_logprobs,
         advantages=advantages,
+        response_mask=response_mask,
         ref_logprobs=ref_logprobs,
         entropy=entropy,
         values=values,
@@ -292,10 +264,8 @@ def policy_loss(
         scores=scores,
         rollout_logprobs=rollout_logprobs,
         difficulty=difficulty,
-        metric_mask=metric_mask,
-        entropy_mask=metric_mask,  # ROLL: the entropy term over the unmasked response_mask
-        **rewritten,
     )
+    inputs, trainer_metrics = dialect.rewrite_loss_inputs(cfg, notes, given, sample_mask, resample)
     result = loss_from_spec(
         spec,
         dialect.loss_agg_modes(cfg),

@@ -709,5 +709,8 @@ def mismatch_correction(
     return corr, f"is_correction ({level}, {mode})", level == "seq"
 
 
+#: OpenRLHF hands its loss the inputs as they are
+rewrite_loss_inputs = shared.inputs_as_given
+
 #: The record the registry holds: every fact above, by name.
 DIALECT = Dialect.of(globals(), reads_rollout_logprobs=None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from roll_viz.core.pipeline.losses import LossSpec, MetricContext
+    from roll_viz.core.pipeline.losses import LossInputs, LossSpec, MetricContext
     from roll_viz.core.pipeline.rollout_correction import Correction
     from roll_viz.core.records import Batch, RunningMoments, Trace
 
@@ -133,6 +133,11 @@ class Dialect:
     #: pi_old / mu at the first update, its name as shown, whether it counts sequences), or None;
     #: the field itself None: the dialect offers no correction.
     mismatch_correction: Callable[[Config, Tensor, Tensor, Tensor], CorrectionFound | None] | None
+    #: (resolved config, notes, LossInputs, sample_mask, resample) -> (the inputs as this
+    #: framework's trainer rewrites them before its loss, the metrics the rewrite logs): ROLL's
+    #: sample-level mask, verl's PF-PPO rows and rollout correction, TRL's truncation mask
+    #: (``shared.inputs_as_given`` where it rewrites nothing).
+    rewrite_loss_inputs: Callable[..., tuple[LossInputs, dict[str, float]]]
 
     @classmethod
     def of(cls, namespace: Mapping[str, Any], **given: Any) -> Dialect:

@@ -45,6 +45,7 @@ from roll_viz.core.pipeline.dialects.roll_loss import loss_agg_modes as loss_agg
 from roll_viz.core.pipeline.dialects.roll_loss import loss_metrics as loss_metrics
 from roll_viz.core.pipeline.dialects.roll_loss import loss_spec as loss_spec
 from roll_viz.core.pipeline.dialects.roll_masks import final_response_mask as final_response_mask
+from roll_viz.core.pipeline.dialects.roll_masks import rewrite_loss_inputs as rewrite_loss_inputs
 from roll_viz.core.pipeline.dialects.roll_masks import sample_level_mask
 from roll_viz.core.pipeline.dialects.shared import (
     Conventions,

@@ -7,6 +7,7 @@ turns its keep mask into ROLL's ``final_response_mask`` for the loss.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from torch import Tensor
 
 from roll_viz.core.ops import group_stats
+from roll_viz.core.pipeline.dialects.shared import refuse_row_inputs
 from roll_viz.core.records import Batch
 
 F64 = torch.float64
@@ -95,3 +97,31 @@ def final_response_mask(
         "clipfrac run over the unmasked response_mask"
     )
     return mask * keep[:, None], adv, mask
+
+
+def rewrite_loss_inputs(
+    cfg: Mapping[str, Any],
+    notes: list[str],
+    inputs: Any,
+    sample_mask: Tensor | None,
+    resample: Tensor | None,
+) -> tuple[Any, dict[str, float]]:
+    """ROLL's loss inputs: with a sample-level mask, its ``final_response_mask``.
+
+    ``inputs.response_mask`` is then ROLL's mask before the sample-level mask: the loss runs on
+    the final mask with the advantages 0 outside it, while the metrics ROLL logs over the
+    unmasked mask, and its entropy term, read ``metric_mask`` / ``entropy_mask``.
+    """
+    refuse_row_inputs(None, resample)
+    if sample_mask is None:
+        return inputs, {}
+    mask, advantages, unmasked = final_response_mask(
+        inputs.response_mask, inputs.advantages, sample_mask, notes
+    )
+    return dataclasses.replace(
+        inputs,
+        response_mask=mask,
+        advantages=advantages,
+        metric_mask=unmasked,
+        entropy_mask=unmasked,
+    ), {}

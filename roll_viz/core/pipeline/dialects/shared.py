@@ -342,3 +342,23 @@ def canonical_to_native(
             value = (-float(value), float(value))
         config[key] = value
     return config, tuple(ignored)
+
+
+def refuse_row_inputs(sample_mask: Tensor | None, resample: Tensor | None) -> None:
+    """The row-level loss inputs one framework alone reads: any other refuses them."""
+    if sample_mask is not None:
+        raise ValueError("sample_mask: only ROLL has a sample-level mask (sample_level_mask)")
+    if resample is not None:
+        raise ValueError("resample: only verl resamples the batch's rows (use_pf_ppo)")
+
+
+def inputs_as_given(
+    cfg: Mapping[str, Any],
+    notes: list[str],
+    inputs: Any,
+    sample_mask: Tensor | None,
+    resample: Tensor | None,
+) -> tuple[Any, dict[str, float]]:
+    """``rewrite_loss_inputs`` of a trainer that hands its loss the inputs as they are."""
+    refuse_row_inputs(sample_mask, resample)
+    return inputs, {}

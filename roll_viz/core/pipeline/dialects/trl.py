@@ -14,6 +14,7 @@ logged metrics side by side), so a reader checks the framework against one file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -776,6 +777,19 @@ def mismatch_correction(
     mode, low, high = spec.sampler_is
     corr = fc.trl_correction(old, mu, mask, mode=mode, clip_min=low, clip_max=high)
     return corr, f"vllm_importance_sampling_mode {mode}", mode.startswith("sequence")
+
+
+def rewrite_loss_inputs(
+    cfg: Mapping[str, Any],
+    notes: list[str],
+    inputs: Any,
+    sample_mask: Tensor | None,
+    resample: Tensor | None,
+) -> tuple[Any, dict[str, float]]:
+    """TRL's loss inputs: ``completion_mask`` narrowed by ``mask_truncated_completions``."""
+    shared.refuse_row_inputs(sample_mask, resample)
+    mask = truncation_mask(cfg, inputs.response_mask, notes)
+    return dataclasses.replace(inputs, response_mask=mask), {}
 
 
 #: The record the registry holds: every fact above, by name.

@@ -30,6 +30,7 @@ checks the framework's ``compute_advantage`` against one file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -714,6 +715,33 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
 #: the rollout-correction hooks of the dialect record (``verl_rollout``)
 reads_rollout_logprobs = vr.reads_rollout_logprobs
 mismatch_correction = vr.mismatch_correction
+
+
+def rewrite_loss_inputs(
+    cfg: Mapping[str, Any],
+    notes: list[str],
+    inputs: Any,
+    sample_mask: Tensor | None,
+    resample: Tensor | None,
+) -> tuple[Any, dict[str, float]]:
+    """The verl loss inputs: PF-PPO's drawn rows, then the rollout correction's rewrite.
+
+    The legacy trainer trains on the rows PF-PPO drew (the v1 trainer on its own rows); the
+    rollout correction then sets old = mu, narrows the mask and adds IS weights, as its mode
+    says, and returns the ``rollout_corr/*`` metrics the trainer logs.
+    """
+    shared.refuse_row_inputs(sample_mask, None)
+    inputs = pf.train_inputs(cfg, inputs, resample)
+    more, metrics = vr.loss_inputs(
+        cfg,
+        notes,
+        inputs.logprobs,
+        inputs.old_logprobs,
+        inputs.rollout_logprobs,
+        inputs.response_mask,
+    )
+    return dataclasses.replace(inputs, **more), metrics
+
 
 #: The record the registry holds: every fact above, by name.
 DIALECT = Dialect.of(globals())

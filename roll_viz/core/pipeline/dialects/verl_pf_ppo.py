@@ -23,6 +23,7 @@ replacement=True)``. verl draws unseeded; here a ``torch.Generator`` seeded with
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,6 +140,30 @@ def resample(
     pad = -masked_mean(raw, mask) * torch.rsqrt(masked_var(raw, mask, ddof) + 1e-8)
     drawn = torch.where(mask[rows] > 0, advantages[rows], pad)
     return rows, drawn * mask, returns[rows] * mask
+
+
+#: the (B, T) loss inputs the legacy trainer takes from the drawn rows
+ROW_INPUTS = (
+    "logprobs",
+    "old_logprobs",
+    "advantages",
+    "response_mask",
+    "ref_logprobs",
+    "entropy",
+    "values",
+    "old_values",
+    "returns",
+    "rollout_logprobs",
+)
+
+
+def train_inputs(cfg: Mapping[str, Any], inputs: Any, rows: Tensor | None) -> Any:
+    """The ``LossInputs`` the update trains on: the drawn rows of each under the legacy trainer."""
+    rows = train_rows(cfg, rows)
+    if rows is None:
+        return inputs
+    drawn = {f: getattr(inputs, f)[rows] for f in ROW_INPUTS if getattr(inputs, f) is not None}
+    return dataclasses.replace(inputs, **drawn)
 
 
 def train_rows(cfg: Mapping[str, Any], rows: Tensor | None) -> Tensor | None:
