@@ -30,23 +30,17 @@ knob move goes through ``move_knob`` (one door). ``--quick`` scales every time b
 1..``MAX_SECONDS``, ``--processes`` 1..``hall.MAX_PROCESSES``, at most ``MAX_MOVES`` knob moves
 and ``MAX_POLLS`` polls per student, every read ``st_client.RUN_TIMEOUT_S``.
 
-Each line: per action count, p50 / p95 / max (ms); ``errors`` (drops, timeouts, unfinished
-runs), ``exceptions`` (red boxes) and ``error_alerts``; ``server_tracebacks``; the votes cast,
-counted by the teacher's page, revealed and (hall) in Redis; ``processes_measured``: RSS peak /
-end (MiB) and CPU seconds per process (psutil; apps, Redis, the proxy); ``redis``: INFO
-commandstats deltas (total calls, per command, ops/s; ``info`` itself left out) and Redis's own
-CPU time (INFO cpu); ``reruns_per_s`` (every timed action, wall clock), ``cpu_ms_per_rerun``
-(the apps' CPU time per rerun) and ``per_core_reruns_per_s`` (1000 / the CPU ms per rerun of
-the whole configuration, Redis and the proxy included: what one core sustains of this mix,
-whatever else the machine ran); ``peak_sends_per_s`` (the busiest 5 s of sends).
+Each line: the configuration, the plan (seconds, roles), ``errors`` (drops, timeouts, unfinished
+runs), ``exceptions`` (red boxes), ``error_alerts``, ``server_tracebacks``; ``votes``: cast,
+counted by the teacher's page, in the room, revealed, in Redis (hall) and kept on a reopened
+phone; then what ``benchmarks.lecture_figures`` measured (per action p50 / p95 / max, RSS and CPU
+per process, Redis commandstats, per-core throughput) and its ``projection_8_cores``: throughput
+scales with app processes = cores while Redis stays under the ceiling measured here (the model
+is written in that module's docstring and in the line's ``model`` field).
 
-``projection_8_cores`` (the model, also printed in its ``model`` field): throughput scales with
-app processes = cores, each core giving ``per_core_reruns_per_s``, as long as Redis (one thread)
-stays under its ceiling: ``reruns_per_s = min(8 * per_core, redis_ceiling / redis_ops_per_rerun)``
-with ``redis_ceiling`` = the commands Redis ran per second of its own CPU time here (its idle
-housekeeping counted in: conservative). ``students`` scales N by that rate over this run's peak
-sends per second (closed-loop clients send less when served slowly: optimistic when saturated).
-One process runs its scripts on one interpreter: its projection stays at one core.
+The student-key cookie (``STUDENT_COOKIE``) is the one the app reads (``ui.reconnect``, which a
+benchmark does not import: ``tests/bench/test_lecture.py`` checks they agree), so a reopened tab
+is the same student and a phone's token, hence its vote, survives a reopen.
 """
 
 from __future__ import annotations
@@ -59,6 +53,7 @@ import json
 import math
 import os
 import random
+import secrets
 import sys
 import tempfile
 import time
@@ -67,15 +62,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import redis
-from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: TID251  (the wire format only)
 
-from benchmarks import st_client
+from benchmarks import lecture_figures, st_client
+from benchmarks.lecture_tab import FINISHED, Tab
 from benchmarks.server import Server, free_port, health, streamlit_server
 from roll_viz.cli import hall as hall_cli
-from roll_viz.ui import reconnect
 
+#: the app's student-key cookie (``ui.reconnect.STUDENT_COOKIE``) and its key's length in bytes
+STUDENT_COOKIE, STUDENT_KEY_BYTES = "roll_viz_student", 24
 RECIPE_PAGE = "Advantages"  # on the committed default preset (quantum): no query
 LESSON = "seed_chain"
 OPTIONS = 4  # its first question's options
@@ -95,79 +90,6 @@ QUICK_SCALE = 0.1
 MAX_STUDENTS, MAX_SECONDS = 400, 600.0
 MAX_MOVES = 40
 MAX_POLLS = 200
-CORES = 8
-PEAK_WINDOW_S = 5.0
-FINISHED = ("FINISHED_SUCCESSFULLY", "FINISHED_FRAGMENT_RUN_SUCCESSFULLY")
-MODEL = (
-    "throughput scales with app processes = cores, each core giving per_core_reruns_per_s "
-    "(1000 / CPU ms per rerun of apps, Redis and proxy together), while Redis (one thread) stays "
-    "under its ceiling (commands per second of its own CPU time, measured here): reruns_per_s = "
-    "min(cores * per_core, redis_ceiling / redis_ops_per_rerun); students = N * reruns_per_s / "
-    "peak_sends_per_s"
-)
-
-
-class Tab(st_client.Session):
-    """A browser tab: a session that also reads buttons (and their fragments), metrics, texts."""
-
-    def __init__(self, base: str, cookies: dict[str, str]) -> None:
-        super().__init__(base, cookies)
-        self.buttons: dict[str, str] = {}
-        self.fragments: dict[str, str] = {}  # button key -> the fragment that draws it
-        self.metrics: list[str] = []
-        self.texts: list[str] = []
-
-    def _delta(self, fm: Any, elements: dict, result: st_client.RunResult) -> None:
-        st_client.Session._delta(fm, elements, result)
-        if fm.delta.WhichOneof("type") != "new_element":
-            return
-        el = fm.delta.new_element
-        kind = el.WhichOneof("type")
-        if kind == "button":
-            key = st_client._user_key(el.button.id)
-            self.buttons[key] = el.button.id
-            self.fragments[key] = fm.delta.fragment_id
-        elif kind == "metric":
-            self.metrics.append(el.metric.body)
-        elif kind in ("markdown", "alert"):
-            self.texts.append(getattr(el, kind).body)
-
-    def _clear(self) -> None:
-        self.buttons.clear()
-        self.metrics.clear()
-        self.texts.clear()
-
-    async def open(self, page: str, query: str) -> st_client.RunResult:
-        """Open ``page?query`` (the first run of a tab, or a page switch)."""
-        self._clear()
-        return await self.run(page=page, query=query)
-
-    async def rerun(self) -> st_client.RunResult:
-        """Rerun the current page as it is."""
-        self._clear()
-        return await self.run(query=self.query)
-
-    async def fragment_run(self, fragment_id: str, button: str = "") -> st_client.RunResult:
-        """A button press (its fragment only reruns) or, without one, a ``run_every`` tick."""
-        msg = BackMsg()
-        cs = msg.rerun_script
-        cs.query_string, cs.page_name, cs.page_script_hash = self.query, self.page, self.page_hash
-        if fragment_id:
-            cs.fragment_id = fragment_id
-        if button:
-            state = cs.widget_states.widgets.add()
-            state.id = self.buttons[button]
-            state.trigger_value = True
-        else:
-            cs.is_auto_rerun = True
-        self._clear()
-        t0 = time.perf_counter()
-        await self.ws.send(msg.SerializeToString())
-        return await self._read_run(t0)
-
-    async def press(self, key: str) -> st_client.RunResult:
-        """Press the button ``key`` of the last run (inside its fragment, as the frontend)."""
-        return await self.fragment_run(self.fragments.get(key, ""), key)
 
 
 async def move_knob(
@@ -448,7 +370,7 @@ def _sticky(base: str) -> dict[str, str]:
 
 
 async def _browser(base: str, hall: bool) -> dict[str, str]:
-    cookies = {reconnect.STUDENT_COOKIE: reconnect.new_student_key()}
+    cookies = {STUDENT_COOKIE: secrets.token_urlsafe(STUDENT_KEY_BYTES)}
     if hall:
         cookies.update(await asyncio.to_thread(_sticky, base))
     return cookies
@@ -492,87 +414,6 @@ async def lecture(base: str, students: int, seconds: float, seed: int, quick: bo
     return rec, p, code, {"counted": counted, "revealed": revealed, "wall_s": wall}
 
 
-# ------------------------------------------------------------------------------- measurements
-
-
-class Meter:
-    """RSS (sampled) and CPU time of the configuration's processes; Redis's commandstats."""
-
-    def __init__(self, pids: dict[str, int], redis_url: str | None) -> None:
-        self.procs = {name: psutil.Process(pid) for name, pid in pids.items()}
-        self.rss: dict[str, list[float]] = {name: [] for name in pids}
-        self.cpu0 = {name: self._cpu(p) for name, p in self.procs.items()}
-        self.r = redis.Redis.from_url(redis_url, decode_responses=True) if redis_url else None
-        self.stats0 = self._stats()
-        self._stop = asyncio.Event()
-
-    @staticmethod
-    def _cpu(p: psutil.Process) -> float:
-        t = p.cpu_times()
-        return t.user + t.system
-
-    def _stats(self) -> dict[str, float]:
-        """Calls per command, and Redis's own CPU seconds under ``"cpu"`` (getrusage: µs)."""
-        if self.r is None:
-            return {}
-        raw = self.r.info("commandstats")
-        out: dict[str, float] = {
-            k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in raw.items()
-        }
-        cpu = self.r.info("cpu")
-        out["cpu"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-        return out
-
-    async def sample(self) -> None:
-        """Sample every process's RSS each 0.5 s until ``stop``."""
-        while not self._stop.is_set():
-            for name, p in self.procs.items():
-                with contextlib.suppress(psutil.Error):
-                    self.rss[name].append(p.memory_info().rss / 2**20)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), 0.5)
-
-    def stop(self) -> dict[str, Any]:
-        """Stop sampling; RSS peak / end and CPU seconds per process, Redis's calls per command."""
-        self._stop.set()
-        out: dict[str, Any] = {"processes": {}}
-        for name, p in self.procs.items():
-            cpu = None
-            with contextlib.suppress(psutil.Error):
-                cpu = round(self._cpu(p) - self.cpu0[name], 2)
-                self.rss[name].append(p.memory_info().rss / 2**20)
-            seen = self.rss[name]
-            out["processes"][name] = {
-                "rss_mib_peak": round(max(seen), 1) if seen else None,
-                "rss_mib_end": round(seen[-1], 1) if seen else None,
-                "cpu_s": cpu,
-            }
-        if self.r is not None:
-            after = self._stats()
-            delta = {k: v - self.stats0.get(k, 0) for k, v in after.items() if k != "info"}
-            out["redis_cpu_s"] = round(delta.pop("cpu"), 4)
-            out["redis_calls"] = {k: int(v) for k, v in sorted(delta.items()) if v}
-        return out
-
-
-def _pct(ms: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (None when empty)."""
-    if not ms:
-        return None
-    s = sorted(ms)
-    return round(s[min(len(s) - 1, math.ceil(q * len(s)) - 1)], 1)
-
-
-def _peak_sends(sends: list[float], window: float = PEAK_WINDOW_S) -> float:
-    """The most sends in any ``window`` seconds, per second."""
-    s, best, lo = sorted(sends), 0, 0
-    for hi, t in enumerate(s):
-        while t - s[lo] > window:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return round(best / window, 2)
-
-
 def summarise(
     name: str,
     rec: Record,
@@ -583,16 +424,10 @@ def summarise(
     tracebacks: int,
     votes_in_store: int | None,
 ) -> dict[str, Any]:
-    """The configuration's JSON line (see the module docstring for every field)."""
-    by: dict[str, list[float]] = {}
-    for action, _sent, ms in rec.actions:
-        by.setdefault(action, []).append(ms)
-    reruns = len(rec.actions)
+    """The configuration's JSON line (fields: this docstring and ``lecture_figures``)."""
     wall = teacher["wall_s"]
-    procs = meter["processes"]
-    app_cpu = sum(v["cpu_s"] or 0.0 for k, v in procs.items() if k.startswith("app"))
-    all_cpu = sum(v["cpu_s"] or 0.0 for v in procs.values())
-    calls = meter.get("redis_calls")
+    counted = teacher["counted"] or (None, None)
+    hall = votes_in_store is not None
     line: dict[str, Any] = {
         "name": "lecture",
         "config": name,
@@ -602,75 +437,22 @@ def summarise(
         "recipe_page": f"{RECIPE_PAGE} (committed default preset)",
         "lesson": LESSON,
         "roles": {"knob": len(p.knobbers), "live": len(p.live), "close_reopen": len(p.closers)},
-        "actions": {
-            a: {
-                "n": len(v),
-                "p50_ms": _pct(v, 0.5),
-                "p95_ms": _pct(v, 0.95),
-                "max_ms": _pct(v, 1.0),
-            }
-            for a, v in sorted(by.items())
-        },
         "errors": len(rec.errors),
         "exceptions": len(rec.exceptions),
         "error_alerts": len(rec.error_alerts),
         "server_tracebacks": tracebacks,
         "votes": {
             "cast": rec.votes_cast,
-            "counted": teacher["counted"][0] if teacher["counted"] else None,
-            "phones_in_room": teacher["counted"][1] if teacher["counted"] else None,
+            "counted": counted[0],
+            "phones_in_room": counted[1],
             "revealed": f"first vote: {p.students} answers" in teacher["revealed"],
             "in_store": votes_in_store,
             "answers_kept_on_reopen": f"{rec.answers_kept} / {rec.phone_reopens}",
         },
-        "processes_measured": procs,
-        "reruns": reruns,
-        "reruns_per_s": round(reruns / wall, 2) if wall else None,
-        "cpu_ms_per_rerun": round(1000 * app_cpu / reruns, 2) if reruns else None,
-        "per_core_reruns_per_s": round(reruns / all_cpu, 2) if all_cpu else None,
-        "peak_sends_per_s": _peak_sends([s for _a, s, _ms in rec.actions]),
-        "cpus": os.cpu_count(),
-        "load1": round(os.getloadavg()[0], 2),
+        **lecture_figures.figures(rec.actions, wall, meter, hall),
     }
-    redis_cpu = meter.get("redis_cpu_s")
-    if calls is not None:
-        total = sum(calls.values())
-        line["redis"] = {
-            "calls": total,
-            "per_command": calls,
-            "ops_per_s": round(total / wall, 1) if wall else None,
-            "ops_per_rerun": round(total / reruns, 2) if reruns else None,
-            "cpu_s": redis_cpu,  # Redis's own count (INFO cpu), finer than psutil's ticks
-            "ceiling_ops_per_s": round(total / redis_cpu) if redis_cpu else None,
-        }
-    line["projection_8_cores"] = project(line, processes > 1 or calls is not None)
+    line["projection_8_cores"] = lecture_figures.project(line, hall)
     return line
-
-
-def project(line: dict[str, Any], hall: bool) -> dict[str, Any]:
-    """The 8-core projection from this run's per-core figures (``MODEL``)."""
-    per_core = line["per_core_reruns_per_s"]
-    if per_core is None:
-        return {"cores": CORES, "model": MODEL, "reruns_per_s": None, "students": None}
-    if not hall:
-        rate, bound = per_core, "one process: its scripts share one interpreter (one core)"
-    else:
-        rate, bound = CORES * per_core, "cores"
-        r = line.get("redis") or {}
-        if r.get("ceiling_ops_per_s") and r.get("ops_per_rerun"):
-            ceiling = r["ceiling_ops_per_s"] / r["ops_per_rerun"]
-            if ceiling < rate:
-                rate, bound = ceiling, "redis"
-    peak = line["peak_sends_per_s"]
-    return {
-        "cores": CORES,
-        "processes": CORES if hall else 1,
-        "model": MODEL,
-        "bound": bound,
-        "reruns_per_s": round(rate, 1),
-        "redis_ops_per_s": round(rate * (line.get("redis") or {}).get("ops_per_rerun", 0.0), 1),
-        "students": int(line["students"] * rate / peak) if peak else None,
-    }
 
 
 def _tracebacks(logs: list[Path]) -> int:
@@ -681,7 +463,7 @@ def _votes_in_store(redis_url: str, code: str) -> int:
     return int(redis.Redis.from_url(redis_url).hlen(f"rv:{code}:votes:0:1"))
 
 
-async def _measured(base: str, meter: Meter, args: argparse.Namespace, hall: bool):
+async def _measured(base: str, meter: lecture_figures.Meter, args: argparse.Namespace, hall: bool):
     sampler = asyncio.create_task(meter.sample())
     try:
         out = await lecture(base, args.students, args.seconds, args.seed, args.quick, hall)
@@ -698,7 +480,9 @@ def run_one_process(args: argparse.Namespace) -> dict[str, Any]:
     with streamlit_server(model=args.model, log=log, extra_env=env) as srv:
 
         async def go() -> tuple:
-            return await _measured(srv.base, Meter({"app1": srv.pid}, None), args, hall=False)
+            return await _measured(
+                srv.base, lecture_figures.Meter({"app1": srv.pid}, None), args, hall=False
+            )
 
         rec, p, _code, teacher, measured = st_client.run_coroutine(go())
         tracebacks = len(srv.tracebacks())
@@ -717,7 +501,9 @@ def run_hall(args: argparse.Namespace) -> dict[str, Any]:
         pids = {name: proc.pid for name, proc in hall.procs.items()}
 
         async def go() -> tuple:
-            return await _measured(base, Meter(pids, hall.redis_url), args, hall=True)
+            return await _measured(
+                base, lecture_figures.Meter(pids, hall.redis_url), args, hall=True
+            )
 
         rec, p, code, teacher, measured = st_client.run_coroutine(go())
         in_store = _votes_in_store(hall.redis_url, code)

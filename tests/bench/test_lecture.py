@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 
 import pytest
 
-from benchmarks import lecture
+from benchmarks import lecture, lecture_figures
 from roll_viz.cli.hall import HAPROXY, REDIS
+from roll_viz.ui import reconnect
 from tests.bench.test_hall import _need
 
 pytestmark = [pytest.mark.server, pytest.mark.bench]
@@ -62,6 +64,7 @@ def test_a_short_lecture_on_the_hall_counts_every_vote_once(capsys):
     assert projection["bound"] in ("cores", "redis")
     assert projection["reruns_per_s"] > 0
     assert projection["students"] > 0
+    assert projection["model"] == lecture_figures.MODEL
     assert "redis_ceiling" in projection["model"]
 
 
@@ -101,3 +104,8 @@ def test_the_plan_keeps_its_shares_and_bounds():
     with pytest.raises(SystemExit):
         lecture.parse(["--seconds", "0"])
     assert isinstance(lecture.parse([]), argparse.Namespace)
+
+
+def test_the_lecture_sends_the_cookie_the_app_reads():
+    assert lecture.STUDENT_COOKIE == reconnect.STUDENT_COOKIE
+    assert reconnect.valid_student_key(secrets.token_urlsafe(lecture.STUDENT_KEY_BYTES))

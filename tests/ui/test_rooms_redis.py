@@ -134,3 +134,86 @@ def test_pages_on_the_hall_store_and_when_redis_is_gone(server, monkeypatch):
     assert not again.exception
     assert "lesson store (Redis) cannot be reached" in plain(again)
     assert url_param(again, "room") == code  # kept: the room comes back with Redis
+
+
+@pytest.fixture
+def volatile(tmp_path):
+    """A Redis without persistence: a restart comes back empty."""
+    need_redis()
+    srv = RedisServer(tmp_path, appendonly=False).start()
+    yield srv
+    srv.stop()
+
+
+def test_redis_restarted_without_its_data_says_the_lesson_is_gone(volatile):
+    seen = RedisVoteStore(volatile.url)  # a process that served the room
+    code, key = seen.create_room("hall", [AnswerSpec(options=2)])
+    token = seen.join(code)
+    seen.vote(code, token, 0, 1, 1)
+    closed, closed_key = seen.create_room("hall", [AnswerSpec(options=2)])
+    seen.view(closed)
+    seen.close(closed, closed_key)
+    with pytest.raises(VoteError) as info:  # closed by its teacher: no room, not a lost store
+        seen.view(closed)
+    assert info.value.reason == "no_room"
+    never = RedisVoteStore(volatile.url)  # a process that never saw the room
+
+    volatile.stop()
+    volatile.start()  # the same port, no data
+    calls = (
+        lambda: seen.view(code),
+        lambda: seen.content(code),
+        lambda: seen.vote(code, token, 0, 1, 0),
+        lambda: seen.my_answer(code, token),
+        lambda: seen.is_teacher(code, key),
+        lambda: seen.knows(code, token),
+        lambda: seen.tally(code, key),
+        lambda: seen.join(code),
+    )
+    for call in calls:
+        with pytest.raises(VoteError) as info:
+            call()
+        assert info.value.reason == "store_lost"
+        assert "restarted without its saved data" in str(info.value)
+    with pytest.raises(VoteError) as info:
+        never.view(code)
+    assert info.value.reason == "no_room"  # it cannot tell a lost room from a made-up code
+    # the teacher starts again: the new room works, the old code still says what happened
+    fresh, _ = seen.create_room("hall", [AnswerSpec(options=2)])
+    assert seen.view(fresh).students == 0
+    assert never.view(fresh).students == 0
+    with pytest.raises(VoteError) as info:
+        seen.view(code)
+    assert info.value.reason == "store_lost"
+
+
+def test_pages_say_the_lesson_is_gone_when_redis_lost_its_data(volatile, monkeypatch):
+    """Teacher and phone pages after a Redis restart without data: the sentence, no traceback;
+    the teacher's page drops the room from its URL and offers a new lesson, the phone the join
+    form."""
+    hall_store = rooms.make_store(volatile.url)
+    monkeypatch.setattr(lesson_page, "STORE", hall_store)
+    monkeypatch.setattr(vote_page, "STORE", hall_store)
+    at = teacher()
+    click(at, "lesson_start")
+    code = url_param(at, "room")
+    browser = browser_key(at)
+    ph = phone(room=code)
+    assert "No answer from this phone yet" in plain(ph)  # what to do, before any vote
+    click(ph, "vote_0_1_2")
+    assert "No answer from this phone yet" not in plain(ph)
+
+    volatile.stop()
+    volatile.start()
+    ph.run()
+    assert not ph.exception
+    assert "restarted without its saved data" in plain(ph)
+    again = teacher(browser, room=code)
+    assert not again.exception
+    assert "restarted without its saved data" in plain(again)
+    assert url_param(again, "room") is None  # gone for good: a new lesson, a new code
+    assert again.button(key="lesson_start")
+    reopened = phone(room=code)
+    assert not reopened.exception
+    assert "restarted without its saved data" in plain(reopened)
+    assert reopened.text_input(key="vote_code")  # the new room's code goes here
