@@ -30,11 +30,12 @@ knob move goes through ``move_knob`` (one door). ``--quick`` scales every time b
 1..``MAX_SECONDS``, ``--processes`` 1..``hall.MAX_PROCESSES``, at most ``MAX_MOVES`` knob moves
 and ``MAX_POLLS`` polls per student, every read ``st_client.RUN_TIMEOUT_S``.
 
-Each line: the configuration, the plan (seconds, roles), ``errors`` (drops, timeouts, unfinished
-runs), ``exceptions`` (red boxes), ``error_alerts``, ``server_tracebacks``; ``votes``: cast,
-counted by the teacher's page, in the room, revealed, in Redis (hall) and kept on a reopened
-phone; then what ``benchmarks.lecture_figures`` measured (per action p50 / p95 / max, RSS and CPU
-per process, Redis commandstats, per-core throughput) and its ``projection_8_cores``: throughput
+Each line: the configuration, the plan (seconds, roles), ``tabs_per_process`` (laptop and phone
+tabs per app process, by the proxy's cookie), ``errors`` (drops, timeouts, unfinished runs),
+``exceptions`` (red boxes), ``error_alerts``, ``server_tracebacks``; ``votes``: cast, counted by
+the teacher's page, in the room, revealed, in Redis (hall) and kept on a reopened phone; then
+what ``benchmarks.lecture_figures`` measured (per action p50 / p95 / max, RSS and CPU per
+process, Redis commandstats, per-core throughput) and its ``projection_8_cores``: throughput
 scales with app processes = cores while Redis stays under the ceiling measured here (the model
 is written in that module's docstring and in the line's ``model`` field).
 
@@ -59,6 +60,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -398,8 +400,15 @@ async def lecture(base: str, students: int, seconds: float, seed: int, quick: bo
     code = dict(urllib.parse.parse_qsl(teacher.query)).get("room", "")
     if not code:
         raise RuntimeError(f"no room was started: {rec.errors} {rec.exceptions}")
-    browsers = await asyncio.gather(*(_browser(base, hall) for _ in range(2 * students)))
+    browsers = list(await asyncio.gather(*(_browser(base, hall) for _ in range(2 * students))))
+    # the proxy deals its cookies round robin in arrival order: laptops and phones arrive mixed
+    # (else every laptop landed on one process and every phone on the other)
+    random.Random(seed).shuffle(browsers)
     pool = [Student(i, base, browsers[2 * i], seed, rec) for i in range(students)]
+    spread = {
+        tab: dict(sorted(Counter(b.get("RVHALL", "app1") for b in browsers[k::2]).items()))
+        for k, tab in enumerate(("laptops", "phones"))
+    }
     rec.t0 = time.monotonic()
     await asyncio.gather(
         *(s.laptop(p) for s in pool),
@@ -411,7 +420,7 @@ async def lecture(base: str, students: int, seconds: float, seed: int, quick: bo
     await rec.timed("teacher", "teacher", teacher.press("lesson_revealed"))
     revealed = "\n".join(teacher.texts)
     await teacher.close()
-    return rec, p, code, {"counted": counted, "revealed": revealed, "wall_s": wall}
+    return rec, p, code, {"counted": counted, "revealed": revealed, "wall_s": wall, "tabs": spread}
 
 
 def summarise(
@@ -437,6 +446,7 @@ def summarise(
         "recipe_page": f"{RECIPE_PAGE} (committed default preset)",
         "lesson": LESSON,
         "roles": {"knob": len(p.knobbers), "live": len(p.live), "close_reopen": len(p.closers)},
+        "tabs_per_process": teacher["tabs"],
         "errors": len(rec.errors),
         "exceptions": len(rec.exceptions),
         "error_alerts": len(rec.error_alerts),

@@ -52,6 +52,9 @@ def test_a_short_lecture_on_the_hall_counts_every_vote_once(capsys):
     assert actions["vote"]["n"] == STUDENTS
     assert actions["live"]["n"] == roles["live"]
     assert set(line["processes_measured"]) == {"redis", "app1", "app2", "proxy"}
+    for tabs in line["tabs_per_process"].values():  # the proxy spread each kind of tab
+        assert set(tabs) == {"app1", "app2"}
+        assert sum(tabs.values()) == STUDENTS
     for proc in line["processes_measured"].values():
         assert proc["rss_mib_peak"] > 0
     redis_line = line["redis"]
