@@ -569,7 +569,12 @@ def main(argv: list[str] | None = None) -> int:
         line = run(args)
         print(json.dumps(line), flush=True)
         v = line["votes"]
-        if line["errors"] or line["exceptions"] or line["server_tracebacks"]:
+        if (
+            line["errors"]
+            or line["exceptions"]
+            or line["error_alerts"]
+            or line["server_tracebacks"]
+        ):
             worst = 1
         if not v["cast"] == v["counted"] == args.students:
             worst = 1
