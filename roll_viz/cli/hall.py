@@ -42,6 +42,12 @@ DEFAULT_PORT = 8500
 #: the checkout the apps run from (``python -m roll_viz`` finds the package and ``app.py`` there)
 ROOT = Path(__file__).resolve().parents[2]
 READY_S = 180.0
+#: what a Redis restart keeps (the ``--appendonly`` / ``--appendfsync`` flags of ``commands``)
+PERSISTENCE = (
+    "lesson rooms and votes persist in Redis's append-only file (fsync every second): a Redis "
+    "restart keeps them and loses at most the last second of votes; if that file is lost, the "
+    "pages say the lesson state is gone"
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -246,12 +252,14 @@ def main(argv: list[str]) -> int:
         (folder / "haproxy.cfg").write_text(haproxy_config(hall.address, hall.port, hall.app_ports))
         for name, cmd in hall.commands(flags).items():
             print(f"{name}: {' '.join(cmd)}")
+        print(PERSISTENCE)
         return 0
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
         print(f"roll-viz hall: starting Redis, {args.processes} app processes and the proxy")
         hall.start(flags)
         print(f"roll-viz hall: open {hall.url}  (logs and Redis data in {folder})", flush=True)
+        print(f"roll-viz hall: {PERSISTENCE}", flush=True)
         print("roll-viz hall: Ctrl-C stops every process of the hall", flush=True)
         while all(p.poll() is None for p in (hall.procs["proxy"], hall.procs["redis"])):
             time.sleep(1.0)

@@ -42,7 +42,7 @@ from roll_viz.data.lessons import (
 from roll_viz.lm import models
 from roll_viz.ui import lesson_fix, lesson_loop, lesson_steps, reconnect
 from roll_viz.ui.rooms import STORE
-from roll_viz.ui.votes import VoteError, owner_key
+from roll_viz.ui.votes import STORE_REASONS, VoteError, owner_key
 from roll_viz.views import lesson_charts
 from roll_viz.views.text import md_escape
 
@@ -295,7 +295,7 @@ def _answer_count(code: str, role: str) -> None:
     try:
         view = STORE.view(code)
     except VoteError as err:
-        st.warning(md_escape(str(err)) if err.reason == "store_down" else "This room has ended.")
+        st.warning(md_escape(str(err)) if err.reason in STORE_REASONS else "This room has ended.")
         return
     round_text = "first vote" if view.round == 1 else "after discussion"
     if role in lesson_loop.SINGLE_ROUND:
@@ -471,13 +471,21 @@ def teacher_page(state: Any) -> None:
             if err.reason == "store_down":  # the room may come back: keep it in the URL
                 st.error(md_escape(str(err)))
                 return
-            st.info("That lesson room has ended or expired: start a new one.")
+            if err.reason == "store_lost":  # gone with Redis's data: say so, start again
+                st.warning(md_escape(str(err)))
+            else:
+                st.info("That lesson room has ended or expired: start a new one.")
             st.query_params.pop(KEY_ROOM, None)
         else:
-            if mine:
-                _room_view(state, code, key)
-            else:
-                _not_yours(code)
+            try:
+                if mine:
+                    _room_view(state, code, key)
+                else:
+                    _not_yours(code)
+            except VoteError as err:  # the hall's Redis failed mid-page: its one sentence
+                if err.reason not in STORE_REASONS:
+                    raise
+                st.error(md_escape(str(err)))
             return
     message = st.session_state.pop("_lesson_error", None)
     if message:

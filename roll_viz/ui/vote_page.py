@@ -19,7 +19,7 @@ from roll_viz.ui.lesson_loop import PHONE_NOTE
 from roll_viz.ui.lesson_page import LETTERS
 from roll_viz.ui.lesson_steps import answer_label
 from roll_viz.ui.rooms import STORE
-from roll_viz.ui.votes import VoteError, voter_token
+from roll_viz.ui.votes import STORE_REASONS, VoteError, voter_token
 from roll_viz.views.text import md_escape
 
 PHONE_POLL_S = 2.0
@@ -62,7 +62,7 @@ def _phone_question(code: str, token: str) -> None:
         lesson = STORE.content(code)
         mine = STORE.my_answer(code, token)
     except VoteError as err:
-        if err.reason == "store_down":  # the hall's Redis: the lesson may come back
+        if err.reason in STORE_REASONS:  # the hall's Redis: down (may come back) or emptied
             st.error(md_escape(str(err)))
         else:
             st.warning("This lesson has ended. Thank you!")
@@ -113,6 +113,8 @@ def _phone_question(code: str, token: str) -> None:
                 f"Your answer: {md_escape(answer_label(gate, mine))}. "
                 "You can change it until the vote closes."
             )
+        else:  # also after a reconnect that lost it: what to redo
+            st.caption("No answer from this phone yet: tap yours.")
     elif view.phase == "locked":
         st.info(f"The vote is closed. Your answer: {md_escape(answer_label(gate, mine)) or '-'}")
     else:
@@ -135,17 +137,19 @@ def phone_page() -> None:
         if err.reason == "store_down":
             st.error(md_escape(str(err)))
             return
-        if code:
+        if err.reason == "store_lost":  # the teacher starts again: the phone joins the new room
+            st.error(md_escape(str(err)))
+        elif code:
             st.warning("No lesson with this room code (it may have ended).")
         _join_form()
         return
     st.query_params.pop(OLD_TOKEN, None)  # a token in a link is never obeyed (old or forged)
     reconnect.remember_student()  # the cookie that makes a reload the same student
     token = voter_token(reconnect.student_key(), code)
-    if not STORE.knows(code, token):
-        try:
+    try:
+        if not STORE.knows(code, token):
             STORE.join(code, token)
-        except VoteError as err:
-            st.error(md_escape(str(err)))
-            return
+    except VoteError as err:  # full, or the store failed since the view above
+        st.error(md_escape(str(err)))
+        return
     _phone_question(code, token)

@@ -138,12 +138,17 @@ class VoteError(ValueError):
     """A refused request.
 
     ``reason`` is one of: no_room, not_teacher, full, unknown_student, stale, closed,
-    bad_answer, too_many, bad_step.
+    bad_answer, too_many, bad_step; and, from the hall's Redis store, ``STORE_REASONS``.
     """
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+#: the hall's store itself failed (Redis unreachable; Redis restarted without its data): the
+#: pages show the error's sentence, never "this room has ended"
+STORE_REASONS = frozenset({"store_down", "store_lost"})
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,20 @@ room's hard limit, and is deleted with it):
 - ``votes:<step>:<round>``: hash token -> JSON [answer, time];
 - ``changes``: hash "<step>:<round>:<token>" -> answer changes;
 - ``notes``: hash name -> integer, the teacher's notes (``MAX_NOTES``);
-- ``rv:rooms``: sorted set of live room codes (for ``MAX_ROOMS``).
+- ``rv:rooms``: sorted set of live room codes (for ``MAX_ROOMS``);
+- ``rv:epoch``: a random token set when the first room of this Redis's data is created, never
+  deleted: it changes only when Redis lost its data (restarted without persistence, flushed).
 
 Every change is a WATCH / MULTI / EXEC transaction on the keys it reads, retried when another
 process changed them first, so two processes never double-count a vote or a student. Times come
 from the wall clock (``time.time``), which every process of one machine shares.
 
 If Redis cannot be reached every call raises ``VoteError("store_down")`` with one sentence the
-pages show; rooms gone because Redis restarted without persistence read as expired rooms. The
-hall starts Redis with an append-only file (fsync every second), so a restarted Redis keeps them.
+pages show. A room this process saw that is gone with the epoch it was seen under raises
+``VoteError("store_lost")``: Redis restarted without its data, and the pages say the lesson state
+is gone and the teacher starts again (a room that expired, or one this process never saw, stays
+"no room"). The hall starts Redis with an append-only file (fsync every second), so a restarted
+Redis keeps its rooms and loses at most the last second of votes.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from roll_viz.ui.votes import (
     PHASES,
     ROOM_MAX_AGE_S,
     ROUNDS,
+    STORE_REASONS,
     TOKEN_RE,
     AnswerSpec,
     RoomView,
@@ -67,11 +73,19 @@ from roll_viz.ui.votes import (
 )
 
 ROOMS_KEY = "rv:rooms"
+EPOCH_KEY = "rv:epoch"
+#: rooms whose epoch a process remembers (the oldest forgotten first): a few halls' worth of rooms
+MAX_SEEN = 4 * MAX_ROOMS
 #: a transaction retried this many times before it gives up (contention between processes)
 MAX_RETRIES = 64
 STORE_DOWN = (
     "the lesson store (Redis) cannot be reached: votes are not being counted; ask the teacher "
     "to check the hall's Redis"
+)
+STORE_LOST = (
+    "the lesson store (Redis) restarted without its saved data: this lesson's room, students and "
+    "votes are gone. The teacher starts the lesson again (a new room code) and the class votes "
+    "again"
 )
 
 
@@ -111,6 +125,7 @@ class RedisVoteStore:
         self.max_rooms = max_rooms
         self.max_students = max_students
         self.max_changes = max_changes
+        self._seen: dict[str, str | None] = {}  # room code -> the epoch it was last seen under
 
     # ----------------------------------------------------------------------------- internals
 
@@ -151,15 +166,25 @@ class RedisVoteStore:
         return code.upper()
 
     def _meta(self, pipe: Any, code: str) -> dict:
-        raw = pipe.get(_key(code, "meta"))
+        raw, touched, epoch = pipe.mget(_key(code, "meta"), _key(code, "touched"), EPOCH_KEY)
         if raw is None:
+            if code in self._seen and self._seen[code] != epoch:
+                raise VoteError("store_lost", STORE_LOST)
             raise VoteError("no_room", "no room with this code (it may have expired)")
+        self._remember(code, epoch)
         meta = json.loads(raw)
-        meta["touched"] = max(meta["touched"], float(pipe.get(_key(code, "touched")) or 0.0))
+        meta["touched"] = max(meta["touched"], float(touched or 0.0))
         now = self._clock()
         if expired(meta["created"], meta["touched"], now):
             raise VoteError("no_room", "no room with this code (it may have expired)")
         return meta
+
+    def _remember(self, code: str, epoch: str | None) -> None:
+        """Note the epoch ``code`` was seen under (at most ``MAX_SEEN`` rooms)."""
+        self._seen.pop(code, None)
+        self._seen[code] = epoch
+        while len(self._seen) > MAX_SEEN:
+            del self._seen[next(iter(self._seen))]
 
     def _teacher_meta(self, pipe: Any, code: str, key: object) -> dict:
         meta = self._meta(pipe, code)
@@ -237,6 +262,7 @@ class RedisVoteStore:
                 "saved": {},
             }
             pipe.multi()
+            pipe.set(EPOCH_KEY, secrets.token_urlsafe(12), nx=True)  # the first room of the data
             self._write_meta(pipe, code, meta)
             pipe.set(_key(code, "content"), body, ex=int(ROOM_MAX_AGE_S) + 60)
             pipe.zadd(ROOMS_KEY, {code: now})
@@ -251,7 +277,7 @@ class RedisVoteStore:
             code = self._code(code)
             self._call(lambda: self._teacher_meta(self.r, code, key))
         except VoteError as err:
-            if err.reason == "store_down":
+            if err.reason in STORE_REASONS:
                 raise
             return False
         return True
@@ -443,7 +469,7 @@ class RedisVoteStore:
             up = self._code(code)
             self._call(lambda: self._meta(self.r, up))
         except VoteError as err:
-            if err.reason == "store_down":
+            if err.reason in STORE_REASONS:
                 raise
             return False
         return isinstance(token, str) and bool(

@@ -44,3 +44,13 @@ def test_dry_run_writes_the_config_and_starts_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("roll_viz serve") == 3
     assert "cookie RVHALL" in (tmp_path / "haproxy.cfg").read_text()
+
+
+def test_the_hall_states_what_a_redis_restart_keeps(tmp_path, capsys):
+    assert hall.main(["--processes", "1", "--dir", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert hall.PERSISTENCE in out
+    redis_line = next(line for line in out.splitlines() if line.startswith("redis: "))
+    assert "--appendonly yes" in redis_line  # what the sentence promises
+    assert "--appendfsync everysec" in redis_line
+    assert "every second" in hall.PERSISTENCE
