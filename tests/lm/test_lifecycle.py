@@ -187,13 +187,26 @@ def test_update_step_stops_at_the_next_minibatch_once_released(tiny):
 
 
 class _CountingTrainer:
-    """A cheap trainer that logs (runner, step) in the order steps ran."""
+    """A cheap trainer that logs (runner, step) in the order steps ran.
 
-    def __init__(self, tag: int, log: list, lock: threading.Lock, seconds: float = 0.01):
-        self.tag, self.log, self.lock, self.seconds = tag, log, lock, seconds
+    With ``gate`` each step first waits for it: the step holding the line holds it still, so a
+    test can read the whole line however slowly a loaded machine starts the threads.
+    """
+
+    def __init__(
+        self,
+        tag: int,
+        log: list,
+        lock: threading.Lock,
+        seconds: float = 0.01,
+        gate: threading.Event | None = None,
+    ):
+        self.tag, self.log, self.lock, self.seconds, self.gate = tag, log, lock, seconds, gate
         self.step = 0
 
     def run_step(self, keep_samples: bool = True) -> StepRecord:
+        if self.gate is not None:
+            assert self.gate.wait(timeout=120), "the test never opened the gate"
         with self.lock:
             self.log.append((self.tag, self.step))
         time.sleep(self.seconds)
@@ -208,24 +221,25 @@ class _CountingTrainer:
 
 
 def test_twelve_runs_started_at_once_advance_round_robin_with_a_position():
-    queue, log, lock = StepQueue(concurrency=1), [], threading.Lock()
+    queue, log, lock, gate = StepQueue(concurrency=1), [], threading.Lock(), threading.Event()
     n, steps = 12, 4
     runners = [
         TrainRunner(
             None,
             _settings(steps=steps),
-            trainer_factory=lambda b, s, i=i: _CountingTrainer(i, log, lock, seconds=0.02),
+            trainer_factory=lambda b, s, i=i: _CountingTrainer(i, log, lock, 0.02, gate),
             queue=queue,
         )
         for i in range(n)
     ]
     for r in runners:
         r.start()
-    assert wait_until(lambda: queue.waiting >= n - 2, timeout=10)
+    # the first step waits at the gate, so every run gets in line however late its thread starts
+    assert wait_until(lambda: queue.waiting == n - 1, timeout=60)
     with queue._cond:  # the line holds still while it is read (its condition's lock is re-entrant)
         positions = sorted(p for p in (r.queue_position for r in runners) if p is not None)
-    assert positions[0] == 0  # one step runs, the others are numbered 1, 2, ... in line
-    assert positions[1:] == list(range(1, len(positions)))
+    assert positions == list(range(n))  # one step runs (0), the others are numbered 1, 2, ...
+    gate.set()
     for r in runners:
         r.join(timeout=30)
     assert all(r.status == "done" and r.steps_done == steps for r in runners)
