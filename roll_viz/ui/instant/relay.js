@@ -51,7 +51,6 @@ export default function knobRelay(component) {
   state.setTriggerValue = setTriggerValue;
   ensureStyle(data.prefix || "rv_stale_");
   const detail = data.detail || {};
-  globalThis.__rvKnobs = detail; // a component mounted later starts from the latest values
   if (data.full) {
     // the server just ran the page with these values: nothing is stale
     clearTimeout(state.timer);
