@@ -47,6 +47,10 @@ the server started of each kind, ``reruns_per_cpu_s`` divides them by the server
 Advantages, fragment path against page path (``--paths``).
 
 Traffic goes only to the server's 127.0.0.1 port; every loop is bounded in count and time.
+
+Size: one file over 600 lines because the class, its isolation check (every run key against the
+same URL opened alone) and its report read the same interactions; the gamma class lives in
+``knob_load``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ bytes there as multipart form data with the XSRF cookie and header (``xsrf_cooki
 ``Session.run(files=...)`` reruns with the uploader's state naming the uploaded files.
 
 Traffic goes only to 127.0.0.1; every read is bounded in time (``RUN_TIMEOUT_S``).
+
+Size: one file over 600 lines because it is one client of one protocol: the rerun message
+(widgets, URL, fragments, triggers, uploads) and the reading of its answer share the Session's
+state, and every benchmark and server test imports them from here.
 """
 
 from __future__ import annotations
