@@ -395,12 +395,13 @@ async def _probe(
             for v in values[: moves - len(out)]:
                 keep = {
                     k: _current(s.query, k, w)
-                    for k, w in res.widgets.items()
+                    for k, w in s.widgets.items()
                     if k in classroom_load.TRACKED and k != key
                 }
                 rec.received.clear()
-                res = await s.run(changes={key: v}, widgets=res.widgets, keep=keep)
-                if res.status != "FINISHED_SUCCESSFULLY":
+                # Advantages' gamma reruns the sidebar's fragment (its page follows in the browser)
+                res = await s.run(changes={key: v}, widgets=s.widgets, keep=keep)
+                if res.status not in st_client.FINISHED:
                     raise RuntimeError(f"probe move {key}={v}: {res.status}")
                 out.append(res.ms)
                 received.extend(rec.received)

@@ -37,7 +37,20 @@ alone by a fresh session through the shareable URL (``page?beta=...``) and must 
 mismatch names the first differing elements. Server RSS is sampled with psutil on the server
 pid; ``Server.tracebacks()`` reads the exceptions the server logged (``benchmarks.server``).
 
+The sidebar's algorithm knobs (beta, gamma, lambda) sit in a fragment: a move reruns that
+fragment only, as in the browser (``st_client``: the rerun names the fragment's id), and the
+page reruns when the student's relay says so (``benchmarks.knob_load`` simulates that; here a
+student never pauses long enough). ``full_runs_per_s`` / ``fragment_runs_per_s`` count the runs
+the server started of each kind, ``reruns_per_cpu_s`` divides them by the server's CPU seconds
+(reruns per second one core sustains); the isolation check compares full runs only.
+``--gamma`` runs ``benchmarks.knob_load`` instead: the class that moves the sidebar's gamma on
+Advantages, fragment path against page path (``--paths``).
+
 Traffic goes only to the server's 127.0.0.1 port; every loop is bounded in count and time.
+
+Size: one file over 600 lines because the class, its isolation check (every run key against the
+same URL opened alone) and its report read the same interactions; the gamma class lives in
+``knob_load``.
 """
 
 from __future__ import annotations
@@ -58,8 +71,10 @@ from typing import Any
 
 import psutil
 
+from benchmarks import knob_load
 from benchmarks.server import health, streamlit_server
 from benchmarks.st_client import (
+    FINISHED,
     RUN_TIMEOUT_S,
     RunResult,
     Session,
@@ -129,6 +144,9 @@ class ClassroomResult:
     wall_s: float
     rss_mib: list[float]
     server_runs: int
+    full_runs: int = 0
+    fragment_runs: int = 0
+    server_cpu_s: float | None = None
 
     @property
     def isolation_ok(self) -> bool:
@@ -168,6 +186,15 @@ class ClassroomResult:
             "alone_p50_ms": _pct(sorted(self.alone_ms), 0.5),
             "alone_max_ms": _pct(sorted(self.alone_ms), 1.0),
             "reruns_per_s": round(self.server_runs / self.wall_s, 2) if self.wall_s else 0.0,
+            "full_runs_per_s": round(self.full_runs / self.wall_s, 2) if self.wall_s else 0.0,
+            "fragment_runs_per_s": round(self.fragment_runs / self.wall_s, 2)
+            if self.wall_s
+            else 0.0,
+            "server_cpu_s": None if self.server_cpu_s is None else round(self.server_cpu_s, 2),
+            # reruns per CPU second of the server: what one core sustains at this mix
+            "reruns_per_cpu_s": round((self.full_runs + self.fragment_runs) / self.server_cpu_s, 1)
+            if self.server_cpu_s
+            else None,
             "errors": len(self.errors),
             "exceptions": len(self.exceptions),
             "error_alerts": len(self.error_alerts),
@@ -297,18 +324,18 @@ async def _record(
         Interaction(student.idx, action, student.page, key, res.ms, res.status, res.digest[:10])
     )
     where = f"student {student.idx} /{student.page} ({action}, {key})"
-    if res.status != "FINISHED_SUCCESSFULLY":
+    if res.status not in FINISHED:
         out["errors"].append(f"{where}: run ended with {res.status}")
         return None
     out["exceptions"].extend(f"{where}: {e}" for e in res.exceptions)
     out["error_alerts"].extend(f"{where}: {e}" for e in res.error_alerts)
-    if not res.exceptions:
+    if not res.exceptions and not res.fragment:  # a fragment run's digest is the fragment's
         out["digests"].setdefault(key, {}).setdefault(res.digest, []).append(student.idx)
         out["examples"].setdefault(
             (key, res.digest), (student.idx, list(student.history[-3:]), res.parts)
         )
     student.history.append(f"{action} -> {key}")
-    student.widgets = res.widgets or student.widgets
+    student.widgets = student.session.widgets or student.widgets  # fragment reruns merged in
     return res
 
 
@@ -487,6 +514,7 @@ async def classroom(
     rss: list[float] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(_rss_sampler(server_pid, rss, stop))
+    cpu0 = knob_load.cpu_seconds(server_pid)
     t0 = time.monotonic()
     t_end = t0 + seconds
     live_at = t0 + seconds * live_at_fraction
@@ -495,6 +523,7 @@ async def classroom(
         return_exceptions=False,
     )
     wall = time.monotonic() - t0
+    cpu = knob_load.cpu_seconds(server_pid) - cpu0 if server_pid is not None else None
     server_runs = sum(st.session.runs for st in pool)
     digests: dict[str, dict[str, list[int]]] = out["digests"]
     mismatches = inconsistent_keys(digests)
@@ -546,6 +575,9 @@ async def classroom(
         wall_s=wall,
         rss_mib=rss,
         server_runs=server_runs,
+        full_runs=sum(st.session.full_runs for st in pool),
+        fragment_runs=sum(st.session.fragment_runs for st in pool),
+        server_cpu_s=cpu,
     )
 
 
@@ -555,13 +587,17 @@ def run_classroom(base: str, students: int, seconds: float, **kwargs: Any) -> Cl
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: one JSON line per N (a fresh server each)."""
+    """CLI: one JSON line per N (a fresh server each); ``--gamma``: ``knob_load``'s class."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--gamma" in argv:
+        return knob_load.main(argv)
     ap = argparse.ArgumentParser(prog="python -m benchmarks.classroom_load", description=__doc__)
     ap.add_argument("--students", type=int, nargs="+", default=[5, 15, 30])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--live", type=int, default=3, help="students sampling live at once")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="also print errors / mismatches")
+    ap.add_argument("--gamma", action="store_true", help="the gamma class (benchmarks.knob_load)")
     args = ap.parse_args(argv)
     if not 0 < args.seconds <= 600 or not all(0 < n <= 200 for n in args.students):
         ap.error("--seconds in (0, 600], --students in [1, 200]")

@@ -12,12 +12,27 @@ content element - markdown, plots, tables, metrics, html - in delta-path order; 
 progress bars, download buttons and invisible ``<script>`` html left out, so a run that sampled
 and one that hit a cache, and a session's first run and its later ones, read the same).
 
+Fragments go as the frontend sends them: a widget drawn inside an ``st.fragment`` carries the
+fragment's id in its delta (``Widget.fragment_id``), and a rerun that changes such widgets only
+names that id in ``ClientState.fragment_id``: the server reruns the fragment alone (its
+``new_session`` lists the fragment ids, its ``script_finished`` is
+``FINISHED_FRAGMENT_RUN_SUCCESSFULLY``; ``RunResult.fragment``). The elements and widgets of the
+rest of the page stay as the last full run drew them (``Session.widgets`` keeps the merged table),
+and ``page_reruns=True`` sends such a change without the id, as a page rerun (the comparison).
+A ``st.components.v2`` component's trigger (``setTriggerValue`` in its JS) goes as the frontend
+sends it: ``run(triggers={key: (event, value)})`` (its trigger aggregator's JSON list).
+``Session.full_runs`` / ``Session.fragment_runs`` count the runs the server started of each kind.
+
 Uploads go as the frontend sends them: ``Session.file_urls`` asks the server for upload URLs
 (the ``FileURLsRequest`` a file uploader sends when a file is picked), ``put_file`` PUTs the
 bytes there as multipart form data with the XSRF cookie and header (``xsrf_cookie``), and
 ``Session.run(files=...)`` reruns with the uploader's state naming the uploaded files.
 
 Traffic goes only to 127.0.0.1; every read is bounded in time (``RUN_TIMEOUT_S``).
+
+Size: one file over 600 lines because it is one client of one protocol: the rerun message
+(widgets, URL, fragments, triggers, uploads) and the reading of its answer share the Session's
+state, and every benchmark and server test imports them from here.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ import dataclasses
 import hashlib
 import http.client
 import http.cookies
+import json
 import socket
 import time
 import urllib.error
@@ -64,6 +80,11 @@ CONTENT_KINDS = frozenset(
 )
 #: Widget kinds whose id and value the client tracks (the ones it may change or press).
 SLIDER, CHECKBOX, BUTTON, NUMBER = "slider", "checkbox", "button", "number_input"
+COMPONENT = "bidi_component"
+#: script_finished of a fragment run (a success, like FINISHED_SUCCESSFULLY for a page)
+FRAGMENT_FINISHED = "FINISHED_FRAGMENT_RUN_SUCCESSFULLY"
+#: the statuses of a run that completed
+FINISHED = frozenset({"FINISHED_SUCCESSFULLY", FRAGMENT_FINISHED})
 UPLOADER = "file_uploader"
 XSRF_COOKIE = "_streamlit_xsrf"
 HTTP_TIMEOUT_S = 30.0
@@ -72,7 +93,10 @@ CONTINUE_WAIT_S = 2.0  # how long put_file waits for 100 Continue before sending
 
 @dataclasses.dataclass(frozen=True)
 class Widget:
-    """A slider or checkbox as the deltas describe it (what the client needs to move it)."""
+    """A slider or checkbox as the deltas describe it (what the client needs to move it).
+
+    ``fragment_id``: the ``st.fragment`` it was drawn in ("" on the page itself).
+    """
 
     id: str
     kind: str
@@ -80,6 +104,7 @@ class Widget:
     hi: float
     step: float
     default: float | bool
+    fragment_id: str = ""
 
 
 @dataclasses.dataclass
@@ -96,6 +121,8 @@ class RunResult:
         widgets: user key -> Widget, for the sliders / checkboxes / buttons the run drew.
         progress: the text of every progress bar the run drew (e.g. a training run's status).
         toasts: the text of every toast the run showed (not content: left out of the digest).
+        fragment: the run reran fragments only (``FINISHED_FRAGMENT_RUN_SUCCESSFULLY``); its
+            digest and parts cover the fragments' elements only, its widgets theirs only.
     """
 
     ms: float
@@ -107,6 +134,7 @@ class RunResult:
     widgets: dict[str, Widget] = dataclasses.field(default_factory=dict)
     progress: list[str] = dataclasses.field(default_factory=list)
     toasts: list[str] = dataclasses.field(default_factory=list)
+    fragment: bool = False
 
 
 def _user_key(widget_id: str) -> str:
@@ -136,6 +164,9 @@ class Session:
         self.runs = 0
         self.session_id = ""  # the server's id of this session (from ``new_session``)
         self.cookies = dict(cookies or {})
+        self.widgets: dict[str, Widget] = {}  # every widget drawn, fragment reruns merged in
+        self.full_runs = 0  # runs the server started: the whole page
+        self.fragment_runs = 0  # and fragments alone
 
     async def connect(self, resume: bool = False) -> None:
         """Open the websocket (subprotocol ``streamlit``, as the frontend does).
@@ -208,6 +239,8 @@ class Session:
         keep: dict[str, Any] | None = None,
         crafted: dict[str, float] | None = None,
         files: dict[str, list[UploadedFile]] | None = None,
+        triggers: dict[str, tuple[str, Any]] | None = None,
+        page_reruns: bool = False,
     ) -> RunResult:
         """Send one rerun and read the page until its ``script_finished``.
 
@@ -227,6 +260,10 @@ class Session:
                 whatever its bounds or type (NaN, 1e9: what a hostile client can send).
             files: uploader key -> the files uploaded to it (``put_file``), as the frontend
                 reports them after an upload.
+            triggers: component key -> (event, value) its JS sets with ``setTriggerValue``
+                (the key of a ``st.components.v2`` component of the last runs).
+            page_reruns: send a change of a widget inside a fragment as a page rerun (no
+                fragment id), as before the widget was in a fragment.
 
         Returns:
             The RunResult (status "FINISHED_SUCCESSFULLY" when the run completed).
@@ -268,6 +305,14 @@ class Session:
             state = cs.widget_states.widgets.add()
             state.id = widgets[key].id
             state.double_value = float(value)
+        for key, (event, value) in (triggers or {}).items():
+            state = cs.widget_states.widgets.add()
+            state.id = f"$$STREAMLIT_INTERNAL_KEY_{widgets[key].id}__events"
+            state.json_trigger_value = json.dumps([{"event": event, "value": value}])
+        # as the frontend: the changed widgets' fragment, when they all sit in the same one
+        moved = {widgets[k].fragment_id for k in [*(changes or {}), *(triggers or {})]}
+        if page is None and len(moved) == 1 and not page_reruns:
+            cs.fragment_id = moved.pop()
         for key, uploaded in (files or {}).items():
             state = cs.widget_states.widgets.add()
             state.id = widgets[key].id
@@ -334,6 +379,11 @@ class Session:
             if kind == "new_session":
                 if fm.new_session.initialize.session_id:
                     self.session_id = fm.new_session.initialize.session_id
+                result.fragment = bool(fm.metadata.run.fragment_ids)
+                if result.fragment:
+                    self.fragment_runs += 1
+                    continue  # the rest of the page stays as drawn
+                self.full_runs += 1
                 elements.clear()
                 result.widgets.clear()
                 result.exceptions.clear()
@@ -363,6 +413,10 @@ class Session:
             h.update(ek.encode() + b"\0" + blob + b"\1")
             result.parts.append((path, ek, hashlib.sha1(blob).hexdigest()[:8], text))
         result.digest = h.hexdigest()
+        if result.fragment:
+            self.widgets.update(result.widgets)
+        else:
+            self.widgets = dict(result.widgets)
         return result
 
     def _track(self, fm: Any) -> None:
@@ -411,6 +465,7 @@ class Session:
         el = delta.new_element
         ek = el.WhichOneof("type")
         body = getattr(el, ek)
+        frag = delta.fragment_id
         elements.pop(path, None)
         if ek == "exception":
             result.exceptions.append(f"{body.type}: {body.message}")
@@ -428,11 +483,15 @@ class Session:
         elif ek == NUMBER:
             key = _user_key(body.id)
             if key:
-                result.widgets[key] = Widget(body.id, ek, 0.0, 0.0, 0.0, 0.0)
+                result.widgets[key] = Widget(body.id, ek, 0.0, 0.0, 0.0, 0.0, frag)
         elif ek == BUTTON:
             key = _user_key(body.id)
             if key:
-                result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, False)
+                result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, False, frag)
+        elif ek == COMPONENT:
+            key = _user_key(body.id)
+            if key:
+                result.widgets[key] = Widget(body.id, ek, 0.0, 0.0, 0.0, False, frag)
         elif ek == UPLOADER:
             key = _user_key(body.id)
             if key:
@@ -444,10 +503,18 @@ class Session:
                 if ek == SLIDER:
                     default = float(body.default[0]) if len(body.default) else float(body.min)
                     result.widgets[key] = Widget(
-                        body.id, ek, float(body.min), float(body.max), float(body.step), default
+                        body.id,
+                        ek,
+                        float(body.min),
+                        float(body.max),
+                        float(body.step),
+                        default,
+                        frag,
                     )
                 else:
-                    result.widgets[key] = Widget(body.id, ek, 0.0, 1.0, 1.0, bool(body.default))
+                    result.widgets[key] = Widget(
+                        body.id, ek, 0.0, 1.0, 1.0, bool(body.default), frag
+                    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,8 @@ with ui.page_guard("Advantages"):
     labels = text.sample_labels(rollout)
     fw = state.framework
     current = ui.generic_value(state, "estimator")
-    health_ui.batch_health(state, key="adv_health", era="advantages")
+    with ui.stale_section("health"):
+        health_ui.batch_health(state, key="adv_health", era="advantages")
 
     # the heatmaps first, the instant knobs under them: the page's point in a projector's first
     # screen (the strip above them had pushed them to 938 px)
@@ -37,8 +38,15 @@ with ui.page_guard("Advantages"):
         f"{e}" + (" (sidebar)" if e == current else ""): results[e].advantages for e in ordered
     }
 
+    # the heatmaps are computed in the browser, and redrawn there on every sidebar knob move,
+    # wherever pipeline.js covers the configs; otherwise the server draws them (Plotly)
+    detail = ui.page_detail(state)
+    in_browser = bool(results) and detail["covered"]
+    payload = ui.instant_payload(state, critic)
+
     with side:
-        ui.beta_note(state)
+        with ui.stale_section("beta_note"):
+            ui.beta_note(state)
         ui.explainer(
             "Each row is a response, each cell a token, coloured by its **advantage**: blue tokens "
             "are made more likely by the update, red ones less likely, white ones are left alone. "
@@ -56,10 +64,20 @@ with ui.page_guard("Advantages"):
         )
 
     with controls:
-        if shown:
-            ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
-        for est, message in errors.items():
-            st.warning(f"**{est}** is undefined for this batch: {message}", icon=":material/block:")
+        if in_browser:
+            tokens = [[text.visible_whitespace(t) for t in row] for row in rollout.tokens]
+            server = {
+                e: results[e].advantages if e in results else errors.get(e, "undefined")
+                for e in detail["server"]
+            }
+            ui.instant_estimators(payload, tokens, detail, server, key="adv_heatmaps")
+        else:
+            if shown:
+                ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
+            for est, message in errors.items():
+                st.warning(
+                    f"**{est}** is undefined for this batch: {message}", icon=":material/block:"
+                )
         st.subheader("Instant knobs: recomputed in your browser as you drag")
         with ui.folded("How the instant knobs work"):
             st.caption(
@@ -69,7 +87,7 @@ with ui.page_guard("Advantages"):
             )
         knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
         ui.instant_panel(
-            ui.instant_payload(state, critic),
+            payload,
             {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
             | {"G": state.group_size},
             key="adv_instant",
@@ -88,7 +106,9 @@ with ui.page_guard("Advantages"):
 
     values = ui.current_batch(state, values=critic).values  # (B, T) critic used by GAE
 
-    st.header("One token, every estimator: the formula with its numbers")
+    # what follows is computed on the server only: marked while a burst of knob moves lasts
+    detail_section = ui.stale_section("token_detail")
+    detail_section.header("One token, every estimator: the formula with its numbers")
 
     main_advantages = results[ordered[0]].advantages if results else None
     default_b, default_t = ui.first_moving_token(main_advantages, mask)
@@ -156,33 +176,37 @@ with ui.page_guard("Advantages"):
                     st.caption(step.title)
                     st.latex(step.symbolic + r"\qquad\Longrightarrow\qquad " + step.numeric)
 
-    token_detail()
+    with detail_section:
+        token_detail()
 
     trace = ui.cached_trace(state, values=critic)
-    st.subheader("Every token")
-    c1, c2 = st.columns(2)
-    with c2:
-        ui.download_trace_json(trace, key="dl_trace_advantages", state=state, rollout=rollout)
-    # the long table is built and sent only on request: it is most of a redraw's bytes
-    if st.toggle("Show the table of every token", key="show_token_table"):
-        table = tables.token_table(rollout, trace, values, {est: results[est] for est in ordered})
-        st.dataframe(table, hide_index=True, key="advantage_tokens")
-        with c1:
-            ui.download_csv(table, "advantages", key="dl_advantages")
-    if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
-        ui.plot(
-            heatmaps.heatmap(
-                values,
-                mask,
-                rollout=rollout,
-                title=f"Critic values ({critic})",
-                quantity="V",
-                signed=True,
-            ),
-            key="values_heatmap",
-        )
-    with st.expander("Conventions the dialect applied"):
-        for est in ordered:
-            st.markdown(f"**{est}**\n" + "\n".join(f"- {n}" for n in results[est].notes))
+    with ui.stale_section("every_token"):
+        st.subheader("Every token")
+        c1, c2 = st.columns(2)
+        with c2:
+            ui.download_trace_json(trace, key="dl_trace_advantages", state=state, rollout=rollout)
+        # the long table is built and sent only on request: it is most of a redraw's bytes
+        if st.toggle("Show the table of every token", key="show_token_table"):
+            table = tables.token_table(
+                rollout, trace, values, {est: results[est] for est in ordered}
+            )
+            st.dataframe(table, hide_index=True, key="advantage_tokens")
+            with c1:
+                ui.download_csv(table, "advantages", key="dl_advantages")
+        if st.toggle("Show the critic values V(s_t) used by GAE", key="show_values"):
+            ui.plot(
+                heatmaps.heatmap(
+                    values,
+                    mask,
+                    rollout=rollout,
+                    title=f"Critic values ({critic})",
+                    quantity="V",
+                    signed=True,
+                ),
+                key="values_heatmap",
+            )
+        with st.expander("Conventions the dialect applied"):
+            for est in ordered:
+                st.markdown(f"**{est}**\n" + "\n".join(f"- {n}" for n in results[est].notes))
 
     ui.back_next("advantages")

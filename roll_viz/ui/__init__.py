@@ -51,7 +51,8 @@ from roll_viz.ui.flow import (
     warm_up,
 )
 from roll_viz.ui.guard import page_guard
-from roll_viz.ui.instant import instant_local_global, instant_panel
+from roll_viz.ui.instant import instant_estimators, instant_local_global, instant_panel
+from roll_viz.ui.instant.relay import page_detail, stale_section
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models, model_loaded, model_spec
 from roll_viz.ui.run_source import stop_run, use_run_step
@@ -172,6 +173,7 @@ __all__ = [
     "framework_names",
     "generic_value",
     "go_live",
+    "instant_estimators",
     "instant_local_global",
     "instant_panel",
     "instant_payload",
@@ -185,6 +187,7 @@ __all__ = [
     "model_spec",
     "norm_overrides",
     "observed_kl",
+    "page_detail",
     "page_guard",
     "page_link",
     "page_setup",
@@ -197,6 +200,7 @@ __all__ = [
     "running_moments",
     "select_preset",
     "share_reward_table",
+    "stale_section",
     "stop_page",
     "stop_run",
     "table",

@@ -3,6 +3,11 @@
 Every generic control (estimator, beta, KL estimator, KL in the reward, gamma, lambda, clip,
 whiten) is a row of ``KNOBS``; the dialect says what each one is called in its own config, its
 choices and its help, and which it lacks (then the control is disabled and says so).
+
+The section is a fragment: a knob move reruns only it (a few ms of server CPU), and its last
+element, the relay (``instant.relay``), hands the new values to the page's figures that the
+browser recomputes; the page itself reruns once when the student pauses. A framework switch, a
+page that does not listen and a config the browser does not cover rerun the page at once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import streamlit as st
 
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
+from roll_viz.ui.instant import relay
 from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides, offered
 from roll_viz.ui.state import (
     GENERIC_KEYS,
@@ -35,6 +41,7 @@ from roll_viz.ui.url import bound
 
 def _on_framework_change() -> None:
     """Load the new dialect's shipped defaults into the generic controls."""
+    relay.ask_full_run()  # new estimators, new defaults: the page reruns
     framework = st.session_state.get(KEY_FRAMEWORK, dialects.DEFAULT_FRAMEWORK)
     for generic, value in generic_defaults(framework).items():
         key = GENERIC_KEYS.get(generic)
@@ -82,8 +89,8 @@ KNOBS = (
 
 
 def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
-    """Draw one knob for ``framework``. Returns (drawn, value)."""
-    sb = st.sidebar
+    """Draw one knob for ``framework`` (inside ``with st.sidebar``). Returns (drawn, value)."""
+    sb = st
     key = pipeline.ALIASES[framework].get(knob.generic)
     if key is None:
         label = f"{knob.label} (not in {framework})"
@@ -110,7 +117,7 @@ def _knob(knob: Knob, framework: str, default: Any) -> tuple[bool, Any]:
 
 
 def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, dict]:
-    """The sidebar's algorithm section: dialect and generic knobs.
+    """The sidebar's algorithm section: dialect and generic knobs (a fragment, see above).
 
     Args:
         group_size: G of the batch (G = 1 gets the dialect's note on groups of one).
@@ -119,7 +126,23 @@ def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, 
     Returns:
         (framework, generic widget values, the dialect's config).
     """
-    sb = st.sidebar
+    relay.start_full_run()
+    with st.sidebar:
+        framework, generic, config = _algorithm_fragment()
+    if group_size < 2:
+        messages.append(
+            f"G = 1: a group of one has no spread. {dialects.get(framework).SINGLETON_NOTE}"
+        )
+    return framework, generic, config
+
+
+@st.fragment
+def _algorithm_fragment() -> tuple[str, dict, dict]:
+    """The knobs; on a knob move (a fragment rerun) the relay or one full-page rerun."""
+    moved = relay.fragment_rerun()
+    if moved and relay.needs_full_run():
+        st.rerun(scope="app")
+    sb = st
     sb.markdown("### Algorithm")
     framework = bound(
         sb.selectbox,
@@ -153,6 +176,8 @@ def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, 
         )
         norm = norm_overrides(framework, generic["norm"])
     config = native_config(framework, generic, overrides=norm)
-    if group_size < 2:
-        messages.append(f"G = 1: a group of one has no spread. {dialect.SINGLETON_NOTE}")
+    detail = relay.knob_detail(framework, generic, config)
+    if moved and not detail["covered"]:
+        st.rerun(scope="app")  # the browser cannot redraw this config: the server does
+    relay.mount(detail, full=not moved)
     return framework, generic, config

@@ -74,7 +74,8 @@ def test_classroom_load_benchmark_and_invariants(classroom, capsys):
 def test_a_slider_move_shows_what_its_url_shows_alone(srv):
     """The isolation check has teeth: the digest follows the numbers (beta 0.1 vs 0.3 with the
     KL in the reward differ), not the session (the same URL twice: one digest), and a slider
-    moved through WidgetStates lands on the page its shareable URL shows."""
+    moved through WidgetStates lands on the page its shareable URL shows (the sidebar's knob
+    reruns its fragment; the page follows on the relay's settle, as in the browser)."""
 
     async def go(base):
         a = await classroom_load.open_alone(base, "Advantages|beta=0.1&klr=true")
@@ -86,17 +87,19 @@ def test_a_slider_move_shows_what_its_url_shows_alone(srv):
             first = await s.run(page="Advantages", query="beta=0.1&klr=true")
             moved = await s.run(changes={"beta": 0.3}, widgets=first.widgets)
             query = s.query
+            settled = await s.run(triggers={"rv_knob_relay": ("settle", 1)}, widgets=s.widgets)
         finally:
             await s.close()
-        return a, b, c, first, moved, query
+        return a, b, c, first, moved, settled, query
 
-    a, b, c, first, moved, query = st_client.run_coroutine(go(srv.base))
-    for r in (a, b, c, first, moved):
+    a, b, c, first, moved, settled, query = st_client.run_coroutine(go(srv.base))
+    for r in (a, b, c, first, settled):
         assert r.status == "FINISHED_SUCCESSFULLY"
         assert r.exceptions == []
+    assert moved.status == st_client.FRAGMENT_FINISHED
     assert a.digest == b.digest == first.digest
     assert a.digest != c.digest
-    assert moved.digest == c.digest
+    assert settled.digest == c.digest
     assert dict(urllib.parse.parse_qsl(query)) == {"beta": "0.3", "klr": "true"}
     assert {"beta", "gamma", "lam", "G", "live"} <= set(a.widgets)
     assert a.widgets["beta"].kind == "slider"

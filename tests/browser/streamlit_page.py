@@ -74,6 +74,20 @@ def press_slider(page, key: str, keys: str = "ArrowRight") -> None:
     after_rerun(page, lambda: page.keyboard.press(keys))
 
 
+def press_knob_and_settle(page, key: str, keys: str = "ArrowRight") -> None:
+    """Press a sidebar algorithm knob, then wait for the page's one rerun after the pause.
+
+    The knob reruns only the sidebar's fragment (the page's instant figures redraw in the
+    browser); the relay asks for the full page run when no move follows (relay.PAUSE_MS).
+    """
+    log = page.evaluate("() => (window.__rvRelayLog || []).length")
+    press_slider(page, key, keys)
+    page.wait_for_function(
+        "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'full')", arg=log
+    )
+    wait_idle(page)
+
+
 def press_form_slider(page, key: str, keys: str = "ArrowRight") -> None:
     """Move a slider of the live sidebar's Sample form, then press Sample (one rerun)."""
     thumb = page.locator(f".st-key-{key} input[type='range']").first

@@ -27,7 +27,7 @@ MIN_CHARTS = {
     "01_samples": 0,
     "02_rewards": 1,
     "03_token_kl": 1,
-    "04_advantages": 1,
+    "04_advantages": 0,  # its heatmaps are drawn in the browser (canvas), not Plotly
     "05_local_vs_global": 4,
     "06_sensitivity": 1,
     "07_frameworks": 2,

@@ -6,14 +6,21 @@ Page files and keys come from the one page table, ``roll_viz/nav.py``.
 from __future__ import annotations
 
 import atexit
+import base64
 import functools
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import torch
 from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
+from roll_viz.core import pipeline
+from roll_viz.core.records import Batch
+from roll_viz.ui.instant import SENT_STATE
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / nav.ENTRY)
@@ -63,3 +70,70 @@ def open_page(page: str | None = None, **params: str) -> AppTest:
 def page_alone(page: str) -> AppTest:
     """The page script on its own (no router: the page draws the shared sidebar itself)."""
     return AppTest.from_file(str(ROOT / page_file(page)), default_timeout=TIMEOUT)
+
+
+#: bulk id -> bulk of the instant components seen in this test process (a rerun of the same
+#: session sends only the id: the browser keeps the batch)
+_BULKS: dict[str, dict] = {}
+
+
+def _decode(enc: dict | None):
+    if enc is None:
+        return None
+    dtype = {"f8": "<f8", "u1": "u1", "i4": "<i4"}[enc["dtype"]]
+    arr = np.frombuffer(base64.b64decode(enc["b64"]), dtype=dtype).reshape(enc["shape"])
+    return torch.from_numpy(arr.copy()).to(torch.float64 if enc["dtype"] == "f8" else torch.long)
+
+
+def estimator_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
+    """What the Advantages page's estimator heatmaps draw: title -> (B, T) rows, None on padding.
+
+    The browser computes them with pipeline.js from the component's batch and the configs
+    Python resolved (tests/js checks pipeline.js against ``pipeline.run`` to 1e-9); here the
+    same inputs go through ``pipeline.run``; an estimator pipeline.js does not cover is drawn
+    from the server's numbers sent with it. Titles as the page shows them ("gae (sidebar)").
+    An estimator undefined for the batch is left out.
+    """
+    found = [
+        el.proto for el in at.get("bidi_component")
+        if el.proto.component_name == "roll_viz.instant_estimators"
+    ]  # fmt: skip
+    assert len(found) == 1, f"{len(found)} estimator heatmap components on the page"
+    data = json.loads(found[0].json)
+    if data["bulk"] is None and data["bulk_id"] not in _BULKS:
+        at.session_state[SENT_STATE] = {}  # as a tab that lost it: the next run sends it again
+        at.run()
+        return estimator_grids(at)
+    if data["bulk"] is not None:
+        _BULKS[data["bulk_id"]] = data["bulk"]
+    enc = _BULKS[data["bulk_id"]]["batch"]
+    mask = _decode(enc["response_mask"]).to(torch.float64)
+    batch = Batch(
+        scores=_decode(enc["scores"]),
+        response_mask=mask,
+        group_ids=_decode(enc["group_ids"]),
+        group_labels=tuple(enc["group_labels"]),
+        logprobs=_decode(enc["logprobs"]),
+        ref_logprobs=_decode(enc["ref_logprobs"]),
+        values=_decode(enc["values"]),
+        baseline_scores=_decode(enc["baseline_scores"]),
+    )
+    detail = data["detail"]
+    grids = {}
+    for est in detail["order"]:
+        if est in detail["server"]:  # not computed by pipeline.js: the server's numbers
+            sent = data["server"].get(est, {})
+            if "advantages" not in sent:
+                continue
+            adv = _decode(sent["advantages"])
+        else:
+            try:
+                adv = pipeline.run(batch, detail["framework"], detail["configs"][est]).advantages
+            except ValueError:
+                continue
+        title = f"{est} (sidebar)" if est == detail["estimator"] else est
+        grids[title] = [
+            [float(a) if m > 0 else None for a, m in zip(row, mrow, strict=True)]
+            for row, mrow in zip(adv.tolist(), mask.tolist(), strict=True)
+        ]
+    return grids

@@ -251,7 +251,8 @@ def test_trace_json_carries_its_inputs_and_recomputes_with_the_calculator():
 def test_presentation_mode_scales_chart_fonts_and_folds_the_explainer():
     import json
 
-    at = open_page("advantages", preset="quantum", present="true")
+    # Token KL: its heatmaps are Plotly figures (Advantages draws its own in the browser)
+    at = open_page("kl", preset="quantum", present="true")
     css = " ".join(h.proto.body for h in at.get("html"))
     assert "flex-direction: column" in css  # an explainer's row stacks when the column is narrow
     assert "zoom" not in css  # a zoomed table canvas was laid out wider than shown: cut
@@ -259,7 +260,7 @@ def test_presentation_mode_scales_chart_fonts_and_folds_the_explainer():
     fig = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert fig["layout"]["font"]["size"] == 18
     assert fig["layout"]["xaxis"]["tickfont"]["size"] == 18
-    plain = json.loads(open_page("advantages", preset="quantum").get("plotly_chart")[0].proto.spec)
+    plain = json.loads(open_page("kl", preset="quantum").get("plotly_chart")[0].proto.spec)
     assert "size" not in plain["layout"].get("font", {})
 
 

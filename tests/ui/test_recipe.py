@@ -20,7 +20,7 @@ from roll_viz import nav
 from roll_viz.lm import warm
 from roll_viz.ui import update_page as upd
 from tests.ui import apptest
-from tests.ui.test_chain_pages import zgrid
+from tests.ui.apptest import estimator_grids
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TABLE_TITLE = "**Page order, and the link for each point**"
@@ -77,7 +77,7 @@ def _token_kl(at: AppTest) -> None:
 
 
 def _rows(at: AppTest) -> list[list[float]]:
-    grid = zgrid(charts(at)["advantage_heatmaps"]["data"][0])
+    grid = next(iter(estimator_grids(at).values()))
     return [[v for v in row if v is not None] for row in grid]
 
 

@@ -36,10 +36,12 @@ from typing import Any
 
 import streamlit as st
 
+from roll_viz.ui.instant import relay
 from roll_viz.ui.instant.payload import (
     SLIDERS,
     apply_params,
     batch_payload,
+    browser_covers,
     encode_array,
     instant_payload,
     jsonable_config,
@@ -55,10 +57,12 @@ __all__ = [
     "VIEWS",
     "apply_params",
     "batch_payload",
+    "browser_covers",
     "component_source",
     "encode_array",
     "forget_sent",
     "instant_advantages",
+    "instant_estimators",
     "instant_local_global",
     "instant_payload",
     "jsonable_config",
@@ -66,6 +70,7 @@ __all__ = [
     "local_global_source",
     "max_group_size",
     "payload_id",
+    "relay",
     "subset_groups",
     "subset_scores",
 ]
@@ -102,9 +107,9 @@ CSS = """
 
 
 @functools.cache
-def component_source() -> str:
-    """pipeline.js, bulk.js, component.js: one ES module, the component's default export."""
-    return "\n".join((HERE / f).read_text() for f in ("pipeline.js", "bulk.js", "component.js"))
+def component_source(main: str = "component.js") -> str:
+    """pipeline.js, bulk.js, draw.js and ``main``: one ES module, the component's default export."""
+    return "\n".join((HERE / f).read_text() for f in ("pipeline.js", "bulk.js", "draw.js", main))
 
 
 @functools.cache
@@ -270,6 +275,61 @@ def instant_panel(
         "view": view if view in VIEWS else "advantages",
     }
     _mount(_component(), key, payload, BULK_KEYS, data, lambda: sync_sidebar(key, knobs))
+
+
+# ---------------------------------------------------------------------------------------------
+# The Advantages page's estimator heatmaps: redrawn in the browser on every sidebar knob move
+# ---------------------------------------------------------------------------------------------
+EST_COMPONENT_NAME = "roll_viz.instant_estimators"
+EST_CSS = (
+    CSS
+    + """
+.rv-est { margin: 0.2rem 0 0.6rem; }
+.rv-est-title { font-weight: 600; margin-bottom: 0.15rem; }
+.rv-est-stale { outline: 2px dashed #8a5a00; outline-offset: 3px; }
+.rv-stale-note { background: #fff3cd; color: #3d2c00; font-weight: 600; font-size: 0.85rem;
+  padding: 0.15rem 0.5rem; border-radius: 0.25rem; margin-bottom: 0.2rem; }
+"""
+)
+
+
+@functools.cache
+def _est_component():
+    return st.components.v2.component(
+        EST_COMPONENT_NAME, css=EST_CSS, js=component_source("estimators.js")
+    )
+
+
+def instant_estimators(
+    payload: Mapping[str, Any],
+    tokens: list[list[str]],
+    detail: Mapping[str, Any],
+    server: Mapping[str, Any],
+    key: str,
+) -> None:
+    """One canvas heatmap per estimator, computed in the browser; redrawn on each knob move.
+
+    The sidebar's relay (``relay.knob_detail``) sends the configs on every knob move; this
+    component listens (``relay.listen``), so those moves rerun only the sidebar's fragment.
+
+    Args:
+        payload: ``instant_payload`` of the page's batch (its critic values included).
+        tokens: (B, T) token texts for the hover tip (untrusted: rendered as text only).
+        detail: ``relay.knob_detail`` of the sidebar's values (this full run's).
+        server: for each estimator of ``detail["server"]`` (the ones pipeline.js does not
+            compute exactly): its (B, T) advantages from the server, or its error message.
+        key: Streamlit widget key.
+    """
+    sent = {
+        est: {"error": str(value)}
+        if isinstance(value, str)
+        else {"advantages": encode_array(value)}
+        for est, value in server.items()
+    }
+    data = {"detail": dict(detail), "server": sent, "cell_height": 14}
+    body = {**payload, "tokens": tokens}
+    _mount(_est_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
+    relay.listen(key)
 
 
 # ---------------------------------------------------------------------------------------------

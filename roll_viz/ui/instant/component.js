@@ -1,9 +1,10 @@
 // The instant-advantages Streamlit component (st.components.v2): sliders, a canvas heatmap and
 // a per-sample table, recomputed in the browser with pipeline.js on every input event.
 //
-// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js, bulk.js and
-// this file, so the pipeline's functions (run, covered, decodeBatch, subsetGroups) and bulk.js's
-// (withBulk, waitForBulk: the batch is sent once per tab) are in scope.
+// Loaded as ONE module: roll_viz/ui/instant/__init__.py concatenates pipeline.js, bulk.js,
+// draw.js and this file, so the pipeline's functions (run, covered, decodeBatch, subsetGroups),
+// bulk.js's (withBulk, waitForBulk: the batch is sent once per tab) and draw.js's (el, fmt,
+// colour, absMax, niceCeil, rowLabels, drawHeatmap) are in scope.
 // Python stays the source of truth: the payload carries the resolved config, the sliders only
 // move the keys ALIASES maps them to, and the settled values go back to Python on release
 // (setStateValue("settled", ...)), where the page recomputes with roll_viz.core.pipeline.run.
@@ -16,91 +17,6 @@ const VIEWS = {
   kl: "Token KL",
 };
 const KNOB_LABELS = { beta: "beta (KL coef)", gamma: "gamma", lam: "lambda" };
-
-function el(tag, attrs = {}, text = null) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  if (text !== null) node.textContent = String(text);
-  return node;
-}
-
-function fmt(x, digits = 6) {
-  if (x === null || x === undefined || Number.isNaN(x)) return "";
-  return Number(x).toFixed(digits);
-}
-
-// the app's RdBu convention for z / zmax in [-1, 1]: red negative, white 0, blue positive
-function colour(u) {
-  const v = Math.max(-1, Math.min(1, u));
-  const lo = [178, 24, 43];
-  const mid = [247, 247, 247];
-  const hi = [33, 102, 172];
-  const [a, b, w] = v < 0 ? [mid, lo, -v] : [mid, hi, v];
-  return [0, 1, 2].map((i) => Math.round(a[i] + (b[i] - a[i]) * w));
-}
-
-/** max |z| over the valid cells. */
-function absMax(z, mask) {
-  let top = 0;
-  for (let b = 0; b < z.length; b++) {
-    for (let t = 0; t < z[b].length; t++) if (mask[b][t] > 0) top = Math.max(top, Math.abs(z[b][t]));
-  }
-  return top;
-}
-
-/** Round up to 1, 2 or 5 x 10^k (the server figures' nice ceilings); 1 for 0. */
-function niceCeil(x) {
-  if (!(x > 0) || !Number.isFinite(x)) return 1;
-  const p = 10 ** Math.floor(Math.log10(x));
-  // 1, 2, 3 or 5 times a power of ten: views.scales.nice_ceiling's steps, so the strip and the
-  // heatmaps round a range the same way
-  for (const m of [1, 2, 3, 5, 10]) if (m * p >= x * (1 - 1e-12)) return m * p;
-  return 10 * p;
-}
-
-/** "p0/s2" row names, as every page names samples (views.text.sample_labels). */
-function rowLabels(groupIds) {
-  const seen = new Map();
-  return Array.from(groupIds, (g) => {
-    const k = seen.get(g) || 0;
-    seen.set(g, k + 1);
-    return `p${g}/s${k}`;
-  });
-}
-
-/** Draw (B, T) z on the canvas on a fixed scale [-zmax, zmax] (beyond it: the end colour). */
-function drawHeatmap(canvas, z, mask, cellH, zmax) {
-  const B = z.length;
-  const T = B ? z[0].length : 0;
-  const off = canvas.__off || document.createElement("canvas");
-  canvas.__off = off;
-  off.width = Math.max(T, 1);
-  off.height = Math.max(B, 1);
-  const octx = off.getContext("2d");
-  const img = octx.createImageData(off.width, off.height);
-  for (let b = 0; b < B; b++) {
-    for (let t = 0; t < T; t++) {
-      const i = 4 * (b * T + t);
-      const rgb = mask[b][t] > 0 ? colour(zmax > 0 ? z[b][t] / zmax : 0) : [214, 214, 214];
-      img.data[i] = rgb[0];
-      img.data[i + 1] = rgb[1];
-      img.data[i + 2] = rgb[2];
-      img.data[i + 3] = 255;
-    }
-  }
-  octx.putImageData(img, 0, 0);
-  const width = canvas.clientWidth || canvas.parentNode?.clientWidth || 800;
-  const height = Math.max(B * cellH, 1);
-  // the CSS height pins each row to its label's cellH px: with width 100% alone the canvas
-  // scaled its height by displayed / drawn width, and the labels drifted off their rows
-  canvas.style.height = `${height}px`;
-  // resizing a canvas reallocates it: only when the size really changed
-  if (canvas.width !== width) canvas.width = width;
-  if (canvas.height !== height) canvas.height = height;
-  const ctx = canvas.getContext("2d");
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(off, 0, 0, canvas.width, canvas.height);
-}
 
 function buildUi(root, payload, knobs, view) {
   // knobs: which controls to show (Token KL needs only beta); hidden ones keep config values
@@ -326,11 +242,14 @@ function onHover(state, ev) {
 export default function instantAdvantages(component) {
   const { data, parentElement, setStateValue } = component;
   const cleanup = () => {
+    const gone = parentElement.__rvInstant;
+    if (gone) globalThis.removeEventListener("rv-knobs", gone.onKnobs);
     parentElement.__rvInstant = undefined;
   };
   const payload = withBulk(data); // bulk.js: the batch arrives once per tab
   let state = parentElement.__rvInstant;
   if (!state || state.payloadId !== data.payload_id) {
+    if (state) globalThis.removeEventListener("rv-knobs", state.onKnobs);
     // first mount or a new batch/config: (re)build; a rerun with the same payload is a no-op
     let root = parentElement.querySelector(".rv-instant");
     if (!root) {
@@ -365,6 +284,16 @@ export default function instantAdvantages(component) {
       settle(state);
     });
     ui.view.addEventListener("change", () => update(state));
+    // the sidebar's knobs moved (relay.js): start from the sidebar's new config and values,
+    // keep this strip's G
+    state.onKnobs = (ev) => {
+      const detail = ev.detail || {};
+      if (detail.framework !== state.payload.framework || !detail.config) return;
+      state.payload = { ...state.payload, config: detail.config };
+      setParams(state, { ...detail.params, G: state.values ? state.values.G : undefined });
+      update(state);
+    };
+    globalThis.addEventListener("rv-knobs", state.onKnobs);
     ui.canvas.addEventListener("mousemove", (ev) => onHover(state, ev));
   }
   state.setStateValue = setStateValue;

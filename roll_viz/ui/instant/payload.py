@@ -13,6 +13,7 @@ This module imports no Streamlit, so the conformance tests can use it directly.
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,6 +140,7 @@ def subset_groups(batch: Batch, group_size: int) -> Batch:
     )
 
 
+@functools.cache
 def browser_coverage() -> dict[str, dict[str, list | None]]:
     """What ``pipeline.js`` computes exactly, per framework with a browser port (JSON-ready).
 
@@ -154,6 +156,24 @@ def browser_coverage() -> dict[str, dict[str, list | None]]:
         for name, d in dialects.DIALECTS.items()
         if d.BROWSER_COVERAGE is not None
     }
+
+
+def browser_covers(framework: str, config: Mapping[str, Any]) -> bool:
+    """Whether ``pipeline.js`` computes ``config`` exactly: its ``covered``, in Python.
+
+    ``config`` is a resolved config cut to the reward-stage keys (``jsonable_config``). A
+    config that reads running statistics is not covered here: the payload carries none (the
+    server's running moments belong to the session).
+    """
+    table = browser_coverage().get(framework)
+    if table is None or any(key not in config for key in table):
+        return False
+    for key, value in config.items():
+        if key not in table or (table[key] is not None and value not in table[key]):
+            return False
+        if value == "running":
+            return False
+    return True  # gamma / lambda outside [0, 1]: resolve_config has refused them already
 
 
 def instant_payload(

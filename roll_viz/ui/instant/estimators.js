@@ -1,0 +1,167 @@
+// The Advantages page's estimator heatmaps (st.components.v2): one canvas heatmap per estimator
+// of the dialect, the sidebar's first, on one fixed shared colour scale (views.heatmaps.
+// estimator_heatmaps: max(3, the largest |A| rounded up)), row labels p<prompt>/s<sample> and a
+// hover tip with the token. Computed in the browser with pipeline.js from the configs Python
+// resolved (data.detail, relay.knob_detail), and again on every "rv-knobs" event the sidebar's
+// relay dispatches (a knob move: no server round trip for these figures).
+//
+// Loaded as ONE module with pipeline.js, bulk.js and component.js (instant/__init__.py), so
+// run, decodeBatch, withBulk, waitForBulk, el, fmt, colour, absMax, niceCeil, rowLabels and
+// drawHeatmap are in scope. Every string is rendered with textContent (never innerHTML).
+
+function drawEstimators(state) {
+  const { payload, detail, root } = state;
+  const t0 = performance.now();
+  const coverage = payload.coverage[detail.framework];
+  const results = {};
+  let peak = 0;
+  const fromServer = new Set(detail.server || []);
+  for (const est of detail.order) {
+    const cfg = detail.configs[est];
+    if (fromServer.has(est) || !cfg) {
+      // not computed by pipeline.js: the server's numbers of the last full run, marked as
+      // such while the knobs have moved since (the pause reruns the page)
+      const got = state.server[est] || { error: "computed on the server: updates when you pause" };
+      results[est] = got.error
+        ? { error: got.error, stale: state.moved }
+        : { advantages: decodeArray(got.advantages), stale: state.moved };
+      if (results[est].advantages) {
+        peak = Math.max(peak, absMax(results[est].advantages, state.batch.response_mask));
+      }
+      continue;
+    }
+    try {
+      const out = run(state.batch, detail.framework, cfg, null, coverage);
+      results[est] = { advantages: out.advantages };
+      peak = Math.max(peak, absMax(out.advantages, state.batch.response_mask));
+    } catch (err) {
+      results[est] = { error: err.message };
+    }
+  }
+  const floor = (payload.scale_floor || {}).advantages || 0;
+  const zmax = Math.max(floor, niceCeil(peak));
+  const t1 = performance.now();
+  const labels = rowLabels(state.batch.group_ids);
+  const blocks = [];
+  for (const est of detail.order) {
+    const name = est === detail.estimator ? `${est} (sidebar)` : est;
+    const res = results[est];
+    const block = el("div", {
+      class: res.stale ? "rv-est rv-est-stale" : "rv-est", "data-testid": "rv-est",
+      "data-estimator": est,
+    });
+    block.appendChild(el("div", { class: "rv-est-title", role: "heading", "aria-level": 4 }, name));
+    if (res.stale) {
+      block.appendChild(
+        el("div", { class: "rv-stale-note" },
+          "Computed on the server for the previous knob values: updates when you pause"),
+      );
+    }
+    if (res.error) {
+      block.appendChild(
+        el("div", { class: "rv-status rv-fallback" }, `${est} is undefined for this batch: ${res.error}`),
+      );
+      blocks.push(block);
+      continue;
+    }
+    const strip = el("div", { class: "rv-strip" });
+    const rows = el("div", { class: "rv-rows", "aria-hidden": "true" });
+    for (const label of labels) {
+      rows.appendChild(
+        el("div", { style: `height:${state.cellH}px;line-height:${state.cellH}px` }, label),
+      );
+    }
+    const canvas = el("canvas", {
+      class: "rv-heatmap",
+      role: "img",
+      "aria-label":
+        `${name}: advantages of ${labels.length} samples by token position, ` +
+        `red negative, blue positive, scale -${fmt(zmax, 3)} to +${fmt(zmax, 3)}`,
+    });
+    strip.append(rows, canvas);
+    const tip = el("div", { class: "rv-tip", "aria-live": "off" });
+    block.append(strip, tip);
+    blocks.push(block);
+    canvas.addEventListener("mousemove", (ev) => {
+      const rect = canvas.getBoundingClientRect();
+      const z = res.advantages;
+      const B = z.length;
+      const T = B ? z[0].length : 0;
+      const t = Math.floor(((ev.clientX - rect.left) / rect.width) * T);
+      const b = Math.floor(((ev.clientY - rect.top) / rect.height) * B);
+      if (b < 0 || b >= B || t < 0 || t >= T) return;
+      if (!(state.batch.response_mask[b][t] > 0)) {
+        tip.textContent = `${est}, sample ${labels[b]}, t = ${t}: padding`;
+        return;
+      }
+      const token = (state.tokens[b] || [])[t] ?? "";
+      tip.textContent = `"${token}" (${est}, sample ${labels[b]}, t = ${t}) A = ${fmt(z[b][t], 4)}`;
+    });
+    res.canvas = canvas;
+  }
+  state.list.replaceChildren(...blocks);
+  for (const est of detail.order) {
+    const res = results[est];
+    if (res.canvas) drawHeatmap(res.canvas, res.advantages, state.batch.response_mask, state.cellH, zmax);
+  }
+  const t2 = performance.now();
+  state.legend.textContent =
+    `Advantage A, one fixed scale for every estimator: red -${fmt(zmax, 3)} .. white 0 .. ` +
+    `blue +${fmt(zmax, 3)}; grey = padding; rows p<prompt>/s<sample>. Computed in your browser ` +
+    `(${(t1 - t0).toFixed(1)} ms compute, ${(t2 - t1).toFixed(1)} ms draw).`;
+  state.results = results;
+  state.zmax = zmax;
+  root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
+  root.dataset.seq = detail.seq || "";
+  root.dataset.state = "ready";
+}
+
+export default function estimatorHeatmaps(component) {
+  const { data, parentElement } = component;
+  const payload = withBulk(data);
+  let state = parentElement.__rvEst;
+  let root = parentElement.querySelector(".rv-est-root");
+  if (!root) {
+    root = el("div", { class: "rv-instant rv-est-root", "data-testid": "rv-est-heatmaps" });
+    parentElement.appendChild(root);
+  }
+  if (payload === null) {
+    parentElement.__rvEst = undefined;
+    waitForBulk(component, root, "rv-est-status");
+    return () => {};
+  }
+  if (!state || state.payloadId !== data.payload_id) {
+    if (state) globalThis.removeEventListener("rv-knobs", state.onKnobs);
+    root.replaceChildren();
+    state = {
+      root, payload, payloadId: data.payload_id, batch: decodeBatch(payload.batch),
+      tokens: payload.tokens || [], cellH: data.cell_height || 14, detailIn: null,
+      server: {}, moved: false,
+    };
+    state.legend = el("div", { class: "rv-legend", "data-testid": "rv-est-legend" });
+    state.list = el("div", { class: "rv-est-list" });
+    root.append(state.legend, state.list);
+    state.onKnobs = (ev) => {
+      const detail = ev.detail || {};
+      // another dialect's estimators are not this payload's: the server reruns the page then
+      if (detail.framework !== state.payload.framework || !detail.covered) return;
+      state.detail = detail;
+      state.moved = true;
+      root.dataset.source = "relay";
+      drawEstimators(state);
+    };
+    globalThis.addEventListener("rv-knobs", state.onKnobs);
+    parentElement.__rvEst = state;
+  }
+  const incoming = JSON.stringify([data.detail || {}, data.server || {}]);
+  if (incoming !== state.detailIn) {
+    // a full run's values (the server's own, after a pause or a page change)
+    state.detailIn = incoming;
+    state.detail = data.detail;
+    state.server = data.server || {};
+    state.moved = false;
+    root.dataset.source = "server";
+    drawEstimators(state);
+  }
+  return () => {};
+}

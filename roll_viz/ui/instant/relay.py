@@ -1,0 +1,152 @@
+"""The sidebar's algorithm knobs, relayed to the page's figures in the browser.
+
+The algorithm section of the sidebar is a fragment (``ui.knobs``): moving one of its knobs
+reruns only that section on the server (a few ms), not the page. The section ends with this
+relay, a tiny ``st.components.v2`` component that receives the settled knob values as data
+(per estimator of the dialect: the resolved config the server would run) and dispatches them on
+``window`` as an ``rv-knobs`` CustomEvent. The page's instant components (the Advantages page's
+estimator heatmaps and its instant strip) listen and recompute with ``pipeline.js``.
+
+What the browser does not recompute is marked: every ``stale_section`` of the page gets a
+dashed outline and the line "computed for the previous knob values" while a burst of moves
+lasts, and when the student pauses (``PAUSE_MS`` without a move) the relay sets its ``settle``
+trigger, whose callback asks for ONE full-page rerun: the server reruns once per burst, not
+per move. A page with no listener (``listen`` not called on its last full run), a framework
+switch (new estimators, new defaults) and a config the browser pipeline does not cover rerun
+the whole page at once, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+from roll_viz.core.pipeline import ESTIMATOR_KEY, resolve_config
+from roll_viz.ui.instant.payload import browser_covers, jsonable_config
+from roll_viz.ui.settings import estimator_options, estimator_overrides, native_config
+
+HERE = Path(__file__).parent
+RELAY_NAME = "roll_viz.knob_relay"
+#: ms without a knob move before the one full-page rerun (a burst of moves reruns once)
+PAUSE_MS = 1500
+#: session_state keys: the listeners the page registered on its last full run; a full rerun
+#: asked for by a callback (framework switch, the relay's settle)
+LISTENERS_KEY = "_rv_relay_listeners"
+FULL_KEY = "_rv_relay_full"
+#: the prefix of every stale section's container key (its class is st-key-<key>)
+STALE_PREFIX = "rv_stale_"
+
+
+def fragment_rerun() -> bool:
+    """Whether this script run reruns fragments only (a knob move), not the page."""
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
+def start_full_run() -> None:
+    """A full run begins (the sidebar, before the page): forget the last page's listeners."""
+    st.session_state[LISTENERS_KEY] = []
+    st.session_state.pop(FULL_KEY, None)
+
+
+def listen(key: str) -> None:
+    """Called by a page's component that redraws on the relay: knob moves stay in the browser."""
+    listeners = st.session_state.setdefault(LISTENERS_KEY, [])
+    if key not in listeners:
+        listeners.append(key)
+
+
+def ask_full_run() -> None:
+    """Callback: the next fragment rerun becomes one full-page rerun."""
+    st.session_state[FULL_KEY] = True
+
+
+def needs_full_run() -> bool:
+    """On a fragment rerun: whether the page must rerun (asked for, or nobody listens)."""
+    return bool(st.session_state.get(FULL_KEY)) or not st.session_state.get(LISTENERS_KEY)
+
+
+def stale_section(name: str) -> Any:
+    """A container of the page that only the server computes: marked while a burst lasts."""
+    return st.container(key=STALE_PREFIX + name)
+
+
+def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """What the relay sends: per estimator of the dialect, the resolved config the page runs.
+
+    The same configs as the Advantages page's ``try_trace`` (``native_config`` with the
+    estimator override), resolved by Python (the only source of defaults and validation) and
+    cut to the reward-stage keys the browser reads.
+
+    Args:
+        framework: the sidebar's dialect.
+        generic: the sidebar's generic knob values.
+        config: the sidebar's config (``AppState.config``: what the instant strip starts from).
+
+    Returns:
+        JSON-ready dict: framework, config (the sidebar's, resolved), estimator (the
+        sidebar's), estimator_key, params (beta, gamma, lam, estimator), order (the page's
+        estimators, the sidebar's first), configs (estimator -> config), server (the
+        estimators ``pipeline.js`` does not compute exactly: drawn from the server's numbers),
+        covered (whether the browser computes the sidebar's estimator), seq (a hash of the
+        rest: the JS dispatches only a new one).
+    """
+    estimators = estimator_options(framework)
+    current = generic.get("estimator")
+    order = sorted(estimators, key=lambda e: (e != current, estimators.index(e)))
+    configs, server = {}, []
+    try:
+        sidebar = jsonable_config(framework, resolve_config(framework, config))
+    except ValueError:
+        sidebar = None
+    for est in order:
+        try:
+            cfg = resolve_config(
+                framework, native_config(framework, generic, estimator_overrides(framework, est))
+            )
+        except ValueError:
+            server.append(est)
+            continue
+        configs[est] = jsonable_config(framework, cfg)
+        if not browser_covers(framework, configs[est]):
+            server.append(est)
+    detail = {
+        "framework": framework,
+        "config": sidebar,
+        "estimator": current if current is not None else (order[0] if order else None),
+        "estimator_key": ESTIMATOR_KEY[framework],
+        "params": {k: generic.get(k) for k in ("beta", "gamma", "lam", "estimator")},
+        "order": order,
+        "configs": configs,
+        "server": server,
+        # the browser redraws the page's heatmaps if it computes the sidebar's estimator; the
+        # others it does not compute keep the server's last numbers, marked, until the pause
+        "covered": sidebar is not None and bool(order) and order[0] not in server,
+    }
+    detail["seq"] = hashlib.sha1(json.dumps(detail, sort_keys=True).encode()).hexdigest()[:12]
+    return detail
+
+
+def page_detail(state: Any) -> dict[str, Any]:
+    """``knob_detail`` of a page's AppState: the values this full run drew with."""
+    return knob_detail(state.framework, dict(state.generic), dict(state.config))
+
+
+@functools.cache
+def _relay():
+    return st.components.v2.component(RELAY_NAME, js=(HERE / "relay.js").read_text())
+
+
+def mount(detail: dict[str, Any], full: bool) -> None:
+    """The relay component: dispatches ``detail`` on a knob move, clears the marks on a full run."""
+    _relay()(
+        key="rv_knob_relay",
+        data={"detail": detail, "full": bool(full), "pause_ms": PAUSE_MS, "prefix": STALE_PREFIX},
+        on_settle_change=ask_full_run,
+    )

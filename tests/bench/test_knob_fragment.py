@@ -1,0 +1,83 @@
+"""The sidebar's knobs rerun a fragment, not the page: over the websocket, as the browser does.
+
+A scripted client (``benchmarks.st_client``) opens Advantages and moves the sidebar's gamma: the
+rerun names the algorithm fragment's id, the server reruns that fragment only (its script_finished
+says so) and draws the knobs and the relay, nothing of the page; the URL keeps the value. The
+relay's settle trigger then reruns the whole page once, with the new gamma; sent without the
+fragment id the same move reruns the page (the old path). The gamma class
+(``benchmarks.knob_load``) runs both paths with no error. Timings are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import knob_load
+from benchmarks.server import streamlit_server
+from benchmarks.st_client import FRAGMENT_FINISHED, Session, run_coroutine
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with streamlit_server(model="tiny") as s:
+        yield s
+
+
+def _kinds(res) -> set[str]:
+    return {kind for _path, kind, _h, _text in res.parts}
+
+
+def test_a_knob_move_reruns_the_fragment_and_the_settle_the_page(srv):
+    async def go():
+        s = Session(srv.base)
+        await s.connect()
+        try:
+            opened = await s.run(page="Advantages", query="")
+            gamma = s.widgets["gamma"]
+            moved = await s.run(changes={"gamma": 0.9}, widgets=s.widgets)
+            query_after_move = s.query
+            settled = await s.run(triggers={"rv_knob_relay": ("settle", "x")}, widgets=s.widgets)
+            old_path = await s.run(changes={"gamma": 0.8}, widgets=s.widgets, page_reruns=True)
+            return opened, gamma, moved, query_after_move, settled, old_path, s
+        finally:
+            await s.close()
+
+    opened, gamma, moved, query, settled, old_path, s = run_coroutine(go())
+    assert opened.status == "FINISHED_SUCCESSFULLY"
+    assert gamma.fragment_id  # drawn inside the sidebar's fragment
+    assert not s.widgets["G"].fragment_id  # the data section is not
+    assert moved.status == FRAGMENT_FINISHED
+    assert moved.fragment
+    assert not moved.exceptions
+    # the fragment drew its markdown heading and nothing of the page (no alert, no plot, no LaTeX)
+    assert _kinds(moved) <= {"markdown"}, moved.parts
+    assert "gamma=0.9" in query
+    assert settled.status == "FINISHED_SUCCESSFULLY"
+    assert not settled.fragment
+    assert not settled.exceptions
+    assert len(settled.parts) > len(moved.parts)  # the whole page again
+    assert old_path.status == "FINISHED_SUCCESSFULLY"
+    assert not old_path.fragment
+    assert s.fragment_runs >= 2  # the move, and the settle's fragment run before its page run
+    assert s.full_runs == 3  # open, settle, the old path
+
+
+@pytest.mark.parametrize("path", knob_load.PATHS)
+def test_knob_class_benchmark(srv, path, capsys):
+    line = run_coroutine(
+        knob_load.knob_class(srv.base, 3, 4.0, path, pause=0.5, seed=1, server_pid=srv.pid)
+    )
+    with capsys.disabled():
+        print("BENCHMARK " + json.dumps(line))
+    assert line["errors"] == 0, line["error_examples"]
+    assert line["moves"] >= 3
+    if path == "fragment":
+        assert line["fragment_runs_per_s"] > 0
+    else:
+        assert line["fragment_runs_per_s"] == 0
+        assert line["settles"] == 0
+    assert line["cpu_ms_per_fragment_rerun"] is not None
