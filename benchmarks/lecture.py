@@ -67,7 +67,9 @@ from typing import Any
 import redis
 
 from benchmarks import lecture_figures, st_client
-from benchmarks.lecture_tab import FINISHED, Tab
+from benchmarks.knob_load import PAUSE_S, RELAY
+from benchmarks.lecture_figures import Record
+from benchmarks.lecture_tab import Tab
 from benchmarks.server import Server, free_port, health, streamlit_server
 from roll_viz.cli import hall as hall_cli
 
@@ -99,40 +101,11 @@ async def move_knob(
 ) -> st_client.RunResult:
     """One sidebar knob move, as the frontend sends it: every knob move of the lecture comes here.
 
-    Today a sidebar slider reruns the whole page; where the app reruns only a fragment for it,
-    this is the one place to send the fragment's id with the change.
+    The sidebar's algorithm knobs sit in a fragment: ``Session.run`` names its id, so the server
+    reruns that fragment alone and the page's figures follow in the browser (``settle`` then
+    reruns the page once after the burst).
     """
     return await tab.run(changes=changes, widgets=widgets, keep=keep)
-
-
-@dataclasses.dataclass
-class Record:
-    """Every timed action and every failure of one lecture (shared by all students)."""
-
-    t0: float = 0.0
-    actions: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
-    errors: list[str] = dataclasses.field(default_factory=list)
-    exceptions: list[str] = dataclasses.field(default_factory=list)
-    error_alerts: list[str] = dataclasses.field(default_factory=list)
-    votes_cast: int = 0
-    answers_kept: int = 0
-    phone_reopens: int = 0
-
-    async def timed(self, who: str, action: str, coro: Any) -> st_client.RunResult | None:
-        """Await one run; file its time (by send moment) or its failure. None when it failed."""
-        sent = time.monotonic() - self.t0
-        try:
-            res = await coro
-        except Exception as err:  # a drop or a protocol error: counted, never a crash
-            self.errors.append(f"{who} {action}: {err!r}")
-            return None
-        if res.status not in FINISHED:
-            self.errors.append(f"{who} {action}: {res.status}")
-            return None
-        self.actions.append((action, sent, res.ms))
-        self.exceptions += [f"{who} {action}: {e}" for e in res.exceptions]
-        self.error_alerts += [f"{who} {action}: {e}" for e in res.error_alerts]
-        return res
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,6 +208,25 @@ class Student:
             self.widgets = res.widgets or self.widgets
         return res is not None
 
+    async def settle(self, p: Plan) -> bool:
+        """The page rerun after a burst: the relay's timer, then its trigger, as relay.js sends it.
+
+        Only where the page has the relay (a page the browser cannot redraw reran at each move).
+        """
+        if RELAY not in self.widgets:
+            return True
+        await self.tab.idle(PAUSE_S * p.scale)
+        res = await self.rec.timed(
+            f"student {self.i}",
+            "settle",
+            self.tab.run(
+                triggers={RELAY: ("settle", self.i)}, widgets=self.widgets, keep=self.keep({})
+            ),
+        )
+        if res is not None:
+            self.widgets = res.widgets or self.widgets
+        return res is not None
+
     def next_move(self) -> dict[str, Any]:
         """γ or β to a value of ``KNOB_VALUES`` it does not have now ({} when none is drawn)."""
         keys = [k for k in KNOB_VALUES if k in self.widgets]
@@ -282,6 +274,8 @@ class Student:
                     self.moves += 1
                     if not await self.change("knob", move):
                         return
+                if not await self.settle(p):
+                    return
             elif what == "live" and LIVE_KEY in self.widgets:
                 if not await self.change("live", {LIVE_KEY: True}):
                     return
@@ -451,6 +445,7 @@ def summarise(
         "exceptions": len(rec.exceptions),
         "error_alerts": len(rec.error_alerts),
         "server_tracebacks": tracebacks,
+        "knob_fragment_runs": rec.knob_fragment_runs,
         "votes": {
             "cast": rec.votes_cast,
             "counted": counted[0],

@@ -1,6 +1,7 @@
 """What a lecture measured, per configuration, and its projection to an 8-core machine.
 
-``benchmarks.lecture`` runs the lecture; this module reads what it cost. ``Meter`` samples the
+``benchmarks.lecture`` runs the lecture; this module records its timed actions (``Record``)
+and reads what it cost. ``Meter`` samples the
 RSS of each process of the configuration (psutil, every 0.5 s) and reads its CPU time at the
 start and the end (apps, and in a hall Redis and the proxy), and Redis's INFO commandstats and
 INFO cpu at both ends. ``figures`` turns the timed actions and the meter into the line's fields:
@@ -27,12 +28,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import os
+import time
 from typing import Any
 
 import psutil
 import redis
+
+from benchmarks import st_client
+from benchmarks.lecture_tab import FINISHED
+
+
+@dataclasses.dataclass
+class Record:
+    """Every timed action and every failure of one lecture (shared by all students)."""
+
+    t0: float = 0.0
+    actions: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    exceptions: list[str] = dataclasses.field(default_factory=list)
+    error_alerts: list[str] = dataclasses.field(default_factory=list)
+    votes_cast: int = 0
+    answers_kept: int = 0
+    knob_fragment_runs: int = 0  # knob moves the server answered with the sidebar fragment alone
+    phone_reopens: int = 0
+
+    async def timed(self, who: str, action: str, coro: Any) -> st_client.RunResult | None:
+        """Await one run; file its time (by send moment) or its failure. None when it failed."""
+        sent = time.monotonic() - self.t0
+        try:
+            res = await coro
+        except Exception as err:  # a drop or a protocol error: counted, never a crash
+            self.errors.append(f"{who} {action}: {err!r}")
+            return None
+        if res.status not in FINISHED:
+            self.errors.append(f"{who} {action}: {res.status}")
+            return None
+        self.actions.append((action, sent, res.ms))
+        self.knob_fragment_runs += action == "knob" and res.fragment
+        self.exceptions += [f"{who} {action}: {e}" for e in res.exceptions]
+        self.error_alerts += [f"{who} {action}: {e}" for e in res.error_alerts]
+        return res
+
 
 CORES = 8
 PEAK_WINDOW_S = 5.0

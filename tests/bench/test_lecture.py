@@ -45,10 +45,23 @@ def test_a_short_lecture_on_the_hall_counts_every_vote_once(capsys):
     roles = line["roles"]
     assert votes["answers_kept_on_reopen"] == f"{roles['close_reopen']} / {roles['close_reopen']}"
     actions = line["actions"]
-    for action in ("open", "knob", "live", "reopen", "join", "poll", "vote", "phone_reopen"):
+    for action in (
+        "open",
+        "knob",
+        "settle",
+        "live",
+        "reopen",
+        "join",
+        "poll",
+        "vote",
+        "phone_reopen",
+    ):
         assert actions[action]["n"] > 0, action
         assert set(actions[action]) == {"n", "p50_ms", "p95_ms", "max_ms"}
     assert actions["open"]["n"] == STUDENTS
+    # every knob move reran the sidebar's fragment alone; each burst ended in one page rerun
+    assert line["knob_fragment_runs"] == actions["knob"]["n"]
+    assert 0 < actions["settle"]["n"] <= actions["knob"]["n"]
     assert actions["vote"]["n"] == STUDENTS
     assert actions["live"]["n"] == roles["live"]
     assert set(line["processes_measured"]) == {"redis", "app1", "app2", "proxy"}
