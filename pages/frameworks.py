@@ -63,9 +63,9 @@ with ui.page_guard("Frameworks"):
         critic = ui.critic_radio(key="fw_critic")
 
     @st.cache_data(show_spinner=False, max_entries=64)
-    def comparison(key: tuple, settings: tuple, est: str, ref: str, _batch, _prompts):
+    def comparison(key: tuple, settings: tuple, est: str, ref: str, fws: tuple, _batch, _prompts):
         return compare.compare_frameworks(
-            _batch, dict(settings), est, reference=ref, prompts=_prompts
+            _batch, dict(settings), est, frameworks=fws, reference=ref, prompts=_prompts
         )
 
     rollout = ui.cached_rollout(state)
@@ -76,6 +76,7 @@ with ui.page_guard("Frameworks"):
         tuple(sorted(generic.items())),
         estimator,
         reference,
+        ui.framework_names(),  # the registry: a dialect registered later is a new comparison
         _batch=batch,
         _prompts=rollout.prompts,
     )

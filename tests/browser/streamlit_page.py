@@ -117,6 +117,30 @@ def chart_data(page, index: int = 0) -> list[dict]:
     return json.loads(raw)
 
 
+#: the estimator heatmaps Advantages draws in the browser (roll_viz/ui/instant/estimators.js)
+BROWSER_HEATMAPS = "[data-testid=rv-est-heatmaps]"
+
+
+def browser_heatmaps(page) -> list[dict]:
+    """The browser-drawn estimator heatmaps as traces: one {name, z} per estimator, in order."""
+    page.locator(f"{BROWSER_HEATMAPS}[data-state=ready]").first.wait_for(state="attached")
+    raw = page.locator(BROWSER_HEATMAPS).first.evaluate(
+        """(el) => {
+          const s = el.parentNode.__rvEst;
+          return Object.entries(s.results).filter(([e, r]) => r.advantages)
+            .map(([e, r]) => ({name: e, z: r.advantages.map((row) => Array.from(row))}));
+        }"""
+    )
+    return sorted(raw, key=lambda t: t["name"])
+
+
+def first_figure(page) -> list[dict]:
+    """The page's first figure as traces: the browser's heatmaps on Advantages, else Plotly's."""
+    if urllib.parse.urlsplit(page.url).path.rstrip("/").endswith("/Advantages"):
+        return browser_heatmaps(page)
+    return chart_data(page, 0)
+
+
 def exceptions(page) -> list[str]:
     """Texts of Streamlit exception boxes on the page."""
     return page.locator("[data-testid='stException']").all_inner_texts()

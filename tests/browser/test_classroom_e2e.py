@@ -38,7 +38,7 @@ def test_a_bad_regex_shows_its_message_and_no_traceback(server, page):
     sidebar = page.get_by_test_id("stSidebar")
     assert "invalid regular expression" in sidebar.inner_text()
     assert "Traceback" not in page.content()
-    assert page.get_by_test_id("stPlotlyChart").count() >= 1
+    assert sp.browser_heatmaps(page)  # the page's figures are drawn, the bad pattern aside
 
 
 def test_markdown_and_image_prompts_render_literally_and_fetch_nothing(server, page):

@@ -27,7 +27,7 @@ def _sidebar_value(page, key: str) -> str:
 
 def _first_chart(page) -> str:
     """The first figure's data (every trace's x, y, z) as text: the page's batch and numbers."""
-    return json.dumps(sp.chart_data(page, 0), sort_keys=True)
+    return json.dumps(sp.first_figure(page), sort_keys=True)
 
 
 def _numbers(value):
