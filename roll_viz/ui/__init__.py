@@ -51,7 +51,12 @@ from roll_viz.ui.flow import (
     warm_up,
 )
 from roll_viz.ui.guard import page_guard
-from roll_viz.ui.instant import instant_estimators, instant_local_global, instant_panel
+from roll_viz.ui.instant import (
+    instant_estimators,
+    instant_local_global,
+    instant_panel,
+    instant_token_rewards,
+)
 from roll_viz.ui.instant.relay import page_detail, stale_section
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models, model_loaded, model_spec
@@ -177,6 +182,7 @@ __all__ = [
     "instant_local_global",
     "instant_panel",
     "instant_payload",
+    "instant_token_rewards",
     "is_present",
     "is_warm",
     "kl_estimates",

@@ -177,7 +177,7 @@ def _algorithm_fragment() -> tuple[str, dict, dict]:
         norm = norm_overrides(framework, generic["norm"])
     config = native_config(framework, generic, overrides=norm)
     detail = relay.knob_detail(framework, generic, config)
-    if moved and not detail["covered"]:
+    if moved and not relay.page_covered(detail):
         st.rerun(scope="app")  # the browser cannot redraw this config: the server does
     relay.mount(detail, full=not moved)
     return framework, generic, config

@@ -1,23 +1,45 @@
-// The Advantages page's estimator heatmaps (st.components.v2): one canvas heatmap per estimator
-// of the dialect, the sidebar's first, on one fixed shared colour scale (views.heatmaps.
-// estimator_heatmaps: max(3, the largest |A| rounded up)), row labels p<prompt>/s<sample> and a
-// hover tip with the token. Computed in the browser with pipeline.js from the configs Python
-// resolved (data.detail, relay.knob_detail), and again on every "rv-knobs" event the sidebar's
-// relay dispatches (a knob move: no server round trip for these figures).
+// The browser-drawn heatmaps of the pages that follow the sidebar's relay (st.components.v2):
+// on Advantages one canvas heatmap of the advantages per estimator of the dialect, the sidebar's
+// first (views.heatmaps.estimator_heatmaps: max(3, the largest |A| rounded up)); on Token KL
+// (data.kind "placements") the token rewards of each KL placement ("in the reward", "as a loss
+// term"), side by side on one shared scale (the largest |r| rounded up), as the page's Plotly
+// token_reward_heatmap. Row labels p<prompt>/s<sample> and a hover tip with the token. Computed
+// in the browser with pipeline.js from the configs Python resolved (data.detail, relay.
+// knob_detail), and again on every "rv-knobs" event the sidebar's relay dispatches (a knob move:
+// no server round trip for these figures).
 //
 // Loaded as ONE module with pipeline.js, bulk.js and component.js (instant/__init__.py), so
 // run, decodeBatch, withBulk, waitForBulk, el, fmt, colour, absMax, niceCeil, rowLabels and
 // drawHeatmap are in scope. Every string is rendered with textContent (never innerHTML).
 
+/** What a kind of component draws from the relay's detail: panels, their configs, quantity. */
+function panelsOf(kind, detail) {
+  if (kind === "placements") {
+    const configs = detail.placements || {};
+    return {
+      order: Object.keys(configs), configs, server: [], quantity: "token_rewards", symbol: "r",
+      what: "token rewards", covered: detail.placements_covered,
+      title: (name) => `Token rewards, KL ${name}`,
+    };
+  }
+  return {
+    order: detail.order, configs: detail.configs, server: detail.server || [],
+    quantity: "advantages", symbol: "A", what: "advantages", covered: detail.covered,
+    title: (est) => (est === detail.estimator ? `${est} (sidebar)` : est),
+  };
+}
+
 function drawEstimators(state) {
   const { payload, detail, root } = state;
+  const panels = panelsOf(state.kind, detail);
+  const { quantity, symbol } = panels;
   const t0 = performance.now();
   const coverage = payload.coverage[detail.framework];
   const results = {};
   let peak = 0;
-  const fromServer = new Set(detail.server || []);
-  for (const est of detail.order) {
-    const cfg = detail.configs[est];
+  const fromServer = new Set(panels.server);
+  for (const est of panels.order) {
+    const cfg = panels.configs[est];
     if (fromServer.has(est) || !cfg) {
       // not computed by pipeline.js: the server's numbers of the last full run, marked as
       // such while the knobs have moved since (the pause reruns the page)
@@ -32,24 +54,27 @@ function drawEstimators(state) {
     }
     try {
       const out = run(state.batch, detail.framework, cfg, null, coverage);
-      results[est] = { advantages: out.advantages };
-      peak = Math.max(peak, absMax(out.advantages, state.batch.response_mask));
+      results[est] = { advantages: out[quantity] };
+      peak = Math.max(peak, absMax(out[quantity], state.batch.response_mask));
     } catch (err) {
       results[est] = { error: err.message };
     }
   }
-  const floor = (payload.scale_floor || {}).advantages || 0;
+  const floor = (payload.scale_floor || {})[quantity] || 0;
   const zmax = Math.max(floor, niceCeil(peak));
   const t1 = performance.now();
   const labels = rowLabels(state.batch.group_ids);
   const blocks = [];
-  for (const est of detail.order) {
-    const name = est === detail.estimator ? `${est} (sidebar)` : est;
+  for (const est of panels.order) {
+    const name = panels.title(est);
     const res = results[est];
     const block = el("div", {
       class: res.stale ? "rv-est rv-est-stale" : "rv-est", "data-testid": "rv-est",
       "data-estimator": est,
     });
+    // placements: each in its own column of the page's grid, as the Plotly pair was
+    const column = (state.columns || []).indexOf(est);
+    if (column >= 0) block.style.gridColumn = String(column + 1);
     block.appendChild(el("div", { class: "rv-est-title", role: "heading", "aria-level": 4 }, name));
     if (res.stale) {
       block.appendChild(
@@ -75,7 +100,7 @@ function drawEstimators(state) {
       class: "rv-heatmap",
       role: "img",
       "aria-label":
-        `${name}: advantages of ${labels.length} samples by token position, ` +
+        `${name}: ${panels.what} of ${labels.length} samples by token position, ` +
         `red negative, blue positive, scale -${fmt(zmax, 3)} to +${fmt(zmax, 3)}`,
     });
     strip.append(rows, canvas);
@@ -95,18 +120,22 @@ function drawEstimators(state) {
         return;
       }
       const token = (state.tokens[b] || [])[t] ?? "";
-      tip.textContent = `"${token}" (${est}, sample ${labels[b]}, t = ${t}) A = ${fmt(z[b][t], 4)}`;
+      tip.textContent =
+        `"${token}" (${est}, sample ${labels[b]}, t = ${t}) ${symbol} = ${fmt(z[b][t], 4)}`;
     });
     res.canvas = canvas;
   }
   state.list.replaceChildren(...blocks);
-  for (const est of detail.order) {
+  for (const est of panels.order) {
     const res = results[est];
     if (res.canvas) drawHeatmap(res.canvas, res.advantages, state.batch.response_mask, state.cellH, zmax);
   }
   const t2 = performance.now();
+  const scale = state.kind === "placements"
+    ? "Token reward r, one scale for both placements"
+    : "Advantage A, one fixed scale for every estimator";
   state.legend.textContent =
-    `Advantage A, one fixed scale for every estimator: red -${fmt(zmax, 3)} .. white 0 .. ` +
+    `${scale}: red -${fmt(zmax, 3)} .. white 0 .. ` +
     `blue +${fmt(zmax, 3)}; grey = padding; rows p<prompt>/s<sample>. Computed in your browser ` +
     `(${(t1 - t0).toFixed(1)} ms compute, ${(t2 - t1).toFixed(1)} ms draw).`;
   state.results = results;
@@ -136,15 +165,16 @@ export default function estimatorHeatmaps(component) {
     state = {
       root, payload, payloadId: data.payload_id, batch: decodeBatch(payload.batch),
       tokens: payload.tokens || [], cellH: data.cell_height || 14, detailIn: null,
-      server: {}, moved: false,
+      server: {}, moved: false, kind: data.kind || "estimators", columns: data.columns || null,
     };
     state.legend = el("div", { class: "rv-legend", "data-testid": "rv-est-legend" });
-    state.list = el("div", { class: "rv-est-list" });
+    state.list = el("div", { class: state.columns ? "rv-est-list rv-est-grid" : "rv-est-list" });
     root.append(state.legend, state.list);
     state.onKnobs = (ev) => {
       const detail = ev.detail || {};
       // another dialect's estimators are not this payload's: the server reruns the page then
-      if (detail.framework !== state.payload.framework || !detail.covered) return;
+      if (detail.framework !== state.payload.framework) return;
+      if (!panelsOf(state.kind, detail).covered) return;
       state.detail = detail;
       state.moved = true;
       root.dataset.source = "relay";

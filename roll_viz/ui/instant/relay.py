@@ -29,14 +29,20 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from roll_viz.core.pipeline import ESTIMATOR_KEY, resolve_config
 from roll_viz.ui.instant.payload import browser_covers, jsonable_config
-from roll_viz.ui.settings import estimator_options, estimator_overrides, native_config
+from roll_viz.ui.settings import (
+    estimator_options,
+    estimator_overrides,
+    kl_placement_overrides,
+    native_config,
+)
 
 HERE = Path(__file__).parent
 RELAY_NAME = "roll_viz.knob_relay"
 #: ms without a knob move before the one full-page rerun (a burst of moves reruns once)
 PAUSE_MS = 1500
-#: session_state keys: the listeners the page registered on its last full run; a full rerun
-#: asked for by a callback (framework switch, the relay's settle)
+#: session_state keys: the listeners the page registered on its last full run (key -> what
+#: they draw: "estimators" or "placements"); a full rerun asked for by a callback (framework
+#: switch, the relay's settle)
 LISTENERS_KEY = "_rv_relay_listeners"
 FULL_KEY = "_rv_relay_full"
 #: the prefix of every stale section's container key (its class is st-key-<key>)
@@ -51,15 +57,25 @@ def fragment_rerun() -> bool:
 
 def start_full_run() -> None:
     """A full run begins (the sidebar, before the page): forget the last page's listeners."""
-    st.session_state[LISTENERS_KEY] = []
+    st.session_state[LISTENERS_KEY] = {}
     st.session_state.pop(FULL_KEY, None)
 
 
-def listen(key: str) -> None:
-    """Called by a page's component that redraws on the relay: knob moves stay in the browser."""
-    listeners = st.session_state.setdefault(LISTENERS_KEY, [])
-    if key not in listeners:
-        listeners.append(key)
+def listen(key: str, draws: str = "estimators") -> None:
+    """Called by a page's component that redraws on the relay: knob moves stay in the browser.
+
+    Args:
+        key: the component's key.
+        draws: what it recomputes from the relay's detail: "estimators" (``configs``, the
+            Advantages page) or "placements" (``placements``, the Token KL page).
+    """
+    st.session_state.setdefault(LISTENERS_KEY, {})[key] = draws
+
+
+def page_covered(detail: dict[str, Any]) -> bool:
+    """On a fragment rerun: whether the browser redraws every listener's figures for ``detail``."""
+    cover = {"estimators": detail["covered"], "placements": detail["placements_covered"]}
+    return all(cover[draws] for draws in st.session_state.get(LISTENERS_KEY, {}).values())
 
 
 def ask_full_run() -> None:
@@ -94,8 +110,11 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         sidebar's), estimator_key, params (beta, gamma, lam, estimator), order (the page's
         estimators, the sidebar's first), configs (estimator -> config), server (the
         estimators ``pipeline.js`` does not compute exactly: drawn from the server's numbers),
-        covered (whether the browser computes the sidebar's estimator), seq (a hash of the
-        rest: the JS dispatches only a new one).
+        covered (whether the browser computes the sidebar's estimator), placements (the
+        Token KL page's two KL placements, "in the reward" / "as a loss term" -> config: the
+        sidebar's config with ``kl_placement_overrides`` at its beta; a placement the dialect
+        lacks is left out), placements_covered (whether the browser computes all of them),
+        seq (a hash of the rest: the JS dispatches only a new one).
     """
     estimators = estimator_options(framework)
     current = generic.get("estimator")
@@ -129,8 +148,34 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         # others it does not compute keep the server's last numbers, marked, until the pause
         "covered": sidebar is not None and bool(order) and order[0] not in server,
     }
+    detail["placements"], detail["placements_covered"] = _placements(framework, generic)
+    detail["placements_covered"] = detail["placements_covered"] and sidebar is not None
     detail["seq"] = hashlib.sha1(json.dumps(detail, sort_keys=True).encode()).hexdigest()[:12]
     return detail
+
+
+#: the Token KL page's KL placements, left to right: name -> in the reward
+PLACEMENTS = {"in the reward": True, "as a loss term": False}
+
+
+def _placements(framework: str, generic: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The Token KL page's placement configs (its ``try_trace`` overrides) and their coverage."""
+    beta = generic.get("beta")
+    if beta is None:
+        return {}, False  # the page falls back on the trace's beta: the server draws
+    configs, covered = {}, True
+    for name, in_reward in PLACEMENTS.items():
+        overrides = kl_placement_overrides(framework, in_reward, float(beta))
+        if overrides is None:
+            continue  # the dialect cannot put the KL there (TRL: loss only)
+        try:
+            cfg = resolve_config(framework, native_config(framework, generic, overrides))
+        except ValueError:
+            covered = False
+            continue
+        configs[name] = jsonable_config(framework, cfg)
+        covered = covered and browser_covers(framework, configs[name])
+    return configs, covered and bool(configs)
 
 
 def page_detail(state: Any) -> dict[str, Any]:
