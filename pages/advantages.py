@@ -42,7 +42,10 @@ with ui.page_guard("Advantages"):
     # wherever pipeline.js covers the configs; otherwise the server draws them (Plotly)
     detail = ui.page_detail(state)
     in_browser = bool(results) and detail["covered"]
-    payload = ui.instant_payload(state, critic)
+    # over a preset (zero critic) the browser holds the whole batch and follows G; the probe
+    # critic is fitted on the rows shown, so G reruns the page then
+    whole = ui.preset_payload(state) if critic == "zero" and ui.follows_group(state) else None
+    payload = whole or ui.instant_payload(state, critic)
 
     with side:
         with ui.stale_section("beta_note"):
@@ -65,12 +68,20 @@ with ui.page_guard("Advantages"):
 
     with controls:
         if in_browser:
-            tokens = [[text.visible_whitespace(t) for t in row] for row in rollout.tokens]
+            rows = ui.preset_tokens(state) if whole else rollout.tokens
+            tokens = [[text.visible_whitespace(t) for t in row] for row in rows]
             server = {
                 e: results[e].advantages if e in results else errors.get(e, "undefined")
                 for e in detail["server"]
             }
-            ui.instant_estimators(payload, tokens, detail, server, key="adv_heatmaps")
+            ui.instant_estimators(
+                payload,
+                tokens,
+                detail,
+                server,
+                key="adv_heatmaps",
+                group_size=state.group_size if whole else None,
+            )
         else:
             if shown:
                 ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")

@@ -413,6 +413,39 @@ def instant_payload(state: AppState, values: str = "zero") -> dict:
     return instant.instant_payload(current_batch(state, values), state.framework, state.config)
 
 
+def follows_group(state: AppState) -> bool:
+    """Whether G only picks rows of a committed batch: a preset, scored without reward noise.
+
+    Then the first G samples of every prompt of the preset's whole batch, scored whole, are
+    exactly the rows and scores ``current_batch`` gives for that G (the rewards score each
+    response on its own; noise is drawn per batch, a live or adapted policy samples anew).
+    """
+    preset = state.source.startswith("preset:") and not state.adapted
+    return preset and not getattr(state.reward, "noise_sigma", 0)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def preset_payload(state: AppState) -> dict:
+    """``instant_payload`` of the preset's WHOLE batch (zero critic), for pages that follow G.
+
+    Only where ``follows_group``: the browser then draws any G up to the preset's from it
+    (``subset_groups``). ``"follows_G"`` is True; ``preset_tokens`` are its rows' tokens.
+    """
+    rollout = _preset_rollout(state.preset)
+    key = (state.source, state.preset, state.model, "full")
+    scores, greedy = _scores(rollout, key, state.reward)
+    batch = batch_from_rollout(
+        rollout, scores, values=torch.zeros_like(rollout.response_mask), baseline_scores=greedy
+    )
+    payload = instant.instant_payload(batch, state.framework, state.config)
+    return payload | {"follows_G": True}
+
+
+def preset_tokens(state: AppState) -> tuple:
+    """The tokens of every row of the preset's whole batch (``preset_payload``'s rows)."""
+    return _preset_rollout(state.preset).tokens
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def local_global_payload(state: AppState) -> dict:
     """The rewards the instant local-vs-global component recomputes from (built once per batch).
@@ -430,7 +463,7 @@ def local_global_payload(state: AppState) -> dict:
         committed batch; a live batch would be sampled again).
     """
     preset = state.source.startswith("preset:") and not state.adapted
-    if preset and not getattr(state.reward, "noise_sigma", 0):
+    if follows_group(state):
         rollout = _preset_rollout(state.preset)
         key = (state.source, state.preset, state.model, "full")
         scores = _scores(rollout, key, state.reward)[0]

@@ -21,6 +21,7 @@ from roll_viz import nav
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
 from roll_viz.ui.instant import SENT_STATE
+from roll_viz.ui.instant.payload import subset_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / nav.ENTRY)
@@ -108,6 +109,10 @@ def _browser_drawn(at: AppTest, name: str) -> tuple[dict, Batch, torch.Tensor]:
         values=_decode(enc["values"]),
         baseline_scores=_decode(enc["baseline_scores"]),
     )
+    if data["payload"].get("follows_G") and data.get("G"):
+        # a preset's whole batch: the browser draws the first G samples of every prompt
+        batch = subset_groups(batch, int(data["G"]))
+        mask = batch.response_mask
     return data, batch, mask
 
 

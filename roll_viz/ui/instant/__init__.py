@@ -307,6 +307,7 @@ def instant_estimators(
     detail: Mapping[str, Any],
     server: Mapping[str, Any],
     key: str,
+    group_size: int | None = None,
 ) -> None:
     """One canvas heatmap per estimator, computed in the browser; redrawn on each knob move.
 
@@ -320,6 +321,9 @@ def instant_estimators(
         server: for each estimator of ``detail["server"]`` (the ones pipeline.js does not
             compute exactly): its (B, T) advantages from the server, or its error message.
         key: Streamlit widget key.
+        group_size: the page's G, where ``payload`` is a preset's whole batch
+            (``payload["follows_G"]``, ``flow.preset_payload``): the browser draws the first G
+            samples of every prompt, and follows the sidebar's G moves (``relay.listen``).
     """
     sent = {
         est: {"error": str(value)}
@@ -327,10 +331,11 @@ def instant_estimators(
         else {"advantages": encode_array(value)}
         for est, value in server.items()
     }
-    data = {"detail": dict(detail), "server": sent, "cell_height": 14}
+    follows = bool(payload.get("follows_G")) and group_size is not None
+    data = {"detail": dict(detail), "server": sent, "cell_height": 14, "G": group_size}
     body = {**payload, "tokens": tokens}
     _mount(_est_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
-    relay.listen(key)
+    relay.listen(key, group=follows)
 
 
 #: the Token KL page's token-reward heatmaps: the same module, its "placements" kind

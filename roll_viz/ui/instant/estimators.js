@@ -12,6 +12,24 @@
 // run, decodeBatch, withBulk, waitForBulk, el, fmt, colour, absMax, niceCeil, rowLabels and
 // drawHeatmap are in scope. Every string is rendered with textContent (never innerHTML).
 
+/** The rows drawn at group size G: the first G of every prompt (pipeline.js subsetGroups, the
+ *  server's subsample_rollout) when the payload is a preset's whole batch (payload.follows_G),
+ *  else the payload's batch as it is. With their tokens and row labels. */
+function rowsAt(state, G) {
+  let { full: batch, fullTokens: tokens } = state;
+  if (state.payload.follows_G && G >= 1) {
+    const seen = new Map();
+    const keep = [];
+    batch.group_ids.forEach((g, row) => {
+      seen.set(g, (seen.get(g) || 0) + 1);
+      if (seen.get(g) <= G) keep.push(row);
+    });
+    batch = subsetGroups(batch, G);
+    tokens = keep.map((r) => tokens[r] || []);
+  }
+  return { batch, tokens, labels: rowLabels(batch.group_ids) };
+}
+
 /** What a kind of component draws from the relay's detail: panels, their configs, quantity. */
 function panelsOf(kind, detail) {
   if (kind === "placements") {
@@ -38,32 +56,36 @@ function drawEstimators(state) {
   const results = {};
   let peak = 0;
   const fromServer = new Set(panels.server);
+  // the relay's G where the browser holds the whole batch, else the rows of the last full run
+  const G = state.payload.follows_G && detail.G >= 1 ? detail.G : state.G;
+  const rows = rowsAt(state, G);
+  state.batch = rows.batch;
   for (const est of panels.order) {
     const cfg = panels.configs[est];
     if (fromServer.has(est) || !cfg) {
       // not computed by pipeline.js: the server's numbers of the last full run, marked as
       // such while the knobs have moved since (the pause reruns the page)
       const got = state.server[est] || { error: "computed on the server: updates when you pause" };
+      // on the rows of the last full run (a G move since: fewer or more rows in the others)
       results[est] = got.error
-        ? { error: got.error, stale: state.moved }
-        : { advantages: decodeArray(got.advantages), stale: state.moved };
+        ? { error: got.error, stale: state.moved, rows: state.serverRows }
+        : { advantages: decodeArray(got.advantages), stale: state.moved, rows: state.serverRows };
       if (results[est].advantages) {
-        peak = Math.max(peak, absMax(results[est].advantages, state.batch.response_mask));
+        peak = Math.max(peak, absMax(results[est].advantages, state.serverRows.batch.response_mask));
       }
       continue;
     }
     try {
       const out = run(state.batch, detail.framework, cfg, null, coverage);
-      results[est] = { advantages: out[quantity] };
+      results[est] = { advantages: out[quantity], rows };
       peak = Math.max(peak, absMax(out[quantity], state.batch.response_mask));
     } catch (err) {
-      results[est] = { error: err.message };
+      results[est] = { error: err.message, rows };
     }
   }
   const floor = (payload.scale_floor || {})[quantity] || 0;
   const zmax = Math.max(floor, niceCeil(peak));
   const t1 = performance.now();
-  const labels = rowLabels(state.batch.group_ids);
   const blocks = [];
   for (const est of panels.order) {
     const name = panels.title(est);
@@ -89,6 +111,7 @@ function drawEstimators(state) {
       blocks.push(block);
       continue;
     }
+    const { labels, tokens, batch } = res.rows;
     const strip = el("div", { class: "rv-strip" });
     const rows = el("div", { class: "rv-rows", "aria-hidden": "true" });
     for (const label of labels) {
@@ -115,11 +138,11 @@ function drawEstimators(state) {
       const t = Math.floor(((ev.clientX - rect.left) / rect.width) * T);
       const b = Math.floor(((ev.clientY - rect.top) / rect.height) * B);
       if (b < 0 || b >= B || t < 0 || t >= T) return;
-      if (!(state.batch.response_mask[b][t] > 0)) {
+      if (!(batch.response_mask[b][t] > 0)) {
         tip.textContent = `${est}, sample ${labels[b]}, t = ${t}: padding`;
         return;
       }
-      const token = (state.tokens[b] || [])[t] ?? "";
+      const token = (tokens[b] || [])[t] ?? "";
       tip.textContent =
         `"${token}" (${est}, sample ${labels[b]}, t = ${t}) ${symbol} = ${fmt(z[b][t], 4)}`;
     });
@@ -128,7 +151,9 @@ function drawEstimators(state) {
   state.list.replaceChildren(...blocks);
   for (const est of panels.order) {
     const res = results[est];
-    if (res.canvas) drawHeatmap(res.canvas, res.advantages, state.batch.response_mask, state.cellH, zmax);
+    if (res.canvas) {
+      drawHeatmap(res.canvas, res.advantages, res.rows.batch.response_mask, state.cellH, zmax);
+    }
   }
   const t2 = performance.now();
   const scale = state.kind === "placements"
@@ -142,6 +167,7 @@ function drawEstimators(state) {
   state.zmax = zmax;
   root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
   root.dataset.seq = detail.seq || "";
+  root.dataset.rows = String(rows.batch.group_ids.length);
   root.dataset.state = "ready";
 }
 
@@ -163,8 +189,8 @@ export default function estimatorHeatmaps(component) {
     if (state) globalThis.removeEventListener("rv-knobs", state.onKnobs);
     root.replaceChildren();
     state = {
-      root, payload, payloadId: data.payload_id, batch: decodeBatch(payload.batch),
-      tokens: payload.tokens || [], cellH: data.cell_height || 14, detailIn: null,
+      root, payload, payloadId: data.payload_id, full: decodeBatch(payload.batch),
+      fullTokens: payload.tokens || [], cellH: data.cell_height || 14, detailIn: null,
       server: {}, moved: false, kind: data.kind || "estimators", columns: data.columns || null,
     };
     state.legend = el("div", { class: "rv-legend", "data-testid": "rv-est-legend" });
@@ -183,13 +209,15 @@ export default function estimatorHeatmaps(component) {
     globalThis.addEventListener("rv-knobs", state.onKnobs);
     parentElement.__rvEst = state;
   }
-  const incoming = JSON.stringify([data.detail || {}, data.server || {}]);
+  const incoming = JSON.stringify([data.detail || {}, data.server || {}, data.G ?? null]);
   if (incoming !== state.detailIn) {
     // a full run's values (the server's own, after a pause or a page change)
     state.detailIn = incoming;
     state.detail = data.detail;
     state.server = data.server || {};
     state.moved = false;
+    state.G = data.G; // the full run's G: the server's numbers are on its rows
+    state.serverRows = rowsAt(state, state.G);
     root.dataset.source = "server";
     drawEstimators(state);
   }

@@ -45,6 +45,8 @@ PAUSE_MS = 1500
 #: switch, the relay's settle)
 LISTENERS_KEY = "_rv_relay_listeners"
 FULL_KEY = "_rv_relay_full"
+#: session_state key: the detail the algorithm relay last sent (a G move sends it with its G)
+LAST_KEY = "_rv_relay_last"
 #: the prefix of every stale section's container key (its class is st-key-<key>)
 STALE_PREFIX = "rv_stale_"
 
@@ -61,21 +63,28 @@ def start_full_run() -> None:
     st.session_state.pop(FULL_KEY, None)
 
 
-def listen(key: str, draws: str = "estimators") -> None:
+def listen(key: str, draws: str = "estimators", group: bool = False) -> None:
     """Called by a page's component that redraws on the relay: knob moves stay in the browser.
 
     Args:
         key: the component's key.
         draws: what it recomputes from the relay's detail: "estimators" (``configs``, the
             Advantages page) or "placements" (``placements``, the Token KL page).
+        group: whether it also follows G (it holds a preset's whole batch: ``detail["G"]``).
     """
-    st.session_state.setdefault(LISTENERS_KEY, {})[key] = draws
+    st.session_state.setdefault(LISTENERS_KEY, {})[key] = (draws, group)
 
 
 def page_covered(detail: dict[str, Any]) -> bool:
     """On a fragment rerun: whether the browser redraws every listener's figures for ``detail``."""
     cover = {"estimators": detail["covered"], "placements": detail["placements_covered"]}
-    return all(cover[draws] for draws in st.session_state.get(LISTENERS_KEY, {}).values())
+    return all(cover[d] for d, _g in st.session_state.get(LISTENERS_KEY, {}).values())
+
+
+def follows_group() -> bool:
+    """On a G move (a fragment rerun): whether the page's figures follow G in the browser."""
+    listeners = st.session_state.get(LISTENERS_KEY, {}).values()
+    return not needs_full_run() and all(g for _d, g in listeners)
 
 
 def ask_full_run() -> None:
@@ -93,7 +102,9 @@ def stale_section(name: str) -> Any:
     return st.container(key=STALE_PREFIX + name)
 
 
-def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def knob_detail(
+    framework: str, generic: dict[str, Any], config: dict[str, Any], group_size: Any = None
+) -> dict[str, Any]:
     """What the relay sends: per estimator of the dialect, the resolved config the page runs.
 
     The same configs as the Advantages page's ``try_trace`` (``native_config`` with the
@@ -104,6 +115,8 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         framework: the sidebar's dialect.
         generic: the sidebar's generic knob values.
         config: the sidebar's config (``AppState.config``: what the instant strip starts from).
+        group_size: the sidebar's G (a listener that holds a preset's whole batch draws the
+            first G samples of every prompt; others ignore it).
 
     Returns:
         JSON-ready dict: framework, config (the sidebar's, resolved), estimator (the
@@ -114,7 +127,7 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         Token KL page's two KL placements, "in the reward" / "as a loss term" -> config: the
         sidebar's config with ``kl_placement_overrides`` at its beta; a placement the dialect
         lacks is left out), placements_covered (whether the browser computes all of them),
-        seq (a hash of the rest: the JS dispatches only a new one).
+        G (``group_size``), seq (a hash of the rest: the JS dispatches only a new one).
     """
     estimators = estimator_options(framework)
     current = generic.get("estimator")
@@ -150,8 +163,15 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
     }
     detail["placements"], detail["placements_covered"] = _placements(framework, generic)
     detail["placements_covered"] = detail["placements_covered"] and sidebar is not None
-    detail["seq"] = hashlib.sha1(json.dumps(detail, sort_keys=True).encode()).hexdigest()[:12]
-    return detail
+    return with_group(detail, group_size)
+
+
+def with_group(detail: dict[str, Any], group_size: Any) -> dict[str, Any]:
+    """``detail`` with G set (an int, or None) and its seq recomputed."""
+    out = {k: v for k, v in detail.items() if k != "seq"}
+    out["G"] = None if group_size is None else int(group_size)
+    out["seq"] = hashlib.sha1(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    return out
 
 
 #: the Token KL page's KL placements, left to right: name -> in the reward
@@ -180,7 +200,7 @@ def _placements(framework: str, generic: dict[str, Any]) -> tuple[dict[str, Any]
 
 def page_detail(state: Any) -> dict[str, Any]:
     """``knob_detail`` of a page's AppState: the values this full run drew with."""
-    return knob_detail(state.framework, dict(state.generic), dict(state.config))
+    return knob_detail(state.framework, dict(state.generic), dict(state.config), state.group_size)
 
 
 @functools.cache
@@ -188,10 +208,19 @@ def _relay():
     return st.components.v2.component(RELAY_NAME, js=(HERE / "relay.js").read_text())
 
 
-def mount(detail: dict[str, Any], full: bool) -> None:
+def mount(detail: dict[str, Any], full: bool, key: str = "rv_knob_relay") -> None:
     """The relay component: dispatches ``detail`` on a knob move, clears the marks on a full run."""
+    if key == "rv_knob_relay":
+        st.session_state[LAST_KEY] = detail
     _relay()(
-        key="rv_knob_relay",
+        key=key,
         data={"detail": detail, "full": bool(full), "pause_ms": PAUSE_MS, "prefix": STALE_PREFIX},
         on_settle_change=ask_full_run,
     )
+
+
+def mount_group(group_size: int, full: bool) -> None:
+    """The G slider's relay (a preset's G is a fragment of its own): the last knobs with G."""
+    last = st.session_state.get(LAST_KEY)
+    detail = with_group(last, group_size) if last and not full else {}
+    mount(detail, full=full or not last, key="rv_group_relay")
