@@ -19,6 +19,7 @@ from roll_viz.ui.instant.payload import subset_groups
 from tests.browser import streamlit_page as sp
 from tests.browser.test_accessibility import BLOCKING, axe, report
 from tests.browser.test_knob_relay import (
+    FULL_RUN,
     _assert_same,
     _browser_state,
     _chromium,  # noqa: F401  (autouse: chromium must be there)
@@ -107,6 +108,11 @@ def test_group_burst_picks_the_rows_in_the_browser_and_reruns_once(page, server,
     page.wait_for_function(
         "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'full')", arg=log0
     )
+    # the relay clears its marks mid-run; the run's record comes when it has finished
+    page.wait_for_function(
+        f"(n) => window.__rvRuns.slice(n).some((x) => x.e === 'finish' && x.status === {FULL_RUN})",
+        arg=mark,
+    )
     log = _relay_log(page)[log0:]
     settles = [x["t"] for x in log if x["e"] == "settle"]
     assert len([x for x in log if x["e"] == "dispatch"]) == presses
@@ -126,3 +132,36 @@ def test_group_burst_picks_the_rows_in_the_browser_and_reruns_once(page, server,
         )
     assert not sp.exceptions(page)
     sp.full_page_screenshot(page, str(shots / "knob_relay_group_settled.png"))
+
+
+def test_a_server_drawn_estimator_stays_marked_on_a_group_move(page, server, shots):
+    # verl's optimal_token_baseline is the server's (pipeline.js does not compute it; on a
+    # preset the server cannot either: it says why): on a G move it keeps the last full run's
+    # panel, marked, while the others draw the new rows in the browser
+    sp.goto(page, f"{server}/Advantages?preset=sentiment&G=4&fw=verl")
+    page.wait_for_selector(READY, timeout=60_000)
+    assert _browser_state(page)["detail"]["server"] == ["optimal_token_baseline"]
+    log0 = len(_relay_log(page))
+    thumb = page.locator(".st-key-G input[type='range']").first
+    thumb.focus()
+    page.keyboard.press("ArrowLeft")  # G 4 -> 3
+    page.wait_for_function(
+        "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'dispatch')", arg=log0
+    )
+    page.locator(f"{HEATMAPS}[data-source=relay][data-rows='6']").wait_for()
+    js = """(el) => Object.fromEntries(Array.from(el.querySelectorAll('[data-testid=rv-est]'),
+             (b) => [b.dataset.estimator, [b.querySelectorAll('.rv-rows > div').length,
+                                           b.classList.contains('rv-est-stale')]]))"""
+    rows = page.locator(HEATMAPS).evaluate(js)
+    assert rows["optimal_token_baseline"] == [0, True]  # the server's message, marked
+    assert rows["grpo"] == [6, False]  # the first 3 samples of each prompt, in the browser
+    sp.full_page_screenshot(page, str(shots / "knob_relay_group_server.png"))
+    page.wait_for_function(
+        "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'full')", arg=log0
+    )
+    sp.wait_idle(page)
+    page.locator(f"{HEATMAPS}[data-source=server][data-rows='6']").wait_for()
+    rows = page.locator(HEATMAPS).evaluate(js)
+    assert rows["optimal_token_baseline"] == [0, False]
+    assert sp.query(page.url).get("G") == "3"
+    assert not sp.exceptions(page)

@@ -20,6 +20,7 @@ from roll_viz.ui.settings import generic_defaults, kl_placement_overrides, nativ
 from tests.browser import streamlit_page as sp
 from tests.browser.test_accessibility import BLOCKING, axe, report
 from tests.browser.test_knob_relay import (
+    FULL_RUN,
     _assert_same,
     _browser_state,
     _chromium,  # noqa: F401  (autouse: chromium must be there)
@@ -102,6 +103,11 @@ def test_beta_burst_redraws_the_token_rewards_and_reruns_once(page, server, shot
 
     page.wait_for_function(
         "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'full')", arg=log0
+    )
+    # the relay clears its marks mid-run; the run's record comes when it has finished
+    page.wait_for_function(
+        f"(n) => window.__rvRuns.slice(n).some((x) => x.e === 'finish' && x.status === {FULL_RUN})",
+        arg=mark,
     )
     log = _relay_log(page)[log0:]
     settles = [x["t"] for x in log if x["e"] == "settle"]
