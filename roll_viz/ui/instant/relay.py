@@ -43,9 +43,9 @@ HERE = Path(__file__).parent
 RELAY_NAME = "roll_viz.knob_relay"
 #: ms without a knob move before the one full-page rerun (a burst of moves reruns once)
 PAUSE_MS = 1500
-#: session_state keys: the listeners the page registered on its last full run (key -> what
-#: they draw: "estimators" or "placements"); a full rerun asked for by a callback (framework
-#: switch, the relay's settle)
+#: session_state keys: the listeners the page registered on its last full run (key -> (what
+#: they draw, whether they follow G): ``listen``); a full rerun asked for by a callback
+#: (framework switch, the relay's settle)
 LISTENERS_KEY = "_rv_relay_listeners"
 FULL_KEY = "_rv_relay_full"
 #: session_state key: the detail the algorithm relay last sent (a G move sends it with its G)
