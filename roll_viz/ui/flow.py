@@ -425,18 +425,31 @@ def follows_group(state: AppState) -> bool:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def preset_payload(state: AppState) -> dict:
-    """``instant_payload`` of the preset's WHOLE batch (zero critic), for pages that follow G.
+def preset_payload(state: AppState, values: str = "zero") -> dict:
+    """``instant_payload`` of the preset's WHOLE batch, for pages that follow G.
 
     Only where ``follows_group``: the browser then draws any G up to the preset's from it
     (``subset_groups``). ``"follows_G"`` is True; ``preset_tokens`` are its rows' tokens.
+    With the probe critic (fitted on the current G's rows) the values are the probe's on
+    those rows and 0 elsewhere: right at this G only, so what reads them waits for the server
+    after a G move.
     """
     rollout = _preset_rollout(state.preset)
     key = (state.source, state.preset, state.model, "full")
     scores, greedy = _scores(rollout, key, state.reward)
-    batch = batch_from_rollout(
-        rollout, scores, values=torch.zeros_like(rollout.response_mask), baseline_scores=greedy
-    )
+    critic = torch.zeros_like(rollout.response_mask)
+    if values == "probe":
+        seen: dict[int, int] = {}
+        rows = []
+        for row, g in enumerate(rollout.group_ids.tolist()):
+            seen[g] = seen.get(g, 0) + 1
+            if seen[g] <= state.group_size:
+                rows.append(row)
+        probe = current_batch(state, "probe").values
+        critic = torch.zeros(critic.shape, dtype=probe.dtype).index_copy(
+            0, torch.tensor(rows), probe
+        )
+    batch = batch_from_rollout(rollout, scores, values=critic, baseline_scores=greedy)
     payload = instant.instant_payload(batch, state.framework, state.config)
     return payload | {"follows_G": True}
 

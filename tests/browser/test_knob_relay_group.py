@@ -165,3 +165,36 @@ def test_a_server_drawn_estimator_stays_marked_on_a_group_move(page, server, sho
     assert rows["optimal_token_baseline"] == [0, False]
     assert sp.query(page.url).get("G") == "3"
     assert not sp.exceptions(page)
+
+
+def test_the_probe_critics_estimators_stay_marked_on_a_group_move(page, server, shots):
+    # the probe critic is fitted on the rows shown: GAE reads it, so after a G move it keeps
+    # the server's numbers on the last full run's rows, marked; GRPO does not and follows G
+    sp.goto(page, f"{server}/Advantages?preset=sentiment&G=2&critic=probe")
+    page.wait_for_selector(READY, timeout=60_000)
+    log0 = len(_relay_log(page))
+    thumb = page.locator(".st-key-G input[type='range']").first
+    thumb.focus()
+    page.keyboard.press("ArrowRight")  # G 2 -> 3
+    page.wait_for_function(
+        "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'dispatch')", arg=log0
+    )
+    page.locator(f"{HEATMAPS}[data-source=relay][data-rows='6']").wait_for()
+    js = """(el) => Object.fromEntries(Array.from(el.querySelectorAll('[data-testid=rv-est]'),
+             (b) => [b.dataset.estimator, [b.querySelectorAll('.rv-rows > div').length,
+                                           b.classList.contains('rv-est-stale')]]))"""
+    rows = page.locator(HEATMAPS).evaluate(js)
+    assert rows["gae"] == [4, True]  # the server's probe numbers at G = 2, marked
+    assert rows["grpo"] == [6, False]  # the first 3 samples of each prompt, in the browser
+    assert page.locator(".st-key-rv_stale_instant_strip").first.is_visible()
+    sp.full_page_screenshot(page, str(shots / "knob_relay_group_probe.png"))
+    blocking = [v for v in axe(page) if v["impact"] in BLOCKING]
+    assert not blocking, report(blocking)
+    page.wait_for_function(
+        "(n) => (window.__rvRelayLog || []).slice(n).some((x) => x.e === 'full')", arg=log0
+    )
+    sp.wait_idle(page)
+    page.locator(f"{HEATMAPS}[data-source=server][data-rows='6']").wait_for()
+    assert page.locator(HEATMAPS).evaluate(js)["gae"] == [6, False]
+    assert sp.query(page.url).get("G") == "3"
+    assert not sp.exceptions(page)

@@ -66,8 +66,13 @@ def test_the_browser_rows_at_each_G_are_the_servers():
     assert _component(at)["bulk_id"] == bulk  # the same whole batch: only G changed
 
 
-def test_the_probe_critic_does_not_follow_G():
+def test_the_probe_critic_follows_G_where_it_does_not_read_it():
+    # the probe is fitted on the rows shown: the payload carries it on this G's rows, and the
+    # estimators that read it are named (drawn from the server's numbers after a G move)
     at = open_page("advantages", preset="sentiment", G="2", critic="probe")
+    _check_same_rows(at, 2)
     data = _component(at)
-    assert data["G"] is None
-    assert not data["payload"].get("follows_G")
+    assert data["G"] == 2
+    assert "gae" in data["on_rows"]
+    assert "grpo" not in data["on_rows"]
+    assert set(data["on_rows"]) <= set(data["server"])

@@ -308,6 +308,7 @@ def instant_estimators(
     server: Mapping[str, Any],
     key: str,
     group_size: int | None = None,
+    on_rows: list[str] | tuple[str, ...] = (),
 ) -> None:
     """One canvas heatmap per estimator, computed in the browser; redrawn on each knob move.
 
@@ -324,6 +325,8 @@ def instant_estimators(
         group_size: the page's G, where ``payload`` is a preset's whole batch
             (``payload["follows_G"]``, ``flow.preset_payload``): the browser draws the first G
             samples of every prompt, and follows the sidebar's G moves (``relay.listen``).
+        on_rows: estimators whose numbers hold on this G's rows only (they read the probe
+            critic fitted on them): in ``server`` too, drawn from it after a G move.
     """
     sent = {
         est: {"error": str(value)}
@@ -332,7 +335,13 @@ def instant_estimators(
         for est, value in server.items()
     }
     follows = bool(payload.get("follows_G")) and group_size is not None
-    data = {"detail": dict(detail), "server": sent, "cell_height": 14, "G": group_size}
+    data = {
+        "detail": dict(detail),
+        "server": sent,
+        "cell_height": 14,
+        "G": group_size,
+        "on_rows": list(on_rows),
+    }
     body = {**payload, "tokens": tokens}
     _mount(_est_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
     relay.listen(key, group=follows)

@@ -60,6 +60,8 @@ function drawEstimators(state) {
   const G = state.payload.follows_G && detail.G >= 1 ? detail.G : state.G;
   const rows = rowsAt(state, G);
   state.batch = rows.batch;
+  // estimators that read the probe critic: right on the full run's rows only
+  if (G !== state.G) for (const est of state.onRows) fromServer.add(est);
   for (const est of panels.order) {
     const cfg = panels.configs[est];
     if (fromServer.has(est) || !cfg) {
@@ -192,6 +194,7 @@ export default function estimatorHeatmaps(component) {
       root, payload, payloadId: data.payload_id, full: decodeBatch(payload.batch),
       fullTokens: payload.tokens || [], cellH: data.cell_height || 14, detailIn: null,
       server: {}, moved: false, kind: data.kind || "estimators", columns: data.columns || null,
+      onRows: [],
     };
     state.legend = el("div", { class: "rv-legend", "data-testid": "rv-est-legend" });
     state.list = el("div", { class: state.columns ? "rv-est-list rv-est-grid" : "rv-est-list" });
@@ -209,7 +212,9 @@ export default function estimatorHeatmaps(component) {
     globalThis.addEventListener("rv-knobs", state.onKnobs);
     parentElement.__rvEst = state;
   }
-  const incoming = JSON.stringify([data.detail || {}, data.server || {}, data.G ?? null]);
+  const incoming = JSON.stringify([
+    data.detail || {}, data.server || {}, data.G ?? null, data.on_rows || [],
+  ]);
   if (incoming !== state.detailIn) {
     // a full run's values (the server's own, after a pause or a page change)
     state.detailIn = incoming;
@@ -217,6 +222,7 @@ export default function estimatorHeatmaps(component) {
     state.server = data.server || {};
     state.moved = false;
     state.G = data.G; // the full run's G: the server's numbers are on its rows
+    state.onRows = data.on_rows || [];
     state.serverRows = rowsAt(state, state.G);
     root.dataset.source = "server";
     drawEstimators(state);
