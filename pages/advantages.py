@@ -42,7 +42,17 @@ with ui.page_guard("Advantages"):
     # wherever pipeline.js covers the configs; otherwise the server draws them (Plotly)
     detail = ui.page_detail(state)
     in_browser = bool(results) and detail["covered"]
-    payload = ui.instant_payload(state, critic)
+    # over a preset the browser holds the whole batch and follows G; the probe critic is fitted
+    # on the rows shown: what reads it (its numbers differ from V = 0's) is the server's after a
+    # G move, marked until the page reruns
+    whole = ui.preset_payload(state, critic) if ui.follows_group(state) else None
+    payload = whole or ui.instant_payload(state, critic)
+    on_rows = []
+    if whole and critic == "probe":
+        for est, res in results.items():
+            zero = ui.try_trace(state, overrides=ui.estimator_overrides(fw, est))
+            if isinstance(zero, str) or not zero.advantages.equal(res.advantages):
+                on_rows.append(est)
 
     with side:
         with ui.stale_section("beta_note"):
@@ -65,12 +75,21 @@ with ui.page_guard("Advantages"):
 
     with controls:
         if in_browser:
-            tokens = [[text.visible_whitespace(t) for t in row] for row in rollout.tokens]
+            rows = ui.preset_tokens(state) if whole else rollout.tokens
+            tokens = [[text.visible_whitespace(t) for t in row] for row in rows]
             server = {
                 e: results[e].advantages if e in results else errors.get(e, "undefined")
-                for e in detail["server"]
+                for e in {*detail["server"], *on_rows}
             }
-            ui.instant_estimators(payload, tokens, detail, server, key="adv_heatmaps")
+            ui.instant_estimators(
+                payload,
+                tokens,
+                detail,
+                server,
+                key="adv_heatmaps",
+                group_size=state.group_size if whole else None,
+                on_rows=on_rows,
+            )
         else:
             if shown:
                 ui.plot(heatmaps.estimator_heatmaps(shown, rollout), key="advantage_heatmaps")
@@ -86,13 +105,17 @@ with ui.page_guard("Advantages"):
                 "heatmaps above follow."
             )
         knobs = ("estimator", "beta", "gamma", "lam") + (() if state.live else ("G",))
-        ui.instant_panel(
-            payload,
-            {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
-            | {"G": state.group_size},
-            key="adv_instant",
-            knobs=knobs,
-        )
+        # the strip follows the sidebar's G with the zero critic; the probe's values are this
+        # G's, so there it keeps this batch, marked after a move until the page reruns
+        strip = st.container() if critic == "zero" else ui.stale_section("instant_strip")
+        with strip:
+            ui.instant_panel(
+                payload if critic == "zero" else ui.instant_payload(state, critic),
+                {k: ui.generic_value(state, k) for k in ("estimator", "beta", "gamma", "lam")}
+                | {"G": state.group_size},
+                key="adv_instant",
+                knobs=knobs,
+            )
         st.latex(
             r"\text{GAE: } A_t=\sum_{l\ge0}(\gamma\lambda)^l\delta_{t+l},\ "
             r"\delta_t=r_t+\gamma V_{t+1}-V_t"

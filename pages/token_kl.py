@@ -6,7 +6,7 @@ from roll_viz import ui
 from roll_viz.analysis import kl_placement
 from roll_viz.ui import health_banner as health_ui
 from roll_viz.ui import training_demos
-from roll_viz.views import charts, explain, heatmaps, scales, tables
+from roll_viz.views import charts, explain, heatmaps, scales, tables, text
 
 with ui.page_guard("Token KL"):
     state = ui.page_setup("Token KL")
@@ -16,7 +16,10 @@ with ui.page_guard("Token KL"):
     mask = rollout.response_mask
     trace = ui.cached_trace(state)
     beta = float(ui.generic_value(state, "beta", trace.beta))
-    health_ui.batch_health(state, key="kl_health", era="kl")
+    # the sidebar's knobs (beta, KL estimator, KL in the reward) move the token rewards, drawn
+    # in the browser below; what only the server computes is marked until the page reruns
+    with ui.stale_section("kl_health"):
+        health_ui.batch_health(state, key="kl_health", era="kl")
 
     if state.sampling.policy_mode == "identical" and not state.adapted:
         # Policy = reference: every KL below is exactly 0. Say so first, or the empty maps look broken.
@@ -214,7 +217,17 @@ with ui.page_guard("Token KL"):
                     "(at most 20% x n / horizon per step); below: it shrinks."
                 )
 
-    beta_section()
+    with ui.stale_section("kl_beta"):
+        beta_section()
+
+    def placement_note(t) -> None:
+        """Under a placement's token rewards: its loss term, or what each token pays."""
+        if t.kl_loss is not None:
+            st.metric("KL loss term (mean k3)", f"{t.kl_loss:.5f}")
+        else:
+            st.caption(
+                f"beta = {t.beta:g}: every token pays -beta x KL; the last also gets the reward."
+            )
 
     st.header("KL in the reward, or as a loss term?")
     in_reward = ui.kl_placement_overrides(state.framework, True, beta)
@@ -232,7 +245,24 @@ with ui.page_guard("Token KL"):
                 st.warning(result)
                 continue
             traces[name] = result
-    if traces:
+    # the token rewards are computed in the browser, and redrawn there on every sidebar knob
+    # move, wherever pipeline.js covers both placements; otherwise the server draws them (Plotly)
+    detail = ui.page_detail(state)
+    if traces and detail["placements_covered"]:
+        ui.instant_token_rewards(
+            ui.instant_payload(state),
+            [[text.visible_whitespace(t) for t in row] for row in rollout.tokens],
+            detail,
+            key="kl_token_rewards",
+        )
+        with ui.stale_section("kl_placement_notes"):
+            for col, name in zip(
+                st.columns(2, gap="large"), ("in the reward", "as a loss term"), strict=True
+            ):
+                if name in traces:
+                    with col:
+                        placement_note(traces[name])
+    elif traces:
         shared = scales.nice_ceiling(
             max(scales.symmetric_range(t.token_rewards, mask) for t in traces.values())
         )
@@ -247,13 +277,7 @@ with ui.page_guard("Token KL"):
                     ),
                     key=f"token_rewards_{'reward' if name == 'in the reward' else 'loss'}",
                 )
-                if t.kl_loss is not None:
-                    st.metric("KL loss term (mean k3)", f"{t.kl_loss:.5f}")
-                else:
-                    st.caption(
-                        f"beta = {t.beta:g}: every token pays -beta x KL; "
-                        "the last also gets the reward."
-                    )
+                placement_note(t)
     st.latex(r"r_t = \tilde r\,[t = T] - \beta\,\mathrm{KL}_t")
     ui.explainer(
         "**In the reward** (ROLL add_token_level_kl, verl use_kl_in_reward, OpenRLHF by default), "
@@ -263,56 +287,59 @@ with ui.page_guard("Token KL"):
         title="Two places for the same penalty",
     )
 
-    st.subheader("Two more places: in the advantage (centred), or nowhere")
-    base = traces.get("as a loss term", trace)  # advantages of the reward alone where possible
-    centred = kl_placement.centred_placement(
-        base.advantages, rollout.logprobs, rollout.ref_logprobs, mask, beta
-    )
-    a1, a2 = st.columns([3, 1], gap="large")
-    with a1:
-        ui.plot(
-            heatmaps.heatmap(
-                centred.adjustment,
-                mask,
-                rollout=rollout,
-                title="beta x (mean KL - KL_t): what each token's advantage gains or loses",
-                quantity="adjustment",
-                signed=True,
-                zmax=scales.nice_ceiling(
-                    max(scales.symmetric_range(centred.adjustment, mask), 1e-6)
-                ),
-                extra={
-                    "KL_t": centred.kl,
-                    "A before": base.advantages,
-                    "A after": centred.advantages,
-                },
-            ),
-            key="kl_centred_heatmap",
+    centred_section = ui.stale_section("kl_centred")
+    centred_section.subheader("Two more places: in the advantage (centred), or nowhere")
+    with centred_section:
+        base = traces.get("as a loss term", trace)  # advantages of the reward alone where possible
+        centred = kl_placement.centred_placement(
+            base.advantages, rollout.logprobs, rollout.ref_logprobs, mask, beta
         )
-    with a2:
-        st.metric("batch mean KL (k1)", f"{centred.mean_kl:.4f}")
-        st.metric("sum of the adjustments", f"{float(centred.adjustment.sum()):.2e}")
-    st.latex(r"A'_t = A_t + \beta\,(\overline{\mathrm{KL}} - \mathrm{KL}_t)")
-    st.dataframe(centred.samples, hide_index=True, key="kl_centred_samples")
-    ui.explainer(
-        "**In the advantage** (Tinker's `incorporate_kl_penalty`, OpenPipe ART #562): the "
-        "per-token KL (k1, the sampled token) is compared with the batch's mean and "
-        "beta x (mean - KL_t) is added to the token's advantage. Tokens that drifted more than "
-        "average lose advantage, the others gain; the adjustments sum to 0, so the KL moves the "
-        "push between tokens without adding any. Unlike the reward placement it does not pass "
-        "through the returns or the group normalisation; unlike the loss term it is a constant "
-        "(no gradient of its own). **Nowhere** (beta = 0) is the fourth choice, and the default "
-        "of 2026 (Eras page).",
-        title="Four places for the penalty",
-    )
+        a1, a2 = st.columns([3, 1], gap="large")
+        with a1:
+            ui.plot(
+                heatmaps.heatmap(
+                    centred.adjustment,
+                    mask,
+                    rollout=rollout,
+                    title="beta x (mean KL - KL_t): what each token's advantage gains or loses",
+                    quantity="adjustment",
+                    signed=True,
+                    zmax=scales.nice_ceiling(
+                        max(scales.symmetric_range(centred.adjustment, mask), 1e-6)
+                    ),
+                    extra={
+                        "KL_t": centred.kl,
+                        "A before": base.advantages,
+                        "A after": centred.advantages,
+                    },
+                ),
+                key="kl_centred_heatmap",
+            )
+        with a2:
+            st.metric("batch mean KL (k1)", f"{centred.mean_kl:.4f}")
+            st.metric("sum of the adjustments", f"{float(centred.adjustment.sum()):.2e}")
+        st.latex(r"A'_t = A_t + \beta\,(\overline{\mathrm{KL}} - \mathrm{KL}_t)")
+        st.dataframe(centred.samples, hide_index=True, key="kl_centred_samples")
+        ui.explainer(
+            "**In the advantage** (Tinker's `incorporate_kl_penalty`, OpenPipe ART #562): the "
+            "per-token KL (k1, the sampled token) is compared with the batch's mean and "
+            "beta x (mean - KL_t) is added to the token's advantage. Tokens that drifted more than "
+            "average lose advantage, the others gain; the adjustments sum to 0, so the KL moves the "
+            "push between tokens without adding any. Unlike the reward placement it does not pass "
+            "through the returns or the group normalisation; unlike the loss term it is a constant "
+            "(no gradient of its own). **Nowhere** (beta = 0) is the fourth choice, and the default "
+            "of 2026 (Eras page).",
+            title="Four places for the penalty",
+        )
 
-    st.subheader("Every token")
-    tokens = tables.token_table(rollout, trace)
-    st.dataframe(tokens, hide_index=True, key="kl_tokens")
-    c1, c2 = st.columns(2)
-    with c1:
-        ui.download_csv(tokens, "kl_tokens", key="dl_kl_tokens")
-    with c2:
-        ui.download_trace_json(trace, key="dl_trace_kl", state=state, rollout=rollout)
+    with ui.stale_section("kl_every_token"):
+        st.subheader("Every token")
+        tokens = tables.token_table(rollout, trace)
+        st.dataframe(tokens, hide_index=True, key="kl_tokens")
+        c1, c2 = st.columns(2)
+        with c1:
+            ui.download_csv(tokens, "kl_tokens", key="dl_kl_tokens")
+        with c2:
+            ui.download_trace_json(trace, key="dl_trace_kl", state=state, rollout=rollout)
 
     ui.back_next("kl")

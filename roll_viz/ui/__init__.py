@@ -40,10 +40,13 @@ from roll_viz.ui.flow import (
     cached_trace,
     current_batch,
     ensure_model,
+    follows_group,
     instant_payload,
     is_warm,
     kl_estimates,
     local_global_payload,
+    preset_payload,
+    preset_tokens,
     reset_running,
     running_batches,
     running_moments,
@@ -51,7 +54,12 @@ from roll_viz.ui.flow import (
     warm_up,
 )
 from roll_viz.ui.guard import page_guard
-from roll_viz.ui.instant import instant_estimators, instant_local_global, instant_panel
+from roll_viz.ui.instant import (
+    instant_estimators,
+    instant_local_global,
+    instant_panel,
+    instant_token_rewards,
+)
 from roll_viz.ui.instant.relay import page_detail, stale_section
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models, model_loaded, model_spec
@@ -168,6 +176,7 @@ __all__ = [
     "explainer",
     "first_moving_token",
     "folded",
+    "follows_group",
     "frame",
     "framework_label",
     "framework_names",
@@ -177,6 +186,7 @@ __all__ = [
     "instant_local_global",
     "instant_panel",
     "instant_payload",
+    "instant_token_rewards",
     "is_present",
     "is_warm",
     "kl_estimates",
@@ -192,6 +202,8 @@ __all__ = [
     "page_link",
     "page_setup",
     "plot",
+    "preset_payload",
+    "preset_tokens",
     "prose",
     "reset_reward_table",
     "reset_running",

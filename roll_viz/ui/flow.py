@@ -413,6 +413,52 @@ def instant_payload(state: AppState, values: str = "zero") -> dict:
     return instant.instant_payload(current_batch(state, values), state.framework, state.config)
 
 
+def follows_group(state: AppState) -> bool:
+    """Whether G only picks rows of a committed batch: a preset, scored without reward noise.
+
+    Then the first G samples of every prompt of the preset's whole batch, scored whole, are
+    exactly the rows and scores ``current_batch`` gives for that G (the rewards score each
+    response on its own; noise is drawn per batch, a live or adapted policy samples anew).
+    """
+    preset = state.source.startswith("preset:") and not state.adapted
+    return preset and not getattr(state.reward, "noise_sigma", 0)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def preset_payload(state: AppState, values: str = "zero") -> dict:
+    """``instant_payload`` of the preset's WHOLE batch, for pages that follow G.
+
+    Only where ``follows_group``: the browser then draws any G up to the preset's from it
+    (``subset_groups``). ``"follows_G"`` is True; ``preset_tokens`` are its rows' tokens.
+    With the probe critic (fitted on the current G's rows) the values are the probe's on
+    those rows and 0 elsewhere: right at this G only, so what reads them waits for the server
+    after a G move.
+    """
+    rollout = _preset_rollout(state.preset)
+    key = (state.source, state.preset, state.model, "full")
+    scores, greedy = _scores(rollout, key, state.reward)
+    critic = torch.zeros_like(rollout.response_mask)
+    if values == "probe":
+        seen: dict[int, int] = {}
+        rows = []
+        for row, g in enumerate(rollout.group_ids.tolist()):
+            seen[g] = seen.get(g, 0) + 1
+            if seen[g] <= state.group_size:
+                rows.append(row)
+        probe = current_batch(state, "probe").values
+        critic = torch.zeros(critic.shape, dtype=probe.dtype).index_copy(
+            0, torch.tensor(rows), probe
+        )
+    batch = batch_from_rollout(rollout, scores, values=critic, baseline_scores=greedy)
+    payload = instant.instant_payload(batch, state.framework, state.config)
+    return payload | {"follows_G": True}
+
+
+def preset_tokens(state: AppState) -> tuple:
+    """The tokens of every row of the preset's whole batch (``preset_payload``'s rows)."""
+    return _preset_rollout(state.preset).tokens
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def local_global_payload(state: AppState) -> dict:
     """The rewards the instant local-vs-global component recomputes from (built once per batch).
@@ -430,7 +476,7 @@ def local_global_payload(state: AppState) -> dict:
         committed batch; a live batch would be sampled again).
     """
     preset = state.source.startswith("preset:") and not state.adapted
-    if preset and not getattr(state.reward, "noise_sigma", 0):
+    if follows_group(state):
         rollout = _preset_rollout(state.preset)
         key = (state.source, state.preset, state.model, "full")
         scores = _scores(rollout, key, state.reward)[0]

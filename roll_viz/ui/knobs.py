@@ -12,6 +12,7 @@ page that does not listen and a config the browser does not cover rerun the page
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from roll_viz.ui.state import (
     KEY_CLIP,
     KEY_ESTIMATOR,
     KEY_FRAMEWORK,
+    KEY_G,
     KEY_GAMMA,
     KEY_KL_ESTIMATOR,
     KEY_KL_IN_REWARD,
@@ -176,8 +178,29 @@ def _algorithm_fragment() -> tuple[str, dict, dict]:
         )
         norm = norm_overrides(framework, generic["norm"])
     config = native_config(framework, generic, overrides=norm)
-    detail = relay.knob_detail(framework, generic, config)
-    if moved and not detail["covered"]:
+    detail = relay.knob_detail(framework, generic, config, st.session_state.get(KEY_G))
+    if moved and not relay.page_covered(detail):
         st.rerun(scope="app")  # the browser cannot redraw this config: the server does
     relay.mount(detail, full=not moved)
     return framework, generic, config
+
+
+def preset_group(draw: Callable[[], int]) -> int:
+    """A preset's G slider (``draw`` draws it, in the sidebar): a fragment with its own relay.
+
+    Over a committed preset G only picks rows of the batch: where every figure of the page that
+    listens holds the whole batch (``relay.follows_group``) a move stays in the browser and
+    the page reruns once after the pause, as for the algorithm knobs; otherwise at once.
+    """
+    with st.sidebar:
+        return _group_fragment(draw)
+
+
+@st.fragment
+def _group_fragment(draw: Callable[[], int]) -> int:
+    moved = relay.fragment_rerun()
+    if moved and not relay.follows_group():
+        st.rerun(scope="app")
+    value = draw()
+    relay.mount_group(value, full=not moved)
+    return value

@@ -257,8 +257,10 @@ def _sidebar_data(messages: list[str]) -> tuple[str, str, Any]:
 
 def _preset_data(sb: Any, messages: list[str], preset: str, preset_sampling: Any) -> tuple:
     """A preset's data: its committed batch, G samples per prompt (the live model if stale)."""
-    # a preset: G only subsets the committed batch, so it applies at once
-    group_size = _group_slider(sb, int(preset_sampling.group_size), live=False)
+    # a preset: G only subsets the committed batch, so it applies at once (in the browser where
+    # the page follows G: knobs.preset_group)
+    default = int(preset_sampling.group_size)
+    group_size = knobs.preset_group(lambda: _group_slider(st, default, live=False))
     if not preset_available(preset):
         messages.append(
             f"The committed batch of preset {preset!r} is missing or stale: sampling its "

@@ -49,7 +49,8 @@ def test_a_knob_move_reruns_the_fragment_and_the_settle_the_page(srv):
     opened, gamma, moved, query, settled, old_path, s = run_coroutine(go())
     assert opened.status == "FINISHED_SUCCESSFULLY"
     assert gamma.fragment_id  # drawn inside the sidebar's fragment
-    assert not s.widgets["G"].fragment_id  # the data section is not
+    # the data section is not; a preset's G is a fragment of its own (test below)
+    assert s.widgets["G"].fragment_id != gamma.fragment_id
     assert moved.status == FRAGMENT_FINISHED
     assert moved.fragment
     assert not moved.exceptions
@@ -64,6 +65,28 @@ def test_a_knob_move_reruns_the_fragment_and_the_settle_the_page(srv):
     assert not old_path.fragment
     assert s.fragment_runs >= 2  # the move, and the settle's fragment run before its page run
     assert s.full_runs == 3  # open, settle, the old path
+
+
+def test_a_group_move_over_a_preset_reruns_its_fragment_and_the_settle_the_page(srv):
+    async def go():
+        s = Session(srv.base)
+        await s.connect()
+        try:
+            await s.run(page="Advantages", query="")
+            moved = await s.run(changes={"G": 4}, widgets=s.widgets)
+            settled = await s.run(triggers={"rv_group_relay": ("settle", "x")}, widgets=s.widgets)
+            return moved, settled, s
+        finally:
+            await s.close()
+
+    moved, settled, s = run_coroutine(go())
+    assert s.widgets["G"].fragment_id
+    assert moved.status == FRAGMENT_FINISHED  # the heatmaps follow G in the browser
+    assert not moved.exceptions
+    assert "G=4" in s.query
+    assert settled.status == "FINISHED_SUCCESSFULLY"
+    assert not settled.fragment
+    assert not settled.exceptions
 
 
 @pytest.mark.parametrize("path", knob_load.PATHS)

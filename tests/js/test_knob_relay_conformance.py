@@ -7,7 +7,9 @@ lambda, reward clip, whiten, reward normalization) at two values each, on two ba
 results are compared with what the page computes on the server for the same sidebar values
 (``pipeline.run`` on ``native_config(framework, generic, {estimator})``, the page's
 ``try_trace``) to 1e-9; where Python raises, the JavaScript must throw. The relay's coverage
-flag (``browser_covers``) must agree with ``covered`` in pipeline.js.
+flag (``browser_covers``) must agree with ``covered`` in pipeline.js. The Token KL page's
+token rewards likewise: each KL placement's config the relay sends (``placements``) gives, in
+the browser, the token rewards of the page's ``try_trace`` with ``kl_placement_overrides``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any
 import pytest
 
 from roll_viz.core.pipeline import ALIASES, CHOICES, FRAMEWORKS, run
-from roll_viz.ui.instant.payload import batch_payload, browser_coverage
-from roll_viz.ui.instant.relay import knob_detail
+from roll_viz.ui.instant.payload import batch_payload, browser_coverage, browser_covers
+from roll_viz.ui.instant.relay import PLACEMENTS, knob_detail
 from roll_viz.ui.knobs import KNOBS
 from roll_viz.ui.settings import (
     estimator_overrides,
     generic_defaults,
+    kl_placement_overrides,
     native_config,
     norm_overrides,
 )
@@ -89,7 +92,31 @@ def _cases():
                         want = str(err)
                     covered = est not in detail["server"]
                     case = {"id": cid, "framework": framework, "config": cfg, "batch": bi}
-                    cases.append({**case, "running": None, "G": None, "covered": covered})
+                    cases.append(
+                        {**case, "running": None, "G": None, "covered": covered, "of": "advantages"}
+                    )
+                    expected.append(want)
+            for name, cfg in detail["placements"].items():
+                beta = float(generic["beta"])
+                overrides = kl_placement_overrides(framework, PLACEMENTS[name], beta)
+                server = native_config(framework, generic, overrides)
+                for bi, batch in enumerate(batches):
+                    cid = f"{framework}|{json.dumps(state)}|placement {name}|{bi}"
+                    try:
+                        want = run(batch, framework, server).token_rewards.tolist()
+                    except ValueError as err:
+                        want = str(err)
+                    case = {"id": cid, "framework": framework, "config": cfg, "batch": bi}
+                    covered = browser_covers(framework, cfg)
+                    cases.append(
+                        {
+                            **case,
+                            "running": None,
+                            "G": None,
+                            "covered": covered,
+                            "of": "token_rewards",
+                        }
+                    )
                     expected.append(want)
     return batches, cases, expected
 
@@ -121,7 +148,7 @@ def relay_conformance(tmp_path_factory):
 def test_every_knob_in_the_browser_matches_the_server(relay_conformance):
     cases, expected, got = relay_conformance
     results = {r["id"]: r for r in got["results"]}
-    n_same = n_thrown = 0
+    n_same = n_thrown = n_placed = 0
     for case in cases:
         if not case["covered"]:
             continue
@@ -131,14 +158,17 @@ def test_every_knob_in_the_browser_matches_the_server(relay_conformance):
             n_thrown += 1
             continue
         assert res["ok"], f"{case['id']}: JS threw {res.get('error')}"
-        for b, (row_js, row_py) in enumerate(zip(res["out"]["advantages"], want, strict=True)):
+        n_placed += case["of"] == "token_rewards"
+        for b, (row_js, row_py) in enumerate(zip(res["out"][case["of"]], want, strict=True)):
             for t, (a, e) in enumerate(zip(row_js, row_py, strict=True)):
                 assert math.isclose(a, e, rel_tol=TOL, abs_tol=TOL), f"{case['id']} [{b}][{t}]"
         n_same += 1
     moved = {k for c in cases for k in json.loads(c["id"].split("|")[1])}
     assert moved == {"kl_estimator", "norm", *MOVES}  # every knob moved
     assert n_same > 300
-    print(f"relay conformance: {n_same} equal, {n_thrown} thrown by both")
+    # every dialect's placements (TRL: the loss term only), every knob state, both batches
+    assert n_placed > 100
+    print(f"relay conformance: {n_same} equal ({n_placed} placements), {n_thrown} thrown by both")
 
 
 def test_the_relay_and_pipeline_js_agree_on_coverage(relay_conformance):

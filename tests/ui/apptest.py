@@ -21,6 +21,7 @@ from roll_viz import nav
 from roll_viz.core import pipeline
 from roll_viz.core.records import Batch
 from roll_viz.ui.instant import SENT_STATE
+from roll_viz.ui.instant.payload import subset_groups
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / nav.ENTRY)
@@ -85,25 +86,15 @@ def _decode(enc: dict | None):
     return torch.from_numpy(arr.copy()).to(torch.float64 if enc["dtype"] == "f8" else torch.long)
 
 
-def estimator_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
-    """What the Advantages page's estimator heatmaps draw: title -> (B, T) rows, None on padding.
-
-    The browser computes them with pipeline.js from the component's batch and the configs
-    Python resolved (tests/js checks pipeline.js against ``pipeline.run`` to 1e-9); here the
-    same inputs go through ``pipeline.run``; an estimator pipeline.js does not cover is drawn
-    from the server's numbers sent with it. Titles as the page shows them ("gae (sidebar)").
-    An estimator undefined for the batch is left out.
-    """
-    found = [
-        el.proto for el in at.get("bidi_component")
-        if el.proto.component_name == "roll_viz.instant_estimators"
-    ]  # fmt: skip
-    assert len(found) == 1, f"{len(found)} estimator heatmap components on the page"
+def _browser_drawn(at: AppTest, name: str) -> tuple[dict, Batch, torch.Tensor]:
+    """The one ``name`` component of the page: (its data, the batch it draws from, the mask)."""
+    found = [el.proto for el in at.get("bidi_component") if el.proto.component_name == name]
+    assert len(found) == 1, f"{len(found)} {name} components on the page"
     data = json.loads(found[0].json)
     if data["bulk"] is None and data["bulk_id"] not in _BULKS:
         at.session_state[SENT_STATE] = {}  # as a tab that lost it: the next run sends it again
         at.run()
-        return estimator_grids(at)
+        return _browser_drawn(at, name)
     if data["bulk"] is not None:
         _BULKS[data["bulk_id"]] = data["bulk"]
     enc = _BULKS[data["bulk_id"]]["batch"]
@@ -118,6 +109,30 @@ def estimator_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
         values=_decode(enc["values"]),
         baseline_scores=_decode(enc["baseline_scores"]),
     )
+    if data["payload"].get("follows_G") and data.get("G"):
+        # a preset's whole batch: the browser draws the first G samples of every prompt
+        batch = subset_groups(batch, int(data["G"]))
+        mask = batch.response_mask
+    return data, batch, mask
+
+
+def _rows(values: torch.Tensor, mask: torch.Tensor) -> list[list[float | None]]:
+    return [
+        [float(a) if m > 0 else None for a, m in zip(row, mrow, strict=True)]
+        for row, mrow in zip(values.tolist(), mask.tolist(), strict=True)
+    ]
+
+
+def estimator_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
+    """What the Advantages page's estimator heatmaps draw: title -> (B, T) rows, None on padding.
+
+    The browser computes them with pipeline.js from the component's batch and the configs
+    Python resolved (tests/js checks pipeline.js against ``pipeline.run`` to 1e-9); here the
+    same inputs go through ``pipeline.run``; an estimator pipeline.js does not cover is drawn
+    from the server's numbers sent with it. Titles as the page shows them ("gae (sidebar)").
+    An estimator undefined for the batch is left out.
+    """
+    data, batch, mask = _browser_drawn(at, "roll_viz.instant_estimators")
     detail = data["detail"]
     grids = {}
     for est in detail["order"]:
@@ -132,8 +147,24 @@ def estimator_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
             except ValueError:
                 continue
         title = f"{est} (sidebar)" if est == detail["estimator"] else est
-        grids[title] = [
-            [float(a) if m > 0 else None for a, m in zip(row, mrow, strict=True)]
-            for row, mrow in zip(adv.tolist(), mask.tolist(), strict=True)
-        ]
+        grids[title] = _rows(adv, mask)
+    return grids
+
+
+def token_reward_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
+    """What the Token KL page's token-reward heatmaps draw: placement -> (B, T) rows.
+
+    The analogue of ``estimator_grids``: pipeline.js runs the placement configs Python resolved
+    ("in the reward", "as a loss term"); here ``pipeline.run`` does, on the component's batch.
+    A placement the dialect lacks or that is undefined for the batch is left out.
+    """
+    data, batch, mask = _browser_drawn(at, "roll_viz.instant_token_rewards")
+    detail = data["detail"]
+    grids = {}
+    for name, cfg in detail["placements"].items():
+        try:
+            rewards = pipeline.run(batch, detail["framework"], cfg).token_rewards
+        except ValueError:
+            continue
+        grids[name] = _rows(rewards, mask)
     return grids

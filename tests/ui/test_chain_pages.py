@@ -14,7 +14,13 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from roll_viz import ui
-from tests.ui.apptest import estimator_grids, open_page, page_alone, page_file
+from tests.ui.apptest import (
+    estimator_grids,
+    open_page,
+    page_alone,
+    page_file,
+    token_reward_grids,
+)
 
 PAGES = ("samples", "rewards", "kl", "advantages")  # keys of roll_viz.nav.PAGES
 
@@ -167,8 +173,13 @@ def test_beta_changes_the_token_rewards():
     rerun(at)
     after = frame(at, "kl_tokens")["token_reward"].tolist()
     assert before != after
-    z = zgrid(chart(at, "token_rewards_reward")["data"][0])
+    # drawn in the browser from the placement configs: the server's numbers (the sidebar puts
+    # the KL in the reward, so its token table is the "in the reward" placement)
+    z = token_reward_grids(at)["in the reward"]
     assert any(v not in (None, 0) for row in z for v in row)
+    drawn = [v for row in z for v in row if v is not None]
+    assert len(drawn) == len(after)
+    assert all(math.isclose(a, b, abs_tol=1e-9) for a, b in zip(drawn, after, strict=True))
 
 
 def test_kl_estimator_switch_changes_the_heatmap():

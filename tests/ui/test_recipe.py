@@ -20,7 +20,7 @@ from roll_viz import nav
 from roll_viz.lm import warm
 from roll_viz.ui import update_page as upd
 from tests.ui import apptest
-from tests.ui.apptest import estimator_grids
+from tests.ui.apptest import estimator_grids, token_reward_grids
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TABLE_TITLE = "**Page order, and the link for each point**"
@@ -73,7 +73,7 @@ def _token_kl(at: AppTest) -> None:
     kl = frame_with(at, "k3")
     assert kl["exact_kl"].gt(0).all()  # a real KL: the steered policy differs on every answer
     assert {"k1", "k3"} <= set(kl.columns)
-    assert "token_rewards_reward" in charts(at)  # beta in the reward
+    assert "in the reward" in token_reward_grids(at)  # beta in the reward (drawn in the browser)
 
 
 def _rows(at: AppTest) -> list[list[float]]:

@@ -287,6 +287,7 @@ EST_CSS = (
 .rv-est { margin: 0.2rem 0 0.6rem; }
 .rv-est-title { font-weight: 600; margin-bottom: 0.15rem; }
 .rv-est-stale { outline: 2px dashed #8a5a00; outline-offset: 3px; }
+.rv-est-grid { display: grid; grid-template-columns: 1fr 1fr; gap: 0 2rem; }
 .rv-stale-note { background: #fff3cd; color: #3d2c00; font-weight: 600; font-size: 0.85rem;
   padding: 0.15rem 0.5rem; border-radius: 0.25rem; margin-bottom: 0.2rem; }
 """
@@ -306,6 +307,8 @@ def instant_estimators(
     detail: Mapping[str, Any],
     server: Mapping[str, Any],
     key: str,
+    group_size: int | None = None,
+    on_rows: list[str] | tuple[str, ...] = (),
 ) -> None:
     """One canvas heatmap per estimator, computed in the browser; redrawn on each knob move.
 
@@ -319,6 +322,11 @@ def instant_estimators(
         server: for each estimator of ``detail["server"]`` (the ones pipeline.js does not
             compute exactly): its (B, T) advantages from the server, or its error message.
         key: Streamlit widget key.
+        group_size: the page's G, where ``payload`` is a preset's whole batch
+            (``payload["follows_G"]``, ``flow.preset_payload``): the browser draws the first G
+            samples of every prompt, and follows the sidebar's G moves (``relay.listen``).
+        on_rows: estimators whose numbers hold on this G's rows only (they read the probe
+            critic fitted on them): in ``server`` too, drawn from it after a G move.
     """
     sent = {
         est: {"error": str(value)}
@@ -326,10 +334,58 @@ def instant_estimators(
         else {"advantages": encode_array(value)}
         for est, value in server.items()
     }
-    data = {"detail": dict(detail), "server": sent, "cell_height": 14}
+    follows = bool(payload.get("follows_G")) and group_size is not None
+    data = {
+        "detail": dict(detail),
+        "server": sent,
+        "cell_height": 14,
+        "G": group_size,
+        "on_rows": list(on_rows),
+    }
     body = {**payload, "tokens": tokens}
     _mount(_est_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
-    relay.listen(key)
+    relay.listen(key, group=follows)
+
+
+#: the Token KL page's token-reward heatmaps: the same module, its "placements" kind
+TR_COMPONENT_NAME = "roll_viz.instant_token_rewards"
+
+
+@functools.cache
+def _tr_component():
+    return st.components.v2.component(
+        TR_COMPONENT_NAME, css=EST_CSS, js=component_source("estimators.js")
+    )
+
+
+def instant_token_rewards(
+    payload: Mapping[str, Any],
+    tokens: list[list[str]],
+    detail: Mapping[str, Any],
+    key: str,
+) -> None:
+    """The token rewards of each KL placement, computed in the browser; redrawn on knob moves.
+
+    Side by side ("in the reward" left, "as a loss term" right) on one shared scale, from
+    ``detail["placements"]`` (``relay.knob_detail``); this component listens
+    (``relay.listen``), so a sidebar knob move reruns only the sidebar's fragment.
+
+    Args:
+        payload: ``instant_payload`` of the page's batch.
+        tokens: (B, T) token texts for the hover tip (untrusted: rendered as text only).
+        detail: ``relay.knob_detail`` of the sidebar's values (this full run's).
+        key: Streamlit widget key.
+    """
+    data = {
+        "detail": dict(detail),
+        "server": {},
+        "cell_height": 14,
+        "kind": "placements",
+        "columns": list(relay.PLACEMENTS),
+    }
+    body = {**payload, "tokens": tokens}
+    _mount(_tr_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
+    relay.listen(key, draws="placements")
 
 
 # ---------------------------------------------------------------------------------------------

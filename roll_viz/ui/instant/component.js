@@ -285,12 +285,14 @@ export default function instantAdvantages(component) {
     });
     ui.view.addEventListener("change", () => update(state));
     // the sidebar's knobs moved (relay.js): start from the sidebar's new config and values,
-    // keep this strip's G
+    // keep this strip's G, or take the sidebar's where the strip holds a preset's whole batch
     state.onKnobs = (ev) => {
       const detail = ev.detail || {};
       if (detail.framework !== state.payload.framework || !detail.config) return;
       state.payload = { ...state.payload, config: detail.config };
-      setParams(state, { ...detail.params, G: state.values ? state.values.G : undefined });
+      const own = state.values ? state.values.G : undefined;
+      const G = state.payload.follows_G && detail.G >= 1 ? detail.G : own;
+      setParams(state, { ...detail.params, G });
       update(state);
     };
     globalThis.addEventListener("rv-knobs", state.onKnobs);

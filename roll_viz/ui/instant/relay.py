@@ -5,7 +5,10 @@ reruns only that section on the server (a few ms), not the page. The section end
 relay, a tiny ``st.components.v2`` component that receives the settled knob values as data
 (per estimator of the dialect: the resolved config the server would run) and dispatches them on
 ``window`` as an ``rv-knobs`` CustomEvent. The page's instant components (the Advantages page's
-estimator heatmaps and its instant strip) listen and recompute with ``pipeline.js``.
+estimator heatmaps and its instant strip, the Token KL page's token rewards) listen and
+recompute with ``pipeline.js``. A preset's G slider is a fragment of its own with a second
+relay (``mount_group``): it sends the last knobs with the new G, followed where every listener
+holds the preset's whole batch (``listen(group=True)``), otherwise the page reruns at once.
 
 What the browser does not recompute is marked: every ``stale_section`` of the page gets a
 dashed outline and the line "computed for the previous knob values" while a burst of moves
@@ -29,16 +32,24 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from roll_viz.core.pipeline import ESTIMATOR_KEY, resolve_config
 from roll_viz.ui.instant.payload import browser_covers, jsonable_config
-from roll_viz.ui.settings import estimator_options, estimator_overrides, native_config
+from roll_viz.ui.settings import (
+    estimator_options,
+    estimator_overrides,
+    kl_placement_overrides,
+    native_config,
+)
 
 HERE = Path(__file__).parent
 RELAY_NAME = "roll_viz.knob_relay"
 #: ms without a knob move before the one full-page rerun (a burst of moves reruns once)
 PAUSE_MS = 1500
-#: session_state keys: the listeners the page registered on its last full run; a full rerun
-#: asked for by a callback (framework switch, the relay's settle)
+#: session_state keys: the listeners the page registered on its last full run (key -> (what
+#: they draw, whether they follow G): ``listen``); a full rerun asked for by a callback
+#: (framework switch, the relay's settle)
 LISTENERS_KEY = "_rv_relay_listeners"
 FULL_KEY = "_rv_relay_full"
+#: session_state key: the detail the algorithm relay last sent (a G move sends it with its G)
+LAST_KEY = "_rv_relay_last"
 #: the prefix of every stale section's container key (its class is st-key-<key>)
 STALE_PREFIX = "rv_stale_"
 
@@ -51,15 +62,32 @@ def fragment_rerun() -> bool:
 
 def start_full_run() -> None:
     """A full run begins (the sidebar, before the page): forget the last page's listeners."""
-    st.session_state[LISTENERS_KEY] = []
+    st.session_state[LISTENERS_KEY] = {}
     st.session_state.pop(FULL_KEY, None)
 
 
-def listen(key: str) -> None:
-    """Called by a page's component that redraws on the relay: knob moves stay in the browser."""
-    listeners = st.session_state.setdefault(LISTENERS_KEY, [])
-    if key not in listeners:
-        listeners.append(key)
+def listen(key: str, draws: str = "estimators", group: bool = False) -> None:
+    """Called by a page's component that redraws on the relay: knob moves stay in the browser.
+
+    Args:
+        key: the component's key.
+        draws: what it recomputes from the relay's detail: "estimators" (``configs``, the
+            Advantages page) or "placements" (``placements``, the Token KL page).
+        group: whether it also follows G (it holds a preset's whole batch: ``detail["G"]``).
+    """
+    st.session_state.setdefault(LISTENERS_KEY, {})[key] = (draws, group)
+
+
+def page_covered(detail: dict[str, Any]) -> bool:
+    """On a fragment rerun: whether the browser redraws every listener's figures for ``detail``."""
+    cover = {"estimators": detail["covered"], "placements": detail["placements_covered"]}
+    return all(cover[d] for d, _g in st.session_state.get(LISTENERS_KEY, {}).values())
+
+
+def follows_group() -> bool:
+    """On a G move (a fragment rerun): whether the page's figures follow G in the browser."""
+    listeners = st.session_state.get(LISTENERS_KEY, {}).values()
+    return not needs_full_run() and all(g for _d, g in listeners)
 
 
 def ask_full_run() -> None:
@@ -77,7 +105,9 @@ def stale_section(name: str) -> Any:
     return st.container(key=STALE_PREFIX + name)
 
 
-def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def knob_detail(
+    framework: str, generic: dict[str, Any], config: dict[str, Any], group_size: Any = None
+) -> dict[str, Any]:
     """What the relay sends: per estimator of the dialect, the resolved config the page runs.
 
     The same configs as the Advantages page's ``try_trace`` (``native_config`` with the
@@ -88,14 +118,19 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         framework: the sidebar's dialect.
         generic: the sidebar's generic knob values.
         config: the sidebar's config (``AppState.config``: what the instant strip starts from).
+        group_size: the sidebar's G (a listener that holds a preset's whole batch draws the
+            first G samples of every prompt; others ignore it).
 
     Returns:
         JSON-ready dict: framework, config (the sidebar's, resolved), estimator (the
         sidebar's), estimator_key, params (beta, gamma, lam, estimator), order (the page's
         estimators, the sidebar's first), configs (estimator -> config), server (the
         estimators ``pipeline.js`` does not compute exactly: drawn from the server's numbers),
-        covered (whether the browser computes the sidebar's estimator), seq (a hash of the
-        rest: the JS dispatches only a new one).
+        covered (whether the browser computes the sidebar's estimator), placements (the
+        Token KL page's two KL placements, "in the reward" / "as a loss term" -> config: the
+        sidebar's config with ``kl_placement_overrides`` at its beta; a placement the dialect
+        lacks is left out), placements_covered (whether the browser computes all of them),
+        G (``group_size``), seq (a hash of the rest: the JS dispatches only a new one).
     """
     estimators = estimator_options(framework)
     current = generic.get("estimator")
@@ -129,13 +164,46 @@ def knob_detail(framework: str, generic: dict[str, Any], config: dict[str, Any])
         # others it does not compute keep the server's last numbers, marked, until the pause
         "covered": sidebar is not None and bool(order) and order[0] not in server,
     }
-    detail["seq"] = hashlib.sha1(json.dumps(detail, sort_keys=True).encode()).hexdigest()[:12]
-    return detail
+    detail["placements"], detail["placements_covered"] = _placements(framework, generic)
+    detail["placements_covered"] = detail["placements_covered"] and sidebar is not None
+    return with_group(detail, group_size)
+
+
+def with_group(detail: dict[str, Any], group_size: Any) -> dict[str, Any]:
+    """``detail`` with G set (an int, or None) and its seq recomputed."""
+    out = {k: v for k, v in detail.items() if k != "seq"}
+    out["G"] = None if group_size is None else int(group_size)
+    out["seq"] = hashlib.sha1(json.dumps(out, sort_keys=True).encode()).hexdigest()[:12]
+    return out
+
+
+#: the Token KL page's KL placements, left to right: name -> in the reward
+PLACEMENTS = {"in the reward": True, "as a loss term": False}
+
+
+def _placements(framework: str, generic: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The Token KL page's placement configs (its ``try_trace`` overrides) and their coverage."""
+    beta = generic.get("beta")
+    if beta is None:
+        return {}, False  # the page falls back on the trace's beta: the server draws
+    configs, covered = {}, True
+    for name, in_reward in PLACEMENTS.items():
+        overrides = kl_placement_overrides(framework, in_reward, float(beta))
+        if overrides is None:
+            continue  # the dialect cannot put the KL there (TRL: loss only)
+        try:
+            cfg = resolve_config(framework, native_config(framework, generic, overrides))
+        except ValueError:
+            covered = False
+            continue
+        configs[name] = jsonable_config(framework, cfg)
+        covered = covered and browser_covers(framework, configs[name])
+    return configs, covered and bool(configs)
 
 
 def page_detail(state: Any) -> dict[str, Any]:
     """``knob_detail`` of a page's AppState: the values this full run drew with."""
-    return knob_detail(state.framework, dict(state.generic), dict(state.config))
+    return knob_detail(state.framework, dict(state.generic), dict(state.config), state.group_size)
 
 
 @functools.cache
@@ -143,10 +211,19 @@ def _relay():
     return st.components.v2.component(RELAY_NAME, js=(HERE / "relay.js").read_text())
 
 
-def mount(detail: dict[str, Any], full: bool) -> None:
+def mount(detail: dict[str, Any], full: bool, key: str = "rv_knob_relay") -> None:
     """The relay component: dispatches ``detail`` on a knob move, clears the marks on a full run."""
+    if key == "rv_knob_relay":
+        st.session_state[LAST_KEY] = detail
     _relay()(
-        key="rv_knob_relay",
+        key=key,
         data={"detail": detail, "full": bool(full), "pause_ms": PAUSE_MS, "prefix": STALE_PREFIX},
         on_settle_change=ask_full_run,
     )
+
+
+def mount_group(group_size: int, full: bool) -> None:
+    """The G slider's relay (a preset's G is a fragment of its own): the last knobs with G."""
+    last = st.session_state.get(LAST_KEY)
+    detail = with_group(last, group_size) if last and not full else {}
+    mount(detail, full=full or not last, key="rv_group_relay")
