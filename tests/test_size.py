@@ -19,8 +19,7 @@ import pytest
 from tests import size_budget as sb
 
 #: modules still over SIZE_MAX formatted lines, with their size now (lower it as they shrink)
-OVER_CAP: dict[str, int] = {
-}
+OVER_CAP: dict[str, int] = {}
 #: functions still over FUNCTION_NOTE lines without a ``Size:`` line: "path:name" -> lines
 LONG_FUNCTIONS: dict[str, int] = {}
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
