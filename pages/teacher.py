@@ -59,7 +59,7 @@ with ui.page_guard("Teacher as reference"):
         prompts=rollout.prompts,
         exact_kl=scores.exact_kl,
         kl_penalty=choice.kl_penalty,
-        kl_coef=choice.coef,
+        coef=choice.coef,
         mixed=choice.mixed,
     )
     mode = "use_opd" if choice.mixed else "is_pure_opd"

@@ -53,7 +53,7 @@ def teacher_signal(
     prompts: Sequence[str] | None = None,
     exact_kl: Tensor | None = None,
     kl_penalty: str = "kl",
-    kl_coef: float = 1.0,
+    coef: float = 1.0,
     mixed: bool = False,
 ) -> TeacherSignal:
     """OPD advantages from the teacher next to the reward's, with the tables to show them.
@@ -69,7 +69,7 @@ def teacher_signal(
         prompts: (P,) prompt texts.
         exact_kl: (B, T) exact KL(student || teacher) per position, if scored.
         kl_penalty: ROLL's estimator name ("kl", "abs", "mse", "k3").
-        kl_coef: ROLL ``opd_kl_coef``.
+        coef: ROLL ``opd_kl_coef``.
         mixed: ROLL ``use_opd`` (reward advantages minus the KL) instead of ``is_pure_opd``.
 
     Returns:
@@ -79,7 +79,7 @@ def teacher_signal(
     reward_adv = reward_advantages.to(F64) * mask
     opd = opd_advantages(
         student_logprobs,
-        {"teacher": (teacher_logprobs, kl_coef)},
+        {"teacher": (teacher_logprobs, coef)},
         mask,
         kl_penalty=kl_penalty,
         rl_advantages=reward_adv if mixed else None,

@@ -31,7 +31,7 @@ def test_pure_answers_by_hand():
 
 
 def test_mixed_subtracts_the_kl_from_the_reward():
-    sig = teacher_signal(S, T, M, A, SCORES, GIDS, tokens=TOKENS, mixed=True, kl_coef=0.5)
+    sig = teacher_signal(S, T, M, A, SCORES, GIDS, tokens=TOKENS, mixed=True, coef=0.5)
     got = sig.opd.advantages
     want = (A - 0.5 * torch.tensor([[-0.5, 1.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)) * M
     assert torch.allclose(got, want)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.cases import close
-from roll_viz.core.pipeline import LOSS_CHOICES
+from roll_viz.core.pipeline import KL_ESTIMATORS, LOSS_CHOICES
 from roll_viz.core.pipeline.dialects import openrlhf, roll, trl, verl
 from roll_viz.core.pipeline.losses import LossInputs, LossResult, LossSpec, loss_from_spec
 from roll_viz.core.pipeline.policy_terms import POLICY_TERMS, policy_term
@@ -42,6 +42,16 @@ EXAMPLES: dict[str, tuple[dict, tuple[tuple[str, float | None], ...]]] = {
 
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-all-rows")
 
+#: the KL loss term's forms (``loss_kl.kl_loss_term``): form -> (LossSpec fields, ratio level)
+KL_FORMS: dict[str, tuple[dict, str]] = {
+    "plain": ({}, "token"),
+    "log-ratio-clamped": ({"kl_log_ratio_clamp": 20.0}, "token"),
+    "straight-through": ({"kl_straight_through": True}, "token"),
+    "is-weight-clip": ({"kl_is_weight_clip": 2.0}, "token"),
+    "ratio-corrected": ({"kl_ratio_correction": True}, "token"),
+    "ratio-corrected-sequence": ({"kl_ratio_correction": True}, "sequence"),
+}
+
 
 def _batch(seed, B=5, T=6):
     gen = torch.Generator().manual_seed(seed)
@@ -58,11 +68,10 @@ def _batch(seed, B=5, T=6):
     return lp, old, adv, mask, ref, scores
 
 
-def _loss(kind, level, clamp, mode, seed, kl_on):
+def _loss(kind, level, clamp, mode, seed, kl_on, **kl):
     params, _ = EXAMPLES[kind]
-    spec = LossSpec(
-        kind=kind, level=level, clamp=clamp, kl_on=kl_on, kl_coef=0.1, kl_clamp=10.0, **params
-    )
+    kl = {"beta": 0.1, "kl_clamp": 10.0} | kl
+    spec = LossSpec(kind=kind, level=level, clamp=clamp, kl_on=kl_on, **kl, **params)
     modes = {"policy": (mode, None), "kl": (mode, None), "entropy": (mode, None), "value": None}
     lp, old, adv, mask, ref, scores = _batch(seed)
     inputs = LossInputs(
@@ -103,6 +112,22 @@ def test_closed_form_gradient_matches_autograd(kind, level, clamp, mode, seed, k
     close(res.per_token["grad_coef"], grad, 1e-12, rtol=1e-12)
     assert bool((res.per_token["grad_coef"][mask == 0] == 0).all())
     assert bool(res.per_token["grad_coef"].abs().sum() > 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("form", list(KL_FORMS))
+@pytest.mark.parametrize("estimator", list(KL_ESTIMATORS))
+def test_kl_term_gradient_matches_autograd(estimator, form, mode):
+    """The KL term's closed-form share of grad_coef, for every registered estimator and form."""
+    fields, level = KL_FORMS[form]
+    kl = {"kl_estimator": estimator, "beta": 0.3, **fields}
+    on, lp, mask = _loss("pg", level, None, mode, 4, True, **kl)
+    (grad,) = torch.autograd.grad(on.total, lp)
+    close(on.per_token["grad_coef"], grad, 1e-12, rtol=1e-12)
+    off, _, _ = _loss("pg", level, None, mode, 4, False, **kl)
+    kl_share = on.per_token["grad_coef"] - off.per_token["grad_coef"]
+    assert bool(kl_share.abs().sum() > 0)  # the KL term moved the gradient
+    assert bool((kl_share[mask == 0] == 0).all())
 
 
 @pytest.mark.parametrize("kind", sorted(POLICY_TERMS))

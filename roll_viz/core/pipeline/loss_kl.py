@@ -59,9 +59,9 @@ def kl_loss_term(spec: LossSpec, modes: dict, b: LossBatch, ratio: Tensor, r: Te
         else:
             coupling = (w_kl * value).sum(-1, keepdim=True)
             g = g + m * r / b.lengths.clamp(min=1.0) * coupling
-        g_kl = spec.kl_coef * g
+        g_kl = spec.beta * g
     else:
-        g_kl = spec.kl_coef * w_kl * slope
+        g_kl = spec.beta * w_kl * slope
     return kl_tok, (w_kl * kl_tok).sum(), g_kl
 
 

@@ -33,7 +33,7 @@ class LossSpec:
     kl_estimator: str = "k3"
     kl_clamp: float | None = None
     kl_log_ratio_clamp: float | None = None
-    kl_coef: float = 0.0
+    beta: float = 0.0  # the KL loss coefficient
     entropy_coef: float = 0.0
     entropy_adaptive: bool = False  # TRL use_adaptive_entropy: the metric reads the entropy
     rl_coef: float = 1.0

@@ -87,7 +87,7 @@ CLIP_MASKS: tuple[str, ...] = ("clipped_high", "clipped_low", "dual_clipped")
 class LossResult:
     """One framework's policy-update loss on one batch.
 
-    ``total = rl * (policy + c_kl * kl) - c_ent * entropy`` with the coefficients in
+    ``total = rl * (policy + beta * kl) - c_ent * entropy`` with the coefficients in
     ``coefficients`` (rl is ROLL's ``rl_loss_coef``, 1 elsewhere; TRL's KL is added per token
     before aggregation, which is the same number because aggregation is linear). The critic
     loss ``terms["value"]`` is a separate optimisation and is NOT part of ``total``.
@@ -262,7 +262,7 @@ def loss_from_spec(
 ) -> LossResult:
     """The loss a dialect describes: value, per-token pieces, gradient coefficients, metrics.
 
-    ``total = rl * (policy + c_kl * kl) - c_ent * entropy``: the policy term is the kind's
+    ``total = rl * (policy + beta * kl) - c_ent * entropy``: the policy term is the kind's
     (``POLICY_TERMS[spec.kind]``) under the dialect's aggregation weights, keep masks and
     per-sample weights; the gradient coefficient adds the KL term's in closed form.
 
@@ -288,41 +288,18 @@ def loss_from_spec(
     kl_tok, kl_term, g_kl = kl_loss_term(spec, modes, b, pol.ratio, pol.r)
     ent_term = _entropy_term(modes, b, pol)
     value_term, vf_clipped = _value_term(inputs, b.full_m > 0, spec, modes, notes)
-    total = pol.value if kl_term is None else pol.value + spec.kl_coef * kl_term
+    total = pol.value if kl_term is None else pol.value + spec.beta * kl_term
     total = spec.rl_coef * total
     if ent_term is not None and spec.entropy_coef != 0:
         total = total - spec.entropy_coef * ent_term
     grad_coef = spec.rl_coef * (pol.grad + g_kl)
     terms = {"policy": pol.value, "kl": kl_term, "entropy": ent_term, "value": value_term}
-    ctx = MetricContext(
-        config,
-        spec,
-        modes,
-        b.m,
-        b.mask,
-        b.d,
-        pol.r,
-        b.adv,
-        terms,
-        total,
-        b.ent,
-        kl_tok,
-        vf_clipped,
-        pg=pol.pg.detach(),
-        extra=pol.extra,
-        row_weights=pol.row_w[:, 0],
-        metric_notes={},
-        logp=b.lp.detach(),
-        ref=b.ref,
-        metric_mask=b.metric_bool,
-        metric_d=b.metric_d,
-        full_mask=b.full_m,
-    )
+    ctx = _metric_context(config, spec, modes, b, pol, terms, total, kl_tok, vf_clipped)
     return LossResult(
         framework=framework,
         total=total,
         terms=terms,
-        coefficients={"rl": spec.rl_coef, "kl": spec.kl_coef, "entropy": spec.entropy_coef},
+        coefficients={"rl": spec.rl_coef, "kl": spec.beta, "entropy": spec.entropy_coef},
         per_token=_per_token(b, pol, kl_tok, grad_coef, inputs.policy_mask is not None),
         metrics=metrics(ctx),
         notes=tuple(notes),
@@ -567,3 +544,41 @@ class MetricContext:
         r1 = self.r if spec.delta is None else self.r.clamp(max=spec.delta)
         clipped = self.r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high)
         return r1 * self.adv, clipped * self.adv
+
+
+def _metric_context(
+    config: dict[str, Any],
+    spec: LossSpec,
+    modes: dict,
+    b: LossBatch,
+    pol: _Policy,
+    terms: dict[str, Tensor | None],
+    total: Tensor,
+    kl_tok: Tensor | None,
+    vf_clipped: Tensor | None,
+) -> MetricContext:
+    """What the dialect's metric function reads of the computed loss (its notes start empty)."""
+    return MetricContext(
+        config,
+        spec,
+        modes,
+        b.m,
+        b.mask,
+        b.d,
+        pol.r,
+        b.adv,
+        terms,
+        total,
+        b.ent,
+        kl_tok,
+        vf_clipped,
+        pg=pol.pg.detach(),
+        extra=pol.extra,
+        row_weights=pol.row_w[:, 0],
+        metric_notes={},
+        logp=b.lp.detach(),
+        ref=b.ref,
+        metric_mask=b.metric_bool,
+        metric_d=b.metric_d,
+        full_mask=b.full_m,
+    )

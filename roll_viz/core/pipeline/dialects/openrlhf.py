@@ -615,7 +615,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         kl_zero=kl_zero,
         kl_estimator=cfg["kl_estimator"],
         kl_clamp=10.0,
-        kl_coef=cfg["init_coef"],
+        beta=cfg["init_coef"],
         entropy_coef=cfg["entropy_coef"] or 0.0,
         value_clip=cfg["value_clip"],
     )

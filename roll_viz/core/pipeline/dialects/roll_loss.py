@@ -125,7 +125,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "kl_on": cfg["use_kl_loss"],
         "kl_estimator": "k3",
         "kl_clamp": 10.0,
-        "kl_coef": cfg["kl_loss_coef"],
+        "beta": cfg["kl_loss_coef"],
         "entropy_coef": cfg["entropy_loss_coef"],
         "rl_coef": cfg["rl_loss_coef"],
         "value_clip": cfg["value_clip"],

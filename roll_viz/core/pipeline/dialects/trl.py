@@ -526,7 +526,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "clamp": None,
         "kl_on": cfg["beta"] != 0,
         "kl_estimator": "k3",
-        "kl_coef": cfg["beta"],
+        "beta": cfg["beta"],
         "kl_ratio_correction": cfg["beta"] != 0 and cfg["use_bias_correction_kl"],
         "entropy_coef": applied_entropy_coef(cfg),
         "entropy_adaptive": cfg["use_adaptive_entropy"],
@@ -627,7 +627,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
     out: dict[str, float] = {}
     adaptive = spec.entropy_adaptive
     if spec.entropy_coef != 0 or adaptive:  # TRL logs policy_loss (incl. beta * KL) then
-        kl_part = 0.0 if ctx.terms["kl"] is None else spec.kl_coef * ctx.item("kl")
+        kl_part = 0.0 if ctx.terms["kl"] is None else spec.beta * ctx.item("kl")
         out["policy_loss"] = ctx.item("policy") + kl_part
         # logged on each optimizer step while the bonus is on: the adaptive controller's value
         # after this step's update

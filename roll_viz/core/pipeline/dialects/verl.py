@@ -692,7 +692,7 @@ def loss_spec(cfg: dict[str, Any], notes: list[str]) -> LossSpec:
         "kl_estimator": kl_name,
         "kl_clamp": 10.0 if kl_name == "k3" else None,
         "kl_log_ratio_clamp": 20.0 if kl_name == "k3" else None,
-        "kl_coef": cfg["kl_loss_coef"],
+        "beta": cfg["kl_loss_coef"],
         "kl_straight_through": kl_type.endswith("+") and kl_name != "k2",
         "entropy_coef": cfg["entropy_coeff"],
         "value_clip": cfg["cliprange_value"],

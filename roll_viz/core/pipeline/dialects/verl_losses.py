@@ -276,7 +276,7 @@ def loss_metrics(ctx: MetricContext) -> dict[str, float]:
         out["actor/entropy_loss"] = ctx.item("entropy")
     if spec.kl_on:
         out["actor/kl_loss"] = ctx.item("kl")
-        out["actor/kl_coef"] = spec.kl_coef
+        out["actor/kl_coef"] = spec.beta
     if ctx.terms["value"] is not None:
         out["critic/vf_loss"] = ctx.item("value")
         out["critic/vf_clipfrac"] = ctx.token_mean(ctx.vf_clipped)
