@@ -123,6 +123,8 @@ class RunResult:
         toasts: the text of every toast the run showed (not content: left out of the digest).
         fragment: the run reran fragments only (``FINISHED_FRAGMENT_RUN_SUCCESSFULLY``); its
             digest and parts cover the fragments' elements only, its widgets theirs only.
+        component_json: user key -> the JSON data a bidi component was mounted with (the knob
+            relay's mode, for one).
     """
 
     ms: float
@@ -135,6 +137,7 @@ class RunResult:
     progress: list[str] = dataclasses.field(default_factory=list)
     toasts: list[str] = dataclasses.field(default_factory=list)
     fragment: bool = False
+    component_json: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _user_key(widget_id: str) -> str:
@@ -492,6 +495,8 @@ class Session:
             key = _user_key(body.id)
             if key:
                 result.widgets[key] = Widget(body.id, ek, 0.0, 0.0, 0.0, False, frag)
+                if body.HasField("json"):
+                    result.component_json[key] = body.json
         elif ek == UPLOADER:
             key = _user_key(body.id)
             if key:

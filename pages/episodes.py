@@ -7,6 +7,7 @@ from roll_viz.ui import episodes_page as page
 
 with ui.page_guard("Episodes (multi-turn)"):
     state = ui.page_setup("Episodes (multi-turn)")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
     st.title("Episodes: an agent, a tool, and which tokens learn")
     ui.prose(
         "An **episode** is a conversation: the model writes, a tool answers, the model writes "

@@ -7,6 +7,7 @@ from roll_viz.views import chips, scales, text
 
 with ui.page_guard("Home"):
     state = ui.page_setup("Home")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
 
     st.title("roll-viz: how a reward becomes a training signal")
     ui.prose(

@@ -36,6 +36,7 @@ def stretch_sentence(lg) -> str:
 
 with ui.page_guard("Local vs global"):
     state = ui.page_setup("Local vs global")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
 
     ui.lecture_title("local_global", "Local vs global normalization")
     with ui.folded("Local and global, in formulas"):

@@ -7,6 +7,7 @@ from roll_viz.views import normalisation_charts as charts
 
 with ui.page_guard("Normalisation"):
     state = ui.page_setup("Normalisation")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
 
     ui.lecture_title("normalisation", "The normalisation matrix")
     st.markdown(

@@ -9,6 +9,7 @@ from roll_viz.views import text
 
 with ui.page_guard("Self-test"):
     state = ui.page_setup("Self-test")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
 
     st.title("Self-test: is the math right, right now?")
     with ui.folded("What the checks compare"):

@@ -7,6 +7,7 @@ from roll_viz.ui import silent_bugs_page
 
 with ui.page_guard("Silent bugs"):
     ui.page_setup("Silent bugs")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
     st.title("Silent bugs: the wrong number and the right one")
     ui.prose(
         "Each of these bugs was reported in a real framework and trained models without any "

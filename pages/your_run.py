@@ -11,6 +11,7 @@ from roll_viz.views import history_charts, text
 
 with ui.page_guard("Your run"):
     state = ui.page_setup("Your run")
+    ui.steady_page()  # reads no algorithm knob: a knob move reruns nothing
     st.title("Your run: a real training run, step by step")
     ABOUT = (
         "Open what ROLL (`save_logging_board_dir`, `rollout_dump_dir`), verl (`rollout_data_dir`), "

@@ -60,7 +60,7 @@ from roll_viz.ui.instant import (
     instant_panel,
     instant_token_rewards,
 )
-from roll_viz.ui.instant.relay import page_detail, stale_section
+from roll_viz.ui.instant.relay import page_detail, stale_section, steady_page
 from roll_viz.ui.present import is_present
 from roll_viz.ui.resources import cached_models, model_loaded, model_spec
 from roll_viz.ui.run_source import stop_run, use_run_step
@@ -213,6 +213,7 @@ __all__ = [
     "select_preset",
     "share_reward_table",
     "stale_section",
+    "steady_page",
     "stop_page",
     "stop_run",
     "table",

@@ -6,8 +6,8 @@ choices and its help, and which it lacks (then the control is disabled and says 
 
 The section is a fragment: a knob move reruns only it (a few ms of server CPU), and its last
 element, the relay (``instant.relay``), hands the new values to the page's figures that the
-browser recomputes; the page itself reruns once when the student pauses. A framework switch, a
-page that does not listen and a config the browser does not cover rerun the page at once.
+browser recomputes; the page itself reruns once when the student pauses (a page the browser
+cannot redraw is marked whole until then). Only a framework switch reruns the page at once.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def algorithm_section(group_size: int, messages: list[str]) -> tuple[str, dict, 
 
 @st.fragment
 def _algorithm_fragment() -> tuple[str, dict, dict]:
-    """The knobs; on a knob move (a fragment rerun) the relay or one full-page rerun."""
+    """The knobs; on a knob move (a fragment rerun) the relay, on a framework switch the page."""
     moved = relay.fragment_rerun()
     if moved and relay.needs_full_run():
         st.rerun(scope="app")
@@ -179,9 +179,7 @@ def _algorithm_fragment() -> tuple[str, dict, dict]:
         norm = norm_overrides(framework, generic["norm"])
     config = native_config(framework, generic, overrides=norm)
     detail = relay.knob_detail(framework, generic, config, st.session_state.get(KEY_G))
-    if moved and not relay.page_covered(detail):
-        st.rerun(scope="app")  # the browser cannot redraw this config: the server does
-    relay.mount(detail, full=not moved)
+    relay.mount(detail, relay.move_mode(detail) if moved else "full")
     return framework, generic, config
 
 
@@ -189,8 +187,8 @@ def preset_group(draw: Callable[[], int]) -> int:
     """A preset's G slider (``draw`` draws it, in the sidebar): a fragment with its own relay.
 
     Over a committed preset G only picks rows of the batch: where every figure of the page that
-    listens holds the whole batch (``relay.follows_group``) a move stays in the browser and
-    the page reruns once after the pause, as for the algorithm knobs; otherwise at once.
+    listens holds the whole batch a move stays in the browser and the page reruns once after
+    the pause, as for the algorithm knobs; otherwise the page is marked whole until then.
     """
     with st.sidebar:
         return _group_fragment(draw)
@@ -199,8 +197,8 @@ def preset_group(draw: Callable[[], int]) -> int:
 @st.fragment
 def _group_fragment(draw: Callable[[], int]) -> int:
     moved = relay.fragment_rerun()
-    if moved and not relay.follows_group():
-        st.rerun(scope="app")
+    if moved and (relay.needs_full_run() or not relay.has_last()):
+        st.rerun(scope="app")  # a settle, or no knobs sent yet to carry G
     value = draw()
-    relay.mount_group(value, full=not moved)
+    relay.mount_group(value, relay.move_mode({}, group_move=True) if moved else "full")
     return value

@@ -244,11 +244,13 @@ def plot(fig: Any, key: str, **kwargs: Any) -> None:
     """st.plotly_chart with a key and the figure's own colours (theme off for fixed scales).
 
     In presentation mode the figure's fonts (ticks, axis titles, legend, colour bars, subplot
-    titles) are enlarged for a projector.
+    titles) are enlarged for a projector. The title, legend and plot are stacked one above the
+    other at any font size (``scales.stacked_header``): changed on ``fig`` itself, which a page
+    builds for this one call (a copy would revalidate every array: tens of ms a figure).
     """
     if st.session_state.get(KEY_PRESENT):
         fig = scales.projector_fonts(fig)
-    fig = scales.stacked_header(fig)  # title, legend, plot: one above the other at any font size
+    fig.update_layout(scales.stacked_header(fig))
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
 
 

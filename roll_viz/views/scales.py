@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -181,43 +182,45 @@ DEFAULT_HEIGHT = 450
 HEADER_GAP_PX = 6
 
 
-def stacked_header(fig: go.Figure) -> go.Figure:
-    """A copy of ``fig`` whose title, horizontal legend and plot are stacked, never overlapping.
+def stacked_header(fig: go.Figure) -> dict[str, Any]:
+    """The layout changes that stack ``fig``'s title, horizontal legend and plot, never overlapping.
 
     Figures placed a horizontal legend in fractions of the plot (``y = 1.06`` above it, ``-0.3``
     under it) inside fixed margins: with longer names or a projector's larger fonts it ran over
     the title or the x axis title. Here the title hangs from the figure's top edge, a horizontal
     legend sits right under it (both placed in pixels of the figure, ``yref="container"``), and
     Plotly pushes the plot down below them (its automatic margins). Vertical legends stay.
+
+    Returns the changes, for one ``fig.update_layout`` (``fig`` is only read): a copy of a
+    figure revalidates every array (about 40 ms for a 3 x 3 grid), the changes alone a few ms.
     """
-    out = go.Figure(fig)
-    layout = out.layout
+    layout = fig.layout
+    if layout.title.yref == "container" or layout.legend.yref == "container":
+        return {}  # stacked already (the changes applied once more would move the legend)
     height = layout.height or DEFAULT_HEIGHT
     header_px = HEADER_GAP_PX
+    patch: dict[str, Any] = {}
     if layout.title is not None and layout.title.text:
         size = layout.title.font.size or (layout.font.size or 12) + 3
         # a two-line title becomes title + subtitle: Plotly writes a <br> title's further lines
         # above its anchor, out of the figure; a subtitle goes under the title
         first, _, rest = str(layout.title.text).partition("<br>")
+        title: dict[str, Any] = {"yref": "container", "y": 1 - header_px / height}
+        title.update(yanchor="top", automargin=True)
         if rest:
-            out.update_layout(title_text=first, title_subtitle_text=rest)
-            out.update_layout(title_subtitle_font_size=round(size * 0.8))
-        out.update_layout(
-            title={"yref": "container", "y": 1 - header_px / height, "yanchor": "top"},
-            title_automargin=True,
-        )
+            title.update(text=first, subtitle={"text": rest, "font": {"size": round(size * 0.8)}})
+        patch["title"] = title
         lines = 1 + (rest.count("<br>") + 1 if rest else 0)
         header_px += math.ceil(lines * size * 1.3) + HEADER_GAP_PX
     legend = layout.legend.orientation == "h" and layout.showlegend is not False
     if legend:
-        out.update_layout(
-            legend={"yref": "container", "y": 1 - header_px / height, "yanchor": "top"}
-        )
+        patch["legend"] = {"yref": "container", "y": 1 - header_px / height, "yanchor": "top"}
     above = _titles_above_plot(layout)
     if above:  # subplot titles sit on the plot's top edge: keep the title and legend clear
-        room = (_legend_px(out) if legend else 0) + above + 2 * HEADER_GAP_PX
-        out.update_layout(title_automargin=True, title_pad_b=room, margin_t=header_px + room)
-    return out
+        room = (_legend_px(fig) if legend else 0) + above + 2 * HEADER_GAP_PX
+        patch.setdefault("title", {}).update(automargin=True, pad={"b": room})
+        patch["margin"] = {"t": header_px + room}
+    return patch
 
 
 def _titles_above_plot(layout: go.Layout) -> int:

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from benchmarks import knob_load
+from benchmarks import knob_load, knob_pages
 from benchmarks.server import streamlit_server
 from benchmarks.st_client import FRAGMENT_FINISHED, Session, run_coroutine
 
@@ -104,3 +104,27 @@ def test_knob_class_benchmark(srv, path, capsys):
         assert line["fragment_runs_per_s"] == 0
         assert line["settles"] == 0
     assert line["cpu_ms_per_fragment_rerun"] is not None
+
+
+def test_every_page_follows_a_knob_move_without_a_page_run(srv, capsys):
+    # benchmarks.knob_pages on a page of each mode: the relay's mode read from the relay's own
+    # data, the moves fragment reruns, a settle per burst only where the page waits for one
+    lines = {
+        page: run_coroutine(knob_pages.page_cost(srv.base, page, srv.pid))
+        for page in ("sensitivity", "advantages", "normalisation")
+    }
+    with capsys.disabled():
+        print("\n" + "\n".join(json.dumps(line) for line in lines.values()))
+    moves = knob_pages.BURSTS * knob_pages.BURST
+    assert lines["sensitivity"]["mode"] == "whole"
+    assert lines["advantages"]["mode"] == "browser"
+    assert lines["normalisation"]["mode"] == "steady"
+    for page, line in lines.items():
+        assert line["moves"] == moves, page
+        assert line["cpu_ms_per_fragment_move"] >= 0
+        assert line["cpu_ms_per_page_move"] >= 0
+    assert lines["sensitivity"]["settles"] == knob_pages.BURSTS
+    assert lines["advantages"]["settles"] == knob_pages.BURSTS
+    assert lines["normalisation"]["settles"] == 0
+    assert lines["normalisation"]["cpu_ms_per_settle"] is None
+    assert not srv.tracebacks()

@@ -124,25 +124,47 @@ def test_typing_into_the_reward_table_redraws_the_scatter(server, page):
     assert after[2]["y"][1] == pytest.approx(2.7 / (5.47**0.5 + 1e-6), abs=1e-6)
 
 
+#: From the last key release: ms until the relay's full mount (the page run after the pause)
+SETTLED_MS_JS = """() => {
+  const k = window.__rv.keys[window.__rv.keys.length - 1];
+  const full = (window.__rvRelayLog || []).find((x) => x.t >= k && x.e === 'full');
+  return full ? full.t - k : NaN;
+}"""
+
+
 def test_slider_latency_benchmark_on_the_classroom_batch(server, page, capsys, tmp_path):
-    """Print slider-release -> redrawn latency (ms) on 8 x 8 x 128 tokens; not asserted."""
+    """Print slider-release -> redrawn latency (ms) on 8 x 8 x 128 tokens; not asserted.
+
+    Advantages redraws its heatmaps in the browser on the fragment's rerun; Sensitivity (the
+    server's sweep) reruns once after the relay's pause, so its line is release -> that run.
+    """
     lines = []
     for name in ("04_advantages", "06_sensitivity"):
         sp.goto(page, _url(server, name, CLASSROOM))
         assert sp.exceptions(page) == []
         script, painted = [], []
         for step in range(6):
-            sp.press_slider(page, "gamma", "ArrowLeft" if step % 2 == 0 else "ArrowRight")
-            lat = sp.last_latency_ms(page)
-            script.append(lat["script"])
-            painted.append(lat["painted"])
+            press = "ArrowLeft" if step % 2 == 0 else "ArrowRight"
+            if name == "04_advantages":
+                sp.press_slider(page, "gamma", press)
+                lat = sp.last_latency_ms(page)
+                script.append(lat["script"])
+                painted.append(lat["painted"])
+            else:
+                sp.press_knob_and_settle(page, "gamma", press)
+                script.append(page.evaluate(SETTLED_MS_JS))
         assert sp.exceptions(page) == []
+        shown = (
+            f"painted median={statistics.median(painted):.0f}ms max={max(painted):.0f}ms "
+            if painted
+            else "(the page run after the relay's 500 ms pause) "
+        )
         lines.append(
             f"BENCHMARK slider-release->redrawn page={sp.PAGES[name]} batch=8x8x128 "
             f"n={len(script)} "
             f"run-finished median={statistics.median(script):.0f}ms max={max(script):.0f}ms "
-            f"painted median={statistics.median(painted):.0f}ms max={max(painted):.0f}ms "
-            "(target < 150 ms)"
+            + shown
+            + ("(target < 150 ms)" if painted else "")
         )
     with capsys.disabled():
         print("\n" + "\n".join(lines))
@@ -153,7 +175,7 @@ def test_knobs_change_the_url_and_the_numbers(server, page):
     sp.goto(page, _url(server, "06_sensitivity", CLASSROOM))
     before = _numbers(page)
     for key, press in (("beta", "ArrowRight"), ("gamma", "ArrowLeft"), ("lam", "ArrowRight")):
-        sp.press_slider(page, key, press)
+        sp.press_knob_and_settle(page, key, press)  # Sensitivity reruns after the pause
         assert sp.exceptions(page) == []
         assert sp.query(page.url)[key] == MOVED[key], page.url
         assert sp.slider_value(page, key).rstrip("0").rstrip(".") == MOVED[key].rstrip("0")

@@ -170,7 +170,7 @@ def test_preset_knobs_match_python_and_release_drives_the_sidebar(server, page, 
     assert js["values"]["eps"] == pytest.approx(1e-2)
     assert page.locator("[data-testid=rv-lg-eps-value]").inner_text() == "0.01"
     # the sidebar's G moves the panel's G; the panel-only knobs stay as the student set them
-    sp.press_slider(page, "G", "ArrowLeft")
+    sp.press_knob_and_settle(page, "G", "ArrowLeft")  # G picks the rows: the page reruns
     assert sp.query(page.url)["G"] == "2"
     js = _assert_matches_python(page)
     assert js["values"] == {"G": 2, "std": "none", "eps": pytest.approx(1e-2)}

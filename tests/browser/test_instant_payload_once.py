@@ -112,7 +112,8 @@ def test_sidebar_move_does_not_resend_the_batch(server, page, capsys):
     assert _seen(frames.received, batch["needle"])  # the first render brought it
 
     mark, (n_received, _) = traffic.mark(page), frames.counts(page)
-    sp.press_slider(page, "gamma", "ArrowLeft")  # the server path: a full rerun
+    # the sidebar's fragment reruns; its relay hands gamma to the page's components
+    sp.press_slider(page, "gamma", "ArrowLeft")
     moved = traffic.since(page, mark)
     component = _component_bytes(frames.received[n_received:])
     with capsys.disabled():

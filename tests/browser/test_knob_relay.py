@@ -139,7 +139,7 @@ def test_gamma_burst_redraws_in_the_browser_and_reruns_once(page, server, shots)
     )
     assert moved["advantages"][first] != before["advantages"][first]
     # the server-only sections are marked while the burst lasts
-    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "1"
+    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "sections"
     assert page.locator(".st-key-rv_stale_token_detail").is_visible()
     sp.full_page_screenshot(page, str(shots / "knob_relay_burst.png"))
     blocking = [v for v in axe(page) if v["impact"] in BLOCKING]

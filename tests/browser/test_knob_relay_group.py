@@ -97,7 +97,7 @@ def test_group_burst_picks_the_rows_in_the_browser_and_reruns_once(page, server,
     assert want
     for est, adv in want.items():
         _assert_same(moved["advantages"][est], adv, moved["batch"]["response_mask"])
-    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "1"
+    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "sections"
     # the instant strip holds the same whole batch and takes the sidebar's G too
     assert "4 samples" in page.locator("[data-testid=rv-instant]").first.inner_text()
     assert page.locator(".st-key-rv_stale_token_detail").is_visible()

@@ -94,7 +94,7 @@ def test_beta_burst_redraws_the_token_rewards_and_reruns_once(page, server, shot
         moved["advantages"]["as a loss term"], before["advantages"]["as a loss term"], mask
     )
     # the server-only sections are marked while the burst lasts
-    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "1"
+    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "sections"
     for name in ("kl_placement_notes", "kl_centred", "kl_every_token"):
         assert page.locator(f".st-key-rv_stale_{name}").first.is_visible(), name
     sp.full_page_screenshot(page, str(shots / "knob_relay_kl_burst.png"))

@@ -1,33 +1,49 @@
 // The knob relay (roll_viz/ui/instant/relay.py): the sidebar's algorithm fragment mounts it with
-// the settled knob values; on a knob move (a fragment rerun, data.full false) it dispatches them
-// on window as an "rv-knobs" CustomEvent (the page's instant components recompute), marks the
-// page's server-only sections (containers keyed rv_stale_*) as computed for the previous values,
-// and after pause_ms without a new move sets its "settle" trigger: the server then reruns the
-// page once. A full run (data.full) clears the marks. Strings are set with textContent only.
+// the settled knob values and a mode (relay.move_mode). On a knob move in mode "browser" it
+// dispatches them on window as an "rv-knobs" CustomEvent (the page's instant components
+// recompute) and marks the page's server-only sections (containers keyed rv_stale_*) as computed
+// for the previous values; in mode "whole" it marks the whole main column instead (the browser
+// redraws nothing); either way, after pause_ms without a new move it sets its "settle" trigger:
+// the server then reruns the page once. Mode "steady" (the page reads no algorithm knob) does
+// nothing; "full" (the server just ran the page) clears the marks. Text is set by textContent.
 
 const STYLE_ID = "rv-stale-style";
+
+// the main column's block (Streamlit's test id): marked whole in mode "whole"
+const MAIN = '[data-testid="stMainBlockContainer"]';
 
 function ensureStyle(prefix) {
   if (document.getElementById(STYLE_ID)) return;
   const style = document.createElement("style");
   style.id = STYLE_ID;
   // dark text on a light amber label: 4.5:1 contrast in either theme's page
+  const mark = `outline: 2px dashed #8a5a00; outline-offset: 3px;`;
+  const label = `display: block; background: #fff3cd; color: #3d2c00; font-weight: 600;
+  font-size: 0.85rem; padding: 0.15rem 0.5rem; border-radius: 0.25rem;`;
   style.textContent = `
-html[data-rv-stale] [class*="st-key-${prefix}"] { outline: 2px dashed #8a5a00;
-  outline-offset: 3px; }
-html[data-rv-stale] [class*="st-key-${prefix}"]::before {
-  content: "Computed for the previous knob values: updates when you pause";
-  display: block; background: #fff3cd; color: #3d2c00; font-weight: 600;
-  font-size: 0.85rem; padding: 0.15rem 0.5rem; border-radius: 0.25rem; }
+html[data-rv-stale="sections"] [class*="st-key-${prefix}"] { ${mark} }
+html[data-rv-stale="sections"] [class*="st-key-${prefix}"]::before {
+  content: "Computed for the previous knob values: updates when you pause"; ${label} }
+html[data-rv-stale="whole"] ${MAIN} { outline: 2px dashed #8a5a00; outline-offset: -4px; }
+html[data-rv-stale="whole"] ${MAIN}::before {
+  content: "Computed for the previous knob values: this page updates when you pause";
+  ${label} position: sticky; top: 3.75rem; z-index: 5; }
 `;
   document.head.appendChild(style);
 }
 
-function setStale(on) {
+/** Mark "sections" (the page's stale sections), "whole" (the main column) or nothing (null). */
+function setStale(what) {
   const html = document.documentElement;
-  if (on) html.dataset.rvStale = "1";
+  if (what) html.dataset.rvStale = what;
   else delete html.dataset.rvStale;
 }
+
+const STATUS = {
+  browser: "Figures recomputed in your browser; the marked sections update when you pause.",
+  whole: "This page updates when you pause.",
+  steady: "Nothing on this page reads this knob; the pages of the chain use it.",
+};
 
 /** What the relay did, with timestamps (the browser tests read it): dispatch, settle, full. */
 function note(e, seq) {
@@ -51,13 +67,14 @@ export default function knobRelay(component) {
   state.setTriggerValue = setTriggerValue;
   ensureStyle(data.prefix || "rv_stale_");
   const detail = data.detail || {};
-  if (data.full) {
+  const mode = data.mode || "full";
+  if (mode === "full") {
     // the server just ran the page with these values: nothing is stale
     clearTimeout(state.timer);
     state.timer = null;
     state.seq = detail.seq;
     note("full", detail.seq);
-    setStale(false);
+    setStale(null);
     state.status.textContent = "";
     state.status.dataset.state = "full";
     return () => {};
@@ -66,12 +83,19 @@ export default function knobRelay(component) {
     state.seq = detail.seq;
     state.moves += 1;
     state.status.dataset.moves = String(state.moves);
-    note("dispatch", detail.seq);
-    globalThis.dispatchEvent(new CustomEvent("rv-knobs", { detail }));
-    setStale(true);
-    state.status.textContent =
-      "Figures recomputed in your browser; the marked sections update when you pause.";
+    state.status.textContent = STATUS[mode] || "";
     state.status.dataset.state = "moved";
+    if (mode === "steady") {
+      note("steady", detail.seq);
+      return () => {};
+    }
+    if (mode === "browser") {
+      note("dispatch", detail.seq);
+      globalThis.dispatchEvent(new CustomEvent("rv-knobs", { detail }));
+    } else {
+      note("whole", detail.seq);
+    }
+    setStale(mode === "browser" ? "sections" : "whole");
     clearTimeout(state.timer);
     const seq = detail.seq;
     state.timer = setTimeout(() => {

@@ -14,9 +14,12 @@ What the browser does not recompute is marked: every ``stale_section`` of the pa
 dashed outline and the line "computed for the previous knob values" while a burst of moves
 lasts, and when the student pauses (``PAUSE_MS`` without a move) the relay sets its ``settle``
 trigger, whose callback asks for ONE full-page rerun: the server reruns once per burst, not
-per move. A page with no listener (``listen`` not called on its last full run), a framework
-switch (new estimators, new defaults) and a config the browser pipeline does not cover rerun
-the whole page at once, as before.
+per move. A page whose figures the browser does not redraw (no listener, or a config or a G
+the listeners do not cover) is marked whole and reruns once after a shorter pause
+(``WHOLE_PAUSE_MS``); a page that reads none of the algorithm knobs (``steady_page``) does
+nothing on a move. Only a framework switch (new estimators, new defaults, on every page)
+reruns the page at once. So a knob move costs the server a fragment rerun, and a burst one
+page run at most.
 """
 
 from __future__ import annotations
@@ -43,11 +46,18 @@ HERE = Path(__file__).parent
 RELAY_NAME = "roll_viz.knob_relay"
 #: ms without a knob move before the one full-page rerun (a burst of moves reruns once)
 PAUSE_MS = 1500
+#: the same where the browser redraws nothing: the whole page waits, so the wait is short (a
+#: keyboard burst of arrow presses still reruns once)
+WHOLE_PAUSE_MS = 500
+#: how the page follows a knob move (``move_mode``); "full" is a full run (nothing is stale)
+MODES = ("browser", "whole", "steady", "full")
 #: session_state keys: the listeners the page registered on its last full run (key -> (what
 #: they draw, whether they follow G): ``listen``); a full rerun asked for by a callback
 #: (framework switch, the relay's settle)
 LISTENERS_KEY = "_rv_relay_listeners"
 FULL_KEY = "_rv_relay_full"
+#: session_state key: the page said on its last full run that it reads no algorithm knob
+STEADY_KEY = "_rv_relay_steady"
 #: session_state key: the detail the algorithm relay last sent (a G move sends it with its G)
 LAST_KEY = "_rv_relay_last"
 #: the prefix of every stale section's container key (its class is st-key-<key>)
@@ -64,6 +74,7 @@ def start_full_run() -> None:
     """A full run begins (the sidebar, before the page): forget the last page's listeners."""
     st.session_state[LISTENERS_KEY] = {}
     st.session_state.pop(FULL_KEY, None)
+    st.session_state.pop(STEADY_KEY, None)
 
 
 def listen(key: str, draws: str = "estimators", group: bool = False) -> None:
@@ -78,16 +89,39 @@ def listen(key: str, draws: str = "estimators", group: bool = False) -> None:
     st.session_state.setdefault(LISTENERS_KEY, {})[key] = (draws, group)
 
 
+def steady_page() -> None:
+    """Called by a page none of whose figures reads an algorithm knob (the framework aside).
+
+    A knob move there reruns nothing (the sidebar's fragment aside); a G move over a preset
+    still does (G picks the batch's rows), and a framework switch reruns every page.
+    ``tests/ui/test_steady_pages.py`` checks each such page draws the same under other knobs.
+    """
+    st.session_state[STEADY_KEY] = True
+
+
 def page_covered(detail: dict[str, Any]) -> bool:
     """On a fragment rerun: whether the browser redraws every listener's figures for ``detail``."""
     cover = {"estimators": detail["covered"], "placements": detail["placements_covered"]}
     return all(cover[d] for d, _g in st.session_state.get(LISTENERS_KEY, {}).values())
 
 
-def follows_group() -> bool:
-    """On a G move (a fragment rerun): whether the page's figures follow G in the browser."""
-    listeners = st.session_state.get(LISTENERS_KEY, {}).values()
-    return not needs_full_run() and all(g for _d, g in listeners)
+def move_mode(detail: dict[str, Any], group_move: bool = False) -> str:
+    """On a fragment rerun: how the page follows this move (one of ``MODES``).
+
+    "browser": the page's listeners redraw it, its stale sections rerun after ``PAUSE_MS``;
+    "steady": nothing on the page reads it; "whole": the browser redraws nothing of it, the
+    whole page is marked and reruns after ``WHOLE_PAUSE_MS``.
+
+    Args:
+        detail: the relay's detail for the new values.
+        group_move: a preset's G moved (listeners must hold the whole batch to follow it).
+    """
+    listeners = st.session_state.get(LISTENERS_KEY, {})
+    if group_move:
+        return "browser" if listeners and all(g for _d, g in listeners.values()) else "whole"
+    if listeners:
+        return "browser" if page_covered(detail) else "whole"
+    return "steady" if st.session_state.get(STEADY_KEY) else "whole"
 
 
 def ask_full_run() -> None:
@@ -96,8 +130,8 @@ def ask_full_run() -> None:
 
 
 def needs_full_run() -> bool:
-    """On a fragment rerun: whether the page must rerun (asked for, or nobody listens)."""
-    return bool(st.session_state.get(FULL_KEY)) or not st.session_state.get(LISTENERS_KEY)
+    """On a fragment rerun: whether the page must rerun now (a framework switch, a settle)."""
+    return bool(st.session_state.get(FULL_KEY))
 
 
 def stale_section(name: str) -> Any:
@@ -211,19 +245,33 @@ def _relay():
     return st.components.v2.component(RELAY_NAME, js=(HERE / "relay.js").read_text())
 
 
-def mount(detail: dict[str, Any], full: bool, key: str = "rv_knob_relay") -> None:
-    """The relay component: dispatches ``detail`` on a knob move, clears the marks on a full run."""
+def mount(detail: dict[str, Any], mode: str, key: str = "rv_knob_relay") -> None:
+    """The relay component: on a move, ``mode`` says what the browser does (see ``move_mode``).
+
+    Args:
+        detail: ``knob_detail`` of the values drawn (dispatched in "browser" mode only).
+        mode: one of ``MODES``; "full" clears the marks (the page just ran with ``detail``).
+        key: the algorithm section's relay or the G slider's.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if key == "rv_knob_relay":
         st.session_state[LAST_KEY] = detail
+    pause = WHOLE_PAUSE_MS if mode == "whole" else PAUSE_MS
     _relay()(
         key=key,
-        data={"detail": detail, "full": bool(full), "pause_ms": PAUSE_MS, "prefix": STALE_PREFIX},
+        data={"detail": detail, "mode": mode, "pause_ms": pause, "prefix": STALE_PREFIX},
         on_settle_change=ask_full_run,
     )
 
 
-def mount_group(group_size: int, full: bool) -> None:
+def has_last() -> bool:
+    """Whether the algorithm relay has sent its knobs (a G move sends them with the new G)."""
+    return bool(st.session_state.get(LAST_KEY))
+
+
+def mount_group(group_size: int, mode: str) -> None:
     """The G slider's relay (a preset's G is a fragment of its own): the last knobs with G."""
     last = st.session_state.get(LAST_KEY)
-    detail = with_group(last, group_size) if last and not full else {}
-    mount(detail, full=full or not last, key="rv_group_relay")
+    detail = with_group(last, group_size) if last and mode != "full" else {}
+    mount(detail, mode if last else "full", key="rv_group_relay")
