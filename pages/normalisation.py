@@ -26,7 +26,7 @@ with ui.page_guard("Normalisation"):
 
     st.header("2. All nine cells on the current batch")
     matrix = normalisation.normalisation_matrix(scores, rollout.group_ids, rollout.prompts)
-    ui.plot(charts.matrix_figure(matrix), key="norm_matrix")
+    ui.plot_of("norm_matrix", charts.matrix_figure, matrix)
     if len(set(rollout.group_ids.tolist())) == 1:  # say why 4 of the 9 cells repeat
         st.caption(
             "One prompt in this batch: its group is the whole batch, so every 'group' cell "
@@ -63,7 +63,7 @@ with ui.page_guard("Normalisation"):
         key="norm_length_coef",
     )
     phantom = normalisation.phantom_advantages(length_coef=coef)
-    ui.plot(charts.phantom_figure(phantom), key="norm_phantom")
+    ui.plot_of("norm_phantom", charts.phantom_figure, phantom)
     st.markdown(
         f"All-fail group: std **{phantom.fail_group_std:.3g}**, largest |A| under group std "
         f"**{phantom.fail_max_abs_group:.3g}**, under the batch std "
@@ -97,7 +97,7 @@ with ui.page_guard("Normalisation"):
         demo.scores, demo.group_ids, demo.group_labels, key="norm_demo_health", solved_at=0.5
     )
     outcome = group_health.zero_variance_policies(demo, beta=float(beta), eps=float(eps))
-    ui.plot(charts.policies_figure(outcome), key="norm_policies")
+    ui.plot_of("norm_policies", charts.policies_figure, outcome)
     ui.table(outcome.table, key="norm_policies_table")
     ui.explainer(
         "The demo batch has an all-right group, an all-wrong group, an all-wrong group whose "

@@ -19,6 +19,7 @@ above it):
     knobs.py          the algorithm section of the sidebar, from one table of knobs
     sidebar.py        the shared sidebar, page_setup and the router's frame
     widgets.py        plot, explainer, links, downloads, token chips
+    figure_cache.py   plot_of: a figure cached by its inputs' content (no rebuild per run)
     episode_sources.py the Episodes page's episodes: recorded, live through the door, an ATIF file
     update_page.py, training_page.py, your_run_page.py   glue of the pages (no other ui
                       module imports a page's glue: flow and the sidebar read run_source);
@@ -33,6 +34,7 @@ must not import ``cli`` or ``bench``.
 from roll_viz.core.pipeline import ALIASES, CHOICES
 from roll_viz.core.pipeline.kl import observed_kl
 from roll_viz.data.presets import PRESETS
+from roll_viz.ui.figure_cache import plot_of
 from roll_viz.ui.flow import (
     add_running_batch,
     cached_rollout,
@@ -202,6 +204,7 @@ __all__ = [
     "page_link",
     "page_setup",
     "plot",
+    "plot_of",
     "preset_payload",
     "preset_tokens",
     "prose",

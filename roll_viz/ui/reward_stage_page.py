@@ -16,8 +16,9 @@ from roll_viz.analysis import verifier_noise as vn
 from roll_viz.core.records import Rollout
 from roll_viz.data import presets
 from roll_viz.data.recorded_runs import RECORDED
+from roll_viz.ui.figure_cache import plot_of
 from roll_viz.ui.state import AppState
-from roll_viz.ui.widgets import download_csv, explainer, page_link, plot
+from roll_viz.ui.widgets import download_csv, explainer, page_link
 from roll_viz.views import reward_stage_charts as charts
 from roll_viz.views.text import sample_labels
 
@@ -70,7 +71,7 @@ def _parts(state: AppState, rollout: Rollout) -> None:
             "for a sample whose score comes almost all from one term."
         )
     with main:
-        plot(charts.parts_figure(labels, parts), key="rs_parts")
+        plot_of("rs_parts", charts.parts_figure, labels, parts)
     table = charts.parts_table(labels, parts)
     st.dataframe(table, hide_index=True, key="rs_parts_table")
     download_csv(table, "reward_parts", key="rs_dl_parts")
@@ -142,7 +143,7 @@ def _noise(rollout: Rollout, scores: torch.Tensor) -> None:
         )
     with main:
         st.dataframe(charts.noise_summary(draw, expected), hide_index=True, key="rs_noise_sum")
-        plot(charts.noise_figure(sample_labels(batch), draw), key="rs_noise_fig")
+        plot_of("rs_noise_fig", charts.noise_figure, sample_labels(batch), draw)
     groups = batch.group_ids.tolist()
     g1, g2 = st.columns([1, 1], gap="large")
     with g1:
@@ -150,9 +151,8 @@ def _noise(rollout: Rollout, scores: torch.Tensor) -> None:
             charts.noise_groups(groups, draw, expected), hide_index=True, key="rs_noise_groups"
         )
     with g2:
-        plot(
-            charts.noise_sweep_figure(vn.noise_sweep(labels, batch.group_ids)), key="rs_noise_sweep"
-        )
+        sweep = vn.noise_sweep(labels, batch.group_ids)
+        plot_of("rs_noise_sweep", charts.noise_sweep_figure, sweep)
     table = charts.noise_table(sample_labels(batch), groups, draw)
     st.dataframe(table, hide_index=True, key="rs_noise_table")
     st.caption(
@@ -218,10 +218,8 @@ def _truncation(rollout: Rollout, scores: torch.Tensor) -> None:
         )
     with main:
         st.dataframe(charts.truncation_table(policies), hide_index=True, key="rs_trunc_table")
-        plot(
-            charts.truncation_figure(sample_labels(rollout), policies, truncated.tolist()),
-            key="rs_trunc_fig",
-        )
+        labels = sample_labels(rollout)
+        plot_of("rs_trunc_fig", charts.truncation_figure, labels, policies, truncated.tolist())
     st.dataframe(charts.options_table(), hide_index=True, key="rs_options", width="stretch")
     per_sample = charts.truncation_samples(
         sample_labels(rollout), lengths.tolist(), truncated.tolist(), policies
@@ -252,7 +250,7 @@ def _hack(state: AppState) -> None:
             title="The exercise",
         )
     with main:
-        plot(charts.hack_figure(steps), key="rs_hack_fig")
+        plot_of("rs_hack_fig", charts.hack_figure, steps)
         st.markdown(charts.hack_verdict(steps))
     st.dataframe(charts.hack_steps_table(steps), hide_index=True, key="rs_hack_steps")
     options = [s.step for s in steps]
