@@ -1,4 +1,4 @@
-"""A class moving the sidebar's gamma on Advantages: fragment reruns against page reruns.
+"""A class moving the sidebar's gamma on one page: fragment reruns against page reruns.
 
 ``python -m benchmarks.classroom_load --gamma --students 10 20 --seconds 20`` (or
 ``python -m benchmarks.knob_load``) starts one server per N and path (the tiny model, a free
@@ -44,13 +44,15 @@ import psutil
 
 from benchmarks.server import health, streamlit_server
 from benchmarks.st_client import FINISHED, Session, run_coroutine
+from roll_viz import nav
 
 PAGE = "Advantages"
 KEY = "gamma"
 RELAY = "rv_knob_relay"
 CHOICES = (1.0, 0.99, 0.95)
-#: the relay's pause before the one page rerun (roll_viz/ui/instant/relay.py PAUSE_MS)
-PAUSE_S = 1.5
+#: the relay's pause before the one page rerun, per mode (roll_viz/ui/instant/relay.py PAUSE_MS,
+#: WHOLE_PAUSE_MS); "steady" pages never rerun
+PAUSE_S = {"browser": 1.5, "whole": 0.5}
 PATHS = ("fragment", "page")
 SOLO_MOVES = 20
 
@@ -70,18 +72,24 @@ def cpu_seconds(pid: int | None) -> float:
     return t.user + t.system
 
 
+def relay_mode(res: Any) -> str | None:
+    """The knob relay's mode in this run's data (``relay.move_mode``; None: not mounted)."""
+    raw = res.component_json.get(RELAY)
+    return json.loads(raw).get("mode") if raw else None
+
+
 def _next_value(rng: random.Random, current: float) -> float:
     return rng.choice([v for v in CHOICES if v != current])
 
 
 async def _student(
-    idx: int, base: str, path: str, t_end: float, pause: float, seed: int, out: dict
+    idx: int, base: str, path: str, t_end: float, pause: float, seed: int, out: dict, page: str
 ) -> Session | None:
     rng = random.Random(seed * 1000 + idx)
     s = Session(base)
     try:
         await s.connect()
-        res = await s.run(page=PAGE, query="")
+        res = await s.run(page=page, query="")
         if res.status not in FINISHED or KEY not in s.widgets:
             out["errors"].append(f"student {idx}: open ended {res.status}, {res.exceptions}")
             return s
@@ -97,10 +105,11 @@ async def _student(
                 )
                 return s
             out["gamma_ms"].append(res.ms)
+            mode = relay_mode(res) if res.fragment else None
             if rng.random() < pause:
                 wait = rng.uniform(2.0, 4.0)
-                if path == "fragment" and RELAY in s.widgets:
-                    await s.idle(PAUSE_S)  # the relay's timer, then its settle trigger
+                if path == "fragment" and mode in PAUSE_S:
+                    await s.idle(PAUSE_S[mode])  # the relay's timer, then its settle trigger
                     res = await s.run(triggers={RELAY: ("settle", idx)}, widgets=s.widgets)
                     if res.status not in FINISHED or res.exceptions or res.fragment:
                         out["errors"].append(
@@ -109,7 +118,7 @@ async def _student(
                         )
                         return s
                     out["settle_ms"].append(res.ms)
-                    wait -= PAUSE_S
+                    wait -= PAUSE_S[mode]
                 await s.idle(max(0.0, wait))
     except Exception as err:  # a dropped connection: an error, not a crash
         out["errors"].append(f"student {idx}: {err!r}")
@@ -118,12 +127,12 @@ async def _student(
     return s
 
 
-async def _solo(base: str, pid: int | None) -> dict[str, float | None]:
+async def _solo(base: str, pid: int | None, page: str) -> dict[str, float | None]:
     """CPU ms of one fragment rerun and of one page rerun, one session alone."""
     s = Session(base)
     await s.connect()
     try:
-        await s.run(page=PAGE, query="")
+        await s.run(page=page, query="")
         got: dict[str, float | None] = {}
         for path in PATHS:
             for v in CHOICES:  # warm the caches of every value first
@@ -148,15 +157,19 @@ async def knob_class(
     pause: float = 0.25,
     seed: int = 0,
     server_pid: int | None = None,
+    page: str = PAGE,
 ) -> dict[str, Any]:
-    """Run the gamma class against the server at ``base``; the benchmark line (no timing check)."""
+    """Run the gamma class against the server at ``base``; the benchmark line (no timing check).
+
+    ``page``: the URL path of the page the class is on (Advantages by default).
+    """
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    solo = await _solo(base, server_pid)
+    solo = await _solo(base, server_pid, page)
     out: dict[str, Any] = {"errors": [], "gamma_ms": [], "settle_ms": []}
     c0, t0 = cpu_seconds(server_pid), time.monotonic()
     sessions = await asyncio.gather(
-        *(_student(i, base, path, t0 + seconds, pause, seed, out) for i in range(students))
+        *(_student(i, base, path, t0 + seconds, pause, seed, out, page) for i in range(students))
     )
     wall, cpu = time.monotonic() - t0, cpu_seconds(server_pid) - c0
     full = sum(s.full_runs for s in sessions if s is not None)
@@ -164,6 +177,7 @@ async def knob_class(
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return {
         "name": "knob_load",
+        "page": page,
         "path": path,
         "students": students,
         "seconds": seconds,
@@ -197,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     ap.add_argument("--pause", type=float, default=0.25, help="chance of a pause after a move")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--page",
+        default=PAGE,
+        choices=[p.url_path for p in nav.PAGES if p.url_path],
+        help="the page the class is on (its URL path)",
+    )
     args = ap.parse_args(argv)
     if not 0 < args.seconds <= 600 or not all(0 < n <= 200 for n in args.students):
         ap.error("--seconds in (0, 600], --students in [1, 200]")
@@ -215,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                         pause=args.pause,
                         seed=args.seed,
                         server_pid=srv.pid,
+                        page=args.page,
                     )
                 )
                 line["health_after"] = health(srv.base)

@@ -29,7 +29,7 @@ import json
 import sys
 from typing import Any
 
-from benchmarks.knob_load import CHOICES, KEY, RELAY, cpu_seconds
+from benchmarks.knob_load import CHOICES, KEY, RELAY, cpu_seconds, relay_mode
 from benchmarks.server import health, streamlit_server
 from benchmarks.st_client import FINISHED, Session, run_coroutine
 from roll_viz import nav
@@ -40,12 +40,6 @@ BURSTS = 4
 BURST = 4
 #: modes after which the browser's relay asks for the page's one rerun
 SETTLING = ("browser", "whole")
-
-
-def _mode(res: Any) -> str | None:
-    """The relay's mode in this run's data (None where the run did not mount it)."""
-    raw = res.component_json.get(RELAY)
-    return json.loads(raw).get("mode") if raw else None
 
 
 async def _check(res: Any, what: str) -> None:
@@ -71,7 +65,7 @@ async def page_cost(base: str, page: str, pid: int | None) -> dict[str, Any]:
                 res = await s.run(changes={KEY: value}, widgets=s.widgets)
                 frag_cpu += cpu_seconds(pid) - c0
                 await _check(res, f"{page}: move")
-                modes.add(_mode(res) if res.fragment else "full")
+                modes.add(relay_mode(res) if res.fragment else "full")
                 moves += 1
             if modes & set(SETTLING):
                 c0 = cpu_seconds(pid)

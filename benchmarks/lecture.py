@@ -215,7 +215,7 @@ class Student:
         """
         if RELAY not in self.widgets:
             return True
-        await self.tab.idle(PAUSE_S * p.scale)
+        await self.tab.idle(PAUSE_S["browser"] * p.scale)  # Advantages: its figures follow
         res = await self.rec.timed(
             f"student {self.i}",
             "settle",
