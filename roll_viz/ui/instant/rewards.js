@@ -40,6 +40,17 @@ function tickDigits(step) {
   return Math.max(0, Math.min(6, -Math.floor(Math.log10(step) + 1e-9)));
 }
 
+/** x with d decimals as Python's format writes it: an exact tie rounds half to even, where
+ *  toFixed rounds it up (the mean of quarter rewards is often one: 0.3125 -> "0.312"). */
+function fixed(x, d) {
+  const exact = Math.abs(x).toFixed(100); // the exact decimal expansion at these magnitudes
+  const dot = exact.indexOf(".");
+  const kept = exact.slice(0, d ? dot + 1 + d : dot);
+  const tie = /^50*$/.test(exact.slice(dot + 1 + d));
+  if (tie && Number(kept[kept.length - 1]) % 2 === 0) return (x < 0 ? "-" : "") + kept;
+  return x.toFixed(d);
+}
+
 /** The numbers the bars show: from pipeline.js (covered) or the server's last full run. */
 function rewardNumbers(state) {
   const { batch, detail, payload } = state;
@@ -72,7 +83,7 @@ function summary(labels, nums, mean) {
   const B = labels.length;
   let text = `Grouped bar chart of the response-level reward of ${B} samples: raw reward in grey, ` +
     `processed reward in blue. Raw ${range(nums.raw)}; processed ${range(nums.processed)}; ` +
-    `mean processed reward ${fmt(mean, 4)}; clip fraction ${fmt(100 * nums.clipFrac, 1)}%.`;
+    `mean processed reward ${fixed(mean, 4)}; clip fraction ${fixed(100 * nums.clipFrac, 1)}%.`;
   if (B <= 12) {
     text += " " + labels.map((l, b) =>
       `${l}: raw ${fmt(nums.raw[b], 4)}, processed ${fmt(nums.processed[b], 4)}`).join("; ") + ".";
@@ -182,8 +193,8 @@ function drawRewards(state) {
   const changed = Math.round(nums.clipFrac * B);
   const metrics = el("div", { class: "rv-rw-metrics" });
   metrics.append(
-    metric("clip fraction", `${fmt(100 * nums.clipFrac, 1)}% (${changed} of ${B})`, "rv-rw-clip"),
-    metric("mean processed reward", fmt(state.mean, 3), "rv-rw-mean"),
+    metric("clip fraction", `${fixed(100 * nums.clipFrac, 1)}% (${changed} of ${B})`, "rv-rw-clip"),
+    metric("mean processed reward", fixed(state.mean, 3), "rv-rw-mean"),
   );
   const legend = el("div", { class: "rv-rw-legend", "aria-hidden": "true" });
   for (const [colour, name] of [[RAW, "raw reward"], [PROCESSED, "processed reward"]]) {
@@ -208,8 +219,9 @@ function drawRewards(state) {
     nums.from === "browser"
       ? "Computed in your browser from the sidebar's settings: it follows every knob move."
       : "Computed on the server (these settings are not in the browser pipeline).");
-  state.body.replaceChildren(metrics, legend, chart(state, labels, nums), state.tip,
-    el("div", { class: "rv-rw-foot" }, note, save));
+  const foot = el("div", { class: "rv-rw-foot" });
+  foot.append(note, save);
+  state.body.replaceChildren(metrics, legend, chart(state, labels, nums), state.tip, foot);
   root.dataset.updates = String(Number(root.dataset.updates || 0) + 1);
   root.dataset.seq = state.detail.seq || "";
   root.dataset.from = nums.from;
