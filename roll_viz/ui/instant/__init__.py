@@ -397,23 +397,26 @@ RW_COMPONENT_NAME = "roll_viz.instant_reward_bars"
 RW_CSS = (
     CSS
     + """
-.rv-rw-title { font-weight: 600; font-size: 1.05rem; margin-bottom: 0.3rem; }
-.rv-rw-metrics { display: flex; flex-wrap: wrap; gap: 0.3rem 2.5rem; margin-bottom: 0.3rem; }
-.rv-rw-metric-label { font-size: 0.85rem; }
-.rv-rw-metric-value { font-size: 1.6rem; font-variant-numeric: tabular-nums; }
-.rv-rw-legend { display: flex; gap: 0.3rem 1.5rem; font-size: 0.9rem; }
-.rv-rw-key { display: inline-flex; align-items: center; gap: 0.35rem; }
-.rv-rw-swatch { display: inline-block; width: 0.9rem; height: 0.9rem; }
+/* em, not rem: the text follows the page's size (21 px in presentation mode) */
+.rv-rw { font-size: 1em; }
+.rv-rw .rv-tip, .rv-rw .rv-legend { font-size: 0.85em; }
+.rv-rw-title { font-weight: 600; font-size: 1.05em; margin-bottom: 0.3em; }
+.rv-rw-metrics { display: flex; flex-wrap: wrap; gap: 0.3em 2.5em; margin-bottom: 0.3em; }
+.rv-rw-metric-label { font-size: 0.85em; }
+.rv-rw-metric-value { font-size: 1.6em; font-variant-numeric: tabular-nums; }
+.rv-rw-legend { display: flex; gap: 0.3em 1.5em; font-size: 0.9em; }
+.rv-rw-key { display: inline-flex; align-items: center; gap: 0.35em; }
+.rv-rw-swatch { display: inline-block; width: 0.9em; height: 0.9em; }
 .rv-rw-svg { display: block; max-width: 100%; height: auto; overflow: visible; }
-.rv-rw-svg text { fill: currentColor; font-size: 0.85rem; font-variant-numeric: tabular-nums; }
-.rv-rw-svg .rv-rw-axis { font-size: 0.9rem; }
+.rv-rw-svg text { fill: currentColor; font-size: 0.85em; font-variant-numeric: tabular-nums; }
+.rv-rw-svg .rv-rw-axis { font-size: 0.9em; }
 .rv-rw-grid { stroke: currentColor; stroke-opacity: 0.12; }
 .rv-rw-sep { stroke: currentColor; stroke-opacity: 0.25; stroke-dasharray: 2 3; }
 .rv-rw-zero { stroke: currentColor; stroke-opacity: 0.75; stroke-width: 1.2; }
-.rv-rw-foot { display: flex; flex-wrap: wrap; align-items: center; gap: 0.3rem 1rem;
+.rv-rw-foot { display: flex; flex-wrap: wrap; align-items: center; gap: 0.3em 1em;
   justify-content: space-between; }
-.rv-rw-save { font: inherit; font-size: 0.85rem; padding: 0.2rem 0.6rem; cursor: pointer;
-  border: 1px solid currentColor; border-radius: 0.3rem; background: transparent;
+.rv-rw-save { font: inherit; font-size: 0.85em; padding: 0.2em 0.6em; cursor: pointer;
+  border: 1px solid currentColor; border-radius: 0.3em; background: transparent;
   color: inherit; }
 """
 )

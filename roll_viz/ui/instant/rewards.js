@@ -96,8 +96,10 @@ function chart(state, labels, nums) {
   const fs = parseFloat(getComputedStyle(state.root).fontSize) || 14;
   const W = Math.max(320, Math.round(state.root.clientWidth || 700));
   const H = Math.round(Math.max(300, 22 * fs));
+  // room under the axis for the longest label at -45 degrees, then the axis title
+  const longest = Math.max(...labels.map((l) => l.length));
   const m = { l: Math.round(4.6 * fs), r: Math.round(0.8 * fs), t: Math.round(0.8 * fs),
-    b: Math.round(5.6 * fs) };
+    b: Math.round((2.6 + 0.34 * longest) * fs) };
   const pw = W - m.l - m.r;
   const ph = H - m.t - m.b;
   const all = [...nums.raw, ...nums.processed, 0];
@@ -107,7 +109,7 @@ function chart(state, labels, nums) {
   if (lo < 0) lo -= pad;
   if (hi > 0) hi += pad;
   if (hi === lo) hi = lo + 1;
-  const { values: yt, step } = ticks(lo, hi);
+  const { values: yt, step } = ticks(lo, hi, 6);
   lo = Math.min(lo, yt[0]);
   hi = Math.max(hi, yt[yt.length - 1]);
   const y = (v) => m.t + ph * (1 - (v - lo) / (hi - lo));
@@ -164,7 +166,7 @@ function chart(state, labels, nums) {
   svg.appendChild(svgEl("line", { x1: m.l, x2: m.l + pw, y1: y(0), y2: y(0), class: "rv-rw-zero" }));
   svg.appendChild(svgEl("line", { x1: m.l, x2: m.l, y1: m.t, y2: m.t + ph, class: "rv-rw-zero" }));
   svg.appendChild(svgEl("text", {
-    x: m.l + pw / 2, y: H - 0.5 * fs, "text-anchor": "middle", class: "rv-rw-axis",
+    x: m.l + pw / 2, y: H - 0.4 * fs, "text-anchor": "middle", class: "rv-rw-axis",
   }, "sample (prompt p / sample s)"));
   return svg;
 }
