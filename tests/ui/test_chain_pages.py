@@ -429,3 +429,21 @@ def test_fast_sampling_toggle_draws_int8_answers_and_says_so():
     rerun(at)
     assert not any("int8 copy" in i.value for i in at.info)
     assert len(frame(at, "samples_table")) == 2
+
+
+def test_reward_bars_a_config_the_browser_lacks_come_from_the_server():
+    """verl's optimal_token_baseline (live: the sampler's sum pi^2): not in pipeline.js, so the
+    bars are the server's trace and a knob move reruns the page (config_covered false)."""
+    at = open_page("rewards", live="true", G="2", T="8", fw="verl", est="optimal_token_baseline")
+    data = next(
+        json.loads(el.proto.json)
+        for el in at.get("bidi_component")
+        if el.proto.component_name == "roll_viz.instant_reward_bars"
+    )
+    assert data["detail"]["config"]["adv_estimator"] == "optimal_token_baseline"
+    assert not data["detail"]["config_covered"]
+    raw, processed, frac = reward_bars(at)
+    table = frame(at, "rewards_table")
+    assert processed == pytest.approx(table["processed_reward"].tolist(), abs=1e-12)
+    assert raw == pytest.approx(table["raw_reward"].tolist(), abs=1e-12)
+    assert frac == 0.0  # verl has no reward clip
