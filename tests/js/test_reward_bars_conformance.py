@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import subprocess
 from typing import Any
 
@@ -26,7 +27,7 @@ from roll_viz.core.records import RunningMoments
 from roll_viz.ui.instant.payload import batch_payload, browser_coverage, browser_covers
 from roll_viz.ui.instant.relay import knob_detail
 from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides
-from tests.js.test_instant_conformance import NODE, RUNNER, TOL, _random_batch
+from tests.js.test_instant_conformance import NODE, ROOT, RUNNER, TOL, _random_batch
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
@@ -173,3 +174,32 @@ def test_the_coverage_flag_reads_running_only_for_the_bars():
     assert not browser_covers("roll", detail["config"])  # a payload without running moments
     generic, config = _sidebar("roll", {"norm": "group", "estimator": "reinforce"})
     assert knob_detail("roll", generic, config)["config_covered"]
+
+
+def test_the_metrics_round_as_python_formats():
+    """The bars' metrics (rewards.js ``fixed``) round exact ties half to even, as the server's
+    ``f"{x:.3f}"`` does: quarter rewards give means like 0.3125 (toFixed: "0.313")."""
+    rng = random.Random(7)
+    cases = [(k / 16, 3) for k in range(-40, 41)] + [(100 * k / 16, 1) for k in range(17)]
+    cases += [(rng.uniform(-3, 3), d) for d in (0, 1, 3, 4) for _ in range(50)]
+    cases += [(0.0025, 3), (0.0015, 3), (2.5, 0), (3.5, 0), (1 / 3, 4)]
+    url = (ROOT / "roll_viz" / "ui" / "instant" / "rewards.js").as_uri()
+    script = (
+        "import { readFileSync } from 'node:fs';"
+        f"const {{ fixed }} = await import({json.dumps(url)});"
+        "const cases = JSON.parse(readFileSync(0, 'utf8'));"
+        "process.stdout.write(JSON.stringify(cases.map(([x, d]) => fixed(x, d))));"
+    )
+    proc = subprocess.run(
+        [NODE, "--input-type=module", "-e", script],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    for (x, d), js in zip(cases, got, strict=True):
+        assert js == format(x, f".{d}f"), (x, d)
+    assert "0.312" in got  # a tie toFixed would round up

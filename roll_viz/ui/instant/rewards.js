@@ -42,7 +42,7 @@ function tickDigits(step) {
 
 /** x with d decimals as Python's format writes it: an exact tie rounds half to even, where
  *  toFixed rounds it up (the mean of quarter rewards is often one: 0.3125 -> "0.312"). */
-function fixed(x, d) {
+export function fixed(x, d) {
   const exact = Math.abs(x).toFixed(100); // the exact decimal expansion at these magnitudes
   const dot = exact.indexOf(".");
   const kept = exact.slice(0, d ? dot + 1 + d : dot);
