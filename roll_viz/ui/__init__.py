@@ -60,6 +60,7 @@ from roll_viz.ui.instant import (
     instant_estimators,
     instant_local_global,
     instant_panel,
+    instant_reward_bars,
     instant_token_rewards,
 )
 from roll_viz.ui.instant.relay import page_detail, stale_section, steady_page
@@ -188,6 +189,7 @@ __all__ = [
     "instant_local_global",
     "instant_panel",
     "instant_payload",
+    "instant_reward_bars",
     "instant_token_rewards",
     "is_present",
     "is_warm",

@@ -1,4 +1,7 @@
-"""Sequence-level figures: reward bars, group statistics, the beta schedule, KL bars."""
+"""Sequence-level figures: group statistics, the beta schedule, KL bars.
+
+The Rewards page's raw-vs-processed bars are drawn in the browser (``ui/instant/rewards.js``).
+"""
 
 from __future__ import annotations
 
@@ -11,52 +14,6 @@ from torch import Tensor
 from roll_viz.core.records import Rollout
 from roll_viz.views.scales import title_style
 from roll_viz.views.text import sample_labels
-
-
-def reward_bars(
-    rollout: Rollout, raw: Tensor, processed: Tensor, *, processed_name: str = "processed"
-) -> go.Figure:
-    """Raw vs processed response-level reward per sample, side by side, grouped by prompt.
-
-    Args:
-        rollout: the batch (labels).
-        raw: (B,) raw scores.
-        processed: (B,) rewards after post-processing.
-        processed_name: legend name of the second series.
-
-    Returns:
-        A grouped bar chart.
-    """
-    labels = sample_labels(rollout)
-    fig = go.Figure(
-        [
-            go.Bar(
-                x=labels,
-                y=raw.tolist(),
-                name="raw reward",
-                marker_color="#8c8c8c",
-                hovertemplate="%{x}<br>raw = %{y:.4f}<extra></extra>",
-            ),
-            go.Bar(
-                x=labels,
-                y=processed.tolist(),
-                name=processed_name,
-                marker_color="#2166ac",
-                hovertemplate="%{x}<br>" + processed_name + " = %{y:.4f}<extra></extra>",
-            ),
-        ]
-    )
-    fig.update_layout(
-        barmode="group",
-        height=400,
-        margin={"l": 50, "r": 20, "t": 40, "b": 120},
-        title=title_style("Response-level reward: raw vs post-processed"),
-        legend={"orientation": "h", "y": -0.38, "x": 0.5, "xanchor": "center"},
-        xaxis_title="sample (prompt p / sample s)",
-        yaxis_title="reward",
-    )
-    fig.add_hline(y=0, line_color="#444", line_width=1)
-    return fig
 
 
 def group_stats_figure(

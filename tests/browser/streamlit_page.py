@@ -134,10 +134,32 @@ def browser_heatmaps(page) -> list[dict]:
     return sorted(raw, key=lambda t: t["name"])
 
 
+#: the raw-vs-processed reward bars Rewards draws in the browser (roll_viz/ui/instant/rewards.js)
+BROWSER_REWARD_BARS = "[data-testid=rv-reward-bars]"
+
+
+def browser_reward_bars(page) -> list[dict]:
+    """The browser-drawn reward bars as traces: {name, x (sample labels), y} raw, processed."""
+    page.locator(f"{BROWSER_REWARD_BARS}[data-state=ready]").first.wait_for(state="attached")
+    return page.locator(BROWSER_REWARD_BARS).first.evaluate(
+        """(el) => {
+          const s = el.parentNode.__rvRw;
+          const x = Array.from(el.querySelectorAll("svg rect[data-kind=raw]"),
+                               (r) => r.dataset.sample);
+          return [{name: "raw reward", x, y: s.nums.raw},
+                  {name: "processed reward", x, y: s.nums.processed}];
+        }"""
+    )
+
+
 def first_figure(page) -> list[dict]:
-    """The page's first figure as traces: the browser's heatmaps on Advantages, else Plotly's."""
-    if urllib.parse.urlsplit(page.url).path.rstrip("/").endswith("/Advantages"):
+    """The page's first figure as traces: the browser's heatmaps on Advantages, its bars on
+    Rewards, else Plotly's."""
+    path = urllib.parse.urlsplit(page.url).path.rstrip("/")
+    if path.endswith("/Advantages"):
         return browser_heatmaps(page)
+    if path.endswith("/Rewards"):
+        return browser_reward_bars(page)
     return chart_data(page, 0)
 
 

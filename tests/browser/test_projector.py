@@ -33,7 +33,7 @@ PROJECTED = (
 #: strip (a small in-browser view of the main figure, drawn under it)
 FIGURE = (
     ".js-plotly-plot, [data-testid='stDataFrame'], [data-testid='stImage'], "
-    ".st-key-rv_chain, .rv-chips, .st-key-adv_heatmaps"
+    ".st-key-rv_chain, .rv-chips, .st-key-adv_heatmaps, .st-key-rewards_bars"
 )
 #: where the first figure starts (px from the top of the window) and the widths that overflow
 MEASURE_JS = """(sel) => {

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz import nav
 from roll_viz.core import pipeline
-from roll_viz.core.records import Batch
+from roll_viz.core.records import Batch, RunningMoments
 from roll_viz.ui.instant import SENT_STATE
 from roll_viz.ui.instant.payload import subset_groups
 
@@ -168,3 +168,22 @@ def token_reward_grids(at: AppTest) -> dict[str, list[list[float | None]]]:
             continue
         grids[name] = _rows(rewards, mask)
     return grids
+
+
+def reward_bars(at: AppTest) -> tuple[list[float], list[float], float]:
+    """What the Rewards page's bars draw: (raw rewards, processed rewards, clip fraction).
+
+    The browser runs pipeline.js on the component's batch with the sidebar's resolved config
+    (``detail["config"]``) and the session's running moments (tests/js checks it against
+    ``pipeline.run`` to 1e-9); here ``pipeline.run`` does. A config pipeline.js does not cover
+    is drawn from the server's numbers sent with it.
+    """
+    data, batch, _mask = _browser_drawn(at, "roll_viz.instant_reward_bars")
+    raw = batch.scores.tolist()
+    if data["server"] is not None:
+        return raw, data["server"]["rewards"], data["server"]["clip_frac"]
+    detail, config = data["detail"], data["detail"]["config"]
+    reads_running = any(v == "running" for v in config.values())
+    running = RunningMoments(**data["running"]) if reads_running else None
+    trace = pipeline.run(batch, detail["framework"], config, running=running)
+    return raw, trace.rewards.tolist(), trace.clip_frac

@@ -19,6 +19,7 @@ from tests.ui.apptest import (
     open_page,
     page_alone,
     page_file,
+    reward_bars,
     token_reward_grids,
 )
 
@@ -249,19 +250,43 @@ def test_reward_normalization_modes():
     assert raw["processed_reward"].tolist() == raw["raw_reward"].tolist()
     at.segmented_control(key=ui.KEY_NORM).set_value("batch")
     rerun(at)
-    batch = frame(at, "rewards_table")["processed_reward"].tolist()
+    table = frame(at, "rewards_table")
+    batch = table["processed_reward"].tolist()
     assert batch != group
-    bars = chart(at, "reward_bars")
-    assert bars["data"][1]["y"] == pytest.approx(batch)
+    raw, processed, _frac = reward_bars(at)  # drawn in the browser from the sidebar's config
+    assert processed == pytest.approx(batch, abs=1e-12)
+    assert raw == pytest.approx(table["raw_reward"].tolist(), abs=1e-12)
 
 
 def test_reward_clip_changes_the_clip_fraction():
     at = open_page("rewards", preset="sentiment")
+    assert reward_bars(at)[2] == 0.0
     at.number_input(key=ui.KEY_CLIP).set_value(0.5)
     rerun(at)
-    frac = next(m for m in at.metric if m.label == "clip fraction").value
-    assert frac != "0.0%"
-    assert max(abs(v) for v in frame(at, "rewards_table")["processed_reward"]) <= 0.5 + 1e-9
+    raw, processed, frac = reward_bars(at)
+    table = frame(at, "rewards_table")["processed_reward"].tolist()
+    assert processed == pytest.approx(table, abs=1e-12)
+    assert frac > 0  # no normalisation (ROLL's default): the clip changes the raw beyond 0.5
+    assert frac == pytest.approx(sum(abs(r) > 0.5 for r in raw) / len(raw))
+    assert max(abs(v) for v in table) <= 0.5 + 1e-9
+
+
+def test_reward_running_mode_drawn_in_the_browser():
+    """ROLL's running normalisation: the bars get the session's moments, not the server's."""
+    at = open_page("rewards", preset="sentiment")
+    at.selectbox(key=ui.KEY_ESTIMATOR).set_value("reinforce")
+    at.segmented_control(key=ui.KEY_NORM).set_value("running")
+    rerun(at)
+    data = next(
+        json.loads(el.proto.json)
+        for el in at.get("bidi_component")
+        if el.proto.component_name == "roll_viz.instant_reward_bars"
+    )
+    assert data["server"] is None
+    assert data["detail"]["config_covered"]
+    _raw, processed, _frac = reward_bars(at)
+    table = frame(at, "rewards_table")["processed_reward"].tolist()
+    assert processed == pytest.approx(table, abs=1e-12)
 
 
 def test_framework_switch_loads_its_defaults():
@@ -404,3 +429,21 @@ def test_fast_sampling_toggle_draws_int8_answers_and_says_so():
     rerun(at)
     assert not any("int8 copy" in i.value for i in at.info)
     assert len(frame(at, "samples_table")) == 2
+
+
+def test_reward_bars_a_config_the_browser_lacks_come_from_the_server():
+    """verl's optimal_token_baseline (live: the sampler's sum pi^2): not in pipeline.js, so the
+    bars are the server's trace and a knob move reruns the page (config_covered false)."""
+    at = open_page("rewards", live="true", G="2", T="8", fw="verl", est="optimal_token_baseline")
+    data = next(
+        json.loads(el.proto.json)
+        for el in at.get("bidi_component")
+        if el.proto.component_name == "roll_viz.instant_reward_bars"
+    )
+    assert data["detail"]["config"]["adv_estimator"] == "optimal_token_baseline"
+    assert not data["detail"]["config_covered"]
+    raw, processed, frac = reward_bars(at)
+    table = frame(at, "rewards_table")
+    assert processed == pytest.approx(table["processed_reward"].tolist(), abs=1e-12)
+    assert raw == pytest.approx(table["raw_reward"].tolist(), abs=1e-12)
+    assert frac == 0.0  # verl has no reward clip

@@ -48,9 +48,9 @@ def test_sections_draw_and_react_to_their_controls():
     at = _open(preset="arithmetic")
     subheaders = [s.value for s in at.subheader]
     assert all(s in subheaders for s in SECTIONS), subheaders
-    assert (
-        len(at.get("plotly_chart")) == 7
-    )  # the page's own two; parts, noise (2), truncation, hack
+    # the page's own group statistics (its reward bars are drawn in the browser); parts,
+    # noise (2), truncation, hack
+    assert len(at.get("plotly_chart")) == 6
 
     summary = _frame(at, "rs_noise_sum")
     assert list(summary["measure"])[2] == "zero-advantage fraction"

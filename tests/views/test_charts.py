@@ -92,12 +92,8 @@ def test_estimator_heatmaps_share_one_symmetric_scale(rollout, trace):
     _z_matches(fig.data[1].z, -2 * trace.advantages, rollout.response_mask)
 
 
-def test_reward_bars_and_group_stats(rollout):
+def test_group_stats(rollout):
     raw = torch.arange(6, dtype=torch.float64)
-    fig = charts.reward_bars(rollout, raw, raw - 2.5)
-    assert [d.type for d in fig.data] == ["bar", "bar"]
-    assert list(fig.data[0].y) == raw.tolist()
-    assert list(fig.data[1].y) == (raw - 2.5).tolist()
     g = charts.group_stats_figure(rollout, raw, [1.0, 4.0], [1.0, float("nan")])
     assert [d.type for d in g.data] == ["bar", "scatter"]
     assert list(g.data[0].error_y.array) == [1.0, 0.0]

@@ -36,6 +36,7 @@ from typing import Any
 
 import streamlit as st
 
+from roll_viz.core.records import RunningMoments, Trace
 from roll_viz.ui.instant import relay
 from roll_viz.ui.instant.payload import (
     SLIDERS,
@@ -65,6 +66,7 @@ __all__ = [
     "instant_estimators",
     "instant_local_global",
     "instant_payload",
+    "instant_reward_bars",
     "jsonable_config",
     "local_global_payload",
     "local_global_source",
@@ -386,6 +388,80 @@ def instant_token_rewards(
     body = {**payload, "tokens": tokens}
     _mount(_tr_component(), key, body, (*BULK_KEYS, "tokens"), data, lambda: None)
     relay.listen(key, draws="placements")
+
+
+# ---------------------------------------------------------------------------------------------
+# The Rewards page's bars: raw vs processed reward, redrawn in the browser on each knob move
+# ---------------------------------------------------------------------------------------------
+RW_COMPONENT_NAME = "roll_viz.instant_reward_bars"
+RW_CSS = (
+    CSS
+    + """
+/* em, not rem: the text follows the page's size (21 px in presentation mode) */
+.rv-rw { font-size: 1em; }
+.rv-rw .rv-tip, .rv-rw .rv-legend { font-size: 0.85em; }
+.rv-rw-title { font-weight: 600; font-size: 1.05em; margin-bottom: 0.3em; }
+.rv-rw-metrics { display: flex; flex-wrap: wrap; gap: 0.3em 2.5em; margin-bottom: 0.3em; }
+.rv-rw-metric-label { font-size: 0.85em; }
+.rv-rw-metric-value { font-size: 1.6em; font-variant-numeric: tabular-nums; }
+.rv-rw-legend { display: flex; gap: 0.3em 1.5em; font-size: 0.9em; }
+.rv-rw-key { display: inline-flex; align-items: center; gap: 0.35em; }
+.rv-rw-swatch { display: inline-block; width: 0.9em; height: 0.9em; }
+.rv-rw-svg { display: block; max-width: 100%; height: auto; overflow: visible; }
+.rv-rw-svg text { fill: currentColor; font-size: 0.85em; font-variant-numeric: tabular-nums; }
+.rv-rw-svg .rv-rw-axis { font-size: 0.9em; }
+.rv-rw-grid { stroke: currentColor; stroke-opacity: 0.12; }
+.rv-rw-sep { stroke: currentColor; stroke-opacity: 0.25; stroke-dasharray: 2 3; }
+.rv-rw-zero { stroke: currentColor; stroke-opacity: 0.75; stroke-width: 1.2; }
+.rv-rw-foot { display: flex; flex-wrap: wrap; align-items: center; gap: 0.3em 1em;
+  justify-content: space-between; }
+.rv-rw-save { font: inherit; font-size: 0.85em; padding: 0.2em 0.6em; cursor: pointer;
+  border: 1px solid currentColor; border-radius: 0.3em; background: transparent;
+  color: inherit; }
+"""
+)
+
+
+@functools.cache
+def _rw_component():
+    return st.components.v2.component(
+        RW_COMPONENT_NAME, css=RW_CSS, js=component_source("rewards.js")
+    )
+
+
+def instant_reward_bars(
+    payload: Mapping[str, Any],
+    detail: Mapping[str, Any],
+    running: RunningMoments,
+    key: str,
+    server: Trace | None = None,
+) -> None:
+    """Raw vs processed reward per sample, the clip fraction and the mean, drawn in the browser.
+
+    pipeline.js runs the sidebar's resolved config (``detail["config"]``) on the payload's
+    batch, on this full run and again on every knob move the sidebar's relay sends; this
+    component listens (``relay.listen``, kind "rewards"), so those moves rerun only the
+    sidebar's fragment. It does not follow G: the page's group statistics and reward-stage
+    sections are drawn from the batch's rows by the server, so a G move reruns the page.
+
+    Args:
+        payload: ``instant_payload`` of the page's batch.
+        detail: ``relay.knob_detail`` of the sidebar's values (this full run's).
+        running: the session's running moments before this batch (ROLL's "running"
+            normalisation updates them with the batch first, in Python and in pipeline.js).
+        key: Streamlit widget key.
+        server: the server's Trace, drawn instead where the browser does not compute the
+            sidebar's config (``detail["config_covered"]`` false); None otherwise.
+    """
+    data = {
+        "detail": dict(detail),
+        "running": {"mean": running.mean, "var": running.var, "count": running.count},
+        "server": None
+        if server is None
+        else {"rewards": server.rewards.tolist(), "clip_frac": float(server.clip_frac)},
+    }
+    _mount(_rw_component(), key, payload, BULK_KEYS, data, lambda: None)
+    relay.listen(key, draws="rewards")
 
 
 # ---------------------------------------------------------------------------------------------

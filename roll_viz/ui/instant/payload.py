@@ -158,12 +158,13 @@ def browser_coverage() -> dict[str, dict[str, list | None]]:
     }
 
 
-def browser_covers(framework: str, config: Mapping[str, Any]) -> bool:
+def browser_covers(framework: str, config: Mapping[str, Any], running: bool = False) -> bool:
     """Whether ``pipeline.js`` computes ``config`` exactly: its ``covered``, in Python.
 
     ``config`` is a resolved config cut to the reward-stage keys (``jsonable_config``). A
-    config that reads running statistics is not covered here: the payload carries none (the
-    server's running moments belong to the session).
+    config that reads running statistics is covered only with ``running`` (the component is
+    sent the session's running moments, as the Rewards page's bars are); the payload carries
+    none (the server's running moments belong to the session).
     """
     table = browser_coverage().get(framework)
     if table is None or any(key not in config for key in table):
@@ -171,7 +172,7 @@ def browser_covers(framework: str, config: Mapping[str, Any]) -> bool:
     for key, value in config.items():
         if key not in table or (table[key] is not None and value not in table[key]):
             return False
-        if value == "running":
+        if value == "running" and not running:
             return False
     return True  # gamma / lambda outside [0, 1]: resolve_config has refused them already
 

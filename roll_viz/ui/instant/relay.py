@@ -83,7 +83,9 @@ def listen(key: str, draws: str = "estimators", group: bool = False) -> None:
     Args:
         key: the component's key.
         draws: what it recomputes from the relay's detail: "estimators" (``configs``, the
-            Advantages page) or "placements" (``placements``, the Token KL page).
+            Advantages page), "placements" (``placements``, the Token KL page) or "rewards"
+            (``config``, the sidebar's own, with the session's running moments: the Rewards
+            page).
         group: whether it also follows G (it holds a preset's whole batch: ``detail["G"]``).
     """
     st.session_state.setdefault(LISTENERS_KEY, {})[key] = (draws, group)
@@ -101,7 +103,11 @@ def steady_page() -> None:
 
 def page_covered(detail: dict[str, Any]) -> bool:
     """On a fragment rerun: whether the browser redraws every listener's figures for ``detail``."""
-    cover = {"estimators": detail["covered"], "placements": detail["placements_covered"]}
+    cover = {
+        "estimators": detail["covered"],
+        "placements": detail["placements_covered"],
+        "rewards": detail["config_covered"],
+    }
     return all(cover[d] for d, _g in st.session_state.get(LISTENERS_KEY, {}).values())
 
 
@@ -164,7 +170,9 @@ def knob_detail(
         Token KL page's two KL placements, "in the reward" / "as a loss term" -> config: the
         sidebar's config with ``kl_placement_overrides`` at its beta; a placement the dialect
         lacks is left out), placements_covered (whether the browser computes all of them),
-        G (``group_size``), seq (a hash of the rest: the JS dispatches only a new one).
+        config_covered (whether it computes the sidebar's config, given the session's running
+        moments: the Rewards page's bars), G (``group_size``), seq (a hash of the rest: the JS
+        dispatches only a new one).
     """
     estimators = estimator_options(framework)
     current = generic.get("estimator")
@@ -198,6 +206,9 @@ def knob_detail(
         # others it does not compute keep the server's last numbers, marked, until the pause
         "covered": sidebar is not None and bool(order) and order[0] not in server,
     }
+    detail["config_covered"] = sidebar is not None and browser_covers(
+        framework, sidebar, running=True
+    )
     detail["placements"], detail["placements_covered"] = _placements(framework, generic)
     detail["placements_covered"] = detail["placements_covered"] and sidebar is not None
     return with_group(detail, group_size)
