@@ -126,7 +126,7 @@ def test_norm_and_clip_burst_redraws_the_bars_and_reruns_once(page, server, shot
     assert trace.clip_frac > 0  # batch z-scores beyond 1 are clipped: the fraction moved
     assert max(abs(v) for v in moved["processed"]) <= 1.0
     # the server-only sections are marked while the burst lasts
-    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "1"
+    assert page.evaluate("() => document.documentElement.dataset.rvStale") == "sections"
     for name in STALE:
         assert page.locator(f".st-key-rv_stale_{name}").first.is_visible(), name
     page.locator(BARS).scroll_into_view_if_needed()
