@@ -46,6 +46,9 @@ with ui.page_guard("Update"):
             st.info(problem + " Sample a live batch with the loaded model to take a step.")
             st.button("Use the live model", key="upd_go_live", on_click=ui.go_live)
             ui.stop_page("update")
+        lost = upd.lost_adapter_notice()  # a restart or an expired adapter: say what was lost
+        if lost:
+            st.warning(lost, icon=":material/history:")
         c1, c2 = st.columns([1, 1])
         with c1:
             clicked = st.button("Take one update step", key=upd.KEY_STEP, type="primary")

@@ -66,6 +66,39 @@ KEY_STUDENT_SENT = "_student_cookie_sent"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")
 
 
+#: this server process: a link's work mark from another process means it stopped (a restart, or
+#: a hall process that died and the proxy sent the student to another)
+BOOT_ID = secrets.token_hex(4)
+
+
+def work_mark(steps: int) -> str:
+    """The URL value that says this process holds ``steps`` steps of the student's work."""
+    return f"{BOOT_ID}-{int(steps)}"
+
+
+def lost_work_notice(mark: object, what: str, redo: str) -> str | None:
+    """What a link's work mark (``work_mark``) says was lost, for a session that holds none.
+
+    Args:
+        mark: the URL's mark (None or "": nothing to say).
+        what: the work, e.g. "run" or "adapter" ("your run of 22 steps").
+        redo: what to press to do it again, e.g. "press Start to run it again".
+
+    Returns:
+        One sentence, or None without a mark.
+    """
+    if not mark:
+        return None
+    boot, _, steps = str(mark).partition("-")
+    count = f"{steps} step{'s' if steps != '1' else ''}" if steps.isdigit() else "steps"
+    if boot != BOOT_ID:
+        return f"The server restarted: your {what} of {count} is gone; {redo}."
+    return (
+        f"Your {what} of {count} is no longer on the server (it waits {RECONNECT_GRACE_S:.0f} s "
+        f"for its tab to come back); {redo}."
+    )
+
+
 def new_student_key() -> str:
     """A fresh unguessable key (192 random bits, 32 URL-safe characters)."""
     return secrets.token_urlsafe(24)

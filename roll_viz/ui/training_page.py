@@ -11,7 +11,6 @@ policy (slot A) and its step, so the other pages can show "trained (step k) vs r
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -170,8 +169,7 @@ class _SessionRunners:
 
 
 _PARKED = reconnect.Parking()
-#: this server process (a link's ``tr_live`` mark from another process means it restarted)
-BOOT_ID = uuid.uuid4().hex[:8]
+#: the link's mark of this student's live run (``reconnect.work_mark``)
 KEY_LIVE_MARK = "tr_live"
 RECONNECT_GRACE_S = reconnect.RECONNECT_GRACE_S
 
@@ -202,19 +200,12 @@ def runners() -> dict[str, TrainRunner]:
 
 def lost_run_notice() -> str | None:
     """What the link says was lost when this session has no run but the link had one."""
-    mark = st.query_params.get(KEY_LIVE_MARK)
-    if not mark or runners():
+    if runners():
         return None
-    boot, _, steps = str(mark).partition("-")
-    count = f"{steps} step{'s' if steps != '1' else ''}" if steps.isdigit() else "steps"
-    if boot != BOOT_ID:
-        return (
-            f"The server restarted: your run of {count} is gone; its settings are in the link "
-            "(press Start to run it again)."
-        )
-    return (
-        f"Your run of {count} is no longer on the server (a run waits {RECONNECT_GRACE_S:.0f} s "
-        "for its tab to come back); its settings are in the link (press Start to run it again)."
+    return reconnect.lost_work_notice(
+        st.query_params.get(KEY_LIVE_MARK),
+        "run",
+        "its settings are in the link (press Start to run it again)",
     )
 
 

@@ -15,8 +15,8 @@ import streamlit as st
 from roll_viz.data import recorded_runs as recorded
 from roll_viz.lm.runfile import TrainRun
 from roll_viz.lm.train import TrainRunner
-from roll_viz.ui import training_mu
-from roll_viz.ui.training_page import BOOT_ID, KEY_LIVE_MARK, KEY_RUN, drop_run
+from roll_viz.ui import reconnect, training_mu
+from roll_viz.ui.training_page import KEY_LIVE_MARK, KEY_RUN, drop_run
 from roll_viz.ui.widgets import explainer, plot
 from roll_viz.views import entropy_charts, training_charts
 
@@ -48,7 +48,7 @@ def status_line(runner: TrainRunner, slot: str) -> None:
     done = runner.steps_done
     label = runner.settings.label or f"run {slot}"
     text = f"**{slot}: {html.escape(label)}**: {runner.status}, step {done} / {total}"
-    st.query_params[KEY_LIVE_MARK] = f"{BOOT_ID}-{done}"  # a restart can say what was lost
+    st.query_params[KEY_LIVE_MARK] = reconnect.work_mark(done)  # a restart can say what was lost
     place = runner.queue_position
     if runner.status == "running" and place:
         text += f", waiting for the model: number {place} in line (runs take turns, one step each)"

@@ -56,6 +56,8 @@ KEY_POSITION = "upd_pos"
 KEY_LOSS_OPTION = "upd_loss"
 KEY_MU = "upd_mu"
 KEY_PRECISION = "upd_precision"
+#: the link's mark of this student's adapter steps (``reconnect.work_mark``)
+KEY_LIVE_MARK = "upd_live"
 
 #: the learning rates offered (LoRA r8, alpha 16): 1e-5 barely moves, 1e-3 and up clip a lot
 LR_CHOICES = (1e-5, 3e-5, 1e-4, 2e-4, 5e-4, 1e-3, 3e-3)
@@ -370,6 +372,7 @@ def take_step(
         return f"This option cannot run on this batch: {exc}"
     st.session_state[KEY_RESULT] = (batch_key(state), result)
     adapters.register(adapters.UPDATED, lambda: (policy, int(policy.steps)))
+    st.query_params[KEY_LIVE_MARK] = reconnect.work_mark(policy.steps)  # a restart can say so
     return ""
 
 
@@ -456,6 +459,22 @@ def reset_adapter() -> None:
     finally:
         _RESETTING.active = False
     st.session_state.pop(KEY_RESULT, None)
+    st.query_params.pop(KEY_LIVE_MARK, None)
+
+
+def lost_adapter_notice() -> str | None:
+    """What the link says was lost when this session's adapter has no step but the link had some.
+
+    A hall process that died (or a restarted server) took the adapter with it; the student's
+    browser reconnects to another process with the link, and its mark says how many steps.
+    """
+    if adapters.UPDATED in adapters.available():
+        return None
+    return reconnect.lost_work_notice(
+        st.query_params.get(KEY_LIVE_MARK),
+        "adapter",
+        "press Take one update step to start again from the base model",
+    )
 
 
 def stored_result(state: AppState) -> Any:

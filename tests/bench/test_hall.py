@@ -7,7 +7,9 @@ cookie, as a browser keeps it); the teacher's page counts every vote once. Then 
 killed mid-lesson: its phones reconnect through the proxy (their sticky cookie names the dead
 process; the proxy sends them to the other), find the same room and question with their own answer
 still recorded (the cookie's student key gives the same voter token), and the teacher's count
-and the reveal still hold all 50 votes. Asserts what must hold; prints the times (BENCHMARK).
+and the reveal still hold all 50 votes. A student who took an Update step on the killed process
+comes back through the proxy with the same link: the page says the adapter's step is gone and
+what to press. Asserts what must hold; prints the times (BENCHMARK).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from tests.bench.test_lesson_load import OPTIONS, Tab, _ok
 pytestmark = pytest.mark.server
 
 PHONES = 50
+#: a live batch the tiny model samples at once (Update needs the model that wrote the tokens)
+UPDATE_LIVE = "preset=quantum&live=true&G=2&T=8"
 
 
 def _need(binary: str) -> None:
@@ -79,9 +83,15 @@ async def _hall_lesson(base: str, hall: Hall) -> dict:
         _ok(result)
     _ok(await teacher.rerun())
     before = list(teacher.metrics)
-
-    # one process dies mid-lesson (not the teacher's: the teacher's page reruns throughout)
+    # one process dies mid-lesson (not the teacher's: the teacher's page reruns throughout);
+    # a student there has taken an Update step: the link keeps the mark of the adapter's steps
     victim = "app1" if teacher.app != "app1" else "app2"
+    learner = Phone(base, victim, reconnect.new_student_key())
+    await learner.connect()
+    _ok(await learner.open("Update", UPDATE_LIVE))
+    _ok(await learner.press("upd_step"))
+    stepped = learner.query
+
     hall.procs[victim].kill()
     hall.procs[victim].wait(timeout=10)
     moved = [p for p in phones if p.app == victim]
@@ -97,11 +107,16 @@ async def _hall_lesson(base: str, hall: Hall) -> dict:
     mine = [
         any("Your answer" in t for t in p.texts) and p.buttons for p in fresh
     ]  # still open: their answer shown, the options pressable
+    await learner.close()
+    back = Phone(base, learner.app, learner.student)  # the learner's browser, same link
+    await back.connect()
+    _ok(await back.open("Update", stepped))
+    told = [t for t in back.texts if "adapter of 1 step is gone" in t]
     _ok(await teacher.rerun())
     after = list(teacher.metrics)
     _ok(await teacher.press("lesson_revealed"))
     revealed = "\n".join(teacher.texts)
-    for p in [*phones, *fresh, teacher]:
+    for p in [*phones, *fresh, teacher, back]:
         await p.close()
     return {
         "apps": sorted({p.app for p in phones}),
@@ -112,6 +127,8 @@ async def _hall_lesson(base: str, hall: Hall) -> dict:
         "answers_kept": sum(bool(m) for m in mine),
         "vote_ms": sorted(r.ms for r in votes),
         "reconnect_s": reconnect_s,
+        "stepped": stepped,
+        "told": told,
     }
 
 
@@ -147,4 +164,8 @@ def test_two_processes_share_a_room_and_a_killed_one_loses_no_vote(tmp_path, mon
     assert any(f"{PHONES} / " in m for m in out["after"])  # still every vote after the kill
     assert out["answers_kept"] == out["moved"]  # each moved phone sees its own answer
     assert f"first vote: {PHONES} answers" in out["revealed"]
+    # the learner's adapter died with its process: the link's mark, and the page says so
+    assert "upd_live=" in out["stepped"]
+    assert out["told"], "the Update page did not say the adapter was lost"
+    assert out["told"][0].startswith("The server restarted")
     assert "Traceback" not in logs

@@ -1,10 +1,11 @@
-"""After a server restart the Training page says what was lost; parked state expires on time."""
+"""After a restart (or a hall process that died) Training and Update say what was lost."""
 
 from __future__ import annotations
 
 import threading
 
-from roll_viz.ui import training_page as tr
+from roll_viz.ui import reconnect
+from roll_viz.ui import update_page as upd
 from roll_viz.ui.reconnect import Parking
 from tests.ui import apptest
 
@@ -20,7 +21,7 @@ def test_a_link_from_before_a_restart_says_the_run_is_gone():
 
 
 def test_a_link_of_this_server_whose_run_expired_says_so():
-    at = apptest.open_page("training", tab="Train live", tr_live=f"{tr.BOOT_ID}-3")
+    at = apptest.open_page("training", tab="Train live", tr_live=f"{reconnect.BOOT_ID}-3")
     assert "Your run of 3 steps is no longer on the server" in _warnings(at)
 
 
@@ -41,3 +42,29 @@ def test_parking_gives_back_within_the_grace_and_frees_after():
     assert freed == ["run-b"]
     assert parking.take("s2") is None
     assert len(parking) == 0
+
+
+UPDATE_LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
+
+
+def test_an_update_link_from_another_process_says_the_adapter_is_gone():
+    # a hall process died: the proxy sends the browser to another, whose session has no adapter
+    at = apptest.open_page("update", upd_live="deadbeef-3", **UPDATE_LIVE)
+    assert "The server restarted: your adapter of 3 steps is gone" in _warnings(at)
+    assert "press Take one update step to start again from the base model" in _warnings(at)
+
+
+def test_an_update_link_of_this_process_whose_adapter_expired_says_so():
+    at = apptest.open_page("update", upd_live=f"{reconnect.BOOT_ID}-1", **UPDATE_LIVE)
+    assert "Your adapter of 1 step is no longer on the server" in _warnings(at)
+
+
+def test_a_step_marks_the_link_and_its_adapter_says_nothing_lost():
+    at = apptest.open_page("update", **UPDATE_LIVE)
+    assert "no longer on the server" not in _warnings(at)
+    at.button(key=upd.KEY_STEP).click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.query_params[upd.KEY_LIVE_MARK] == reconnect.work_mark(1)
+    assert "gone" not in _warnings(at)  # the adapter is here: nothing to say
+    at.button(key=upd.KEY_RESET).click().run()  # the next test's session starts at step 0
+    assert upd.KEY_LIVE_MARK not in at.query_params
