@@ -442,7 +442,8 @@ def instant_reward_bars(
     batch, on this full run and again on every knob move the sidebar's relay sends; this
     component listens (``relay.listen``, kind "rewards"), so those moves rerun only the
     sidebar's fragment. It does not follow G: the page's group statistics and reward-stage
-    sections are drawn from the batch's rows by the server, so a G move reruns the page.
+    sections are drawn from the batch's rows by the server, so after a G move the page is
+    marked whole and reruns after the relay's short pause (``relay.move_mode``).
 
     Args:
         payload: ``instant_payload`` of the page's batch.
