@@ -21,7 +21,7 @@ import streamlit as st
 from roll_viz.core import pipeline
 from roll_viz.core.pipeline import dialects
 from roll_viz.ui.instant import relay
-from roll_viz.ui.settings import generic_defaults, native_config, norm_overrides, offered
+from roll_viz.ui.settings import generic_defaults, native_config, offered
 from roll_viz.ui.state import (
     GENERIC_KEYS,
     KEY_BETA,
@@ -162,7 +162,6 @@ def _algorithm_fragment() -> tuple[str, dict, dict]:
         drawn, value = _knob(knob, framework, defaults.get(knob.generic))
         if drawn:
             generic[knob.generic] = value
-    norm = None
     if dialect.HAS_REWARD_NORM:
         # the dialect's reward normalization is a stage of the chain: one control for every page
         generic["norm"] = bound(
@@ -176,8 +175,7 @@ def _algorithm_fragment() -> tuple[str, dict, dict]:
             "the mean and divide by the std of the prompt's group, the whole batch, or running "
             "statistics over many batches. ROLL's grpo forces group.",
         )
-        norm = norm_overrides(framework, generic["norm"])
-    config = native_config(framework, generic, overrides=norm)
+    config = native_config(framework, generic)  # the normalisation included
     detail = relay.knob_detail(framework, generic, config, st.session_state.get(KEY_G))
     relay.mount(detail, relay.move_mode(detail) if moved else "full")
     return framework, generic, config

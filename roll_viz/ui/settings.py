@@ -67,7 +67,10 @@ def native_config(
     """The dialect config: the generic controls in the dialect's keys, then overrides.
 
     A generic value that the dialect does not accept (an estimator name of another dialect, a
-    knob the dialect lacks) is skipped, so the same sidebar drives every dialect.
+    knob the dialect lacks) is skipped, so the same sidebar drives every dialect. The sidebar's
+    reward normalisation (``generic["norm"]``, a stage of the chain) is applied here, so every
+    config built from the sidebar (another estimator on Advantages, a KL placement on Token KL)
+    normalises as the sidebar's own does.
 
     Args:
         framework: one of pipeline.FRAMEWORKS.
@@ -79,6 +82,8 @@ def native_config(
     """
     dialect = dialects.get(framework)
     config = dict(dialect.to_native(dict(generic)))
+    norm = generic.get("norm")
+    config.update((norm_overrides(framework, norm) if norm else None) or {})
     for name, value in (overrides or {}).items():
         in_defaults = name in dialect.DEFAULTS or name not in dialect.ALIASES
         key = name if in_defaults else dialect.ALIASES[name]
