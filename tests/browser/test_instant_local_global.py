@@ -107,6 +107,9 @@ def _server_csv(page) -> list[dict]:
     button = page.locator(".st-key-lg_batch_csv button")
     if not button.is_visible():
         page.get_by_text("Per-sample and per-prompt tables").click()
+    # a download's data is the run's (a deferred file): a rerun still going (the panel's first
+    # values reaching the server, late on a busy machine) would replace it under the click
+    sp.wait_idle(page)
     with page.expect_download() as info:
         button.click()
     text = Path(info.value.path()).read_text()
