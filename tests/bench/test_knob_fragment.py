@@ -15,16 +15,14 @@ import json
 import pytest
 
 from benchmarks import knob_load
-from benchmarks.server import streamlit_server
 from benchmarks.st_client import FRAGMENT_FINISHED, Session, run_coroutine
 
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def srv():
-    with streamlit_server(model="tiny") as s:
-        yield s
+def srv(tiny_server):
+    return tiny_server
 
 
 def _kinds(res) -> set[str]:
