@@ -20,6 +20,7 @@ import pytest
 
 from roll_viz import nav
 from tests.browser import streamlit_page as sp
+from tests.browser.conftest import fresh_page
 
 WIDTH, HEIGHT = 1280, 720
 #: the first figure must start this far above the bottom edge: some of it is in view, not its top
@@ -116,13 +117,19 @@ def _setup(page, key: str) -> None:
     page.locator("[data-testid='stMain']").evaluate("e => e.scrollTo(0, 0)")
 
 
-@pytest.fixture
-def projector(browser):
+@pytest.fixture(scope="module")
+def projector_context(browser):
     context = browser.new_context(viewport={"width": WIDTH, "height": HEIGHT})
-    pg = context.new_page()
-    pg.set_default_timeout(90_000)
-    yield pg
+    yield context
     context.close()
+
+
+@pytest.fixture
+def projector(projector_context):
+    """A fresh page at the projector's size (``conftest.fresh_page``: no earlier session state)."""
+    pg = fresh_page(projector_context, 90_000)
+    yield pg
+    pg.close()
 
 
 @pytest.mark.parametrize("key", PROJECTED)
