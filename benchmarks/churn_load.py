@@ -18,7 +18,8 @@ What happens (every student is one websocket session, ``benchmarks.st_client.Ses
    their status line once: "step k / N", and the queue position when waiting), then closes
    the tab with no goodbye while its step is in flight (updating students close
    ``update_close_s`` after pressing, before the step's page came back);
-4. after the last close, the driver waits ``settle_s`` seconds and reads ``rss_mib_after``.
+4. after the last close, the driver waits ``settle_s`` seconds (``settle_idle``: then until the
+   server is idle, ``wait_idle``) and reads ``rss_mib_after``.
 
 Closed sessions keep their runs and adapters ``reconnect_grace_s`` seconds for a reconnect (120 s
 in the app, Streamlit keeps the session's state as long), so an ``rss_mib_after`` read sooner
