@@ -18,7 +18,8 @@ What happens (every student is one websocket session, ``benchmarks.st_client.Ses
    their status line once: "step k / N", and the queue position when waiting), then closes
    the tab with no goodbye while its step is in flight (updating students close
    ``update_close_s`` after pressing, before the step's page came back);
-4. after the last close, the driver waits ``settle_s`` seconds and reads ``rss_mib_after``.
+4. after the last close, the driver waits ``settle_s`` seconds (``settle_idle``: then until the
+   server is idle, ``wait_idle``) and reads ``rss_mib_after``.
 
 Closed sessions keep their runs and adapters ``reconnect_grace_s`` seconds for a reconnect (120 s
 in the app, Streamlit keeps the session's state as long), so an ``rss_mib_after`` read sooner
@@ -71,6 +72,23 @@ GRACE_ENV = "ROLL_VIZ_RECONNECT_GRACE_S"
 SLOTS_ENV = "ROLL_VIZ_PAGE_SLOTS"  # the server's page slots (``lm.admission``), inherited
 STALL_MS = 300.0  # a health answer slower than this is listed with its time in ``stalls``
 GRACE_MARGIN_S = 25.0  # settle past the grace: the timers fire, the reaper frees and trims
+IDLE_CPU_PERCENT = 10.0  # below this the server is done with closed tabs' work (one core = 100)
+IDLE_WAIT_MAX_S = 180.0  # at most this long past the settling for it to get there
+
+
+def wait_idle(pid: int, max_s: float = IDLE_WAIT_MAX_S) -> float:
+    """Wait until the server's CPU use over 2 s is under ``IDLE_CPU_PERCENT``; seconds waited.
+
+    A step closed mid-flight stops at its next boundary and its memory is freed after it: on a
+    loaded 2-core machine that can be later than grace + settle, and RSS read then is the
+    step's, not what the class left (one update-only class read 3.0 GB there, 1.3 GB idle).
+    """
+    proc = psutil.Process(pid)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < max_s:
+        if proc.cpu_percent(interval=2.0) < IDLE_CPU_PERCENT:
+            break
+    return round(time.monotonic() - t0, 1)
 
 
 @dataclasses.dataclass
@@ -305,6 +323,7 @@ async def churn(
     update_close_s: float = 1.0,
     settle_s: float = 10.0,
     grace_s: float = 120.0,
+    settle_idle: bool = False,
 ) -> ChurnResult:
     """Run the churn against the server at ``base`` (see the module docstring).
 
@@ -317,6 +336,8 @@ async def churn(
         update_close_s: an updating student closes 0.05 to this many seconds after pressing.
         settle_s: how long after the last close ``rss_mib_after`` is read.
         grace_s: the server's reconnect grace (only reported: the server is started with it).
+        settle_idle: after ``settle_s``, also wait until the server is idle (``wait_idle``:
+            the steps closed mid-flight finished, the reaper freed and trimmed) before RSS.
 
     Returns:
         The ChurnResult.
@@ -346,6 +367,8 @@ async def churn(
     await asyncio.gather(*jobs)
     last_close = time.monotonic() - t0
     await asyncio.sleep(settle_s)
+    if settle_idle and server_pid is not None:
+        await asyncio.to_thread(wait_idle, server_pid)
     after = rss_mib(server_pid)
     stop.set()
     await sampler

@@ -51,7 +51,7 @@ from typing import Any
 import psutil
 
 from benchmarks import churn_load
-from benchmarks.churn_load import HealthProbe, rss_mib
+from benchmarks.churn_load import HealthProbe, rss_mib, wait_idle
 from benchmarks.server import health, streamlit_server
 from benchmarks.st_client import Session, UploadedFile, put_file, run_coroutine, xsrf_cookie
 
@@ -60,8 +60,6 @@ UPLOAD_FIXTURE = ROOT / "tests" / "fixtures" / "uploads" / "verl_steps.zip"
 UPLOAD_SHOWS = "verl"  # the Format metric Your run shows for that fixture (a verl dump)
 UPLOAD_PREFIX = "roll-viz-uploads"  # ``data.runs.uploads.PREFIX`` (the folder of one server)
 KNOB_PAGE, SAMPLES_PAGE, RUN_PAGE = "Advantages", "Samples", "Your_run"
-IDLE_CPU_PERCENT = 10.0  # the server is done with a class's work below this (one core = 100)
-IDLE_WAIT_MAX_S = 180.0  # at most this long past the grace for it to get there
 _HELD = re.compile(r'cache_memory_bytes\{cache_type="UploadedFileManager"[^}]*\}\s+(\d+)')
 
 
@@ -91,21 +89,6 @@ def process_figures(pid: int) -> dict[str, Any]:
             "fds": proc.num_fds(),
             "open_files": len(proc.open_files()),
         }
-
-
-def wait_idle(pid: int, max_s: float = IDLE_WAIT_MAX_S) -> float:
-    """Wait until the server's CPU use over 2 s is under ``IDLE_CPU_PERCENT``; seconds waited.
-
-    A step closed mid-flight stops at its next boundary and its memory is freed after it: on a
-    loaded 2-core machine that can be later than grace + settle, and RSS read then is the
-    step's, not what the class left (one update-only class read 3.0 GB there, 1.3 GB idle).
-    """
-    proc = psutil.Process(pid)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < max_s:
-        if proc.cpu_percent(interval=2.0) < IDLE_CPU_PERCENT:
-            break
-    return round(time.monotonic() - t0, 1)
 
 
 async def _uploader(idx: int, base: str, xsrf: str, data: bytes, out: dict) -> None:

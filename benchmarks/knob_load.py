@@ -127,7 +127,7 @@ async def _student(
     return s
 
 
-async def _solo(base: str, pid: int | None, page: str) -> dict[str, float | None]:
+async def solo(base: str, pid: int | None, page: str = PAGE) -> dict[str, float | None]:
     """CPU ms of one fragment rerun and of one page rerun, one session alone."""
     s = Session(base)
     await s.connect()
@@ -158,14 +158,17 @@ async def knob_class(
     seed: int = 0,
     server_pid: int | None = None,
     page: str = PAGE,
+    solo_figures: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """Run the gamma class against the server at ``base``; the benchmark line (no timing check).
 
     ``page``: the URL path of the page the class is on (Advantages by default).
+    ``solo_figures``: ``solo``'s figures (both paths) measured on this server already, for a
+    caller that runs both paths (None: measured here first).
     """
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    solo = await _solo(base, server_pid, page)
+    alone = solo_figures if solo_figures is not None else await solo(base, server_pid, page)
     out: dict[str, Any] = {"errors": [], "gamma_ms": [], "settle_ms": []}
     c0, t0 = cpu_seconds(server_pid), time.monotonic()
     sessions = await asyncio.gather(
@@ -195,7 +198,7 @@ async def knob_class(
         "server_cpu_s": round(cpu, 2) if server_pid is not None else None,
         # reruns per CPU second: what one core sustains at this mix of full and fragment runs
         "reruns_per_cpu_s": round((full + frag) / cpu, 1) if server_pid and cpu > 0 else None,
-        **solo,
+        **alone,
         "wall_s": round(wall, 1),
         "cpus": os.cpu_count(),
         "load1": round(load1, 2),

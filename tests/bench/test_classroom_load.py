@@ -15,7 +15,7 @@ import urllib.parse
 import pytest
 
 from benchmarks import classroom_load, st_client
-from benchmarks.server import Server, health, streamlit_server
+from benchmarks.server import Server, health
 
 pytestmark = pytest.mark.server  # every test here starts (or reads) a streamlit server
 
@@ -26,9 +26,8 @@ REFERENCES = 6
 
 
 @pytest.fixture(scope="module")
-def srv():
-    with streamlit_server(model="tiny") as s:
-        yield s
+def srv(tiny_server):
+    return tiny_server
 
 
 @pytest.fixture(scope="module")

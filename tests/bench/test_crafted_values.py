@@ -16,7 +16,6 @@ import math
 
 import pytest
 
-from benchmarks.server import streamlit_server
 from benchmarks.st_client import Session, run_coroutine
 
 pytestmark = pytest.mark.server
@@ -53,10 +52,10 @@ async def _craft(base: str) -> list[tuple]:
     return out
 
 
-def test_crafted_websocket_values_get_a_notice_and_the_session_lives():
-    with streamlit_server(model="tiny") as srv:
-        results = run_coroutine(_craft(srv.base))
-        tracebacks = srv.tracebacks()
+def test_crafted_websocket_values_get_a_notice_and_the_session_lives(tiny_server):
+    srv = tiny_server
+    results = run_coroutine(_craft(srv.base))
+    tracebacks = srv.tracebacks()
     for key, named, status, exceptions, errors, alerts in results:
         assert status == "FINISHED_SUCCESSFULLY/FINISHED_SUCCESSFULLY", (key, status)
         assert exceptions == [], (key, exceptions)

@@ -23,7 +23,7 @@ from roll_viz.data.runs import uploads
 pytestmark = [pytest.mark.server, pytest.mark.bench]
 
 CLASSES, STUDENTS = 3, 6
-GRACE_S = 5
+GRACE_S = 3  # 5 s before: the same margins (settle - grace = 1 s), shorter waits
 THREAD_SLACK = 2  # a training run's worker may still be finishing its cancelled step
 FD_SLACK = 4
 
@@ -40,7 +40,7 @@ def test_a_short_day_leaves_nothing_behind_between_classes(capsys):
             classes=CLASSES,
             students=STUDENTS,
             grace_s=GRACE_S,
-            settle_s=6.0,
+            settle_s=4.0,
             hold_s=3.0,
         )
         healthy = health(srv.base, timeout=10)

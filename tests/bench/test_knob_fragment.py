@@ -15,16 +15,14 @@ import json
 import pytest
 
 from benchmarks import knob_load, knob_pages
-from benchmarks.server import streamlit_server
 from benchmarks.st_client import FRAGMENT_FINISHED, Session, run_coroutine
 
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def srv():
-    with streamlit_server(model="tiny") as s:
-        yield s
+def srv(tiny_server):
+    return tiny_server
 
 
 def _kinds(res) -> set[str]:
@@ -89,10 +87,18 @@ def test_a_group_move_over_a_preset_reruns_its_fragment_and_the_settle_the_page(
     assert not settled.exceptions
 
 
+@pytest.fixture(scope="module")
+def solo(srv):
+    """CPU ms of one fragment and one page rerun, one session alone: once for both paths."""
+    return run_coroutine(knob_load.solo(srv.base, srv.pid))
+
+
 @pytest.mark.parametrize("path", knob_load.PATHS)
-def test_knob_class_benchmark(srv, path, capsys):
+def test_knob_class_benchmark(srv, solo, path, capsys):
     line = run_coroutine(
-        knob_load.knob_class(srv.base, 3, 4.0, path, pause=0.5, seed=1, server_pid=srv.pid)
+        knob_load.knob_class(
+            srv.base, 3, 4.0, path, pause=0.5, seed=1, server_pid=srv.pid, solo_figures=solo
+        )
     )
     with capsys.disabled():
         print("BENCHMARK " + json.dumps(line))

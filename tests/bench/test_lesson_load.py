@@ -22,7 +22,7 @@ import pytest
 from streamlit.proto.BackMsg_pb2 import BackMsg
 
 from benchmarks import st_client
-from benchmarks.server import health, streamlit_server
+from benchmarks.server import health
 
 pytestmark = pytest.mark.server
 
@@ -170,11 +170,11 @@ async def _lesson(base: str) -> dict[str, Any]:
     }
 
 
-def test_sixty_phones_vote_at_once(capsys):
-    with streamlit_server(model="tiny") as srv:
-        out = st_client.run_coroutine(_lesson(srv.base))
-        healthy = health(srv.base, timeout=10)
-        tracebacks = srv.tracebacks()
+def test_sixty_phones_vote_at_once(capsys, tiny_server):
+    srv = tiny_server
+    out = st_client.run_coroutine(_lesson(srv.base))
+    healthy = health(srv.base, timeout=10)
+    tracebacks = srv.tracebacks()
     ms = out["vote_ms"]
     p95 = statistics.quantiles(ms, n=20)[-1] / 1000.0
     line = {

@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from benchmarks.server import streamlit_server
 from benchmarks.st_client import Session, run_coroutine
 
 pytestmark = pytest.mark.server
@@ -67,11 +66,11 @@ async def _update(base: str) -> tuple[str, str]:
         await s.close()
 
 
-def test_a_one_second_drop_keeps_the_run_and_the_adapter():
-    with streamlit_server(model="tiny") as srv:
-        before, after, text = run_coroutine(_training(srv.base))
-        one, two = run_coroutine(_update(srv.base))
-        tracebacks = srv.tracebacks()
+def test_a_one_second_drop_keeps_the_run_and_the_adapter(tiny_server):
+    srv = tiny_server
+    before, after, text = run_coroutine(_training(srv.base))
+    one, two = run_coroutine(_update(srv.base))
+    tracebacks = srv.tracebacks()
     assert "No run yet" not in text
     assert after is not None, text
     assert after >= before

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from benchmarks.server import streamlit_server
 from benchmarks.st_client import Session, run_coroutine
 from roll_viz.ui.reconnect import STUDENT_COOKIE, new_student_key
 
@@ -97,12 +96,12 @@ async def _reload_update(base: str, key: str, other: str) -> tuple[str, str, str
     return _texts(one), _texts(two), _texts(theirs)
 
 
-def test_a_reload_keeps_the_run_and_the_adapter_and_nobody_else_sees_them():
+def test_a_reload_keeps_the_run_and_the_adapter_and_nobody_else_sees_them(tiny_server):
     mine, theirs = new_student_key(), new_student_key()
-    with streamlit_server(model="tiny") as srv:
-        training = run_coroutine(_reload_training(srv.base, mine, theirs))
-        one, two, other = run_coroutine(_reload_update(srv.base, mine, theirs))
-        tracebacks = srv.tracebacks()
+    srv = tiny_server
+    training = run_coroutine(_reload_training(srv.base, mine, theirs))
+    one, two, other = run_coroutine(_reload_update(srv.base, mine, theirs))
+    tracebacks = srv.tracebacks()
     old, new = training["sessions"]
     assert old
     assert new != old  # a reload is a new websocket session

@@ -75,11 +75,41 @@ def browser():
         b.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A fresh browser context (no shared session state) and page per test."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+#: runs first in every document of a page: the first time the page (tab) meets an origin, that
+#: origin's localStorage (Streamlit's theme and sidebar state) is emptied, as in a new context
+FRESH_STORAGE_JS = """(() => { try {
+  if (!sessionStorage.getItem('__rvFreshPage')) {
+    localStorage.clear(); sessionStorage.setItem('__rvFreshPage', '1');
+  }
+} catch (e) {} })()"""
+
+
+def fresh_page(context, timeout_ms: float):
+    """A new page in ``context`` with nothing of an earlier test's session state.
+
+    Cookies (the student key, Streamlit's XSRF cookie) are cleared and each origin's
+    localStorage is emptied on the page's first visit (``FRESH_STORAGE_JS``); sessionStorage is
+    the page's own. What the context keeps is its HTTP cache: Streamlit's scripts load once per
+    context, not once per test (a new context per test cost about 0.6 s each).
+    """
+    context.clear_cookies()
     pg = context.new_page()
-    pg.set_default_timeout(60_000)
-    yield pg
+    pg.add_init_script(FRESH_STORAGE_JS)
+    pg.set_default_timeout(timeout_ms)
+    return pg
+
+
+@pytest.fixture(scope="session")
+def page_context(browser):
+    """The context the ``page`` fixture opens its pages in (1400 x 1000, downloads accepted)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    yield context
     context.close()
+
+
+@pytest.fixture
+def page(page_context):
+    """A fresh page per test, with no session state of an earlier test (``fresh_page``)."""
+    pg = fresh_page(page_context, 60_000)
+    yield pg
+    pg.close()
