@@ -33,7 +33,7 @@ def test_the_capped_sweep_of_12000_rollouts_is_bounded():
 
 @pytest.mark.parametrize("rows", [8_000, 12_000])
 def test_one_prompt_many_rows_sweeps_capped_points_once(tmp_path, monkeypatch, rows):
-    path = tmp_path / "big.csv"
+    path = tmp_path / f"big{rows}.csv"  # the scanned run is cached by its name
     lines = ["prompt,response,reward"] + [f"p,r{i},{(i * 7919) % 13 / 13:.4f}" for i in range(rows)]
     path.write_text("\n".join(lines) + "\n")
     monkeypatch.setenv("ROLL_VIZ_RUNS", str(tmp_path))
@@ -50,9 +50,9 @@ def test_one_prompt_many_rows_sweeps_capped_points_once(tmp_path, monkeypatch, r
 
     monkeypatch.setattr(downsampling, "sweep", counted_sweep)
     monkeypatch.setattr(runs.history, "history_table", counted_history)
-    st.cache_data.clear()  # the run's caches are keyed by its name: the other test's big.csv
+    st.cache_data.clear()  # the sweep and the history are cached by the run's name
     at = apptest.open_page("your_run")
-    at.selectbox(key="run_pick").select("dir:big.csv").run()
+    at.selectbox(key="run_pick").select(f"dir:big{rows}.csv").run()
     assert not at.exception, [e.message for e in at.exception]
     assert swept == [(rows, len(runs.sweep_ms(rows)))]  # one sweep, of at most the cap
     assert swept[0][1] <= runs.MAX_SWEEP_POINTS
