@@ -5,10 +5,11 @@ reruns only that section on the server (a few ms), not the page. The section end
 relay, a tiny ``st.components.v2`` component that receives the settled knob values as data
 (per estimator of the dialect: the resolved config the server would run) and dispatches them on
 ``window`` as an ``rv-knobs`` CustomEvent. The page's instant components (the Advantages page's
-estimator heatmaps and its instant strip, the Token KL page's token rewards) listen and
-recompute with ``pipeline.js``. A preset's G slider is a fragment of its own with a second
-relay (``mount_group``): it sends the last knobs with the new G, followed where every listener
-holds the preset's whole batch (``listen(group=True)``), otherwise the page reruns at once.
+estimator heatmaps and its instant strip, the Token KL page's token rewards, the Rewards page's
+bars) listen and recompute with ``pipeline.js``. A preset's G slider is a fragment of its own
+with a second relay (``mount_group``): it sends the last knobs with the new G, followed where
+every listener holds the preset's whole batch (``listen(group=True)``), otherwise the page is
+marked whole until the pause.
 
 What the browser does not recompute is marked: every ``stale_section`` of the page gets a
 dashed outline and the line "computed for the previous knob values" while a burst of moves
