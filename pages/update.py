@@ -5,7 +5,7 @@ import streamlit as st
 from roll_viz import ui
 from roll_viz.ui import health_banner as health_ui
 from roll_viz.ui import update_page as upd
-from roll_viz.views import text, update_charts
+from roll_viz.views import text, update_charts, update_text
 
 with ui.page_guard("Update"):
     state = ui.page_setup("Update")
@@ -75,14 +75,14 @@ with ui.page_guard("Update"):
         ui.stop_page("update")
 
     with main:
-        st.markdown(upd.summary_markdown(result))
-        bf16_line = upd.precision_markdown(result)
+        st.markdown(update_text.summary_markdown(result))
+        bf16_line = update_text.precision_markdown(result)
         if bf16_line:
             st.info(bf16_line, icon=":material/speed:")
-        mu_line = upd.mu_markdown(result)
+        mu_line = update_text.mu_markdown(result)
         if mu_line:
             st.markdown(mu_line)
-        statement = upd.epoch1_statement(result)
+        statement = update_text.epoch1_statement(result)
         if statement:
             st.info(statement, icon=":material/functions:")
         u1, u2 = st.columns([1, 2], vertical_alignment="center")
@@ -95,7 +95,7 @@ with ui.page_guard("Update"):
             "it with the reference (the base model): Token KL shows the KL this update produced. "
             "Switch back under Policy in the sidebar.",
         )
-        u2.caption(upd.timing_markdown(result))  # beside the button: the figure stays high
+        u2.caption(update_text.timing_markdown(result))  # beside the button: the figure stays high
         if rollout.meta.policy_mode == "steered":
             st.caption(
                 "This batch was sampled by the steered policy (hidden instruction), the adapter sees "
@@ -135,7 +135,7 @@ with ui.page_guard("Update"):
     t = min(t, max(length - 1, 0))
     if length:
         st.text("Selected token: " + text.visible_whitespace(rollout.tokens[b][t]))
-        a_chips, delta_chips = upd.answer_chips(result, rollout, b, t)
+        a_chips, delta_chips = update_text.answer_chips(result, rollout, b, t)
         k1, k2 = st.columns(2, gap="large")
         with k1:
             st.caption(f"Answer {labels[b]}, coloured by its advantage A (the push asked for)")
@@ -146,7 +146,7 @@ with ui.page_guard("Update"):
                 ui.chips(delta_chips)
             else:
                 st.caption("(after the re-score)")
-        for line in upd.token_formula(result, b, t):
+        for line in update_text.token_formula(result, b, t):
             st.latex(line)
 
     ui.plot(update_charts.seconds_bars(result.seconds), key="upd_seconds")

@@ -9,7 +9,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from roll_viz.ui import update_page as upd
-from roll_viz.views import update_charts
+from roll_viz.views import update_charts, update_text
 from tests.ui import apptest
 
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
@@ -194,11 +194,11 @@ def test_epoch_one_policy_loss_is_zero_to_rounding_but_not_its_gradient():
     result = SimpleNamespace(
         epochs=[first], grad_norm=0.734, config=SimpleNamespace(max_grad_norm=1.0)
     )
-    statement = upd.epoch1_statement(result)
+    statement = update_text.epoch1_statement(result)
     assert "policy loss = 0 (to rounding: -3.5e-08); the gradient is not" in statement
     assert "gradient norm is **0.734**" in statement
     moved = SimpleNamespace(epochs=[_epoch(1, 0.02, ratio)], grad_norm=0.7, config=result.config)
-    assert upd.epoch1_statement(moved) == ""  # a real loss value: nothing to explain
+    assert update_text.epoch1_statement(moved) == ""  # a real loss value: nothing to explain
 
 
 def test_gradient_formula_uses_the_heatmap_sign():
@@ -214,13 +214,13 @@ def test_gradient_formula_uses_the_heatmap_sign():
         per_token={},
         grad_coef=torch.tensor([[-0.25, -0.25]]),
     )
-    lines = upd.token_formula(result, 0, 0)
+    lines = update_text.token_formula(result, 0, 0)
     assert any(line.startswith(r"-\frac{\partial L}") and "0.25" in line for line in lines)
     assert not any("-0.25" in line for line in lines)
     rollout = SimpleNamespace(tokens=(("a", "b"),), response_mask=mask, group_ids=torch.zeros(1))
     heat = update_charts.grad_coef_heatmap(result, rollout)
     assert np.asarray(heat.data[0].z, dtype=float)[0, 0] == pytest.approx(0.25)
-    a_html, delta_html = upd.answer_chips(result, rollout, 0, 0)
+    a_html, delta_html = update_text.answer_chips(result, rollout, 0, 0)
     assert "A = 1.0000" in a_html
     assert "delta log pi = 0.1000" in delta_html
 

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from roll_viz.lm import update
 from roll_viz.ui import update_page as upd
+from roll_viz.views import update_text
 from tests.ui import apptest
 
 LIVE = {"preset": "quantum", "live": "true", "G": "2", "T": "8"}
@@ -125,11 +126,11 @@ def test_precision_select_bf16_is_said_beside_the_result():
 def test_timing_split_reads_tenths_on_a_real_model():
     sec = {"forward": 2.04, "backward": 2.51, "optimizer": 0.06, "rescore": 1.98, "total": 6.6}
     result = SimpleNamespace(seconds=sec, delta=torch.zeros(1))
-    assert upd.timing_markdown(result) == (
+    assert update_text.timing_markdown(result) == (
         "Step 4.6 s (forward 2.0, backward 2.5, optimizer 0.06);  \nDelta log pi re-score 2.0 s."
     )
     pending = SimpleNamespace(seconds={**sec, "rescore": 0.0}, delta=None)
-    assert upd.timing_markdown(pending).endswith(";  \nDelta log pi re-score running...")
+    assert update_text.timing_markdown(pending).endswith(";  \nDelta log pi re-score running...")
 
 
 def test_precision_select_bad_link_value_gives_the_notice():
