@@ -87,8 +87,18 @@ def _assert_same(js: list[list[float]], py: list[list[float]], mask: list[list[f
                 assert abs(a - e) <= TOL * (1 + abs(e)), f"[{b}][{t}]: browser {a}, python {e}"
 
 
-def _full_runs_since(page, mark: int) -> list[float]:
-    """Times of the full-page runs that finished after run record ``mark``."""
+def _full_runs_since(page, mark: int, wait: bool = True) -> list[float]:
+    """Times of the full-page runs that finished after run record ``mark``.
+
+    ``wait``: first wait until one has (the relay notes "full" when the run mounts the sidebar,
+    before the page below it has finished).
+    """
+    if wait:
+        page.wait_for_function(
+            f"(n) => window.__rvRuns.slice(n).some((x) => x.e === 'finish' && x.status === "
+            f"{FULL_RUN})",
+            arg=mark,
+        )
     return page.evaluate(
         f"(n) => window.__rvRuns.slice(n).filter((x) => x.e === 'finish' && x.status === "
         f"{FULL_RUN}).map((x) => x.t)",

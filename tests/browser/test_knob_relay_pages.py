@@ -101,7 +101,7 @@ def test_a_page_that_reads_no_knob_does_nothing_on_a_press(page, server):
     page.wait_for_timeout(3 * relay.WHOLE_PAUSE_MS)  # longer than any pause the relay waits
     log = _relay_log(page)[log0:]
     assert not [x for x in log if x["e"] in ("dispatch", "whole", "settle", "full")], log
-    assert _full_runs_since(page, mark) == []
+    assert _full_runs_since(page, mark, wait=False) == []
     assert page.evaluate("() => document.documentElement.dataset.rvStale") is None
     assert page.get_by_test_id("stPlotlyChart").first.evaluate("(el) => el.__rvKept === true")
     assert sp.query(page.url).get("gamma") == "0.97"
