@@ -23,7 +23,7 @@ import streamlit as st
 import torch
 
 from roll_viz.ui.state import KEY_PRESENT
-from roll_viz.views import scales
+from roll_viz.ui.widgets import chart, finished
 
 #: cached figures per server process (each a figure's dict, tens of KB)
 MAX_FIGURES = 256
@@ -76,11 +76,7 @@ def _spec(
     name: str, key: str, present: bool, _build: Callable[..., go.Figure], _args: tuple
 ) -> dict:
     """The finished figure's dict (cached by ``name``, ``key`` and ``present`` only)."""
-    fig = _build(*_args)
-    if present:
-        fig = scales.projector_fonts(fig)
-    fig.update_layout(scales.stacked_header(fig))
-    return fig.to_dict()
+    return finished(_build(*_args), present).to_dict()
 
 
 def plot_of(key: str, build: Callable[..., go.Figure], *args: Any, **kwargs: Any) -> None:
@@ -95,5 +91,4 @@ def plot_of(key: str, build: Callable[..., go.Figure], *args: Any, **kwargs: Any
     name = f"{build.__module__}.{build.__qualname__}"
     present = bool(st.session_state.get(KEY_PRESENT))
     spec = _spec(name, content_key(*args), present, build, args)
-    fig = go.Figure(spec, _validate=False)  # validated when it was built
-    st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
+    chart(go.Figure(spec, _validate=False), key, **kwargs)  # validated when it was built

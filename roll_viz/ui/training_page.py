@@ -116,7 +116,7 @@ KNOBS: dict[str, list[tuple[str, dict[str, Any]]]] = {
 
 
 class _SessionRunners:
-    """This student's runners; parked ``RECONNECT_GRACE_S`` after the websocket goes away.
+    """This student's runners; parked ``reconnect.RECONNECT_GRACE_S`` after the websocket goes away.
 
     A release (``park``, on Streamlit's event loop, ``ui.reconnect``) returns at once: running
     runs pause at their next step boundary (no work for a student who is not there) and wait
@@ -171,7 +171,6 @@ class _SessionRunners:
 _PARKED = reconnect.Parking()
 #: the link's mark of this student's live run (``reconnect.work_mark``)
 KEY_LIVE_MARK = "tr_live"
-RECONNECT_GRACE_S = reconnect.RECONNECT_GRACE_S
 
 
 @st.cache_resource(

@@ -248,9 +248,19 @@ def plot(fig: Any, key: str, **kwargs: Any) -> None:
     other at any font size (``scales.stacked_header``): changed on ``fig`` itself, which a page
     builds for this one call (a copy would revalidate every array: tens of ms a figure).
     """
-    if st.session_state.get(KEY_PRESENT):
+    chart(finished(fig, bool(st.session_state.get(KEY_PRESENT))), key, **kwargs)
+
+
+def finished(fig: Any, present: bool) -> Any:
+    """``fig`` as every page draws it: projector fonts when ``present``, header stacked."""
+    if present:
         fig = scales.projector_fonts(fig)
     fig.update_layout(scales.stacked_header(fig))
+    return fig
+
+
+def chart(fig: Any, key: str, **kwargs: Any) -> None:
+    """st.plotly_chart of a finished figure: the figure's own colours, no Plotly logo."""
     st.plotly_chart(fig, key=key, theme=None, config={"displaylogo": False}, **kwargs)
 
 
