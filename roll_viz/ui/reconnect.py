@@ -28,6 +28,7 @@ Streamlit's own ``server.disconnectedSessionTTL`` (how long a closed session's s
 
 from __future__ import annotations
 
+import hashlib
 import html
 import os
 import re
@@ -71,13 +72,25 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{32}")
 BOOT_ID = secrets.token_hex(4)
 
 
+def owner_tag(key: str) -> str:
+    """A short tag of a student key: a mark says whose work it was without carrying the key."""
+    return hashlib.sha256(f"roll-viz-work:{key}".encode()).hexdigest()[:8]
+
+
 def work_mark(steps: int) -> str:
-    """The URL value that says this process holds ``steps`` steps of the student's work."""
-    return f"{BOOT_ID}-{int(steps)}"
+    """The URL value that says this process holds ``steps`` steps of this student's work.
+
+    ``BOOT_ID-steps-owner``: the owner tag keeps a copied link quiet for whoever opens it (the
+    URL is how a page is shared, and the mark travels with it).
+    """
+    return f"{BOOT_ID}-{int(steps)}-{owner_tag(student_key())}"
 
 
 def lost_work_notice(mark: object, what: str, redo: str) -> str | None:
     """What a link's work mark (``work_mark``) says was lost, for a session that holds none.
+
+    Only the student who did the work is told: a mark of another browser (a shared link) or of
+    no known owner says nothing.
 
     Args:
         mark: the URL's mark (None or "": nothing to say).
@@ -85,11 +98,11 @@ def lost_work_notice(mark: object, what: str, redo: str) -> str | None:
         redo: what to press to do it again, e.g. "press Start to run it again".
 
     Returns:
-        One sentence, or None without a mark.
+        One sentence, or None without a mark of this student's.
     """
-    if not mark:
+    boot, steps, owner = ([*str(mark or "").split("-", 2), "", ""])[:3]
+    if not mark or owner != owner_tag(student_key()):
         return None
-    boot, _, steps = str(mark).partition("-")
     count = f"{steps} step{'s' if steps != '1' else ''}" if steps.isdigit() else "steps"
     if boot != BOOT_ID:
         return f"The server restarted: your {what} of {count} is gone; {redo}."
