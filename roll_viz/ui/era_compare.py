@@ -122,9 +122,3 @@ def era_comparison(state: AppState, page: str, *, key: str) -> None:
                 width="stretch",
             )
         page_link("eras", "Every recipe in full: the Eras page", icon=":material/history:")
-
-
-def era_strip(state: AppState, page: str, *, key: str) -> None:
-    """The switch and, when it is on, the comparison under it (for a page without a banner)."""
-    if era_toggle(f"{key}_on"):
-        era_comparison(state, page, key=key)

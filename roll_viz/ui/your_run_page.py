@@ -40,15 +40,6 @@ def allowed_runs() -> list[str]:
     return names[:MAX_LISTED]
 
 
-def save_upload(name: str, data: bytes) -> str:
-    """Keep an uploaded file under its content hash; returns its run id ("upload:<hash>/<name>").
-
-    Raises:
-        ValueError: too large, a file type no reader takes, or the server's upload quota is full.
-    """
-    return "upload:" + run_source.UPLOADS.save(name, data, run_source.upload_holder())
-
-
 def uploader() -> list[Any]:
     """The page's uploader: one dump, several files of one run, or a zip (a list, maybe empty).
 

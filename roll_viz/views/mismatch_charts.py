@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from torch import Tensor
 
 from roll_viz.analysis.mismatch import Lab
 from roll_viz.core.records import Rollout
@@ -18,7 +17,6 @@ from roll_viz.views.compare_charts import OKABE_ITO
 from roll_viz.views.heatmaps import heatmap, token_text
 from roll_viz.views.scales import (
     SIGNED_SCALE,
-    masked_array,
     nice_ceiling,
     robust_range,
     title_style,
@@ -267,8 +265,3 @@ def gradient_figure(lab: Lab, index: int) -> go.Figure:
         legend={"orientation": "h", "y": -0.2},
     )
     return fig
-
-
-def delta_grid(delta: Tensor, mask: Tensor) -> np.ndarray:
-    """(B, T) float array of d with NaN off the mask (for tables and tests)."""
-    return masked_array(delta, mask.double())

@@ -107,17 +107,8 @@ def title_style(text: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Token chips (HTML)
 # ---------------------------------------------------------------------------------------------
-def scale_color(value: float, vmin: float, vmax: float, scale: str) -> str:
-    """The colour of ``value`` on a plotly colorscale over [vmin, vmax] (clipped), "rgb(...)"."""
-    if vmax <= vmin or not math.isfinite(value):
-        frac = 0.5
-    else:
-        frac = min(max((value - vmin) / (vmax - vmin), 0.0), 1.0)
-    return sample_colorscale(scale, [frac])[0]
-
-
 def scale_colors(values: Sequence[float], vmin: float, vmax: float, scale: str) -> list[str]:
-    """``scale_color`` for many values with one colorscale sampling call."""
+    """The colours of ``values`` on a plotly colorscale over [vmin, vmax] (clipped), "rgb(...)"."""
     fracs = []
     for value in values:
         if vmax <= vmin or not math.isfinite(value):

@@ -418,33 +418,6 @@ def scale_table(runs: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def step_table(run: Any) -> pd.DataFrame:
-    """One row per step: the scalar metrics (for a download and for tests)."""
-    keys = [
-        "reward_mean",
-        "reward_std",
-        "kl_exact",
-        "kl_est",
-        "beta",
-        "entropy",
-        "response_length",
-        "clip_frac",
-        "zero_spread_share",
-        "adv_std",
-        "adv_abs_mean",
-        "loss",
-        "grad_norm",
-    ]
-    rows = []
-    for r in run.steps:
-        row = {"step": r.step}
-        row.update({k: r.metrics.get(k) for k in keys})
-        seconds = r.metrics.get("seconds") or {}
-        row["seconds"] = seconds.get("total")
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["step", *keys, "seconds"])
-
-
 def settings_table(runs: Sequence[Any]) -> pd.DataFrame:
     """Settings of up to three runs side by side; rows where they differ come first."""
     dicts = []
