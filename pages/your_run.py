@@ -68,6 +68,7 @@ with ui.page_guard("Your run"):
         ui.stop_page("your_run")
     try:
         run = runs.open_cached(run_id)
+        version = runs.run_version(run_id)  # the caches below read a rewritten file anew
     except (ValueError, OSError) as err:
         st.error(f"Cannot open this run: {text.md_escape(str(err))}", icon=":material/error:")
         ui.stop_page("your_run")
@@ -125,7 +126,7 @@ with ui.page_guard("Your run"):
     # --- 3. history across steps ----------------------------------------------------------------
     heading, choose = st.columns([1, 2], vertical_alignment="bottom")
     heading.subheader("History across steps")
-    table = runs.history_cached(run_id)  # once per file
+    table = runs.history_cached(run_id, version)  # once per file as it is
     what = choose.segmented_control(
         "Quantity",
         ["reward", "advantage", "kl_k1", "kl_k3", "length"],
@@ -133,7 +134,7 @@ with ui.page_guard("Your run"):
         required=True,
         key="run_what",
     )
-    long = runs.distributions_cached(run_id, what)
+    long = runs.distributions_cached(run_id, version, what)
     if long.empty:
         st.info(f"The file has no {what}.")
     else:
@@ -158,7 +159,7 @@ with ui.page_guard("Your run"):
             if summary.group_labels[g] in zero
         ]
         st.dataframe(rows, hide_index=True, key="run_zero_table")
-    metrics = runs.metrics_cached(run_id)
+    metrics = runs.metrics_cached(run_id, version)
     if not metrics.empty:
         with st.expander("The framework's own metrics per step"):
             st.dataframe(metrics, hide_index=True, key="run_metrics")
@@ -219,7 +220,7 @@ with ui.page_guard("Your run"):
             "training on all n."
         )
         sweep_rows = runs.pods_sweep_cached(
-            run_id, step_no, m, result.results["max_variance"].rewards
+            run_id, version, step_no, m, result.results["max_variance"].rewards
         )
         ui.plot(history_charts.pods_sweep(sweep_rows), key="run_pods_sweep")
     ui.back_next("your_run")

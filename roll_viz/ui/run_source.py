@@ -16,6 +16,7 @@ history and sweeps) builds on this module, never the other way round.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 
 from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.data.presets import PRESETS
-from roll_viz.data.runs import RunFormatError, load_step, open_run, uploads
+from roll_viz.data.runs import MAX_FILES, RunFormatError, load_step, open_run, uploads
 from roll_viz.data.runs.jail import JailError, RunsJail, public_message
 from roll_viz.ui.state import (
     KEY_PRESET,
@@ -102,8 +103,31 @@ def resolve(run_id: str) -> Path:
         raise ValueError(f"this run {err}{gone}") from None
 
 
+def run_version(run_id: str) -> str:
+    """What the run's files are now (names, inodes, sizes, modification times) as a short hash.
+
+    The scans below are cached under it: a dump rewritten under the same name, or a folder a
+    running job keeps adding step files to, is read anew on the next rerun; an unchanged run is
+    not. One ``stat`` per file, nothing read (a folder holds at most ``MAX_FILES`` the scan takes).
+
+    Raises:
+        ValueError: an unknown or refused run id (``resolve``).
+    """
+    path = resolve(run_id)
+    folder = path / "completions" if (path / "completions").is_dir() else path
+    files = [path] if path.is_file() else sorted(folder.iterdir())[: 2 * MAX_FILES]
+    digest = hashlib.sha256()
+    for file in files:
+        try:
+            info = file.stat()
+        except OSError:  # gone between the listing and the stat: the next rerun sees it
+            continue
+        digest.update(f"{file.name}\0{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 @st.cache_resource(show_spinner="Scanning the run...", max_entries=8)
-def _open_cached(run_id: str) -> Any:
+def _open_cached(run_id: str, version: str) -> Any:
     jail, _ = _jail_of(run_id)
     try:
         return open_run(resolve(run_id), jail=jail)
@@ -112,23 +136,26 @@ def _open_cached(run_id: str) -> Any:
 
 
 def open_cached(run_id: str) -> Any:
-    """The scanned run (``data.runs.Run``), shared by every session.
+    """The scanned run (``data.runs.Run``) as its files are now, shared by every session.
 
     Raises:
         ValueError: refused or unreadable, with a message that shows no server path.
     """
-    resolve(run_id)  # the check (and this session's hold on an upload) on every use
-    return _open_cached(run_id)
+    # the check (and this session's hold on an upload) on every use, inside run_version
+    return _open_cached(run_id, run_version(run_id))
 
 
 @st.cache_resource(show_spinner="Loading the step...", max_entries=16)
-def step_cached(run_id: str, step: int) -> Any:
-    """One step of a run as tensors (``data.runs.RunStep``), shared by every session."""
-    run = open_cached(run_id)
+def _step_cached(run_id: str, version: str, step: int) -> Any:
     try:
-        return load_step(run, step)
+        return load_step(_open_cached(run_id, version), step)
     except (RunFormatError, OSError) as err:
         raise ValueError(public_message(err, _jail_of(run_id)[0])) from None
+
+
+def step_cached(run_id: str, step: int) -> Any:
+    """One step of a run as tensors (``data.runs.RunStep``) as its files are now, shared."""
+    return _step_cached(run_id, run_version(run_id), step)
 
 
 def parse_source(source: str) -> tuple[str, int]:
@@ -249,4 +276,5 @@ def run_data(messages: list[str]) -> tuple[str, str, Any] | None:
     sb.button("Back to the presets", key="stop_run", on_click=stop_run)
     group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
     preset = st.session_state.get(KEY_PRESET) or next(iter(PRESETS))
-    return source, preset, RunSampling(run_id=run_id, step=step_no, group_size=group_size)
+    sampling = RunSampling(run_id, step_no, group_size, version=run_version(run_id))
+    return source, preset, sampling

@@ -121,6 +121,8 @@ class RunSampling:
         step: the training step shown.
         group_size: the largest group of the step (groups of a real run may differ in size).
         prompts: not repeated here (the rollout has them); kept empty for a small cache key.
+        version: the run's files as they are now (``run_source.run_version``): every cache keyed
+            on the state reads a rewritten or growing run anew.
     """
 
     run_id: str
@@ -133,6 +135,7 @@ class RunSampling:
     max_new_tokens: int = 0
     policy_mode: str = "run"
     instruction: str = ""
+    version: str = ""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from roll_viz.ui import run_source
 from roll_viz.ui.run_source import RUNS_ENV as RUNS_ENV
 from roll_viz.ui.run_source import open_cached as open_cached
 from roll_viz.ui.run_source import resolve as resolve
+from roll_viz.ui.run_source import run_version as run_version
 from roll_viz.ui.run_source import runs_folder as runs_folder
 from roll_viz.ui.run_source import step_cached as step_cached
 
@@ -110,24 +111,24 @@ def capped_grid(values: tuple[float, ...], points: int = MAX_SWEEP_POINTS) -> tu
 
 
 @st.cache_data(show_spinner="Sweeping m...", max_entries=16)
-def pods_sweep_cached(run_id: str, step: int, m: int, _rewards: Any) -> Any:
-    """The PODS sweep of a step's max-variance rewards, once per (file, step, m)."""
+def pods_sweep_cached(run_id: str, version: str, step: int, m: int, _rewards: Any) -> Any:
+    """The PODS sweep of a step's max-variance rewards, once per (file as it is, step, m)."""
     return downsampling.sweep(_rewards, sweep_ms(int(_rewards.shape[-1])))
 
 
 @st.cache_data(show_spinner="Reading the history...", max_entries=8)
-def history_cached(run_id: str) -> Any:
-    """``analysis.history.history_table`` of a run, computed once per file (not per rerun)."""
+def history_cached(run_id: str, version: str) -> Any:
+    """``analysis.history.history_table`` of a run, once per file as it is (not per rerun)."""
     return history.history_table(open_cached(run_id))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def distributions_cached(run_id: str, what: str) -> Any:
-    """``analysis.history.distributions`` of a run, once per (file, quantity)."""
+def distributions_cached(run_id: str, version: str, what: str) -> Any:
+    """``analysis.history.distributions`` of a run, once per (file as it is, quantity)."""
     return history.distributions(open_cached(run_id), what)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def metrics_cached(run_id: str) -> Any:
-    """``analysis.history.metrics_table`` of a run, once per file."""
+def metrics_cached(run_id: str, version: str) -> Any:
+    """``analysis.history.metrics_table`` of a run, once per file as it is."""
     return history.metrics_table(open_cached(run_id))
