@@ -139,33 +139,20 @@ def answer_chips(result: Any, rollout: Rollout, b: int, t: int) -> tuple[str, st
     mask = result.response_mask
     length = int(mask[b].sum())
     tokens = list(rollout.tokens[b][:length])
-    a_top = max(
-        scales.ADVANTAGE_RANGE, scales.nice_ceiling(scales.symmetric_range(result.advantages, mask))
-    )
-    a_html = chips.colorbar_html("RdBu", -a_top, a_top, "advantage A:") + chips.token_chips_html(
-        tokens,
-        result.advantages[b, :length].tolist(),
-        "RdBu",
-        vmin=-a_top,
-        vmax=a_top,
-        name="A",
-        highlight=t,
-    )
+
+    def strip(values: Any, top: float, label: str, name: str) -> str:
+        bar = chips.colorbar_html("RdBu", -top, top, label)
+        row = values[b, :length].tolist()
+        return bar + chips.token_chips_html(
+            tokens, row, "RdBu", vmin=-top, vmax=top, name=name, highlight=t
+        )
+
+    a_range = scales.nice_ceiling(scales.symmetric_range(result.advantages, mask))
+    a_html = strip(result.advantages, max(scales.ADVANTAGE_RANGE, a_range), "advantage A:", "A")
     if result.delta is None:
         return a_html, ""
     d_top = scales.nice_ceiling(scales.symmetric_range(result.delta, mask)) or 1.0
-    d_html = chips.colorbar_html(
-        "RdBu", -d_top, d_top, "delta log pi (after - before):"
-    ) + chips.token_chips_html(
-        tokens,
-        result.delta[b, :length].tolist(),
-        "RdBu",
-        vmin=-d_top,
-        vmax=d_top,
-        name="delta log pi",
-        highlight=t,
-    )
-    return a_html, d_html
+    return a_html, strip(result.delta, d_top, "delta log pi (after - before):", "delta log pi")
 
 
 def token_formula(result: Any, b: int, t: int) -> list[str]:
