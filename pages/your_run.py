@@ -67,8 +67,8 @@ with ui.page_guard("Your run"):
             episodes.draw_views(data, prefix="yr")
         ui.stop_page("your_run")
     try:
-        run = runs.open_cached(run_id)
         version = runs.run_version(run_id)  # the caches below read a rewritten file anew
+        run = runs.open_cached(run_id, version)
     except (ValueError, OSError) as err:
         st.error(f"Cannot open this run: {text.md_escape(str(err))}", icon=":material/error:")
         ui.stop_page("your_run")
@@ -118,7 +118,7 @@ with ui.page_guard("Your run"):
         on_click=ui.use_run_step,
         args=(run_id, step_no),
     )
-    step = runs.step_cached(run_id, step_no)
+    step = runs.step_cached(run_id, step_no, version)
     with ui.folded("How this step was read"):
         for note in step.notes:
             st.caption(text.md_escape(note))

@@ -178,7 +178,7 @@ def cached_rollout(state: AppState) -> Rollout:
     if state.live:
         return sample_live(state.model, state.sampling, state.decode)
     if state.source.startswith("run:"):
-        return runs.step_rollout(state.source)
+        return runs.step_rollout(state.source, state.sampling.version)
     rollout = _preset_rollout(state.preset)
     if state.group_size < rollout.group_size:
         rollout = _subsampled(state.preset, state.group_size)
@@ -197,7 +197,7 @@ def _rollout_key(state: AppState) -> tuple:
 @st.cache_data(show_spinner=False, max_entries=128)
 def _scores(_rollout: Rollout, key: tuple, spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if str(key[0]).startswith("run:"):  # an imported run: its file's scores, no reward fn
-        return runs.step_scores(key[0]), None
+        return runs.step_scores(key[0], key[3].version), None
     scores = rewards.score_rollout(_rollout, spec)
     greedy = rewards.score_greedy(_rollout, spec) if _rollout.greedy_responses else None
     return scores, greedy

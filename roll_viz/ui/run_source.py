@@ -108,21 +108,27 @@ def run_version(run_id: str) -> str:
 
     The scans below are cached under it: a dump rewritten under the same name, or a folder a
     running job keeps adding step files to, is read anew on the next rerun; an unchanged run is
-    not. One ``stat`` per file, nothing read (a folder holds at most ``MAX_FILES`` the scan takes).
+    not. One ``stat`` per file, nothing read (about 5 ms for a folder of 1,000 step files);
+    the sidebar takes it once a rerun and the state carries it (``RunSampling.version``).
 
     Raises:
         ValueError: an unknown or refused run id (``resolve``).
     """
     path = resolve(run_id)
     folder = path / "completions" if (path / "completions").is_dir() else path
-    files = [path] if path.is_file() else sorted(folder.iterdir())[: 2 * MAX_FILES]
     digest = hashlib.sha256()
-    for file in files:
+    if path.is_file():
+        info = path.stat()
+        digest.update(f"{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}".encode())
+        return digest.hexdigest()[:16]
+    with os.scandir(folder) as entries:  # a writer's hidden temporary files are not the run's
+        files = sorted((e.name, e) for e in entries if not e.name.startswith("."))
+    for name, entry in files[: 2 * MAX_FILES]:
         try:
-            info = file.stat()
+            info = entry.stat()
         except OSError:  # gone between the listing and the stat: the next rerun sees it
             continue
-        digest.update(f"{file.name}\0{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}\n".encode())
+        digest.update(f"{name}\0{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -135,14 +141,18 @@ def _open_cached(run_id: str, version: str) -> Any:
         raise ValueError(public_message(err, jail)) from None
 
 
-def open_cached(run_id: str) -> Any:
+def open_cached(run_id: str, version: str | None = None) -> Any:
     """The scanned run (``data.runs.Run``) as its files are now, shared by every session.
+
+    Args:
+        run_id: the run.
+        version: its ``run_version`` when this rerun has taken it (else it is taken here).
 
     Raises:
         ValueError: refused or unreadable, with a message that shows no server path.
     """
-    # the check (and this session's hold on an upload) on every use, inside run_version
-    return _open_cached(run_id, run_version(run_id))
+    # the check (and this session's hold on an upload) on every use: run_version resolves
+    return _open_cached(run_id, version or run_version(run_id))
 
 
 @st.cache_resource(show_spinner="Loading the step...", max_entries=16)
@@ -153,9 +163,12 @@ def _step_cached(run_id: str, version: str, step: int) -> Any:
         raise ValueError(public_message(err, _jail_of(run_id)[0])) from None
 
 
-def step_cached(run_id: str, step: int) -> Any:
-    """One step of a run as tensors (``data.runs.RunStep``) as its files are now, shared."""
-    return _step_cached(run_id, run_version(run_id), step)
+def step_cached(run_id: str, step: int, version: str | None = None) -> Any:
+    """One step of a run as tensors (``data.runs.RunStep``) as its files are now, shared.
+
+    ``version`` as for ``open_cached``.
+    """
+    return _step_cached(run_id, version or run_version(run_id), step)
 
 
 def parse_source(source: str) -> tuple[str, int]:
@@ -165,20 +178,20 @@ def parse_source(source: str) -> tuple[str, int]:
     return run_id, int(step)
 
 
-def step_rollout(source: str) -> Rollout:
+def step_rollout(source: str, version: str | None = None) -> Rollout:
     """The step as a Rollout; without token data, one slot per response (and KL exactly 0)."""
     run_id, step_no = parse_source(source)
-    step = step_cached(run_id, step_no)
+    step = step_cached(run_id, step_no, version)
     try:
         return step.to_rollout()
     except ValueError:
         return _scores_only_rollout(step)
 
 
-def step_scores(source: str) -> torch.Tensor:
+def step_scores(source: str, version: str | None = None) -> torch.Tensor:
     """(B,) the file's response-level scores of the step."""
     run_id, step_no = parse_source(source)
-    return step_cached(run_id, step_no).scores.to(torch.float64)
+    return step_cached(run_id, step_no, version).scores.to(torch.float64)
 
 
 def _scores_only_rollout(step: Any) -> Rollout:
@@ -257,7 +270,8 @@ def run_data(messages: list[str]) -> tuple[str, str, Any] | None:
         return None
     try:
         run_id, step_no = parse_source(source)
-        step = step_cached(run_id, step_no)
+        version = run_version(run_id)  # once a rerun: the state carries it to every page
+        step = step_cached(run_id, step_no, version)
     except (ValueError, KeyError, OSError) as err:
         messages.append(f"The run in the link cannot be opened ({err}); using the presets.")
         st.session_state.pop(KEY_RUN_SOURCE, None)
@@ -276,5 +290,4 @@ def run_data(messages: list[str]) -> tuple[str, str, Any] | None:
     sb.button("Back to the presets", key="stop_run", on_click=stop_run)
     group_size = int(torch.bincount(step.group_ids).max()) if step.scores.numel() else 1
     preset = st.session_state.get(KEY_PRESET) or next(iter(PRESETS))
-    sampling = RunSampling(run_id, step_no, group_size, version=run_version(run_id))
-    return source, preset, sampling
+    return source, preset, RunSampling(run_id, step_no, group_size, version=version)

@@ -119,16 +119,16 @@ def pods_sweep_cached(run_id: str, version: str, step: int, m: int, _rewards: An
 @st.cache_data(show_spinner="Reading the history...", max_entries=8)
 def history_cached(run_id: str, version: str) -> Any:
     """``analysis.history.history_table`` of a run, once per file as it is (not per rerun)."""
-    return history.history_table(open_cached(run_id))
+    return history.history_table(open_cached(run_id, version))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def distributions_cached(run_id: str, version: str, what: str) -> Any:
     """``analysis.history.distributions`` of a run, once per (file as it is, quantity)."""
-    return history.distributions(open_cached(run_id), what)
+    return history.distributions(open_cached(run_id, version), what)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def metrics_cached(run_id: str, version: str) -> Any:
     """``analysis.history.metrics_table`` of a run, once per file as it is."""
-    return history.metrics_table(open_cached(run_id))
+    return history.metrics_table(open_cached(run_id, version))

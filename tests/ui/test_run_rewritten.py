@@ -84,3 +84,25 @@ def test_the_version_follows_the_files_and_nothing_else(folder):
     assert run_source.run_version("dir:run.csv") == first
     run.write_text(HEADER + _rows(0, (0.25, 1.0)))  # rescored
     assert run_source.run_version("dir:run.csv") != first
+
+
+def test_a_page_on_a_run_step_takes_the_version_once_a_rerun(folder, monkeypatch):
+    # a stat per file of the run: the sidebar takes it and the state carries it to the page
+    run = folder / "run.csv"
+    run.write_text(HEADER + _rows(0, (0.0, 1.0, 0.5)))
+    at = apptest.open_page("your_run")
+    at.selectbox(key="run_pick").select("dir:run.csv").run()
+    at.button(key="run_use").click().run()
+    at.switch_page(apptest.page_file("rewards")).run()
+    calls = []
+    taken = run_source.run_version
+
+    def counted(run_id: str) -> str:
+        calls.append(run_id)
+        return taken(run_id)
+
+    monkeypatch.setattr(run_source, "run_version", counted)
+    run.write_text(HEADER + _rows(0, (0.25, 0.75, 1.0)))  # every cache misses: the most calls
+    at.run()
+    assert apptest.reward_bars(at)[0] == [0.25, 0.75, 1.0]
+    assert calls == ["dir:run.csv"]
