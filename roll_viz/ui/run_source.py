@@ -28,6 +28,7 @@ import torch
 from roll_viz.core.records import Rollout, RolloutMeta, build_rollout
 from roll_viz.data.presets import PRESETS
 from roll_viz.data.runs import MAX_FILES, RunFormatError, load_step, open_run, uploads
+from roll_viz.data.runs.detect import step_folder
 from roll_viz.data.runs.jail import JailError, RunsJail, public_message
 from roll_viz.ui.state import (
     KEY_PRESET,
@@ -115,17 +116,15 @@ def run_version(run_id: str) -> str:
         ValueError: an unknown or refused run id (``resolve``).
     """
     path = resolve(run_id)
-    folder = path / "completions" if (path / "completions").is_dir() else path
-    digest = hashlib.sha256()
     if path.is_file():
-        info = path.stat()
-        digest.update(f"{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}".encode())
-        return digest.hexdigest()[:16]
-    with os.scandir(folder) as entries:  # a writer's hidden temporary files are not the run's
-        files = sorted((e.name, e) for e in entries if not e.name.startswith("."))
-    for name, entry in files[: 2 * MAX_FILES]:
+        files = [(path.name, path)]
+    else:  # a writer's hidden temporary files are not the run's
+        with os.scandir(step_folder(path, _jail_of(run_id)[0])) as entries:
+            files = sorted((e.name, e) for e in entries if not e.name.startswith("."))
+    digest = hashlib.sha256()
+    for name, file in files[: 2 * MAX_FILES]:
         try:
-            info = entry.stat()
+            info = file.stat()
         except OSError:  # gone between the listing and the stat: the next rerun sees it
             continue
         digest.update(f"{name}\0{info.st_ino}\0{info.st_mtime_ns}\0{info.st_size}\n".encode())
@@ -133,7 +132,7 @@ def run_version(run_id: str) -> str:
 
 
 @st.cache_resource(show_spinner="Scanning the run...", max_entries=8)
-def _open_cached(run_id: str, version: str) -> Any:
+def _open_cached(run_id: str, version: str) -> Any:  # version: the cache key (run_version)
     jail, _ = _jail_of(run_id)
     try:
         return open_run(resolve(run_id), jail=jail)

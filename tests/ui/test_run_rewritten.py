@@ -35,11 +35,25 @@ def _rows(step: int, rewards: tuple[float, ...]) -> str:
     return "".join(f"Say hi,hi {i},{r},b,{step}\n" for i, r in enumerate(rewards))
 
 
+def _your_run(run_id: str):
+    """The Your run page with ``run_id`` picked."""
+    at = apptest.open_page("your_run")
+    at.selectbox(key="run_pick").select(run_id).run()
+    return at
+
+
+def _rewards_on(run_id: str):
+    """The Rewards page with the last step of ``run_id`` the data of every page."""
+    at = _your_run(run_id)
+    at.button(key="run_use").click().run()
+    at.switch_page(apptest.page_file("rewards")).run()
+    return at
+
+
 def test_a_dump_rewritten_under_the_same_name_is_read_anew(folder):
     run = folder / "run.csv"
     run.write_text(HEADER + _rows(0, (0.0, 1.0)))
-    at = apptest.open_page("your_run")
-    at.selectbox(key="run_pick").select("dir:run.csv").run()
+    at = _your_run("dir:run.csv")
     assert _steps(at) == 1
     at.run()
     assert _steps(at) == 1
@@ -53,8 +67,7 @@ def test_a_folder_that_grows_shows_its_new_steps(folder):
     job = folder / "job"
     job.mkdir()
     shutil.copy(FIXTURES / "verl" / "1.jsonl", job / "1.jsonl")
-    at = apptest.open_page("your_run")
-    at.selectbox(key="run_pick").select("dir:job").run()
+    at = _your_run("dir:job")
     assert _steps(at) == 1
     shutil.copy(FIXTURES / "verl" / "2.jsonl", job / "2.jsonl")  # the job wrote its next step
     at.run()
@@ -64,10 +77,7 @@ def test_a_folder_that_grows_shows_its_new_steps(folder):
 def test_every_page_reads_the_step_as_it_is_now(folder):
     run = folder / "run.csv"
     run.write_text(HEADER + _rows(0, (0.0, 1.0, 0.5)))
-    at = apptest.open_page("your_run")
-    at.selectbox(key="run_pick").select("dir:run.csv").run()
-    at.button(key="run_use").click().run()
-    at.switch_page(apptest.page_file("rewards")).run()
+    at = _rewards_on("dir:run.csv")
     assert apptest.reward_bars(at)[0] == [0.0, 1.0, 0.5]
     run.write_text(HEADER + _rows(0, (0.25, 0.75, 1.0)))  # the same step, rescored
     at.run()
@@ -90,10 +100,7 @@ def test_a_page_on_a_run_step_takes_the_version_once_a_rerun(folder, monkeypatch
     # a stat per file of the run: the sidebar takes it and the state carries it to the page
     run = folder / "run.csv"
     run.write_text(HEADER + _rows(0, (0.0, 1.0, 0.5)))
-    at = apptest.open_page("your_run")
-    at.selectbox(key="run_pick").select("dir:run.csv").run()
-    at.button(key="run_use").click().run()
-    at.switch_page(apptest.page_file("rewards")).run()
+    at = _rewards_on("dir:run.csv")
     calls = []
     taken = run_source.run_version
 

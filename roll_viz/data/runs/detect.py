@@ -300,6 +300,12 @@ def detect(path: str | Path, jail: RunsJail | None = None) -> tuple[str, list[Pa
     return detect_files(path, jail)[:3]
 
 
+def step_folder(path: Path, jail: RunsJail | None = None) -> Path:
+    """Where a run folder's step files are: its ``completions/`` (TRL) in ``jail``, or itself."""
+    sub = path / "completions"
+    return sub if sub.is_dir() and (jail is None or jail.contains(sub)) else path
+
+
 def detect_files(
     path: str | Path, jail: RunsJail | None = None
 ) -> tuple[str, list[Path], list[Path], int]:
@@ -315,8 +321,7 @@ def detect_files(
         raise RunFormatError(path, None, None, "leads outside the allowed folder")
     if path.is_file():
         return _detect_file(path), [path], [s for s in _side_files(path.parent) if inside(s)], 0
-    sub = path / "completions"
-    folder = sub if sub.is_dir() and inside(sub) else path
+    folder = step_folder(path, jail)
     candidates = [
         p
         for p in folder.iterdir()
