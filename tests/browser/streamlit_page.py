@@ -168,6 +168,16 @@ def exceptions(page) -> list[str]:
     return page.locator("[data-testid='stException']").all_inner_texts()
 
 
+#: every visible Plotly chart drawn no wider than its container (after a viewport change the
+#: charts keep the old width until their resize handler redraws them: legends and last bars were
+#: cut off); a chart in a closed expander is redrawn when it opens
+CHARTS_FIT_JS = """() => [...document.querySelectorAll('.js-plotly-plot')].every(plot => {
+    const svg = plot.querySelector('svg.main-svg');
+    return !svg || !plot.checkVisibility()
+        || svg.getBoundingClientRect().width <= plot.parentElement.clientWidth + 1;
+})"""
+
+
 def full_page_screenshot(page, path: str, width: int = 1280, max_height: int = 9000) -> None:
     """Screenshot the whole page at the projector's width (1280 px, the README's images).
 
@@ -186,6 +196,7 @@ def full_page_screenshot(page, path: str, width: int = 1280, max_height: int = 9
         "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))"
     )
     wait_idle(page)
+    page.wait_for_function(CHARTS_FIT_JS)  # Plotly redraws at the new width after the resize
     page.screenshot(path=path, full_page=True)
     if old:
         page.set_viewport_size(old)
