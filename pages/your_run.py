@@ -103,7 +103,7 @@ with ui.page_guard("Your run"):
         ui.stop_page("your_run")
 
     # --- 2. choose a step and make it the data of every page -----------------------------------
-    pick, use = st.columns([3, 1], vertical_alignment="bottom")
+    pick, use = st.columns([2, 1], vertical_alignment="bottom")  # the button label whole
     step_no = pick.select_slider(
         "Step", options=list(run.steps), value=run.steps[-1], key="run_step"
     )

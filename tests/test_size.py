@@ -24,7 +24,7 @@ OVER_CAP: dict[str, int] = {}
 LONG_FUNCTIONS: dict[str, int] = {}
 #: the product's formatted lines when the rule came in (the rule: at most PRODUCT_MAX). Growth is a
 #: decision, not a drift: raise it only in the commit that needs the lines, saying why.
-PRODUCT_NOW = 65_000
+PRODUCT_NOW = 65_009
 
 
 def module_violations(texts: dict[Path, str], over_cap: dict[str, int]) -> list[str]:

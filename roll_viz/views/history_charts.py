@@ -7,7 +7,7 @@ import html
 import pandas as pd
 import plotly.graph_objects as go
 
-from roll_viz.views.scales import title_style
+from roll_viz.views.scales import title_style, whole_ticks
 
 LABELS = {
     "reward": "reward (as the file gives it)",
@@ -90,6 +90,7 @@ def step_distributions(long: pd.DataFrame, what: str, max_steps: int = 60) -> go
         height=340,
         margin={"l": 60, "r": 20, "t": 70, "b": 50},
     )
+    fig.update_xaxes(**whole_ticks(steps))
     return fig
 
 
@@ -114,6 +115,7 @@ def zero_signal_share(history: pd.DataFrame) -> go.Figure:
         height=300,
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
+    fig.update_xaxes(**whole_ticks(list(history["step"])))
     return fig
 
 
@@ -178,4 +180,5 @@ def pods_sweep(table: pd.DataFrame) -> go.Figure:
         height=300,
         margin={"l": 60, "r": 20, "t": 50, "b": 50},
     )
+    fig.update_xaxes(**whole_ticks(list(table["m"])))
     return fig

@@ -99,6 +99,12 @@ def nice_ceiling(x: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
+def whole_ticks(values: Sequence[float]) -> dict:
+    """An x axis of whole numbers (steps, counts): ticks 1, 2, 3, 5 ... apart, none between."""
+    span = float(max(values) - min(values)) if len(values) else 0.0
+    return {"dtick": max(1.0, nice_ceiling(span / 8)), "tickformat": "d"}
+
+
 def title_style(text: str) -> dict:
     """The one title style of every figure: left-aligned, 15 px."""
     return {"text": text, "font": {"size": 15}, "x": 0.01, "xanchor": "left"}
